@@ -1,0 +1,3 @@
+from bart.configuration.configuration_bart import BartConfig
+
+__all__ = ["BartConfig"]

@@ -1,0 +1,198 @@
+"""BART configuration: every key of a Hugging Face BART ``config.json``, plus ``pre_ln`` and ``dtype``.
+
+``BartConfig(**json.load(open(path)))`` works as in the recipe's inference snippet. Keys this
+class does not know are kept as attributes and written back by :meth:`to_dict`, so a Hugging Face
+config survives a round trip unchanged. Known keys are type-checked: a wrong type raises a
+``ValueError`` that names the key, the value and the expected type.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import Any
+
+# Defaults follow transformers' BartConfig (facebook/bart-large geometry).
+_DEFAULTS: dict[str, Any] = {
+    "model_type": "bart",
+    "vocab_size": 50265,
+    "max_position_embeddings": 1024,
+    "d_model": 1024,
+    "encoder_layers": 12,
+    "encoder_ffn_dim": 4096,
+    "encoder_attention_heads": 16,
+    "decoder_layers": 12,
+    "decoder_ffn_dim": 4096,
+    "decoder_attention_heads": 16,
+    "encoder_layerdrop": 0.0,
+    "decoder_layerdrop": 0.0,
+    "activation_function": "gelu",
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "init_std": 0.02,
+    "classifier_dropout": 0.0,
+    "scale_embedding": False,
+    "use_cache": True,
+    "num_labels": 3,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 2,
+    "is_encoder_decoder": True,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": 2,
+    "tie_word_embeddings": True,
+    # generation defaults (transformers' PretrainedConfig defaults)
+    "num_beams": 1,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "max_length": 20,
+    "min_length": 0,
+    "length_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "early_stopping": False,
+    "num_return_sequences": 1,
+    "output_scores": False,
+    "return_dict_in_generate": False,
+    # recipe additions
+    "pre_ln": False,
+    "dtype": None,
+    "gradient_checkpointing": False,
+}
+
+_INT = (int,)
+_FLOAT = (int, float)
+_TYPES: dict[str, tuple] = {
+    "vocab_size": _INT, "max_position_embeddings": _INT, "d_model": _INT,
+    "encoder_layers": _INT, "encoder_ffn_dim": _INT, "encoder_attention_heads": _INT,
+    "decoder_layers": _INT, "decoder_ffn_dim": _INT, "decoder_attention_heads": _INT,
+    "encoder_layerdrop": _FLOAT, "decoder_layerdrop": _FLOAT, "dropout": _FLOAT,
+    "attention_dropout": _FLOAT, "activation_dropout": _FLOAT, "init_std": _FLOAT,
+    "activation_function": (str,), "scale_embedding": (bool,), "use_cache": (bool,),
+    "pad_token_id": _INT, "bos_token_id": _INT, "eos_token_id": _INT,
+    "decoder_start_token_id": _INT, "forced_bos_token_id": _INT, "forced_eos_token_id": _INT,
+    "num_beams": _INT, "num_beam_groups": _INT, "diversity_penalty": _FLOAT,
+    "max_length": _INT, "min_length": _INT, "length_penalty": _FLOAT,
+    "no_repeat_ngram_size": _INT, "encoder_no_repeat_ngram_size": _INT,
+    "early_stopping": (bool, str), "num_return_sequences": _INT, "pre_ln": (bool,),
+    "gradient_checkpointing": (bool,), "tie_word_embeddings": (bool,),
+}
+# Keys that may be null in a config.json.
+_NULLABLE = {"forced_bos_token_id", "forced_eos_token_id", "bos_token_id", "decoder_start_token_id",
+             "pad_token_id", "eos_token_id"}
+_DTYPES = {None, "float32", "float16", "bfloat16", "fp32", "fp16", "bf16"}
+_POSITIVE = ("vocab_size", "max_position_embeddings", "d_model", "encoder_attention_heads",
+             "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim")
+
+
+class BartConfig:
+    """Configuration of a BART (post-LN) or Pre-LN BART model.
+
+    Attribute aliases as in transformers: ``hidden_size`` = ``d_model``, ``num_hidden_layers`` =
+    ``encoder_layers``, ``num_attention_heads`` = ``encoder_attention_heads``.
+    """
+
+    model_type = "bart"
+
+    def __init__(self, **kwargs: Any) -> None:
+        # transformers writes "torch_dtype" (4.x) or "dtype" (5.x); keep what was given.
+        values = copy.deepcopy(_DEFAULTS)
+        values.update(copy.deepcopy(kwargs))
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+        self.validate()
+
+    # -- aliases (transformers' attribute_map); a key stored in the file wins ---------
+    _ALIASES = {"hidden_size": "d_model", "num_hidden_layers": "encoder_layers",
+                "num_attention_heads": "encoder_attention_heads"}
+
+    def __getattr__(self, name: str) -> Any:
+        # only called when normal lookup fails
+        target = BartConfig._ALIASES.get(name)
+        if target is not None:
+            return getattr(self, target)
+        raise AttributeError(f"BartConfig has no attribute {name!r}")
+
+    # -- checks --------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the key for a value of the wrong type or range."""
+        for key, types in _TYPES.items():
+            value = getattr(self, key, None)
+            if value is None and key in _NULLABLE:
+                continue
+            # bool is an int subclass: refuse True where a number is expected
+            wrong_bool = isinstance(value, bool) and bool not in types
+            if wrong_bool or not isinstance(value, types):
+                expected = " or ".join(t.__name__ for t in types)
+                raise ValueError(
+                    f"BartConfig: '{key}' must be {expected}, got {value!r} "
+                    f"({type(value).__name__}); fix the value in the config file")
+        for key in _POSITIVE:
+            if getattr(self, key) <= 0:
+                raise ValueError(f"BartConfig: '{key}' must be positive, got {getattr(self, key)}")
+        for key in ("encoder", "decoder"):
+            heads = getattr(self, f"{key}_attention_heads")
+            if self.d_model % heads:
+                raise ValueError(f"BartConfig: d_model {self.d_model} is not divisible by "
+                                 f"{key}_attention_heads {heads}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"BartConfig: 'dtype' must be one of {sorted(d for d in _DTYPES if d)}"
+                             f" or null, got {self.dtype!r}")
+        if self.activation_function not in ("gelu", "relu", "gelu_new", "gelu_python", "silu",
+                                            "swish", "tanh"):
+            raise ValueError(f"BartConfig: unsupported activation_function "
+                             f"{self.activation_function!r}")
+
+    # -- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(dict(vars(self)))
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_json_file(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json_string())
+
+    def save_pretrained(self, folder: str | os.PathLike) -> None:
+        os.makedirs(folder, exist_ok=True)
+        self.to_json_file(os.path.join(folder, "config.json"))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], **overrides: Any) -> "BartConfig":
+        return cls(**{**values, **overrides})
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "BartConfig":
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"BartConfig: no config file at {path}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"BartConfig: {path} is not valid JSON ({err})") from err
+        if not isinstance(values, dict):
+            raise ValueError(f"BartConfig: {path} must hold a JSON object, got {type(values).__name__}")
+        try:
+            return cls(**values)
+        except ValueError as err:
+            raise ValueError(f"{err} (in {path})") from err
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BartConfig":
+        """Read ``path`` (a config.json, or a folder holding one)."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        config = cls.from_json_file(path)
+        for key, value in overrides.items():
+            setattr(config, key, value)
+        config.validate()
+        return config
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BartConfig) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"BartConfig {self.to_json_string()}"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what the recipe needs into the current Python and skips what is already there.
+# torch is installed only when none is importable: inside the NGC container the container's
+# own (CUDA) torch is kept untouched.
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if "$PYTHON" -c "import torch" 2>/dev/null; then
+  echo "[install] torch $("$PYTHON" -c 'import torch; print(torch.__version__)') already present: kept"
+else
+  echo "[install] no torch found: installing torch==2.13.0"
+  "$PYTHON" -m pip install --quiet torch==2.13.0
+fi
+
+# Fast path: everything already importable at the pinned versions -> nothing to do.
+if "$PYTHON" - <<'PY' 2>/dev/null
+import importlib.metadata as md, re, sys
+def reqs(path):
+    for line in open(path):
+        line = line.split("#")[0].strip()
+        if line:
+            yield line
+for path in ("requirements.txt", "requirements-nodeps.txt"):
+    for req in reqs(path):
+        name = re.split(r"[\[<>=!~ ]", req, maxsplit=1)[0]
+        version = md.version(name)  # raises when missing
+        pinned = re.search(r"==\s*([^,; ]+)", req)
+        if pinned and pinned.group(1) != version:
+            sys.exit(1)
+PY
+then
+  echo "[install] requirements already satisfied"
+else
+  "$PYTHON" -m pip install --quiet -r requirements.txt
+  "$PYTHON" -m pip install --quiet --no-deps -r requirements-nodeps.txt
+  echo "[install] requirements installed"
+fi
