@@ -1,0 +1,396 @@
+"""BART encoder-decoder (post-LN, as in the paper) and its Pre-LN variant (as in mBART).
+
+Parameter names follow Hugging Face ``BartForConditionalGeneration`` (and mBART's ``layer_norm``
+after each stack for Pre-LN), so Hugging Face weights load with ``strict=True``. Attention runs
+through ``torch.nn.functional.scaled_dot_product_attention``; nothing in the forward pass syncs
+with the host. Weight loading and saving live in :mod:`bart.modeling.weights`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from bart.configuration.configuration_bart import BartConfig
+
+# One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
+LayerCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+_ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_python": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from labels: prepend ``decoder_start_token_id``, drop the last token, -100 → pad."""
+    shifted = labels.new_empty(labels.shape)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+def padding_mask_to_bool(mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) 1/0 padding mask → (B, 1, 1, S) boolean SDPA mask (True = attend).
+
+    Boolean masks work under autocast whatever the query dtype is."""
+    return mask[:, None, None, :].to(torch.bool)
+
+
+@dataclass
+class Seq2SeqLMOutput:
+    loss: Optional[torch.Tensor] = None
+    logits: Optional[torch.Tensor] = None
+    past_key_values: Optional[list[LayerCache]] = None
+    encoder_last_hidden_state: Optional[torch.Tensor] = None
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+
+@dataclass
+class Seq2SeqModelOutput:
+    last_hidden_state: torch.Tensor
+    past_key_values: Optional[list[LayerCache]] = None
+    encoder_last_hidden_state: Optional[torch.Tensor] = None
+
+
+class BartLearnedPositionalEmbedding(nn.Embedding):
+    """Learned positions; BART reserves the first two rows (offset 2)."""
+
+    offset = 2
+
+    def __init__(self, num_positions: int, embedding_dim: int) -> None:
+        super().__init__(num_positions + self.offset, embedding_dim)
+
+    def forward(self, seq_len: int, past_length: int = 0) -> torch.Tensor:  # type: ignore[override]
+        if past_length + seq_len > self.num_embeddings - self.offset:
+            raise ValueError(f"sequence length {past_length + seq_len} exceeds max_position_embeddings "
+                             f"{self.num_embeddings - self.offset}")
+        positions = torch.arange(past_length, past_length + seq_len, device=self.weight.device)
+        return super().forward(positions + self.offset)
+
+
+class BartAttention(nn.Module):
+    """Multi-head attention with SDPA.
+
+    For cross-attention the key/value batch may be smaller than the query batch by an integer
+    factor r (beam search: one encoder output per source, r beams per source); the beams are folded
+    into the query length so keys and values are never repeated.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def project_kv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._heads(self.k_proj(states)), self._heads(self.v_proj(states))
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+        attn_mask: Optional[torch.Tensor] = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        """``key_value`` are projected (B_kv, H, S, Dh) keys/values; None → self-attention."""
+        batch, q_len, _ = hidden_states.shape
+        query = self._heads(self.q_proj(hidden_states))
+        if key_value is None:
+            key, value = self.project_kv(hidden_states)
+        else:
+            key, value = key_value
+        fold = batch // key.shape[0]
+        if fold > 1:  # (B*r, H, T, Dh) → (B, H, r*T, Dh)
+            query = query.view(key.shape[0], fold, self.num_heads, q_len, self.head_dim)
+            query = query.transpose(1, 2).reshape(key.shape[0], self.num_heads, fold * q_len, self.head_dim)
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
+            dropout_p=self.dropout if self.training else 0.0)
+        if fold > 1:
+            out = out.view(key.shape[0], self.num_heads, fold, q_len, self.head_dim).transpose(1, 2)
+            out = out.reshape(batch, self.num_heads, q_len, self.head_dim)
+        return self.out_proj(out.transpose(1, 2).reshape(batch, q_len, self.embed_dim))
+
+
+class _Residual:
+    """The one place where Pre-LN and post-LN differ: where the norm sits around a branch."""
+
+    @staticmethod
+    def apply(x: torch.Tensor, norm: nn.LayerNorm, branch, dropout: float, training: bool, pre_ln: bool):
+        if pre_ln:
+            return x + F.dropout(branch(norm(x)), dropout, training)
+        return norm(x + F.dropout(branch(x), dropout, training))
+
+
+class BartEncoderLayer(nn.Module):
+    def __init__(self, config: BartConfig) -> None:
+        super().__init__()
+        dim = config.d_model
+        self.pre_ln, self.dropout = config.pre_ln, config.dropout
+        self.activation_dropout = config.activation_dropout
+        self.activation = _ACTIVATIONS[config.activation_function]
+        self.self_attn = BartAttention(dim, config.encoder_attention_heads, config.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, config.encoder_ffn_dim)
+        self.fc2 = nn.Linear(config.encoder_ffn_dim, dim)
+        self.final_layer_norm = nn.LayerNorm(dim)
+
+    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training))
+
+    def forward(self, hidden: torch.Tensor, attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        hidden = _Residual.apply(hidden, self.self_attn_layer_norm,
+                                 lambda h: self.self_attn(h, attn_mask=attn_mask),
+                                 self.dropout, self.training, self.pre_ln)
+        return _Residual.apply(hidden, self.final_layer_norm, self._ffn, self.dropout, self.training, self.pre_ln)
+
+
+class BartDecoderLayer(nn.Module):
+    def __init__(self, config: BartConfig) -> None:
+        super().__init__()
+        dim = config.d_model
+        self.pre_ln, self.dropout = config.pre_ln, config.dropout
+        self.activation_dropout = config.activation_dropout
+        self.activation = _ACTIVATIONS[config.activation_function]
+        self.self_attn = BartAttention(dim, config.decoder_attention_heads, config.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(dim)
+        self.encoder_attn = BartAttention(dim, config.decoder_attention_heads, config.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, config.decoder_ffn_dim)
+        self.fc2 = nn.Linear(config.decoder_ffn_dim, dim)
+        self.final_layer_norm = nn.LayerNorm(dim)
+
+    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training))
+
+    def _self_attention(self, h, self_mask, past, new_cache: list):
+        key, value = self.self_attn.project_kv(h)
+        if past is not None:
+            key, value = torch.cat([past[0], key], dim=2), torch.cat([past[1], value], dim=2)
+        new_cache.extend((key, value))
+        # A single new query over a cache sees every key: no causal mask needed.
+        causal = self_mask is None and h.shape[1] > 1
+        return self.self_attn(h, key_value=(key, value), attn_mask=self_mask, is_causal=causal)
+
+    def forward(self, hidden, encoder_hidden, cross_mask, self_mask=None, past: Optional[LayerCache] = None,
+                use_cache: bool = False):
+        new_cache: list[torch.Tensor] = []
+        hidden = _Residual.apply(hidden, self.self_attn_layer_norm,
+                                 lambda h: self._self_attention(h, self_mask, past, new_cache),
+                                 self.dropout, self.training, self.pre_ln)
+        cross_kv = (past[2], past[3]) if past is not None else self.encoder_attn.project_kv(encoder_hidden)
+        hidden = _Residual.apply(hidden, self.encoder_attn_layer_norm,
+                                 lambda h: self.encoder_attn(h, key_value=cross_kv, attn_mask=cross_mask),
+                                 self.dropout, self.training, self.pre_ln)
+        hidden = _Residual.apply(hidden, self.final_layer_norm, self._ffn, self.dropout, self.training, self.pre_ln)
+        cache = (new_cache[0], new_cache[1], cross_kv[0], cross_kv[1]) if use_cache else None
+        return hidden, cache
+
+
+class _Stack(nn.Module):
+    """What encoder and decoder share: token and position embeddings, their norm, the final norm."""
+
+    def __init__(self, config: BartConfig, embed_tokens: nn.Embedding, layer_cls, num_layers: int, layerdrop: float):
+        super().__init__()
+        self.config = config
+        self.dropout, self.layerdrop = config.dropout, layerdrop
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = embed_tokens
+        self.embed_positions = BartLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
+        self.layers = nn.ModuleList(layer_cls(config) for _ in range(num_layers))
+        self.layernorm_embedding = nn.LayerNorm(config.d_model)
+        if config.pre_ln:
+            self.layer_norm = nn.LayerNorm(config.d_model)
+        self.gradient_checkpointing = bool(getattr(config, "gradient_checkpointing", False))
+
+    def embed(self, input_ids: torch.Tensor, past_length: int = 0) -> torch.Tensor:
+        tokens = self.embed_tokens(input_ids) * self.embed_scale
+        hidden = tokens + self.embed_positions(input_ids.shape[1], past_length).to(tokens.dtype)
+        return F.dropout(self.layernorm_embedding(hidden), self.dropout, self.training)
+
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(hidden) if self.config.pre_ln else hidden
+
+    def drop_layer(self) -> bool:
+        # LayerDrop (training only). The draw happens on the host's RNG: no device sync.
+        return self.training and self.layerdrop > 0 and torch.rand(()).item() < self.layerdrop
+
+    def run_layer(self, layer, *args):
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(layer, *args, use_reentrant=False)
+        return layer(*args)
+
+
+class BartEncoder(_Stack):
+    def __init__(self, config: BartConfig, embed_tokens: nn.Embedding) -> None:
+        super().__init__(config, embed_tokens, BartEncoderLayer, config.encoder_layers, config.encoder_layerdrop)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        hidden = self.embed(input_ids)
+        attn_mask = None if attention_mask is None else padding_mask_to_bool(attention_mask)
+        for layer in self.layers:
+            if not self.drop_layer():
+                hidden = self.run_layer(layer, hidden, attn_mask)
+        return self.final_norm(hidden)
+
+
+class BartDecoder(_Stack):
+    def __init__(self, config: BartConfig, embed_tokens: nn.Embedding) -> None:
+        super().__init__(config, embed_tokens, BartDecoderLayer, config.decoder_layers, config.decoder_layerdrop)
+
+    @staticmethod
+    def _self_mask(attention_mask: Optional[torch.Tensor], q_len: int, past_length: int,
+                   device: torch.device) -> Optional[torch.Tensor]:
+        """Boolean causal (+ padding) mask. None where SDPA's ``is_causal`` (no cache, no padding) or
+        no mask at all (one new token over a cache) is exact."""
+        if attention_mask is None and (past_length == 0 or q_len == 1):
+            return None
+        total = past_length + q_len
+        keep = torch.ones(q_len, total, dtype=torch.bool, device=device).tril(past_length)[None, None]
+        if attention_mask is not None:
+            keep = keep & attention_mask[:, None, None, :total].to(torch.bool)
+        return keep
+
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, attention_mask=None,
+                past_key_values: Optional[list[LayerCache]] = None, use_cache: bool = False):
+        """Returns (hidden_states, new cache or None). The cache holds each layer's self and cross K/V."""
+        past_length = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        hidden = self.embed(input_ids, past_length)
+        cross_mask = None if encoder_attention_mask is None else padding_mask_to_bool(encoder_attention_mask)
+        self_mask = self._self_mask(attention_mask, input_ids.shape[1], past_length, hidden.device)
+        caches: list[LayerCache] = []
+        for i, layer in enumerate(self.layers):
+            past = None if past_key_values is None else past_key_values[i]
+            if use_cache or past is not None or not self.drop_layer():
+                hidden, cache = self.run_layer(layer, hidden, encoder_hidden_states, cross_mask, self_mask, past, use_cache)
+                if use_cache:
+                    caches.append(cache)
+        return self.final_norm(hidden), (caches if use_cache else None)
+
+
+class BartPreTrainedModel(nn.Module):
+    config_class = BartConfig
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.init_std
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def gradient_checkpointing_enable(self, enabled: bool = True) -> None:
+        for module in self.modules():
+            if isinstance(module, _Stack):
+                module.gradient_checkpointing = enabled
+        self.config.gradient_checkpointing = enabled
+
+    @classmethod
+    def from_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu"):
+        """Build from a project ``.ckpt`` or a Hugging Face folder; see :mod:`bart.modeling.weights`."""
+        from bart.modeling.weights import load_pretrained
+        return load_pretrained(cls, path, config=config, strict=strict, map_location=map_location)
+
+    def save_pretrained(self, folder) -> None:
+        """Write a folder Hugging Face ``from_pretrained`` loads (config.json + model.safetensors)."""
+        from bart.modeling.weights import save_pretrained
+        save_pretrained(self, folder)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+
+class BartModel(BartPreTrainedModel):
+    def __init__(self, config: BartConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = BartEncoder(config, self.shared)
+        self.decoder = BartDecoder(config, self.shared)
+        self.apply(self._init_weights)
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs: Optional[torch.Tensor] = None, past_key_values=None, use_cache: bool = False):
+        if decoder_input_ids is None:
+            if input_ids is None:
+                raise ValueError("BartModel needs decoder_input_ids (or input_ids to shift right)")
+            decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id,
+                                                   self.config.decoder_start_token_id)
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask)
+        hidden, cache = self.decoder(decoder_input_ids, encoder_outputs, attention_mask, decoder_attention_mask,
+                                     past_key_values, use_cache)
+        return Seq2SeqModelOutput(hidden, cache, encoder_outputs)
+
+
+class BartForConditionalGeneration(BartPreTrainedModel):
+    def __init__(self, config: BartConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = BartModel(config)
+        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.model.shared.weight  # tied
+
+    def get_encoder(self) -> BartEncoder:
+        return self.model.encoder
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden) + self.final_logits_bias.to(hidden.dtype)
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                labels=None, encoder_outputs=None, past_key_values=None, use_cache: bool = False,
+                label_smoothing: float = 0.0, reduction: str = "mean", return_dict: bool = True):
+        """Loss ignores label -100; ``reduction="sum"`` lets a training loop normalise by the number of
+        target tokens of a whole optimizer step. ``label_smoothing`` spreads that mass uniformly."""
+        if labels is not None and decoder_input_ids is None:
+            decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+        out = self.model(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
+                         encoder_outputs, past_key_values, use_cache)
+        logits = self.lm_logits(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                                   ignore_index=-100, label_smoothing=label_smoothing, reduction=reduction)
+        result = Seq2SeqLMOutput(loss, logits, out.past_key_values, out.encoder_last_hidden_state)
+        if not return_dict:
+            return tuple(v for v in (result.loss, result.logits) if v is not None)
+        return result
+
+    def generate(self, input_ids: torch.Tensor, **kwargs):
+        """Greedy or beam search; see :func:`bart.generation.generate` for the arguments."""
+        from bart.generation import generate
+        return generate(self, input_ids, **kwargs)
