@@ -1,0 +1,29 @@
+# BART recipe image on the NGC PyTorch container. The container's torch (CUDA build) is kept:
+# scripts/install.sh installs torch only where none is importable.
+ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:25.10-py3
+FROM ${FROM_IMAGE_NAME}
+
+ENV PYTHONUNBUFFERED=1 \
+    BART_NLTK_DATA=/workspace/bart/.cache/nltk_data
+WORKDIR /workspace/bart
+
+# Python dependencies first (cached layer), exactly as a bare-metal setup installs them.
+COPY requirements.txt requirements-nodeps.txt ./
+COPY scripts/install.sh scripts/install.sh
+RUN bash scripts/install.sh
+
+# NVIDIA dllogger from its repository, pinned to a release tag (PyPI has only a placeholder).
+RUN pip install --no-cache-dir "git+https://github.com/NVIDIA/dllogger@v1.0.0#egg=dllogger"
+
+# apex's fused LAMB is used when importable; the project's own multi-tensor LAMB otherwise.
+# Building apex takes a while; it is attempted and a failed build leaves the image usable.
+ARG BUILD_APEX=1
+RUN if [ "$BUILD_APEX" = "1" ] && ! python -c "import apex.optimizers" 2>/dev/null; then \
+      APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install --no-cache-dir --no-build-isolation -v \
+        "git+https://github.com/NVIDIA/apex.git" \
+      || echo "apex did not build: the project's multi-tensor LAMB will be used"; \
+    fi
+
+COPY . .
+# Offline assets the recipe builds once: sentence-split data and a BART-style tokenizer folder.
+RUN python -m utils.nltk_data && python -m bart.tokenization.build_tokenizer /workspace/bart/data/tokenizer
