@@ -1,0 +1,75 @@
+"""Score processors for generation, vectorised over all hypotheses (no per-hypothesis Python loop).
+
+Each function takes the decoder tokens so far ``tokens`` (N, L), including the decoder start
+token, and the next-token scores ``scores`` (N, V), and returns the modified scores. The semantics
+match transformers' processors of the same names, so outputs agree token for token.
+"""
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def _ban(scores: torch.Tensor, tokens: torch.Tensor, hit: torch.Tensor) -> torch.Tensor:
+    """Set scores[n, tokens[n, j]] to -inf wherever hit[n, j]."""
+    if tokens.numel() == 0:
+        return scores
+    banned = torch.zeros_like(scores, dtype=torch.float32).scatter_reduce_(
+        1, tokens, hit.to(torch.float32), reduce="amax")
+    return scores.masked_fill(banned.bool(), NEG_INF)
+
+
+def no_repeat_ngram(tokens: torch.Tensor, scores: torch.Tensor, n: int) -> torch.Tensor:
+    """Forbid any token that would repeat an n-gram already in the hypothesis."""
+    length = tokens.shape[1]
+    if n <= 0 or length < n:  # no complete n-gram yet
+        return scores
+    if n == 1:
+        return _ban(scores, tokens, torch.ones_like(tokens, dtype=torch.bool))
+    windows = tokens.unfold(1, n, 1)                      # (N, L-n+1, n)
+    last = tokens[:, length - n + 1:]                     # the current (n-1)-gram
+    hit = (windows[:, :, :-1] == last[:, None, :]).all(-1)
+    return _ban(scores, windows[:, :, -1], hit)
+
+
+def encoder_no_repeat_ngram(tokens: torch.Tensor, scores: torch.Tensor, n: int,
+                            encoder_ids: torch.Tensor) -> torch.Tensor:
+    """Forbid tokens that would produce an n-gram of the source. ``encoder_ids`` (B, S); the N
+    hypotheses are N // B consecutive rows per source."""
+    length = tokens.shape[1]
+    if n <= 0 or length + 1 < n or encoder_ids.shape[1] < n:
+        return scores
+    per_source = tokens.shape[0] // encoder_ids.shape[0]
+    windows = encoder_ids.unfold(1, n, 1).repeat_interleave(per_source, dim=0)  # (N, S-n+1, n)
+    if n == 1:
+        hit = torch.ones(windows.shape[:2], dtype=torch.bool, device=tokens.device)
+    else:
+        last = tokens[:, length - n + 1:]
+        hit = (windows[:, :, :-1] == last[:, None, :]).all(-1)
+    return _ban(scores, windows[:, :, -1], hit)
+
+
+def min_length(tokens: torch.Tensor, scores: torch.Tensor, minimum: int, eos_token_id: int) -> torch.Tensor:
+    if tokens.shape[1] < minimum:
+        scores = scores.clone()
+        scores[:, eos_token_id] = NEG_INF
+    return scores
+
+
+def force_token(scores: torch.Tensor, token_id: int) -> torch.Tensor:
+    forced = torch.full_like(scores, NEG_INF)
+    forced[:, token_id] = 0
+    return forced
+
+
+def hamming_diversity(scores: torch.Tensor, previous_tokens: torch.Tensor, penalty: float,
+                      num_sources: int) -> torch.Tensor:
+    """Penalise tokens that earlier beam groups chose at this step. ``scores`` (B*group_size, V),
+    ``previous_tokens`` (B, k) tokens of the earlier groups for each source."""
+    if previous_tokens.numel() == 0 or penalty == 0:
+        return scores
+    counts = torch.zeros(num_sources, scores.shape[1], dtype=scores.dtype, device=scores.device)
+    counts.scatter_add_(1, previous_tokens, torch.ones_like(previous_tokens, dtype=scores.dtype))
+    group_size = scores.shape[0] // num_sources
+    return scores - penalty * counts.repeat_interleave(group_size, dim=0)

@@ -1,0 +1,237 @@
+"""Greedy and beam search for BART, written for speed on a KV cache.
+
+The encoder runs once per source and each decoder layer projects the encoder output to keys and
+values once; beams share them (the decoder folds beams into the query length), so nothing of the
+source is repeated ``num_beams`` times. Per step only the self-attention cache is reordered. The
+beam bookkeeping is tensor-shaped over (batch, beams) and follows transformers' vectorised beam
+search step for step, so the same weights give the same sequences.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from bart.generation import logits_processors as lp
+
+NEG = -1.0e9
+
+
+@dataclass
+class GenerationOptions:
+    max_length: int
+    min_length: int
+    num_beams: int
+    num_beam_groups: int
+    diversity_penalty: float
+    length_penalty: float
+    no_repeat_ngram_size: int
+    encoder_no_repeat_ngram_size: int
+    early_stopping: object  # True, False or "never"
+    num_return_sequences: int
+    decoder_start_token_id: int
+    bos_token_id: Optional[int]
+    eos_token_id: int
+    pad_token_id: int
+    forced_bos_token_id: Optional[int]
+    forced_eos_token_id: Optional[int]
+    output_scores: bool
+    return_dict_in_generate: bool
+    use_cache: bool
+
+
+@dataclass
+class GenerateOutput:
+    """What ``return_dict_in_generate=True`` returns (field names as in transformers)."""
+    sequences: torch.Tensor
+    sequences_scores: Optional[torch.Tensor] = None
+    scores: Optional[tuple] = None
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+
+class _Decoder:
+    """One incremental decoder over the shared encoder output; the cache lives here."""
+
+    def __init__(self, model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor, use_cache: bool):
+        self.model, self.encoder_hidden, self.encoder_mask = model, encoder_hidden, encoder_mask
+        self.use_cache, self.cache = use_cache, None
+
+    def next_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """float32 logits of the next token for every row of ``tokens`` (N, L)."""
+        decoder = self.model.model.decoder
+        if self.use_cache:
+            step_input = tokens if self.cache is None else tokens[:, -1:]
+            hidden, self.cache = decoder(step_input, self.encoder_hidden, self.encoder_mask,
+                                         past_key_values=self.cache, use_cache=True)
+        else:
+            hidden, _ = decoder(tokens, self.encoder_hidden, self.encoder_mask)
+        return self.model.lm_logits(hidden[:, -1]).float()
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache = [(k.index_select(0, rows), v.index_select(0, rows), ck, cv)
+                          for k, v, ck, cv in self.cache]
+
+
+def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.Tensor,
+                   encoder_ids: torch.Tensor) -> torch.Tensor:
+    """The configured processors in transformers' order."""
+    scores = lp.no_repeat_ngram(tokens, scores, opts.no_repeat_ngram_size)
+    scores = lp.encoder_no_repeat_ngram(tokens, scores, opts.encoder_no_repeat_ngram_size, encoder_ids)
+    if opts.min_length > 0:
+        scores = lp.min_length(tokens, scores, opts.min_length, opts.eos_token_id)
+    length = tokens.shape[1]
+    if opts.forced_bos_token_id is not None and length == 1:
+        scores = lp.force_token(scores, opts.forced_bos_token_id)
+    if opts.forced_eos_token_id is not None and length == opts.max_length - 1:
+        scores = lp.force_token(scores, opts.forced_eos_token_id)
+    return scores
+
+
+def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
+    batch = encoder_ids.shape[0]
+    device = encoder_ids.device
+    tokens = torch.full((batch, 1), opts.decoder_start_token_id, dtype=torch.long, device=device)
+    unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+    all_scores = []
+    while tokens.shape[1] < opts.max_length:
+        scores = process_scores(opts, tokens, decoder.next_logits(tokens), encoder_ids)
+        if opts.output_scores:
+            all_scores.append(scores)
+        next_tokens = scores.argmax(-1).masked_fill_(~unfinished, opts.pad_token_id)
+        tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
+        unfinished &= next_tokens != opts.eos_token_id
+        if not bool(unfinished.any()):  # the one host sync per step
+            break
+    return tokens, None, tuple(all_scores) if opts.output_scores else None
+
+
+def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """tensor (B, K, ...) rows picked by index (B, J) → (B, J, ...)."""
+    while index.dim() < tensor.dim():
+        index = index.unsqueeze(-1)
+    return tensor.gather(1, index.expand(*index.shape[:2], *tensor.shape[2:]))
+
+
+class _BeamState:
+    """Running and finished beams of one beam group, shaped (batch, beams, ...)."""
+
+    def __init__(self, batch: int, beams: int, max_length: int, start: int, fill: int, device):
+        self.beams = beams
+        self.running = torch.full((batch, beams, max_length), fill, dtype=torch.long, device=device)
+        self.running[:, :, 0] = start
+        self.finished = self.running.clone()
+        self.running_scores = torch.zeros(batch, beams, device=device)
+        self.running_scores[:, 1:] = NEG
+        self.finished_scores = torch.full((batch, beams), NEG, device=device)
+        self.is_finished = torch.zeros(batch, beams, dtype=torch.bool, device=device)
+        self.improvable = torch.ones(batch, 1, dtype=torch.bool, device=device)
+        self.hits_stop = torch.zeros(batch, beams, dtype=torch.bool, device=device)
+        self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after start
+
+    def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions) -> torch.Tensor:
+        """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams)."""
+        batch, beams, vocab = log_probs.shape
+        keep = 2 * beams
+        totals = (log_probs + self.running_scores[:, :, None]).view(batch, beams * vocab)
+        top_scores, top_index = totals.topk(keep, dim=1)
+        source_beam, token = top_index // vocab, top_index % vocab
+        candidates = _gather(self.running, source_beam)
+        candidates[:, :, cur_len] = token
+        hits_stop = (token == opts.eos_token_id) | (cur_len + 1 >= opts.max_length)
+        # continue with the best candidates that did not stop
+        running_scores = top_scores + hits_stop.float() * NEG
+        pick = running_scores.topk(beams, dim=1).indices
+        self.running = _gather(candidates, pick)
+        self.running_scores = _gather(running_scores, pick)
+        chosen_source = _gather(source_beam, pick)
+        # candidates among the top `beams` that stopped become finished hypotheses
+        in_top = torch.zeros(keep, dtype=torch.bool, device=log_probs.device)
+        in_top[:beams] = True
+        just_finished = hits_stop & in_top
+        generated = cur_len  # tokens after the start token, the new one included
+        finished_scores = top_scores / (generated ** opts.length_penalty)
+        full = self.is_finished.all(-1, keepdim=True) & (opts.early_stopping is True)
+        finished_scores = finished_scores + full.float() * NEG + (~self.improvable).float() * NEG
+        finished_scores = finished_scores + (~just_finished).float() * NEG
+        merged_scores = torch.cat([self.finished_scores, finished_scores], dim=1)
+        best = merged_scores.topk(beams, dim=1).indices
+        self.finished = _gather(torch.cat([self.finished, candidates], dim=1), best)
+        self.finished_scores = _gather(merged_scores, best)
+        self.is_finished = _gather(torch.cat([self.is_finished, just_finished], dim=1), best)
+        self.generated = _gather(torch.cat([self.generated, torch.full_like(just_finished, generated, dtype=torch.long)], 1), best)
+        self.hits_stop = hits_stop
+        self._update_improvable(cur_len + 1, opts)
+        return chosen_source
+
+    def _update_improvable(self, cur_len: int, opts: GenerationOptions) -> None:
+        if opts.early_stopping == "never" and opts.length_penalty > 0.0:
+            best_length = opts.max_length - 1
+        else:
+            best_length = cur_len - 1
+        best_running = self.running_scores[:, :1] / (best_length ** opts.length_penalty)
+        worst_finished = torch.where(self.is_finished, self.finished_scores.min(1, keepdim=True).values,
+                                     torch.full_like(self.finished_scores, NEG))
+        self.improvable = self.improvable & (best_running > worst_finished).any(-1, keepdim=True)
+
+    def open(self, opts: GenerationOptions) -> torch.Tensor:
+        """Scalar bool tensor: does this group still need steps?"""
+        exists_open = ~(self.is_finished.all() & (opts.early_stopping is True))
+        return self.improvable.any() & exists_open & ~self.hits_stop.all()
+
+
+def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
+    """Beam search; with ``num_beam_groups`` > 1, diverse (group) beam search: each group of
+    num_beams / groups beams runs its own search and is penalised (Hamming diversity) for tokens
+    that earlier groups chose at the same step."""
+    batch, device = encoder_ids.shape[0], encoder_ids.device
+    groups = opts.num_beam_groups
+    group_size = opts.num_beams // groups
+    states = [_BeamState(batch, group_size, opts.max_length, opts.decoder_start_token_id,
+                         opts.pad_token_id, device) for _ in range(groups)]
+    all_scores = []
+    cur_len = 1
+    while True:
+        # rows of the decoder batch: source-major, then group, then beam
+        tokens = torch.stack([s.running[:, :, :cur_len] for s in states], 1).view(-1, cur_len)
+        logits = decoder.next_logits(tokens)
+        log_probs = F.log_softmax(logits, dim=-1).view(batch, groups, group_size, -1)
+        step_scores, sources, chosen = [], [], []
+        for g, state in enumerate(states):
+            group_log_probs = log_probs[:, g].reshape(batch * group_size, -1)
+            if groups > 1:
+                previous = torch.stack(chosen, 1).view(batch, -1) if chosen else tokens.new_zeros(batch, 0)
+                group_log_probs = lp.hamming_diversity(group_log_probs, previous, opts.diversity_penalty, batch)
+            group_tokens = state.running[:, :, :cur_len].reshape(batch * group_size, cur_len)
+            group_log_probs = process_scores(opts, group_tokens, group_log_probs, encoder_ids)
+            step_scores.append(group_log_probs.view(batch, group_size, -1))
+            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts)
+            sources.append(source + g * group_size)
+            chosen.append(state.running[:, :, cur_len])
+        if opts.output_scores:
+            all_scores.append(torch.stack(step_scores, 1).view(batch * opts.num_beams, -1))
+        offsets = torch.arange(batch, device=device)[:, None] * opts.num_beams
+        decoder.reorder((torch.cat(sources, 1) + offsets).view(-1))
+        cur_len += 1
+        still_open = torch.stack([s.open(opts) for s in states]).any()
+        if cur_len >= opts.max_length or not bool(still_open):  # the one host sync per step
+            break
+    return _finalize(states, opts, all_scores)
+
+
+def _finalize(states: list[_BeamState], opts: GenerationOptions, all_scores):
+    finished = torch.cat([s.finished for s in states], 1)
+    scores = torch.cat([s.finished_scores for s in states], 1)
+    generated = torch.cat([s.generated for s in states], 1)
+    if len(states) > 1:  # best hypotheses over all groups
+        order = scores.topk(scores.shape[1], dim=1).indices
+        finished, scores, generated = _gather(finished, order), _gather(scores, order), _gather(generated, order)
+    count = opts.num_return_sequences
+    sequences = finished[:, :count].reshape(-1, finished.shape[-1])
+    sequence_scores = scores[:, :count].reshape(-1)
+    length = 1 + int(generated[:, :count].max())
+    return sequences[:, :length], sequence_scores, tuple(all_scores) if opts.output_scores else None
