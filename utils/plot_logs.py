@@ -9,9 +9,10 @@ whose steps continue another's (phase 2 after phase 1) can be drawn on a shared 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Iterable
+
+from utils.dllogger_compat import read_dllogger
 
 # Each chart: (file stem, title, the metric names a log may use for it, first found wins).
 CHARTS = (
@@ -22,22 +23,8 @@ CHARTS = (
 
 
 def read_log(path: str) -> list[dict]:
-    """The ``LOG`` records of a dllogger JSON file (lines ``DLLL {json}``)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"plot_logs: no log file at {path}")
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line.startswith("DLLL "):
-                continue
-            try:
-                record = json.loads(line[5:])
-            except json.JSONDecodeError as err:
-                raise ValueError(f"plot_logs: {path}:{number} is not a dllogger JSON line ({err})") from err
-            if record.get("type") == "LOG":
-                records.append(record)
-    return records
+    """The ``LOG`` records of a dllogger JSON file."""
+    return [r for r in read_dllogger(path) if r.get("type") == "LOG"]
 
 
 def series(records: Iterable[dict], names: tuple[str, ...]) -> tuple[list[float], list[float]]:

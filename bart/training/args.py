@@ -1,0 +1,145 @@
+"""Command-line flags shared by pretrain.py and finetune.py: one name, one default, one meaning.
+
+Old names from the reference and the BERT recipe are aliases of the same destination
+(``--max_grad_norm`` = ``--gradient_clip_val``). Flags that only fine-tuning uses are accepted by
+pretrain.py's parser (so reference command lines parse) but :func:`reject_unused` fails loudly when
+one is set to anything but its default.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from bart.optim.schedulers import SCHEDULES
+
+FINETUNE_ONLY = ("n_val", "n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
+                 "max_tokens_per_batch", "freeze_encoder", "freeze_embeds", "label_smoothing", "do_predict",
+                 "val_max_target_length", "test_max_target_length", "eval_max_gen_length", "eval_batch_size",
+                 "val_check_interval", "task")
+
+
+def _bool_or_path(value: str):
+    return True if value.lower() in ("true", "1", "yes", "latest") else value
+
+
+def add_shared_args(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("model")
+    model.add_argument("--config_path", required=True, help="BART config.json (configs/config.json: bart-large)")
+    model.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
+                       help="Pre-LN (layer norm inside each residual branch, a final norm per stack); "
+                            "--no-pre_ln for BART's post-LN. Default: the config file's pre_ln")
+    model.add_argument("--dropout", type=float, default=None, help="dropout (default: the config's)")
+    model.add_argument("--attention_dropout", type=float, default=None, help="attention dropout (default: the config's)")
+    model.add_argument("--encoder_layerdrop", type=float, default=None, help="LayerDrop of encoder layers")
+    model.add_argument("--decoder_layerdrop", type=float, default=None, help="LayerDrop of decoder layers")
+    model.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward")
+    model.add_argument("--tokenizer", default=os.environ.get("TOKENIZER", "facebook/bart-large"),
+                       help="tokenizer folder or hub id (offline: python -m bart.tokenization.build_tokenizer DIR)")
+    model.add_argument("--compile", action="store_true", help="torch.compile the model")
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--data_dir", required=True, help="training data folder")
+    data.add_argument("--max_source_length", type=int, default=1024, help="encoder length in tokens")
+    data.add_argument("--max_target_length", type=int, default=None,
+                      help="decoder length in tokens (pretraining: = max_source_length)")
+    data.add_argument("--num_workers", type=int, default=4, help="data loader worker processes")
+    data.add_argument("--train_batch_size", type=int, default=32, help="sequences per micro-batch per process")
+
+    optim = parser.add_argument_group("optimization")
+    optim.add_argument("--learning_rate", type=float, default=5e-5)
+    optim.add_argument("--lamb", action="store_true", help="LAMB (multi-tensor; apex FusedLAMB if installed) "
+                                                           "instead of AdamW")
+    optim.add_argument("--use_nvlamb", action="store_true", help="LAMB trust ratio on every tensor (NVLAMB)")
+    optim.add_argument("--weight_decay", type=float, default=0.0, help="decoupled weight decay (not on biases/norms)")
+    optim.add_argument("--adam_epsilon", type=float, default=1e-8)
+    optim.add_argument("--adam_betas", type=float, nargs=2, default=(0.9, 0.999))
+    optim.add_argument("--gradient_clip_val", "--max_grad_norm", dest="gradient_clip_val", type=float, default=1.0,
+                       help="clip the global gradient norm to this (0: off)")
+    optim.add_argument("--lr_scheduler", choices=SCHEDULES, default="linear")
+    optim.add_argument("--warmup_steps", type=int, default=0)
+    optim.add_argument("--max_steps", type=int, required=True, help="optimizer updates in this run")
+    optim.add_argument("--gradient_accumulation_steps", type=int, default=1)
+    optim.add_argument("--max_consecutive_nonfinite", type=int, default=5,
+                       help="bf16/fp32: stop after this many consecutive NaN/inf losses")
+
+    prec = parser.add_argument_group("precision")
+    prec.add_argument("--fp16", action="store_true", help="fp16 autocast with loss scaling")
+    prec.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    prec.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
+                      help="TF32 matmuls on Ampere+ (--no-tf32 for strict fp32)")
+
+    dist = parser.add_argument_group("distributed")
+    dist.add_argument("--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16",
+                      dest="allreduce_post_accumulation_half_precision", action="store_true",
+                      help="all-reduce gradients in bf16/fp16 once per update (fp32 parameters)")
+    dist.add_argument("--allreduce_post_accumulation", action="store_true",
+                      help="all-reduce once per update, after accumulation (always done: DDP no_sync)")
+    dist.add_argument("--local_rank", "--local-rank", type=int, default=None,
+                      help="set by old launchers; torchrun's LOCAL_RANK is used")
+
+    ckpt = parser.add_argument_group("checkpoints and logging")
+    ckpt.add_argument("--output_dir", default="results", help="checkpoints, logs and run_config.json go here")
+    ckpt.add_argument("--resume_from_checkpoint", type=_bool_or_path, default=None,
+                      help="True: newest _step*.ckpt in output_dir; or a path. Restores everything")
+    ckpt.add_argument("--init_checkpoint", "--load_model_weights_only", dest="init_checkpoint", default=None,
+                      help="start a new run from this checkpoint's model weights only (phase 2)")
+    ckpt.add_argument("--phase1_end_step", type=int, default=0,
+                      help="updates phase 1 ran: phase 2 numbers its updates after them")
+    ckpt.add_argument("--save_checkpoint_steps", type=int, default=0, help="save every N updates (0: at the end)")
+    ckpt.add_argument("--keep_checkpoints", type=int, default=3, help="keep the newest K step checkpoints (0: all)")
+    ckpt.add_argument("--log_freq", type=int, default=10, help="log every N updates")
+    ckpt.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
+                      help="dllogger JSON log (default: OUTPUT_DIR/dllogger.json)")
+    ckpt.add_argument("--seed", type=int, default=42)
+
+    ft = parser.add_argument_group("fine-tuning and evaluation (finetune.py)")
+    ft.add_argument("--task", choices=("summarization", "translation"), default="summarization")
+    ft.add_argument("--n_train", type=int, default=None, help="use only the first N training examples")
+    ft.add_argument("--n_val", type=int, default=None, help="validation examples per evaluation")
+    ft.add_argument("--n_test", type=int, default=None, help="test examples for --do_predict")
+    ft.add_argument("--val_max_target_length", type=int, default=None)
+    ft.add_argument("--test_max_target_length", type=int, default=None)
+    ft.add_argument("--eval_max_gen_length", type=int, default=None, help="generation length in validation")
+    ft.add_argument("--eval_beams", type=int, default=None, help="beams in validation/prediction (config's)")
+    ft.add_argument("--eval_batch_size", type=int, default=None)
+    ft.add_argument("--val_metric", choices=("rouge2", "bleu", "loss"), default=None)
+    ft.add_argument("--val_check_interval", type=int, default=0, help="validate every N updates (0: at the end)")
+    ft.add_argument("--save_top_k", type=int, default=1, help="keep the K best validation checkpoints")
+    ft.add_argument("--label_smoothing", type=float, default=0.0)
+    ft.add_argument("--freeze_encoder", action="store_true")
+    ft.add_argument("--freeze_embeds", action="store_true", help="freeze token and position embeddings")
+    ft.add_argument("--sortish_sampler", action="store_true", help="length-grouped shuffled batches")
+    ft.add_argument("--max_tokens_per_batch", type=int, default=None, help="token-budget batches")
+    ft.add_argument("--do_train", action=argparse.BooleanOptionalAction, default=True)
+    ft.add_argument("--do_predict", action="store_true", help="write test predictions after training")
+
+
+def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, names, script: str, other: str) -> None:
+    """Fail loudly when a flag this script does not use was changed from its default."""
+    for name in names:
+        if getattr(args, name) != parser.get_default(name):
+            raise SystemExit(f"{script}: --{name} is a {other} flag and has no effect here; remove it")
+
+
+def precision_of(args: argparse.Namespace) -> str:
+    if args.fp16 and args.bf16:
+        raise SystemExit("choose one of --fp16 and --bf16")
+    if args.fp16:
+        return "fp16"
+    if args.bf16:
+        return "bf16"
+    return "tf32" if args.tf32 else "fp32"
+
+
+def write_run_config(args: argparse.Namespace, output_dir: str, extra: dict | None = None) -> str:
+    """The resolved run configuration next to the results."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "run_config.json")
+    values = {k: v for k, v in vars(args).items()}
+    values.update(extra or {})
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
+    return path

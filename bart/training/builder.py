@@ -1,0 +1,91 @@
+"""Building a run from parsed flags: the pieces pretrain.py and finetune.py share."""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+
+import numpy as np
+import torch
+
+from bart.configuration.configuration_bart import BartConfig
+from bart.modeling.modeling_bart import BartForConditionalGeneration
+from bart.optim import build_optimizer, build_scheduler
+from bart.training.args import precision_of
+from bart.training.trainer import Trainer, TrainerConfig
+from utils import distributed as dist_utils
+from utils.dllogger_compat import Logger
+
+
+def seed_everything(seed: int, rank: int = 0) -> None:
+    """Same seed for the model's initialisation on every rank; per-rank streams for dropout."""
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+    torch.manual_seed(seed)
+
+
+def setup_distributed(args: argparse.Namespace) -> dist_utils.DistributedEnv:
+    env = dist_utils.init_distributed()
+    if args.local_rank is not None and args.local_rank != env.local_rank:
+        raise SystemExit(f"--local_rank {args.local_rank} disagrees with the launcher's LOCAL_RANK {env.local_rank}")
+    if torch.cuda.is_available() and env.local_world_size > 1:
+        dist_utils.set_cpu_affinity(env.local_rank, env.local_world_size)
+    return env
+
+
+def device_for(env: dist_utils.DistributedEnv) -> torch.device:
+    return torch.device("cuda", env.local_rank % torch.cuda.device_count()) if torch.cuda.is_available() \
+        else torch.device("cpu")
+
+
+def model_config(args: argparse.Namespace) -> BartConfig:
+    """The config file with the command line's overrides applied before the model is built."""
+    config = BartConfig.from_json_file(args.config_path)
+    for flag in ("dropout", "attention_dropout", "encoder_layerdrop", "decoder_layerdrop", "pre_ln"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            setattr(config, flag, value)
+    config.gradient_checkpointing = bool(getattr(args, "gradient_checkpointing", False))
+    config.dtype = None  # parameters stay fp32; autocast handles precision
+    config.validate()
+    return config
+
+
+def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:
+    """A fresh model, or one holding ``init_from``'s weights (strict; Pre-LN must match)."""
+    if init_from:
+        model = BartForConditionalGeneration.from_pretrained(init_from, config=config)
+    else:
+        model = BartForConditionalGeneration(config)
+    model.gradient_checkpointing_enable(config.gradient_checkpointing)
+    return model.train()
+
+
+def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps: int, eval_hook=None,
+                  final_checkpoint_name: str | None = None, label_smoothing: float = 0.0) -> Trainer:
+    device = device_for(env)
+    model.to(device)
+    optimizer, clips_internally = build_optimizer(
+        model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
+        betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
+        use_nvlamb=getattr(args, "use_nvlamb", False))
+    scheduler = build_scheduler(optimizer, args.lr_scheduler, args.warmup_steps, total_steps)
+    json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
+    logger = Logger(json_path, rank=env.rank, append=bool(args.resume_from_checkpoint))
+    config = TrainerConfig(
+        output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
+        precision=precision_of(args), gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
+        log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
+        max_consecutive_nonfinite=args.max_consecutive_nonfinite, step_offset=args.phase1_end_step,
+        val_check_interval=getattr(args, "val_check_interval", 0),
+        allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=args.compile,
+        find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
+        final_checkpoint_name=final_checkpoint_name, run_args=vars(args))
+    trainer = Trainer(model, optimizer, scheduler, train_data, config, clips_internally=clips_internally,
+                      logger=logger, eval_hook=eval_hook, device=device)
+    logger.metadata("loss", {"unit": "nat/token"})
+    logger.metadata("seq/s", {"unit": "sequences/s"})
+    if args.resume_from_checkpoint:
+        path = trainer.resume(args.resume_from_checkpoint)
+        logger.log(step=trainer.global_step, data={"resumed_from": path})
+    return trainer

@@ -1,0 +1,347 @@
+"""The one training loop, shared by pretraining and fine-tuning.
+
+``train_step`` runs one optimizer update: ``gradient_accumulation_steps`` micro-batches (DDP's
+``no_sync`` until the last), the summed token loss divided by the number of target tokens of the
+whole update over all ranks (so the split into micro-batches and ranks does not change the
+update), clipping, the optimizer step, then the scheduler step; a skipped update (fp16 overflow,
+or a non-finite loss) steps neither. ``fit`` is the outer loop: log, evaluate, save, stop after
+exactly ``max_steps`` updates. Everything a resumed run needs is in ``state_dict``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from bart.training.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, prune_checkpoints,
+                                      restore_rng_state, save_checkpoint)
+from utils import distributed as dist_utils
+from utils.dllogger_compat import Logger
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+@dataclass
+class TrainerConfig:
+    output_dir: str
+    max_steps: int
+    gradient_accumulation_steps: int = 1
+    precision: str = "tf32"
+    gradient_clip_val: float = 1.0
+    label_smoothing: float = 0.0
+    log_freq: int = 10
+    save_checkpoint_steps: int = 0          # 0: only the final checkpoint
+    keep_checkpoints: int = 0               # 0: keep all
+    max_consecutive_nonfinite: int = 5
+    step_offset: int = 0                    # --phase1_end_step: numbering of this run's updates
+    val_check_interval: int = 0
+    allreduce_half_precision: bool = False
+    compile: bool = False
+    find_unused_parameters: bool = False
+    progress_bar: bool = True
+    final_checkpoint_name: Optional[str] = None  # default _step{N}.ckpt
+    run_args: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.max_steps <= 0 or self.gradient_accumulation_steps <= 0:
+            raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
+                             f"{self.max_steps} and {self.gradient_accumulation_steps}")
+
+
+def autocast_dtype(precision: str) -> Optional[torch.dtype]:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def configure_tf32(precision: str) -> None:
+    """TF32 matmuls/convolutions on Ampere+ unless plain fp32 was asked for."""
+    allow = precision != "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class Trainer:
+    def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, config: TrainerConfig,
+                 clips_internally: bool = False, logger: Optional[Logger] = None,
+                 eval_hook: Optional[Callable[["Trainer"], dict]] = None, device: Optional[torch.device] = None):
+        self.config = config
+        self.model = model  # the bare model: state dicts and generation use it
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.train_data = train_data
+        self.clips_internally = clips_internally
+        self.device = device or next(model.parameters()).device
+        self.world_size, self.rank = dist_utils.world_size(), dist_utils.rank()
+        self.logger = logger or Logger(None, rank=self.rank, stdout=True)
+        self.eval_hook = eval_hook
+        self.step = 0            # optimizer updates applied in this run's phase
+        self.epoch = 0
+        self.batches_in_epoch = 0
+        self._bad_steps = 0
+        self.dtype = autocast_dtype(config.precision)
+        self.scaler = torch.amp.GradScaler(self.device.type) if config.precision == "fp16" else None
+        configure_tf32(config.precision)
+        self.forward_model = self._wrap(model)
+        self.history: list[dict] = []
+
+    # -- construction -------------------------------------------------------------------------
+    def _wrap(self, model):
+        module = torch.compile(model) if self.config.compile else model
+        if self.world_size > 1:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            module = DDP(module, device_ids=device_ids, find_unused_parameters=self.config.find_unused_parameters)
+            if self.config.allreduce_half_precision:
+                from bart.training.comm_hooks import register_half_precision_allreduce
+                # the run's half type; bf16 for fp32/tf32 runs (its range matches fp32's)
+                register_half_precision_allreduce(module, self.dtype or torch.bfloat16)
+        return module
+
+    @property
+    def global_step(self) -> int:
+        return self.config.step_offset + self.step
+
+    # -- one update ---------------------------------------------------------------------------
+    def _autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()}
+
+    def train_step(self, micro_batches: list[dict]) -> dict:
+        """One optimizer update from the given micro-batches. Returns device tensors (no host sync
+        besides the one finiteness check a skipped update needs)."""
+        self.forward_model.train()
+        batches = [self._to_device(b) for b in micro_batches]
+        tokens = torch.stack([(b["labels"] != -100).sum() for b in batches]).sum().float()
+        global_tokens = dist_utils.all_reduce_sum(tokens.clone())
+        loss_scale = self.world_size / global_tokens.clamp(min=1)
+        loss_sum = torch.zeros((), device=self.device)
+        sequences = sum(b["labels"].shape[0] for b in batches)
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            sync = contextlib.nullcontext() if (last or self.world_size == 1) else self.forward_model.no_sync()
+            with sync:
+                with self._autocast():
+                    out = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                                             decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
+                                             label_smoothing=self.config.label_smoothing, reduction="sum")
+                loss = out.loss * loss_scale
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            loss_sum += out.loss.detach().float()
+        applied, grad_norm = self._apply_update(loss_sum)
+        return {"loss_sum": loss_sum, "tokens": tokens, "sequences": sequences, "applied": applied,
+                "grad_norm": grad_norm}
+
+    def _apply_update(self, loss_sum: torch.Tensor):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        else:
+            finite = torch.isfinite(dist_utils.all_reduce_sum(loss_sum.clone()))
+            if not bool(finite):
+                self._bad_steps += 1
+                self.optimizer.zero_grad(set_to_none=True)
+                if self._bad_steps >= self.config.max_consecutive_nonfinite:
+                    raise NonFiniteLossError(
+                        f"the loss was NaN/inf for {self._bad_steps} consecutive updates (last at update "
+                        f"{self.global_step + 1}); stopping. Lower the learning rate, check the data, or raise "
+                        f"--max_consecutive_nonfinite")
+                return False, torch.tensor(float("nan"))
+            self._bad_steps = 0
+        grad_norm = None
+        if not self.clips_internally and self.config.gradient_clip_val > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.gradient_clip_val, foreach=True)
+        if self.scaler is not None:
+            scale_before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            applied = self.scaler.get_scale() >= scale_before
+        else:
+            self.optimizer.step()
+            applied = True
+        if grad_norm is None:
+            grad_norm = getattr(self.optimizer, "last_grad_norm", None)
+            if grad_norm is None:
+                grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params if p.grad is not None])))
+        self.optimizer.zero_grad(set_to_none=True)
+        if applied:
+            self.scheduler.step()
+        return applied, grad_norm
+
+    # -- data ---------------------------------------------------------------------------------
+    def _batches(self):
+        """Endless micro-batches; epochs advance when the data runs out. Resumes mid-epoch."""
+        while True:
+            if hasattr(self.train_data, "set_epoch"):
+                self.train_data.set_epoch(self.epoch)
+            iterator = iter(self.train_data)
+            skip = self.batches_in_epoch
+            if skip and hasattr(self.train_data, "skip_batches"):
+                self.train_data.skip_batches(skip)
+                iterator = iter(self.train_data)
+            else:
+                for _ in range(skip):
+                    next(iterator)
+            produced = False
+            for batch in iterator:
+                produced = True
+                self.batches_in_epoch += 1
+                yield batch
+            if not produced and skip == 0:
+                raise RuntimeError("the training data produced no batch in a whole epoch")
+            self.epoch += 1
+            self.batches_in_epoch = 0
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        rng = dist_utils.all_gather_objects(capture_rng_state())
+        return {
+            "kind": "bart-training-checkpoint",
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "step": self.step,
+            "global_step": self.global_step,
+            "epoch": self.epoch,
+            "batches_in_epoch": self.batches_in_epoch,
+            "rng": rng,
+            "config": self.model.config.to_dict(),
+            "args": _plain(self.config.run_args),
+        }
+
+    def save(self, name: Optional[str] = None) -> Optional[str]:
+        state = self.state_dict()  # collective: every rank takes part
+        path = None
+        if self.rank == 0:
+            path = os.path.join(self.config.output_dir, name or f"_step{self.global_step}.ckpt")
+            save_checkpoint(path, state)
+            if name is None:
+                prune_checkpoints(self.config.output_dir, self.config.keep_checkpoints)
+        dist_utils.barrier()
+        return path
+
+    def resume(self, path_or_true) -> str:
+        path = path_or_true
+        if path_or_true is True or path_or_true in ("True", "true", "latest"):
+            path = latest_checkpoint(self.config.output_dir)
+            if path is None:
+                raise FileNotFoundError(f"--resume_from_checkpoint: no _step*.ckpt in {self.config.output_dir}")
+        state = load_checkpoint(path, map_location="cpu")
+        if state.get("kind") != "bart-training-checkpoint":
+            raise ValueError(f"{path} is a weights-only checkpoint, not a training checkpoint; use "
+                             f"--load_model_weights_only / --init_checkpoint to start from its weights")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["global_step"]) - self.config.step_offset
+        if self.step < 0:
+            raise ValueError(f"{path} is at step {state['global_step']}, before --phase1_end_step "
+                             f"{self.config.step_offset}")
+        self.epoch, self.batches_in_epoch = int(state["epoch"]), int(state["batches_in_epoch"])
+        rng = state["rng"]
+        if len(rng) != self.world_size:
+            raise ValueError(f"{path} was written by {len(rng)} processes, this run has {self.world_size}: "
+                             f"exact resume needs the same number")
+        restore_rng_state(rng[self.rank])
+        return path
+
+    # -- the outer loop -----------------------------------------------------------------------
+    def fit(self) -> dict:
+        cfg = self.config
+        batches = self._batches()
+        window = {"loss_sum": torch.zeros((), device=self.device), "tokens": torch.zeros((), device=self.device),
+                  "sequences": 0, "start": time.perf_counter(), "steps": 0}
+        run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
+        progress = _progress(cfg.max_steps, self.step, cfg.progress_bar and self.rank == 0)
+        while self.step < cfg.max_steps:
+            micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
+            out = self.train_step(micro)
+            if not out["applied"]:
+                continue
+            self.step += 1
+            window["loss_sum"] += out["loss_sum"]
+            window["tokens"] += out["tokens"]
+            window["sequences"] += out["sequences"]
+            window["steps"] += 1
+            total_sequences += out["sequences"] * self.world_size
+            if progress:
+                progress.update(1)
+            if self.step % cfg.log_freq == 0 or self.step == cfg.max_steps:
+                final_loss = self._log(window, out)
+            if cfg.val_check_interval and self.eval_hook and self.step % cfg.val_check_interval == 0:
+                self._evaluate()
+            if cfg.save_checkpoint_steps and self.step % cfg.save_checkpoint_steps == 0 and self.step < cfg.max_steps:
+                self.save()
+        if progress:
+            progress.close()
+        if self.eval_hook and not (cfg.val_check_interval and self.step % cfg.val_check_interval == 0):
+            self._evaluate()
+        path = self.save(cfg.final_checkpoint_name)
+        elapsed = time.perf_counter() - run_start
+        summary = {"final_loss": final_loss, "total_time_s": elapsed,
+                   "avg_train_throughput": total_sequences / max(elapsed, 1e-9), "steps": self.step}
+        self.logger.log(step=(), data=summary)
+        self.logger.flush()
+        return {**summary, "checkpoint": path}
+
+    def _log(self, window: dict, last: dict) -> float:
+        stats = torch.stack([window["loss_sum"], window["tokens"],
+                             torch.tensor(float(window["sequences"]), device=self.device)])
+        stats = dist_utils.all_reduce_sum(stats).tolist()
+        elapsed = time.perf_counter() - window["start"]
+        loss = stats[0] / max(stats[1], 1)
+        record = {"loss": loss, "learning_rate": self.scheduler.get_last_lr()[0],
+                  "grad_norm": float(last["grad_norm"]), "loss_scale": self.scaler.get_scale() if self.scaler else 1.0,
+                  "seq/s": stats[2] / elapsed, "tokens/s": stats[1] / elapsed,
+                  "step_time_s": elapsed / max(window["steps"], 1)}
+        self.history.append({"step": self.global_step, **record})
+        self.logger.log(step=self.global_step, data=record)
+        window.update(loss_sum=torch.zeros((), device=self.device), tokens=torch.zeros((), device=self.device),
+                      sequences=0, start=time.perf_counter(), steps=0)
+        return loss
+
+    def _evaluate(self) -> None:
+        metrics = self.eval_hook(self) or {}
+        if metrics:
+            self.logger.log(step=self.global_step, data={f"val_{k}" if not k.startswith("val") else k: v
+                                                          for k, v in metrics.items()})
+
+
+def _plain(value):
+    """Run arguments as JSON-like plain values (weights_only loads them)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _progress(total: int, start: int, enabled: bool):
+    if not enabled or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
+
+
+__all__ = ["Trainer", "TrainerConfig", "NonFiniteLossError", "autocast_dtype", "configure_tf32", "PRECISIONS"]

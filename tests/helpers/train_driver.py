@@ -1,0 +1,59 @@
+"""A small training run on synthetic batches through the real Trainer (used by resume/DDP tests).
+
+    python -m tests.helpers.train_driver OUTPUT_DIR --max_steps 10 [--resume PATH] [--batch_size 8]
+Prints nothing special; the dllogger log in OUTPUT_DIR holds per-step loss and learning rate.
+Under torchrun it runs data-parallel (gloo), each rank taking its share of every batch.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bart.modeling import BartForConditionalGeneration  # noqa: E402
+from bart.optim import build_optimizer, build_scheduler  # noqa: E402
+from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
+from tests.helpers.synthetic import SyntheticBatches, tiny_config  # noqa: E402
+from utils import distributed as dist_utils  # noqa: E402
+from utils.dllogger_compat import Logger  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("output_dir")
+    parser.add_argument("--max_steps", type=int, default=10)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--grad_accum", type=int, default=1)
+    parser.add_argument("--num_batches", type=int, default=4)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--optimizer", default="lamb")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--half_allreduce", action="store_true")
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--save_every", type=int, default=1)
+    parser.add_argument("--dump_params", default=None)
+    args = parser.parse_args()
+    env = dist_utils.init_distributed()
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(dropout=args.dropout))
+    torch.manual_seed(100 + env.rank)
+    optimizer, clips = build_optimizer(model, args.optimizer, lr=3e-3, weight_decay=0.01, max_grad_norm=1.0)
+    scheduler = build_scheduler(optimizer, "polynomial", 3, args.max_steps)
+    data = SyntheticBatches(args.num_batches, args.batch_size // env.world_size, env.rank, env.world_size)
+    config = TrainerConfig(output_dir=args.output_dir, max_steps=args.max_steps, log_freq=1, precision=args.precision,
+                           gradient_accumulation_steps=args.grad_accum, save_checkpoint_steps=args.save_every,
+                           keep_checkpoints=0, allreduce_half_precision=args.half_allreduce, progress_bar=False)
+    logger = Logger(os.path.join(args.output_dir, "log.json"), rank=env.rank, stdout=False, append=bool(args.resume))
+    trainer = Trainer(model, optimizer, scheduler, data, config, clips_internally=clips, logger=logger)
+    if args.resume:
+        trainer.resume(args.resume)
+    trainer.fit()
+    if args.dump_params and env.rank == 0:
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, args.dump_params)
+    logger.close()
+    dist_utils.cleanup()
+
+
+if __name__ == "__main__":
+    main()

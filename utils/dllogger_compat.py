@@ -1,0 +1,117 @@
+"""dllogger output: the real ``dllogger`` package when importable, else a writer of the same format.
+
+JSON lines look like ``DLLL {"timestamp": ..., "datetime": ..., "elapsedtime": ..., "type": "LOG",
+"step": ..., "data": {...}}`` (and ``"type": "METADATA"`` lines); stdout lines like
+``DLL 2026-01-01 12:00:00.000000 - 10 loss : 2.5 lr : 0.001``. Only rank 0 writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+
+class _JsonLines:
+    def __init__(self, path: str, append: bool = False) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.file = open(path, "a" if append else "w", encoding="utf-8")
+        self.start = time.time()
+
+    def write(self, record: dict) -> None:
+        now = time.time()
+        record = {"timestamp": str(now), "datetime": str(datetime.fromtimestamp(now)),
+                  "elapsedtime": str(now - self.start), **record}
+        self.file.write("DLLL " + json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _format(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+class Logger:
+    """``log(step, data)``, ``metadata(name, meta)``, ``flush()``; rank != 0 is silent."""
+
+    def __init__(self, json_path: str | None = None, rank: int = 0, stdout: bool = True, append: bool = False,
+                 use_dllogger: bool | None = None) -> None:
+        self.enabled = rank == 0
+        self._dll = None
+        self._json = None
+        self.stdout = stdout
+        if not self.enabled:
+            return
+        if use_dllogger is None:
+            use_dllogger = _real_dllogger() is not None
+        if use_dllogger:
+            dllogger = _real_dllogger()
+            backends = []
+            if json_path:
+                backends.append(dllogger.JSONStreamBackend(dllogger.Verbosity.VERBOSE, json_path, append=append))
+            if stdout:
+                backends.append(dllogger.StdOutBackend(dllogger.Verbosity.VERBOSE))
+            dllogger.init(backends=backends)
+            self._dll = dllogger
+        elif json_path:
+            self._json = _JsonLines(json_path, append)
+
+    def log(self, step, data: dict) -> None:
+        if not self.enabled:
+            return
+        data = {k: (v.item() if hasattr(v, "item") else v) for k, v in data.items()}
+        if self._dll is not None:
+            self._dll.log(step=step, data=data)
+            return
+        if self._json is not None:
+            self._json.write({"type": "LOG", "step": step, "data": data})
+        if self.stdout:
+            step_text = " ".join(str(s) for s in step) if isinstance(step, (tuple, list)) else str(step)
+            items = " ".join(f"{k} : {_format(v)}" for k, v in data.items())
+            print(f"DLL {datetime.now()} - {step_text} {items}", file=sys.stdout, flush=True)
+
+    def metadata(self, name: str, meta: dict) -> None:
+        if not self.enabled:
+            return
+        if self._dll is not None:
+            self._dll.metadata(name, meta)
+        elif self._json is not None:
+            self._json.write({"type": "METADATA", "metric": name, "metadata": meta})
+
+    def flush(self) -> None:
+        if self._dll is not None:
+            self._dll.flush()
+
+    def close(self) -> None:
+        if self._json is not None:
+            self._json.close()
+            self._json = None
+        elif self._dll is not None:
+            self._dll.flush()
+
+
+def _real_dllogger():
+    try:
+        import dllogger
+        return dllogger if hasattr(dllogger, "JSONStreamBackend") else None
+    except ImportError:
+        return None
+
+
+def read_dllogger(path: str) -> list[dict]:
+    """All records of a dllogger JSON file, in order; other lines are skipped."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no dllogger log at {path}")
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.startswith("DLLL "):
+                try:
+                    records.append(json.loads(line[5:]))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{number} is not a dllogger JSON line ({err})") from err
+    return records
