@@ -1,0 +1,110 @@
+"""Text corpora → balanced LDDL Parquet shards for pretraining, one folder per sequence length.
+
+    python -m bart.data.preprocess --wikipedia DIR --common_crawl DIR --open_webtext DIR \
+        --out data --seq_lengths 128 512 --num_shards 256 --workers 8
+
+Corpora are folders of ``*.txt`` files, one document per line (Wikipedia as LDDL's downloader lays
+it out: ``<path>/<lang>/``); any of them may be absent. For each length L, LDDL's
+preprocess_bart_pretrain (sentences split with nltk Punkt, offline data) writes raw shards, and
+LDDL's balancer turns them into ``pretrain_lddl_{L}/shard-*.parquet`` with ``.num_samples.json``.
+A folder that is already complete is left alone. ``--schedule mpi`` runs the dask pipeline on MPI
+(start with mpirun, needs dask-mpi); ``local`` (default) on a local dask cluster.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+
+def output_complete(folder: str) -> bool:
+    marker = os.path.join(folder, ".num_samples.json")
+    if not os.path.isfile(marker):
+        return False
+    with open(marker) as f:
+        names = json.load(f)
+    return bool(names) and all(os.path.isfile(os.path.join(folder, n)) for n in names)
+
+
+def _offline_nltk() -> None:
+    """LDDL calls nltk.download('punkt'); the data comes from utils.nltk_data instead."""
+    import nltk
+
+    from utils.nltk_data import ensure_punkt
+
+    ensure_punkt()
+    nltk.download = lambda *args, **kwargs: True
+
+
+def run_lddl_preprocess(corpora: dict, sink: str, seq_length: int, workers: int, schedule: str,
+                        num_blocks: int | None) -> None:
+    from lddl.dask.bart import pretrain as lddl_pretrain
+
+    _offline_nltk()
+    argv = ["--schedule", schedule, "--sink", sink, "--target-seq-length", str(seq_length),
+            "--local-n-workers", str(workers)]
+    for name, path in corpora.items():
+        argv += [f"--{name.replace('_', '-')}", path]
+    if num_blocks:
+        argv += ["--num-blocks", str(num_blocks)]
+    lddl_pretrain.main(lddl_pretrain.attach_args(argparse.ArgumentParser()).parse_args(argv))
+
+
+def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: int, workers: int,
+               schedule: str = "local", log=print) -> list[str]:
+    from bart.data.lddl_compat import balance_shards
+
+    missing = {k: v for k, v in corpora.items() if not os.path.isdir(v)}
+    if missing:
+        raise FileNotFoundError("corpus folder(s) not found: " + ", ".join(f"--{k} {v}" for k, v in missing.items()))
+    if not corpora:
+        raise ValueError("no corpus given: pass at least one of --wikipedia, --common_crawl, --open_webtext")
+    written = []
+    for length in seq_lengths:
+        final = os.path.join(out_dir, f"pretrain_lddl_{length}")
+        if output_complete(final):
+            log(f"[preprocess] {final} is complete: nothing to do")
+            written.append(final)
+            continue
+        raw, staging = final + ".raw.tmp", final + ".balanced.tmp"
+        for path in (raw, staging):
+            shutil.rmtree(path, ignore_errors=True)
+        start = time.perf_counter()
+        log(f"[preprocess] length {length}: LDDL preprocess_bart_pretrain ({schedule}, {workers} workers) → {raw}")
+        run_lddl_preprocess(corpora, raw, length, workers, schedule, num_blocks=max(num_shards, workers))
+        log(f"[preprocess] length {length}: balancing into {num_shards} shards → {final}")
+        os.makedirs(staging)
+        counts = balance_shards(raw, staging, num_shards)
+        shutil.rmtree(raw, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(staging, final)
+        log(f"[preprocess] length {length}: {sum(counts.values())} rows in {len(counts)} shards "
+            f"({time.perf_counter() - start:.0f} s)")
+        written.append(final)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wikipedia", help="Wikipedia folder (LDDL layout: <path>/<lang>/*.txt)")
+    parser.add_argument("--common_crawl", help="Common Crawl news folder (*.txt)")
+    parser.add_argument("--open_webtext", help="OpenWebText folder (*.txt)")
+    parser.add_argument("--out", required=True, help="data folder; pretrain_lddl_{L} are written inside")
+    parser.add_argument("--seq_lengths", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--num_shards", type=int, default=256,
+                        help="balanced shards per length; a multiple of GPUs x loader workers")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="dask worker processes")
+    parser.add_argument("--schedule", choices=("local", "mpi"), default="local")
+    args = parser.parse_args(argv)
+    corpora = {k: getattr(args, k) for k in ("wikipedia", "common_crawl", "open_webtext") if getattr(args, k)}
+    try:
+        preprocess(corpora, args.out, args.seq_lengths, args.num_shards, args.workers, args.schedule)
+    except (FileNotFoundError, ValueError) as err:
+        sys.exit(f"preprocess: {err}")
+
+
+if __name__ == "__main__":
+    main()

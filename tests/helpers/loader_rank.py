@@ -1,0 +1,33 @@
+"""Run under torchrun: each rank iterates two epochs of the pretraining loader and writes the
+sample indices it saw (per epoch, in order) to OUT/rank{r}.json."""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bart.data.noise import NoiseConfig  # noqa: E402
+from bart.data.pretraining_dataset import build_pretraining_loader  # noqa: E402
+from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
+from utils import distributed as dist_utils  # noqa: E402
+
+
+def main() -> None:
+    data_dir, tokenizer_dir, out = sys.argv[1:4]
+    env = dist_utils.init_distributed()
+    tokenizer = BartTokenizer.from_pretrained(tokenizer_dir)
+    loader = build_pretraining_loader(data_dir, tokenizer, batch_size=4, max_source_length=64,
+                                      noise_config=NoiseConfig(), seed=3, num_workers=int(sys.argv[4]))
+    seen = []
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        seen.append([row[: int(mask.sum())].tolist() for batch in loader
+                     for row, mask in zip(batch["labels"].clamp(min=0), batch["labels"] != -100)])
+    with open(os.path.join(out, f"rank{env.rank}.json"), "w") as f:
+        json.dump(seen, f)
+    dist_utils.cleanup()
+
+
+if __name__ == "__main__":
+    main()
