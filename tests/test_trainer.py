@@ -136,3 +136,25 @@ def test_two_gloo_processes_equal_one_process(tmp_path, half):
         torch.testing.assert_close(two[name], one[name], msg=name, **tol)
     if half:  # the bf16 all-reduce really changed something
         assert any(not torch.equal(one[n], two[n]) for n in one)
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_train_together(tmp_path):
+    """Two "nodes" (separate torchrun agents, --nnodes 2) on 127.0.0.1, one process each."""
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
+               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}",
+               "-m", "tests.helpers.train_driver", str(tmp_path / "out"), "--max_steps", "3", "--dropout", "0",
+               "--save_every", "0", "--optimizer", "adamw", "--dump_params", str(tmp_path / f"node{node}.pt")]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    for proc in procs:
+        assert proc.wait(timeout=240) == 0, proc.stderr.read()[-2000:]
+    _run_driver(tmp_path / "single", "--max_steps", "3", "--dropout", "0", "--save_every", "0", "--optimizer",
+                "adamw", "--dump_params", str(tmp_path / "single.pt"))
+    together, other, single = (torch.load(tmp_path / f"{n}.pt") for n in ("node0", "node1", "single"))
+    for name in single:
+        assert torch.equal(together[name], other[name]), name  # the nodes agree exactly
+        torch.testing.assert_close(together[name], single[name], atol=1e-5, rtol=1e-5, msg=name)

@@ -49,7 +49,7 @@ def main() -> None:
     if args.resume:
         trainer.resume(args.resume)
     trainer.fit()
-    if args.dump_params and env.rank == 0:
+    if args.dump_params and env.local_rank == 0:  # one file per node
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, args.dump_params)
     logger.close()
     dist_utils.cleanup()

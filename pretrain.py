@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""BART denoising pretraining on LDDL Parquet shards (see README: Pre-training)."""
+import argparse
+import os
+
+import torch
+
+from bart.data.noise import add_noise_args, noise_config_from_args
+from bart.data.pretraining_dataset import build_pretraining_loader
+from bart.tokenization.tokenization_bart import BartTokenizer
+from bart.training import builder
+from bart.training.args import FINETUNE_ONLY, add_shared_args, reject_unused, write_run_config
+from utils import distributed as dist_utils
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_shared_args(parser)
+    add_noise_args(parser)
+    parser.set_defaults(lr_scheduler="polynomial", max_source_length=128)
+    args = parser.parse_args(argv)
+    reject_unused(args, parser, FINETUNE_ONLY, "pretrain.py", "fine-tuning (finetune.py)")
+    if args.max_target_length not in (None, args.max_source_length):
+        parser.error("pretraining reconstructs the source: --max_target_length must equal --max_source_length")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    env = builder.setup_distributed(args)
+    builder.seed_everything(args.seed, env.rank)
+    tokenizer = BartTokenizer.from_pretrained(args.tokenizer)
+    config = builder.model_config(args)
+    if len(tokenizer) > config.vocab_size:
+        raise SystemExit(f"tokenizer {args.tokenizer} has {len(tokenizer)} tokens but {args.config_path} has "
+                         f"vocab_size {config.vocab_size}")
+    model = builder.build_model(args, config, init_from=None if args.resume_from_checkpoint else args.init_checkpoint)
+    torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
+    loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
+                                      noise_config_from_args(args), args.seed, args.num_workers, env.local_rank)
+    if env.is_main:
+        write_run_config(args, args.output_dir, {"world_size": env.world_size, "model_config": config.to_dict()})
+    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps)
+    summary = trainer.fit()
+    if env.is_main:
+        print(f"pretraining done: {summary}")
+    dist_utils.cleanup()
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# BART pretraining, phase 1 (length 128) then phase 2 (length 512, from phase 1's last checkpoint,
+# weights only), launched with torchrun on one node or many.
+#
+# usage: bash scripts/run_pretraining.sh [train_batch_size_phase1 train_batch_size_phase2
+#   learning_rate_phase1 learning_rate_phase2 precision use_preln num_gpus warmup_steps_phase1
+#   warmup_steps_phase2 train_steps_phase1 train_steps_phase2 save_checkpoint_steps
+#   num_accumulation_phase1 num_accumulation_steps_phase2 config_path]
+# defaults: 200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 configs/config.json
+# precision: fp16 | bf16 | tf32 | fp32.  num_gpus: GPUs per node (processes on a CPU-only machine).
+# Environment: DATA_DIR (data), OUTPUT_DIR (results/bart_pyt_pretraining), TOKENIZER
+# (facebook/bart-large), SEED (42), NUM_WORKERS (4), NNODES (1), NODE_RANK (0), MASTER_ADDR
+# (127.0.0.1), MASTER_PORT (29500), PHASES ("1 2"), EXTRA_ARGS (more pretrain.py flags).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
+if [ $# -ne 0 ] && [ $# -ne 15 ]; then
+  echo "run_pretraining.sh: expected 15 arguments (or none for the defaults), got $#" >&2; usage >&2; exit 2
+fi
+
+train_batch_size_phase1=${1:-200}
+train_batch_size_phase2=${2:-32}
+learning_rate_phase1=${3:-5e-3}
+learning_rate_phase2=${4:-4e-3}
+precision=${5:-bf16}
+use_preln=${6:-true}
+num_gpus=${7:-8}
+warmup_steps_phase1=${8:-2166}
+warmup_steps_phase2=${9:-200}
+train_steps_phase1=${10:-95040}
+train_steps_phase2=${11:-7560}
+save_checkpoint_steps=${12:-100}
+num_accumulation_phase1=${13:-40}
+num_accumulation_steps_phase2=${14:-120}
+config_path=${15:-configs/config.json}
+
+DATA_DIR=${DATA_DIR:-data}
+OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_pretraining}
+TOKENIZER=${TOKENIZER:-facebook/bart-large}
+SEED=${SEED:-42}
+NUM_WORKERS=${NUM_WORKERS:-4}
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+MASTER_PORT=${MASTER_PORT:-29500}
+PHASES=${PHASES:-"1 2"}
+PYTHON=${PYTHON:-python3}
+
+case "$precision" in
+  fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
+  *) echo "run_pretraining.sh: precision must be fp16, bf16, tf32 or fp32, got '$precision'" >&2; exit 2 ;;
+esac
+case "$use_preln" in
+  true) PRELN_FLAG=--pre_ln ;; false) PRELN_FLAG=--no-pre_ln ;;
+  *) echo "run_pretraining.sh: use_preln must be true or false, got '$use_preln'" >&2; exit 2 ;;
+esac
+[ -f "$config_path" ] || { echo "run_pretraining.sh: config file $config_path not found" >&2; exit 2; }
+GPUS_PRESENT=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")
+if [ "$GPUS_PRESENT" -gt 0 ] && [ "$num_gpus" -gt "$GPUS_PRESENT" ]; then
+  echo "run_pretraining.sh: $num_gpus GPUs requested, this machine has $GPUS_PRESENT" >&2; exit 2
+fi
+if [ "$GPUS_PRESENT" -eq 0 ]; then
+  echo "run_pretraining.sh: no GPU: running $num_gpus CPU process(es) with gloo"
+  [ "$precision" = "fp16" ] && echo "run_pretraining.sh: note: fp16 autocast on CPU is slow; bf16 or fp32 is better"
+fi
+for phase in $PHASES; do
+  folder="$DATA_DIR/pretrain_lddl_$([ "$phase" = 1 ] && echo 128 || echo 512)"
+  [ -d "$folder" ] || { echo "run_pretraining.sh: $folder not found (run scripts/preprocess_pretrain_data.sh)" >&2; exit 2; }
+done
+
+LAUNCH=("$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$num_gpus"
+        --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT")
+COMMON=(--config_path "$config_path" --tokenizer "$TOKENIZER" --lamb --lr_scheduler polynomial --weight_decay 0.1
+        --dropout 0.1 --gradient_clip_val 0.1 "$PRELN_FLAG" "${PREC_FLAGS[@]}" --seed "$SEED"
+        --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")
+# half-precision gradient all-reduce in mixed-precision runs, as the reference recipe does
+case "$precision" in fp16|bf16) COMMON+=(--allreduce_post_accumulation_half_precision) ;; esac
+read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
+
+if [[ " $PHASES " == *" 1 "* ]]; then
+  RESUME=()  # a rerun continues from the newest checkpoint
+  ls "$OUTPUT_DIR"/phase_1/_step*.ckpt >/dev/null 2>&1 && RESUME=(--resume_from_checkpoint True)
+  echo "== phase 1: length 128, batch $train_batch_size_phase1 x accumulation $num_accumulation_phase1 x $((num_gpus * NNODES)) processes"
+  "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_128" --max_source_length 128 \
+    --train_batch_size "$train_batch_size_phase1" --gradient_accumulation_steps "$num_accumulation_phase1" \
+    --learning_rate "$learning_rate_phase1" --warmup_steps "$warmup_steps_phase1" --max_steps "$train_steps_phase1" \
+    --output_dir "$OUTPUT_DIR/phase_1" --json-summary "$OUTPUT_DIR/phase_1/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}"
+fi
+if [[ " $PHASES " == *" 2 "* ]]; then
+  phase1_ckpt="$OUTPUT_DIR/phase_1/_step${train_steps_phase1}.ckpt"
+  [ -f "$phase1_ckpt" ] || { echo "run_pretraining.sh: phase 1 checkpoint $phase1_ckpt not found" >&2; exit 2; }
+  echo "== phase 2: length 512 from $phase1_ckpt (weights only)"
+  RESUME=()
+  ls "$OUTPUT_DIR"/phase_2/_step*.ckpt >/dev/null 2>&1 && RESUME=(--resume_from_checkpoint True)
+  "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_512" --max_source_length 512 \
+    --train_batch_size "$train_batch_size_phase2" --gradient_accumulation_steps "$num_accumulation_steps_phase2" \
+    --learning_rate "$learning_rate_phase2" --warmup_steps "$warmup_steps_phase2" --max_steps "$train_steps_phase2" \
+    --init_checkpoint "$phase1_ckpt" --phase1_end_step "$train_steps_phase1" \
+    --output_dir "$OUTPUT_DIR/phase_2" --json-summary "$OUTPUT_DIR/phase_2/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}"
+fi
