@@ -45,7 +45,7 @@ class TrainerConfig:
     compile: bool = False
     find_unused_parameters: bool = False
     progress_bar: bool = True
-    final_checkpoint_name: Optional[str] = None  # default _step{N}.ckpt
+    final_checkpoint_name: Optional[str] = None  # default _step{N}.ckpt; may use {epoch} and {step}
     run_args: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -227,9 +227,10 @@ class Trainer:
         state = self.state_dict()  # collective: every rank takes part
         path = None
         if self.rank == 0:
-            path = os.path.join(self.config.output_dir, name or f"_step{self.global_step}.ckpt")
+            name = name.format(epoch=self.epoch, step=self.global_step) if name else f"_step{self.global_step}.ckpt"
+            path = os.path.join(self.config.output_dir, name)
             save_checkpoint(path, state)
-            if name is None:
+            if name is None or name.startswith("_step"):
                 prune_checkpoints(self.config.output_dir, self.config.keep_checkpoints)
         dist_utils.barrier()
         return path

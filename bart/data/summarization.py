@@ -1,0 +1,142 @@
+"""Summarization (and translation) data: ``{split}.source`` / ``{split}.target`` line files.
+
+One example per line, UTF-8. Bad input stops with a message naming the file: a missing split, line
+counts that differ, a line that is not UTF-8, an empty line. Batches are tokenized in the collator
+(truncated to the max lengths); the samplers group examples of similar length and split every
+epoch over the ranks with each example exactly once.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+from typing import Optional
+
+import torch
+
+from bart.modeling.modeling_bart import shift_tokens_right
+
+SPLITS = ("train", "val", "test")
+
+
+def _read_lines(path: str) -> list[str]:
+    if not os.path.isfile(path):
+        folder = os.path.dirname(path) or "."
+        present = sorted(f for f in os.listdir(folder) if f.endswith((".source", ".target"))) if os.path.isdir(folder) else []
+        raise FileNotFoundError(f"missing {path}; the folder holds {present or 'no .source/.target files'} "
+                                f"(scripts/get_data.sh writes train/val/test .source and .target)")
+    lines = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{number} is not UTF-8 ({err.reason} at byte {err.start}); re-encode "
+                                 f"the file as UTF-8") from err
+            if not line.strip():
+                raise ValueError(f"{path}:{number} is empty; every line must hold one example (remove the "
+                                 f"line in both .source and .target)")
+            lines.append(line)
+    return lines
+
+
+def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None) -> tuple[list[str], list[str]]:
+    source_path = os.path.join(data_dir, f"{type_path}.source")
+    target_path = os.path.join(data_dir, f"{type_path}.target")
+    sources, targets = _read_lines(source_path), _read_lines(target_path)
+    if len(sources) != len(targets):
+        raise ValueError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
+                         f"every source needs exactly one target")
+    if n_obs is not None and n_obs > 0:
+        sources, targets = sources[:n_obs], targets[:n_obs]
+    return sources, targets
+
+
+class Seq2SeqDataset(torch.utils.data.Dataset):
+    def __init__(self, data_dir: str, type_path: str, tokenizer, max_source_length: int, max_target_length: int,
+                 n_obs: Optional[int] = None, prefix: str = "") -> None:
+        self.sources, self.targets = read_split(data_dir, type_path, n_obs)
+        self.tokenizer, self.prefix = tokenizer, prefix
+        self.max_source_length, self.max_target_length = max_source_length, max_target_length
+        self.source_lengths = [len(s.split()) for s in self.sources]  # cheap proxy for sorting
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __getitem__(self, index: int) -> dict:
+        return {"source": self.prefix + self.sources[index], "target": self.targets[index], "index": index}
+
+    def collate(self, items: list[dict]) -> dict:
+        tok = self.tokenizer
+        source = tok([i["source"] for i in items], max_length=self.max_source_length, truncation=True,
+                     padding=True, return_tensors="pt")
+        target = tok([i["target"] for i in items], max_length=self.max_target_length, truncation=True,
+                     padding=True, return_tensors="pt")
+        labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
+        return {"input_ids": source["input_ids"], "attention_mask": source["attention_mask"], "labels": labels,
+                "decoder_input_ids": shift_tokens_right(labels, tok.pad_token_id, 2),
+                "index": torch.tensor([i["index"] for i in items])}
+
+
+class SortishSampler:
+    """Length-grouped, shuffled batches of indices for one rank (a ``batch_sampler``).
+
+    Each epoch: a seeded shuffle, chunks of 50 batches sorted by length inside, batches formed,
+    batch order shuffled, batches dealt to ranks. Every example appears exactly once per epoch over
+    all ranks; all ranks get the same number of batches (the largest batches are split in two
+    where needed, so a rank may get smaller batches). With ``max_tokens`` a batch holds as many
+    examples as fit ``max_tokens`` counting padding (longest x count)."""
+
+    def __init__(self, lengths: list[int], batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
+                 shuffle: bool = True, max_tokens: Optional[int] = None) -> None:
+        if len(lengths) < num_replicas:
+            raise ValueError(f"{len(lengths)} examples cannot feed {num_replicas} ranks")
+        self.lengths, self.batch_size, self.max_tokens = lengths, batch_size, max_tokens
+        self.num_replicas, self.rank, self.seed, self.shuffle = num_replicas, rank, seed, shuffle
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        rng = random.Random(self.seed * 1_000_003 + self.epoch)
+        order = list(range(len(self.lengths)))
+        if self.shuffle:
+            rng.shuffle(order)
+        chunk = self.batch_size * 50
+        batches = []
+        for start in range(0, len(order), chunk):
+            part = sorted(order[start:start + chunk], key=lambda i: -self.lengths[i])
+            batches.extend(self._split(part))
+        if self.shuffle:
+            rng.shuffle(batches)
+        while len(batches) % self.num_replicas:
+            largest = max(range(len(batches)), key=lambda b: len(batches[b]))
+            if len(batches[largest]) < 2:
+                raise ValueError(f"cannot deal {len(self.lengths)} examples evenly to {self.num_replicas} ranks")
+            batch = batches.pop(largest)
+            batches[largest:largest] = [batch[: len(batch) // 2], batch[len(batch) // 2:]]
+        return batches
+
+    def _split(self, part: list[int]) -> list[list[int]]:
+        if not self.max_tokens:
+            return [part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size)]
+        batches, current, longest = [], [], 0
+        for index in part:
+            longest_if_added = max(longest, self.lengths[index])
+            if current and longest_if_added * (len(current) + 1) > self.max_tokens:
+                batches.append(current)
+                current, longest_if_added = [], self.lengths[index]
+            current.append(index)
+            longest = longest_if_added
+        return batches + ([current] if current else [])
+
+    def __iter__(self):
+        return iter(self._batches()[self.rank::self.num_replicas])
+
+    def __len__(self) -> int:
+        return len(self._batches()) // self.num_replicas
+
+
+def batch_count(n: int, batch_size: int) -> int:
+    return math.ceil(n / batch_size)

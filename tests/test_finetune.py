@@ -1,0 +1,135 @@
+"""finetune.py and run_eval.py end to end on a small generated summarization set (CPU)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bart.configuration import BartConfig
+from bart.data.summarization import SortishSampler, read_split
+from bart.modeling import BartForConditionalGeneration
+from tests.helpers.summaries import write_summarization_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(script, *args, nproc=1, timeout=600):
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="2" if nproc == 1 else "1")
+    cmd = [sys.executable, script, *args]
+    if nproc > 1:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}",
+               script, *args]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory, tokenizer_dir):
+    base = tmp_path_factory.mktemp("ft")
+    data = write_summarization_data(str(base / "data"))
+    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    values.update(max_position_embeddings=128, dropout=0.0)
+    config = base / "config.json"
+    config.write_text(json.dumps(values))
+    _run("finetune.py", "--config_path", str(config), "--data_dir", data, "--tokenizer", tokenizer_dir,
+         "--from_scratch", "--max_steps", "300", "--train_batch_size", "16", "--learning_rate", "1e-3",
+         "--warmup_steps", "30", "--max_source_length", "64", "--max_target_length", "24",
+         "--val_check_interval", "150", "--n_val", "16", "--eval_beams", "2", "--eval_max_gen_length", "24",
+         "--sortish_sampler", "--label_smoothing", "0.1", "--log_freq", "50", "--save_top_k", "1",
+         "--output_dir", str(base / "out"))
+    return base, data, str(config)
+
+
+def _val_rouge(out_dir):
+    from utils.dllogger_compat import read_dllogger
+    return [(r["step"], r["data"]["val_rouge1"]) for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
+            if r["type"] == "LOG" and "val_rouge1" in r["data"]]
+
+
+@pytest.mark.slow
+def test_validation_rouge_rises_and_checkpoints_are_named(finetuned):
+    base, _, _ = finetuned
+    rouge = _val_rouge(str(base / "out"))
+    assert [s for s, _ in rouge] == [0, 150, 300]
+    assert rouge[-1][1] > rouge[0][1] + 5.0, rouge
+    names = os.listdir(base / "out")
+    assert any(n.startswith("_epoch") and n.endswith("_step300.ckpt") for n in names)
+    assert sum(n.startswith("best_rouge2_step") for n in names) == 1
+
+
+@pytest.mark.slow
+def test_final_checkpoint_loads_in_snippet_and_run_eval(finetuned, tokenizer_dir, tmp_path):
+    base, data, config = finetuned
+    ckpt = next(str(base / "out" / n) for n in os.listdir(base / "out") if n.startswith("_epoch"))
+    cfg = BartConfig(**json.load(open(config)))
+    cfg.dtype, cfg.pre_ln = None, True
+    model = BartForConditionalGeneration.from_pretrained(ckpt, config=cfg)
+    assert not model.training
+    _run("run_eval.py", ckpt, config, data, str(tmp_path / "one"), "--tokenizer", tokenizer_dir, "--bs", "3",
+         "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2")
+    one = (tmp_path / "one" / "test_generations.txt").read_text().splitlines()
+    rouge = json.load(open(tmp_path / "one" / "test_rouge.json"))
+    assert len(one) == 16 and set(rouge) >= {"rouge1", "rouge2", "rougeL", "rougeLsum"}
+    # two processes write the same lines in the same order
+    _run("run_eval.py", ckpt, config, data, str(tmp_path / "two"), "--tokenizer", tokenizer_dir, "--bs", "3",
+         "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2",
+         nproc=2)
+    assert (tmp_path / "two" / "test_generations.txt").read_text().splitlines() == one
+    # more ranks than examples
+    _run("run_eval.py", ckpt, config, data, str(tmp_path / "three"), "--tokenizer", tokenizer_dir, "--bs", "1",
+         "--n_obs", "2", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", nproc=3)
+    assert (tmp_path / "three" / "test_generations.txt").read_text().splitlines() == \
+        [line for line in one[:2]] or len((tmp_path / "three" / "test_generations.txt").read_text().splitlines()) == 2
+    logs = (tmp_path / "one" / "dllogger.json").read_text()
+    assert "latency_p99_s" in logs and "throughput_seq_per_s" in logs
+
+
+def test_bad_inputs_are_explained(tmp_path, finetuned):
+    _, data, config = finetuned
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "train.source").write_text("a b c\nd e f\n")
+    (folder / "train.target").write_text("a\n")
+    with pytest.raises(ValueError, match="train.source has 2 lines but .*train.target has 1"):
+        read_split(str(folder), "train")
+    with pytest.raises(FileNotFoundError, match="missing .*val.source"):
+        read_split(str(folder), "val")
+    (folder / "test.source").write_bytes(b"good line\n\xff\xfe bad\n")
+    (folder / "test.target").write_text("x\ny\n")
+    with pytest.raises(ValueError, match="test.source:2 is not UTF-8"):
+        read_split(str(folder), "test")
+    (folder / "dev.source").write_text("one\n\nthree\n")
+    (folder / "dev.target").write_text("1\n2\n3\n")
+    with pytest.raises(ValueError, match="dev.source:2 is empty"):
+        read_split(str(folder), "dev")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "finetune.py", "--config_path", config, "--data_dir", data, "--max_steps",
+                          "1", "--init_checkpoint", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "holds no checkpoint" in out.stderr
+
+
+def test_sortish_sampler_covers_every_example_once():
+    lengths = [(i * 7) % 23 for i in range(103)]
+    for world in (1, 2, 3):
+        for max_tokens in (None, 60):
+            seen, counts = [], []
+            for rank in range(world):
+                sampler = SortishSampler(lengths, 8, world, rank, seed=1, max_tokens=max_tokens)
+                sampler.set_epoch(2)
+                batches = list(sampler)
+                counts.append(len(batches))
+                seen.extend(i for b in batches for i in b)
+                if max_tokens:
+                    assert all(max(lengths[i] for i in b) * len(b) <= max_tokens or len(b) == 1 for b in batches)
+            assert sorted(seen) == list(range(103)) and len(set(counts)) == 1
+    a = list(SortishSampler(lengths, 8, seed=1))
+    b = SortishSampler(lengths, 8, seed=1)
+    b.set_epoch(1)
+    assert a != list(b) and a == list(SortishSampler(lengths, 8, seed=1))
