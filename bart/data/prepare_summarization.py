@@ -1,0 +1,130 @@
+"""Build ``{train,val,test}.source/.target`` folders from other layouts.
+
+    python -m bart.data.prepare_summarization hf --input cnn_dailymail/ --out data/cnn_dm
+        (Hugging Face datasets exports: *.jsonl / *.json lines / *.parquet named by split;
+         columns article/highlights (CNN/DM) or document/summary (XSum) are found automatically)
+    python -m bart.data.prepare_summarization xsum --tarball xsum.tar.gz --out data/xsum
+    python -m bart.data.prepare_summarization lead --input docs.txt --out data/demo --sizes 250 25 25
+        (one document per line → the document as source, its first sentence as target)
+
+Newlines inside a field become spaces (one example per line); outputs are written to temporary
+names and renamed; line counts are checked; nothing is dropped silently (an empty example is an
+error naming the split and row).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tarfile
+
+SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "valid": "val", "dev": "val", "test": "test"}
+COLUMN_PAIRS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
+
+
+def _clean(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def write_split(out_dir: str, split: str, sources: list[str], targets: list[str]) -> None:
+    if len(sources) != len(targets):
+        raise ValueError(f"{split}: {len(sources)} sources but {len(targets)} targets")
+    for row, (s, t) in enumerate(zip(sources, targets)):
+        if not s or not t:
+            raise ValueError(f"{split} row {row + 1}: empty {'source' if not s else 'target'}; fix or remove it")
+    os.makedirs(out_dir, exist_ok=True)
+    for side, lines in (("source", sources), ("target", targets)):
+        path = os.path.join(out_dir, f"{split}.{side}")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+        os.replace(path + ".tmp", path)
+    print(f"wrote {split}: {len(sources)} examples")
+
+
+def _rows(path: str) -> list[dict]:
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+        return pq.read_table(path).to_pylist()
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def convert_hf(input_path: str, out_dir: str, source_column: str | None, target_column: str | None) -> None:
+    files = [input_path] if os.path.isfile(input_path) else sorted(
+        glob.glob(os.path.join(input_path, "*.jsonl")) + glob.glob(os.path.join(input_path, "*.json"))
+        + glob.glob(os.path.join(input_path, "*.parquet")))
+    if not files:
+        raise FileNotFoundError(f"no .jsonl/.json/.parquet files at {input_path}")
+    for path in files:
+        stem = os.path.basename(path).split(".")[0].split("-")[0].lower()
+        split = SPLIT_NAMES.get(stem)
+        if split is None:
+            raise ValueError(f"cannot tell the split of {path}: name files train/validation/test")
+        rows = _rows(path)
+        columns = set(rows[0]) if rows else set()
+        src, tgt = source_column, target_column
+        if not (src and tgt):
+            src, tgt = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= columns), (None, None))
+        if src not in columns or tgt not in columns:
+            raise ValueError(f"{path} has columns {sorted(columns)}; pass --source_column and --target_column")
+        write_split(out_dir, split, [_clean(r[src]) for r in rows], [_clean(r[tgt]) for r in rows])
+
+
+def convert_xsum(tarball: str, out_dir: str) -> None:
+    with tarfile.open(tarball) as tar:
+        members = {os.path.basename(m.name): m for m in tar.getmembers() if m.isfile()}
+        for split in ("train", "val", "test"):
+            sides = []
+            for side in ("source", "target"):
+                member = members.get(f"{split}.{side}")
+                if member is None:
+                    raise ValueError(f"{tarball} has no {split}.{side}")
+                sides.append([_clean(line) for line in tar.extractfile(member).read().decode("utf-8").splitlines()])
+            write_split(out_dir, split, *sides)
+
+
+def convert_lead(input_path: str, out_dir: str, sizes: list[int]) -> None:
+    from utils.nltk_data import sent_tokenize
+
+    with open(input_path, encoding="utf-8") as f:
+        documents = [_clean(line) for line in f if line.strip()]
+    if sum(sizes) > len(documents):
+        raise ValueError(f"{input_path} has {len(documents)} documents, fewer than the {sum(sizes)} asked for")
+    start = 0
+    for split, size in zip(("train", "val", "test"), sizes):
+        docs = documents[start:start + size]
+        start += size
+        write_split(out_dir, split, docs, [sent_tokenize(d)[0] for d in docs])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    hf = sub.add_parser("hf", help="Hugging Face datasets export (jsonl/parquet)")
+    hf.add_argument("--input", required=True)
+    hf.add_argument("--out", required=True)
+    hf.add_argument("--source_column")
+    hf.add_argument("--target_column")
+    xs = sub.add_parser("xsum", help="the XSum tarball with {split}.source/.target")
+    xs.add_argument("--tarball", required=True)
+    xs.add_argument("--out", required=True)
+    lead = sub.add_parser("lead", help="documents → first-sentence summaries")
+    lead.add_argument("--input", required=True)
+    lead.add_argument("--out", required=True)
+    lead.add_argument("--sizes", type=int, nargs=3, default=[250, 25, 25], metavar=("TRAIN", "VAL", "TEST"))
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "hf":
+            convert_hf(args.input, args.out, args.source_column, args.target_column)
+        elif args.command == "xsum":
+            convert_xsum(args.tarball, args.out)
+        else:
+            convert_lead(args.input, args.out, args.sizes)
+    except (FileNotFoundError, ValueError) as err:
+        sys.exit(f"prepare_summarization: {err}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+# Shared checks and launcher for the fine-tuning and evaluation scripts (sourced, not run).
+check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
+  local data=$1 config=$2 gpus=$3 prec=$4 preln=$5; shift 5
+  [ -d "$data" ] || { echo "error: data folder $data not found (scripts/get_data.sh prepares it)" >&2; exit 2; }
+  for split in "$@"; do
+    for side in source target; do
+      [ -f "$data/$split.$side" ] || { echo "error: $data/$split.$side not found" >&2; exit 2; }
+    done
+  done
+  [ -f "$config" ] || { echo "error: config file $config not found" >&2; exit 2; }
+  case "$prec" in
+    fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
+    *) echo "error: precision must be fp16, bf16, tf32 or fp32, got '$prec'" >&2; exit 2 ;;
+  esac
+  case "$preln" in
+    true) PRELN_FLAG=--pre_ln ;; false) PRELN_FLAG=--no-pre_ln ;;
+    *) echo "error: PRELN must be true or false, got '$preln'" >&2; exit 2 ;;
+  esac
+  local present
+  present=$("${PYTHON:-python3}" -c "import torch; print(torch.cuda.device_count())")
+  if [ "$present" -gt 0 ] && [ "$gpus" -gt "$present" ]; then
+    echo "error: $gpus GPUs requested, this machine has $present" >&2; exit 2
+  fi
+}
+
+launcher() {  # NUM_PROCESSES script args...
+  local n=$1; shift
+  if [ "$n" -gt 1 ]; then
+    "${PYTHON:-python3}" -m torch.distributed.run --nproc_per_node="$n" --master_port="${MASTER_PORT:-29500}" "$@"
+  else
+    "${PYTHON:-python3}" "$@"
+  fi
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Fine-tune BART for summarization, then evaluate the result on the test split.
+#
+# usage: bash scripts/run_summarization.sh [DATA_DIR CKPT_PATH CONFIG_PATH NUM_GPU LR BS ACCUM PREC
+#   TRAIN_STEPS WARMUP_STEPS MAX_SOURCE_LEN MAX_TARGET_LEN EVAL_BEAMS EVAL_BS PRED_BS PRELN]
+# defaults: data/cnn_dm/ data/nvidia_pretrained/bart_large/ configs/config.json 8 1.25e-4 40 1 bf16
+#           2000 50 1024 142 4 128 true
+# CKPT_PATH: a .ckpt, a folder holding checkpoints, or a Hugging Face folder (never a silent fallback).
+# PREC: fp16 | bf16 | tf32 | fp32.  PRELN: true | false (must match the checkpoint).
+# Environment: OUTPUT_DIR (results/bart_pyt_${DATESTAMP}), TOKENIZER, SEED (42), N_VAL (100),
+# VAL_CHECK_INTERVAL (0: validate at the end), EXTRA_ARGS (more finetune.py flags).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
+if [ $# -ne 0 ] && [ $# -ne 16 ]; then
+  echo "run_summarization.sh: expected 16 arguments (or none for the defaults), got $#" >&2; usage >&2; exit 2
+fi
+DATA_DIR=${1:-data/cnn_dm/}
+CKPT_PATH=${2:-data/nvidia_pretrained/bart_large/}
+CONFIG_PATH=${3:-configs/config.json}
+NUM_GPU=${4:-8}
+LR=${5:-1.25e-4}
+BS=${6:-40}
+ACCUM=${7:-1}
+PREC=${8:-bf16}
+TRAIN_STEPS=${9:-2000}
+WARMUP_STEPS=${10:-50}
+MAX_SOURCE_LEN=${11:-1024}
+MAX_TARGET_LEN=${12:-142}
+EVAL_BEAMS=${13:-4}
+EVAL_BS=${14:-128}
+PRED_BS=${15:-128}
+PRELN=${16:-true}
+DATESTAMP=$(date +'%y%m%d%H%M%S')
+OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_${DATESTAMP}}
+PYTHON=${PYTHON:-python3}
+source scripts/params/common.sh
+check_inputs "$DATA_DIR" "$CONFIG_PATH" "$NUM_GPU" "$PREC" "$PRELN" train val test
+[ -e "$CKPT_PATH" ] || { echo "run_summarization.sh: CKPT_PATH $CKPT_PATH does not exist" >&2; exit 2; }
+mkdir -p "$OUTPUT_DIR"
+read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
+launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_PATH" --config_path "$CONFIG_PATH" \
+  --tokenizer "${TOKENIZER:-facebook/bart-large}" --learning_rate "$LR" --train_batch_size "$BS" \
+  --gradient_accumulation_steps "$ACCUM" "${PREC_FLAGS[@]}" --max_steps "$TRAIN_STEPS" --warmup_steps "$WARMUP_STEPS" \
+  --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --val_max_target_length "$MAX_TARGET_LEN" \
+  --eval_beams "$EVAL_BEAMS" --eval_batch_size "$EVAL_BS" --n_val "${N_VAL:-100}" \
+  --val_check_interval "${VAL_CHECK_INTERVAL:-0}" "$PRELN_FLAG" --label_smoothing 0.1 --weight_decay 0.1 --dropout 0.1 \
+  --gradient_clip_val 0.1 --lr_scheduler polynomial --sortish_sampler --freeze_embeds --seed "${SEED:-42}" \
+  --output_dir "$OUTPUT_DIR" --json-summary "$OUTPUT_DIR/dllogger.json" "${EXTRA[@]}" 2>&1 | tee "$OUTPUT_DIR/joblog.log"
+FINAL=$(ls -t "$OUTPUT_DIR"/_epoch*_step"$TRAIN_STEPS".ckpt | head -n 1)
+echo "== evaluating $FINAL"
+EVAL_PREC=(); case "$PREC" in fp16) EVAL_PREC=(--fp16) ;; bf16) EVAL_PREC=(--bf16) ;; esac
+launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
+  --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
+  "${EVAL_PREC[@]}" "$PRELN_FLAG" --tokenizer "${TOKENIZER:-facebook/bart-large}" \
+  --json-summary "$OUTPUT_DIR/eval_dllogger.json" 2>&1 | tee "$OUTPUT_DIR/eval_joblog.log"
