@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -107,7 +108,8 @@ def _run_balancer(load_balance, indir: str, outdir: str, num_shards: int, keep_o
     files = parquet_files(indir)
     while len(files) < num_shards:
         files = _split_largest(files)
-    args = load_balance.attach_args().parse_args(
+    # a fresh parser each time: lddl's default parser is shared between calls (its arguments would repeat)
+    args = load_balance.attach_args(argparse.ArgumentParser()).parse_args(
         ["--indir", indir, "--outdir", outdir, "--num-shards", str(num_shards)]
         + (["--keep-orig"] if keep_orig else ["--no-keep-orig"]))
     load_balance.main(args)

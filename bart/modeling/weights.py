@@ -126,6 +126,8 @@ def _config_from_folder(folder: str) -> BartConfig:
     if values.get("model_type") == "mbart":
         values.setdefault("pre_ln", True)
         values["model_type"] = "bart"
+        if values.get("decoder_start_token_id") is None:  # mBART starts from the last token, </s>
+            values["decoder_start_token_id"] = values.get("eos_token_id", 2)
     return BartConfig(**values)
 
 

@@ -22,7 +22,7 @@ import tempfile
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 MASK = "<mask>"
 # What a complete folder holds.
-FOLDER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+FOLDER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json")
 
 
 def gpt2_bpe_files() -> tuple[str, str]:
@@ -74,6 +74,10 @@ def build_tokenizer_folder(out_dir: str) -> str:
         # (<s> A </s>, pairs <s> A </s></s> B </s>) and writes every file it reads back.
         tokenizer = BartTokenizerFast(vocab_file=os.path.join(staging, "vocab.json"),
                                       merges_file=os.path.join(staging, "merges.txt"))
+        if len(tokenizer) != len(vocab):  # transformers 5.x takes the vocabulary itself, not file names
+            with open(merges_path, encoding="utf-8") as f:
+                merges = [tuple(line.split()) for line in f.read().splitlines()[1:] if line.strip()]
+            tokenizer = BartTokenizerFast(vocab=vocab, merges=merges)
         if len(tokenizer) != len(vocab) or tokenizer.convert_tokens_to_ids(MASK) != vocab[MASK]:
             raise RuntimeError(f"build_tokenizer: assembled tokenizer has {len(tokenizer)} tokens, "
                                f"expected {len(vocab)}; the installed transformers ignored the files")
