@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Download the pretraining corpora with LDDL's downloaders: Wikipedia (en), Common Crawl news and
+# OpenWebText, into <data folder>/{wikipedia,common_crawl,openwebtext}. 200 GB+, a day or more.
+# usage: bash scripts/get_pretraining_data.sh <data folder>
+# Environment: CORPORA ("wikipedia common_crawl openwebtext"), CC_START/CC_END (Common Crawl news
+# date window, default 2016-09-01..2019-02-28; a shorter window downloads less), NPROC (processes).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; [ $# -eq 1 ] && exit 0 || exit 2; fi
+DATA=$1; NPROC=${NPROC:-$(nproc)}; PYTHON=${PYTHON:-python3}
+CC_START=${CC_START:-2016-09-01}; CC_END=${CC_END:-2019-02-28}
+mkdir -p "$DATA"
+for corpus in ${CORPORA:-wikipedia common_crawl openwebtext}; do
+  if [ -f "$DATA/$corpus/.complete" ]; then echo "$corpus: complete, nothing to do"; continue; fi
+  echo "== $corpus → $DATA/$corpus"
+  case "$corpus" in
+    wikipedia) download_wikipedia --outdir "$DATA/wikipedia" --langs en --num-processes "$NPROC" ;;
+    common_crawl)
+      "$PYTHON" -c "import newsplease" 2>/dev/null || "$PYTHON" -m pip install --quiet news-please
+      download_common_crawl --outdir "$DATA/common_crawl" --warc-files-start-date "$CC_START" \
+        --warc-files-end-date "$CC_END" --start-date "$CC_START" --end-date "$CC_END" \
+        --number-of-extraction-processes "$NPROC" ;;
+    openwebtext)
+      "$PYTHON" -c "import gdown" 2>/dev/null || "$PYTHON" -m pip install --quiet gdown
+      download_open_webtext --outdir "$DATA/openwebtext" --shard-num-processes "$NPROC" ;;
+    *) echo "unknown corpus '$corpus' in CORPORA" >&2; exit 2 ;;
+  esac
+  touch "$DATA/$corpus/.complete"
+done

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# LDDL preprocessing and balancing of the pretraining corpora for lengths 128 and 512:
+# <data folder>/pretrain_lddl_128 and <data folder>/pretrain_lddl_512.
+# usage: bash scripts/preprocess_pretrain_data.sh <wikipedia> <common crawl> <openwebtext> <data folder>
+# A corpus folder that does not exist is skipped (at least one must exist). Runs the dask pipeline on
+# MPI when mpirun and dask-mpi are available and NPROC >= 3, on a local dask cluster otherwise.
+# Environment: NPROC (processes, default all cores), NUM_SHARDS (256; a multiple of GPUs x workers).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ $# -ne 4 ]; then echo "preprocess_pretrain_data.sh: expected 4 arguments, got $#" >&2; sed -n '4p' "$0" | sed 's/^# //' >&2; exit 2; fi
+WIKI=$1; CC=$2; OWT=$3; DATA=$4
+NPROC=${NPROC:-$(nproc)}; PYTHON=${PYTHON:-python3}
+ARGS=()
+[ -d "$WIKI" ] && ARGS+=(--wikipedia "$WIKI") || echo "wikipedia: $WIKI not found, skipped"
+[ -d "$CC" ] && ARGS+=(--common_crawl "$CC") || echo "common crawl: $CC not found, skipped"
+[ -d "$OWT" ] && ARGS+=(--open_webtext "$OWT") || echo "openwebtext: $OWT not found, skipped"
+[ ${#ARGS[@]} -gt 0 ] || { echo "preprocess_pretrain_data.sh: none of the three corpora exists" >&2; exit 2; }
+mkdir -p "$DATA"
+if command -v mpirun >/dev/null && "$PYTHON" -c "import dask_mpi" 2>/dev/null && [ "$NPROC" -ge 3 ]; then
+  echo "running on MPI with $NPROC ranks"
+  mpirun -np "$NPROC" "$PYTHON" -m bart.data.preprocess "${ARGS[@]}" --out "$DATA" --seq_lengths 128 512 \
+    --num_shards "${NUM_SHARDS:-256}" --schedule mpi
+else
+  echo "running on a local dask cluster with $NPROC workers"
+  "$PYTHON" -m bart.data.preprocess "${ARGS[@]}" --out "$DATA" --seq_lengths 128 512 \
+    --num_shards "${NUM_SHARDS:-256}" --workers "$NPROC" --schedule local
+fi
