@@ -73,20 +73,21 @@ def test_final_checkpoint_loads_in_snippet_and_run_eval(finetuned, tokenizer_dir
     model = BartForConditionalGeneration.from_pretrained(ckpt, config=cfg)
     assert not model.training
     _run("run_eval.py", ckpt, config, data, str(tmp_path / "one"), "--tokenizer", tokenizer_dir, "--bs", "3",
-         "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2")
+         "--n_obs", "8", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64",
+         "--no_repeat_ngram_size", "2")
     one = (tmp_path / "one" / "test_generations.txt").read_text().splitlines()
     rouge = json.load(open(tmp_path / "one" / "test_rouge.json"))
-    assert len(one) == 16 and set(rouge) >= {"rouge1", "rouge2", "rougeL", "rougeLsum"}
+    assert len(one) == 8 and set(rouge) >= {"rouge1", "rouge2", "rougeL", "rougeLsum"}
     # two processes write the same lines in the same order
     _run("run_eval.py", ckpt, config, data, str(tmp_path / "two"), "--tokenizer", tokenizer_dir, "--bs", "3",
-         "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2",
+         "--n_obs", "8", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2",
          nproc=2)
     assert (tmp_path / "two" / "test_generations.txt").read_text().splitlines() == one
     # more ranks than examples
     _run("run_eval.py", ckpt, config, data, str(tmp_path / "three"), "--tokenizer", tokenizer_dir, "--bs", "1",
          "--n_obs", "2", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", nproc=3)
-    assert (tmp_path / "three" / "test_generations.txt").read_text().splitlines() == \
-        [line for line in one[:2]] or len((tmp_path / "three" / "test_generations.txt").read_text().splitlines()) == 2
+    three = (tmp_path / "three" / "test_generations.txt").read_text().splitlines()
+    assert len(three) == 2
     logs = (tmp_path / "one" / "dllogger.json").read_text()
     assert "latency_p99_s" in logs and "throughput_seq_per_s" in logs
 

@@ -22,13 +22,14 @@ def write_corpus(folder: str, documents: int = 120, seed: int = 0, files: int = 
     return folder
 
 
-def write_shards(folder: str, rows_per_shard, seed: int = 0) -> list[str]:
+def write_shards(folder: str, rows_per_shard, seed: int = 0, words=(8, 30)) -> list[str]:
     """Shards with the ``sentences`` column; ``rows_per_shard`` a list of row counts."""
     rng = random.Random(seed)
     os.makedirs(folder, exist_ok=True)
     paths = []
     for i, rows in enumerate(rows_per_shard):
-        texts = [f"Document {i}-{r}. " + " ".join(rng.choices(WORDS, k=rng.randint(8, 30))).capitalize() + "."
+        texts = [f"Document {i}-{r}. " + ". ".join(" ".join(rng.choices(WORDS, k=12)).capitalize()
+                                                   for _ in range(rng.randint(*words) // 12 + 1)) + "."
                  for r in range(rows)]
         path = os.path.join(folder, f"shard-{i}.parquet")
         pq.write_table(pa.table({"sentences": texts}), path)

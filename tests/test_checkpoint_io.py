@@ -1,0 +1,61 @@
+"""Checkpoint files: a killed writer never leaves a loadable half file; RNG round trip; pruning."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from bart.training.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, prune_checkpoints,
+                                      restore_rng_state, save_checkpoint)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WRITER = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from bart.training.checkpoint import save_checkpoint
+save_checkpoint({path!r}, {{"step": 2, "big": torch.randn(60_000_000)}})
+"""
+
+
+def test_killed_writer_leaves_previous_checkpoint_intact(tmp_path):
+    save_checkpoint(str(tmp_path / "_step1.ckpt"), {"step": 1, "w": torch.ones(3)})
+    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(root=ROOT, path=str(tmp_path / "_step2.ckpt"))])
+    deadline = time.time() + 60
+    while not any(n.endswith(".partial") for n in os.listdir(tmp_path)):  # the write has started
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "_step2.ckpt").exists()
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "_step1.ckpt")
+    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["step"] == 1
+
+
+def test_truncated_file_is_named(tmp_path):
+    save_checkpoint(str(tmp_path / "_step3.ckpt"), {"step": 3, "w": torch.ones(1000)})
+    data = (tmp_path / "_step3.ckpt").read_bytes()
+    (tmp_path / "_step3.ckpt").write_bytes(data[:100])
+    with pytest.raises(ValueError, match="_step3.ckpt is not a readable checkpoint"):
+        load_checkpoint(str(tmp_path / "_step3.ckpt"))
+
+
+def test_rng_state_round_trip_through_a_file(tmp_path):
+    state = capture_rng_state()
+    expected = (random.random(), np.random.rand(), torch.rand(2))
+    save_checkpoint(str(tmp_path / "_step1.ckpt"), {"rng": state})
+    random.random(), np.random.rand(), torch.rand(5)
+    restore_rng_state(load_checkpoint(str(tmp_path / "_step1.ckpt"))["rng"])
+    again = (random.random(), np.random.rand(), torch.rand(2))
+    assert again[0] == expected[0] and again[1] == expected[1] and torch.equal(again[2], expected[2])
+
+
+def test_prune_keeps_newest(tmp_path):
+    for step in (5, 10, 15, 20):
+        save_checkpoint(str(tmp_path / f"_step{step}.ckpt"), {"step": step})
+    prune_checkpoints(str(tmp_path), keep=2)
+    assert sorted(os.listdir(tmp_path)) == ["_step15.ckpt", "_step20.ckpt"]
