@@ -143,46 +143,42 @@ class _Residual:
         return norm(x + F.dropout(branch(x), dropout, training))
 
 
-class BartEncoderLayer(nn.Module):
-    def __init__(self, config: BartConfig) -> None:
+class _Layer(nn.Module):
+    """What encoder and decoder layers share: self-attention, the feed-forward block, their norms."""
+
+    def __init__(self, config: BartConfig, heads: int, ffn_dim: int) -> None:
         super().__init__()
         dim = config.d_model
         self.pre_ln, self.dropout = config.pre_ln, config.dropout
         self.activation_dropout = config.activation_dropout
         self.activation = _ACTIVATIONS[config.activation_function]
-        self.self_attn = BartAttention(dim, config.encoder_attention_heads, config.attention_dropout)
+        self.self_attn = BartAttention(dim, heads, config.attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(dim)
-        self.fc1 = nn.Linear(dim, config.encoder_ffn_dim)
-        self.fc2 = nn.Linear(config.encoder_ffn_dim, dim)
+        self.fc1 = nn.Linear(dim, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, dim)
         self.final_layer_norm = nn.LayerNorm(dim)
 
     def _ffn(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training))
+
+    def _residual(self, x: torch.Tensor, norm: nn.LayerNorm, branch) -> torch.Tensor:
+        return _Residual.apply(x, norm, branch, self.dropout, self.training, self.pre_ln)
+
+
+class BartEncoderLayer(_Layer):
+    def __init__(self, config: BartConfig) -> None:
+        super().__init__(config, config.encoder_attention_heads, config.encoder_ffn_dim)
 
     def forward(self, hidden: torch.Tensor, attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        hidden = _Residual.apply(hidden, self.self_attn_layer_norm,
-                                 lambda h: self.self_attn(h, attn_mask=attn_mask),
-                                 self.dropout, self.training, self.pre_ln)
-        return _Residual.apply(hidden, self.final_layer_norm, self._ffn, self.dropout, self.training, self.pre_ln)
+        hidden = self._residual(hidden, self.self_attn_layer_norm, lambda h: self.self_attn(h, attn_mask=attn_mask))
+        return self._residual(hidden, self.final_layer_norm, self._ffn)
 
 
-class BartDecoderLayer(nn.Module):
+class BartDecoderLayer(_Layer):
     def __init__(self, config: BartConfig) -> None:
-        super().__init__()
-        dim = config.d_model
-        self.pre_ln, self.dropout = config.pre_ln, config.dropout
-        self.activation_dropout = config.activation_dropout
-        self.activation = _ACTIVATIONS[config.activation_function]
-        self.self_attn = BartAttention(dim, config.decoder_attention_heads, config.attention_dropout)
-        self.self_attn_layer_norm = nn.LayerNorm(dim)
-        self.encoder_attn = BartAttention(dim, config.decoder_attention_heads, config.attention_dropout)
-        self.encoder_attn_layer_norm = nn.LayerNorm(dim)
-        self.fc1 = nn.Linear(dim, config.decoder_ffn_dim)
-        self.fc2 = nn.Linear(config.decoder_ffn_dim, dim)
-        self.final_layer_norm = nn.LayerNorm(dim)
-
-    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training))
+        super().__init__(config, config.decoder_attention_heads, config.decoder_ffn_dim)
+        self.encoder_attn = BartAttention(config.d_model, config.decoder_attention_heads, config.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model)
 
     def _self_attention(self, h, self_mask, past, new_cache: list):
         key, value = self.self_attn.project_kv(h)
@@ -196,14 +192,12 @@ class BartDecoderLayer(nn.Module):
     def forward(self, hidden, encoder_hidden, cross_mask, self_mask=None, past: Optional[LayerCache] = None,
                 use_cache: bool = False):
         new_cache: list[torch.Tensor] = []
-        hidden = _Residual.apply(hidden, self.self_attn_layer_norm,
-                                 lambda h: self._self_attention(h, self_mask, past, new_cache),
-                                 self.dropout, self.training, self.pre_ln)
+        hidden = self._residual(hidden, self.self_attn_layer_norm,
+                                lambda h: self._self_attention(h, self_mask, past, new_cache))
         cross_kv = (past[2], past[3]) if past is not None else self.encoder_attn.project_kv(encoder_hidden)
-        hidden = _Residual.apply(hidden, self.encoder_attn_layer_norm,
-                                 lambda h: self.encoder_attn(h, key_value=cross_kv, attn_mask=cross_mask),
-                                 self.dropout, self.training, self.pre_ln)
-        hidden = _Residual.apply(hidden, self.final_layer_norm, self._ffn, self.dropout, self.training, self.pre_ln)
+        hidden = self._residual(hidden, self.encoder_attn_layer_norm,
+                                lambda h: self.encoder_attn(h, key_value=cross_kv, attn_mask=cross_mask))
+        hidden = self._residual(hidden, self.final_layer_norm, self._ffn)
         cache = (new_cache[0], new_cache[1], cross_kv[0], cross_kv[1]) if use_cache else None
         return hidden, cache
 
