@@ -4,6 +4,9 @@
         (Hugging Face datasets exports: *.jsonl / *.json lines / *.parquet named by split;
          columns article/highlights (CNN/DM) or document/summary (XSum) are found automatically)
     python -m bart.data.prepare_summarization xsum --tarball xsum.tar.gz --out data/xsum
+    python -m bart.data.prepare_summarization cnn_dm --url_lists url_lists/ \
+        --stories cnn/stories dailymail/stories --out data/cnn_dm
+        (the raw .story archives and the standard split lists; see bart/data/cnn_dm_stories.py)
     python -m bart.data.prepare_summarization lead --input docs.txt --out data/demo --sizes 250 25 25
         (one document per line → the document as source, its first sentence as target)
 
@@ -57,19 +60,26 @@ def convert_hf(input_path: str, out_dir: str, source_column: str | None, target_
         + glob.glob(os.path.join(input_path, "*.parquet")))
     if not files:
         raise FileNotFoundError(f"no .jsonl/.json/.parquet files at {input_path}")
-    for path in files:
+    by_split: dict[str, list[str]] = {}
+    for path in files:  # shards such as train-00000-of-00003.parquet are concatenated in name order
         stem = os.path.basename(path).split(".")[0].split("-")[0].lower()
         split = SPLIT_NAMES.get(stem)
         if split is None:
             raise ValueError(f"cannot tell the split of {path}: name files train/validation/test")
-        rows = _rows(path)
-        columns = set(rows[0]) if rows else set()
-        src, tgt = source_column, target_column
-        if not (src and tgt):
-            src, tgt = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= columns), (None, None))
-        if src not in columns or tgt not in columns:
-            raise ValueError(f"{path} has columns {sorted(columns)}; pass --source_column and --target_column")
-        write_split(out_dir, split, [_clean(r[src]) for r in rows], [_clean(r[tgt]) for r in rows])
+        by_split.setdefault(split, []).append(path)
+    for split, paths in by_split.items():
+        sources, targets = [], []
+        for path in paths:
+            rows = _rows(path)
+            columns = set(rows[0]) if rows else set()
+            src, tgt = source_column, target_column
+            if not (src and tgt):
+                src, tgt = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= columns), (None, None))
+            if src not in columns or tgt not in columns:
+                raise ValueError(f"{path} has columns {sorted(columns)}; pass --source_column and --target_column")
+            sources += [_clean(r[src]) for r in rows]
+            targets += [_clean(r[tgt]) for r in rows]
+        write_split(out_dir, split, sources, targets)
 
 
 def convert_xsum(tarball: str, out_dir: str) -> None:
@@ -83,6 +93,24 @@ def convert_xsum(tarball: str, out_dir: str) -> None:
                     raise ValueError(f"{tarball} has no {split}.{side}")
                 sides.append([_clean(line) for line in tar.extractfile(member).read().decode("utf-8").splitlines()])
             write_split(out_dir, split, *sides)
+
+
+def convert_cnn_dm(url_lists: str, story_dirs: list[str], out_dir: str) -> None:
+    from bart.data.cnn_dm_stories import SPLIT_LISTS, convert_split
+
+    for folder in story_dirs:
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"stories folder {folder} not found")
+    for split, list_name in SPLIT_LISTS.items():
+        articles, summaries, skipped = convert_split(os.path.join(url_lists, list_name), story_dirs)
+        write_split(out_dir, split, articles, summaries)
+        skipped_path = os.path.join(out_dir, f"{split}.skipped")
+        with open(skipped_path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in skipped)
+        os.replace(skipped_path + ".tmp", skipped_path)
+        if skipped:
+            print(f"{split}: left out {len(skipped)} stories with an empty article or no highlights "
+                  f"(listed in {skipped_path})")
 
 
 def convert_lead(input_path: str, out_dir: str, sizes: list[int]) -> None:
@@ -110,6 +138,10 @@ def main(argv=None) -> None:
     xs = sub.add_parser("xsum", help="the XSum tarball with {split}.source/.target")
     xs.add_argument("--tarball", required=True)
     xs.add_argument("--out", required=True)
+    cnn = sub.add_parser("cnn_dm", help="CNN/DM .story files with the all_{train,val,test}.txt url lists")
+    cnn.add_argument("--url_lists", required=True, help="folder with all_train.txt, all_val.txt, all_test.txt")
+    cnn.add_argument("--stories", required=True, nargs="+", help="folders of .story files (cnn and dailymail)")
+    cnn.add_argument("--out", required=True)
     lead = sub.add_parser("lead", help="documents → first-sentence summaries")
     lead.add_argument("--input", required=True)
     lead.add_argument("--out", required=True)
@@ -120,9 +152,11 @@ def main(argv=None) -> None:
             convert_hf(args.input, args.out, args.source_column, args.target_column)
         elif args.command == "xsum":
             convert_xsum(args.tarball, args.out)
+        elif args.command == "cnn_dm":
+            convert_cnn_dm(args.url_lists, args.stories, args.out)
         else:
             convert_lead(args.input, args.out, args.sizes)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, UnicodeDecodeError) as err:
         sys.exit(f"prepare_summarization: {err}")
 
 
