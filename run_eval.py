@@ -46,6 +46,8 @@ def parse_args(argv=None):
     parser.add_argument("--num_return_sequences", type=int, default=1)
     parser.add_argument("--fp16", action="store_true")
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
+                        help="TF32 matmuls on Ampere+ for the fp32 parts (--no-tf32 for strict fp32)")
     parser.add_argument("--eval_max_gen_length", type=int, default=None, help="max generated length (config's)")
     parser.add_argument("--eval_beams", type=int, default=None, help="beams (config's)")
     parser.add_argument("--max_source_length", type=int, default=1024)
@@ -73,6 +75,7 @@ def main(argv=None) -> dict:
     env = dist_utils.init_distributed()
     device = torch.device("cuda", env.local_rank % torch.cuda.device_count()) if torch.cuda.is_available() \
         else torch.device("cpu")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     config = BartConfig.from_json_file(args.config_path)
     if args.pre_ln is not None:
         config.pre_ln = args.pre_ln

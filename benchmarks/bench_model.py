@@ -24,7 +24,7 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--source", type=int, default=512)
     parser.add_argument("--target", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
@@ -51,8 +51,11 @@ def main():
         return time.perf_counter() - start
 
     step(ours), step(hf)  # warm-up
-    t_ours = statistics.median(step(ours) for _ in range(args.repeats))
-    t_hf = statistics.median(step(hf) for _ in range(args.repeats))
+    times = {"ours": [], "hf": []}
+    for _ in range(args.repeats):  # alternate, so drifts of the machine hit both alike
+        times["ours"].append(step(ours))
+        times["hf"].append(step(hf))
+    t_ours, t_hf = statistics.median(times["ours"]), statistics.median(times["hf"])
     print(f"\ntraining step (fwd+bwd, fp32), {args.device}, threads {args.threads}, {os.path.basename(args.config)}, "
           f"batch {args.batch} x {args.source}/{args.target}")
     print("| implementation | median s/step | ratio |\n|---|---|---|")

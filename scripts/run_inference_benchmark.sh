@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Inference throughput and latency of run_eval.py for every GPU count and precision this machine has,
+# or one CPU process in fp32 where there is no GPU.
+# usage: bash scripts/run_inference_benchmark.sh <predict batch size> <eval beams> <max source length>
+#          <max target length> <model name or path> <data dir> <config path>
+# The data dir holds test.source/test.target. Environment: TOKENIZER (facebook/bart-large), N_OBS
+# (examples per run, default 1000), TYPE_PATH (test), NUM_GPUS and PRECISIONS as in
+# run_training_benchmark.sh, RESULTS_DIR (results). Writes $RESULTS_DIR/bart_pyt_inference_benchmark_${DATESTAMP}/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
+[ $# -eq 7 ] || { echo "run_inference_benchmark.sh: expected 7 arguments, got $#" >&2; usage >&2; exit 2; }
+PRED_BS=$1 EVAL_BEAMS=$2 MAX_SOURCE_LEN=$3 MAX_TARGET_LEN=$4 MODEL=$5 DATA_DIR=$6 CONFIG_PATH=$7
+TYPE_PATH=${TYPE_PATH:-test}
+PYTHON=${PYTHON:-python3}
+source scripts/params/common.sh
+source scripts/params/benchmark_common.sh
+check_inputs "$DATA_DIR" "$CONFIG_PATH" 1 fp32 false "$TYPE_PATH"
+[ -e "$MODEL" ] || { echo "error: model $MODEL not found (a .ckpt or a Hugging Face folder)" >&2; exit 2; }
+sweep_settings
+DATESTAMP=$(date +'%y%m%d%H%M%S')
+RESULTS=${RESULTS_DIR:-results}/bart_pyt_inference_benchmark_${DATESTAMP}
+mkdir -p "$RESULTS"
+for n in "${GPU_COUNTS[@]}"; do
+  for prec in "${PRECISION_LIST[@]}"; do
+    check_inputs "$DATA_DIR" "$CONFIG_PATH" "$n" "$prec" false
+    case "$prec" in fp16) FLAGS=(--fp16) ;; bf16) FLAGS=(--bf16) ;; tf32) FLAGS=(--tf32) ;; *) FLAGS=(--no-tf32) ;; esac
+    run="$RESULTS/${n}${DEVICE_KIND}_${prec}"
+    mkdir -p "$run"
+    echo "== $n $DEVICE_KIND process(es), $prec, batch $PRED_BS, beams $EVAL_BEAMS"
+    launcher "$n" run_eval.py "$MODEL" "$CONFIG_PATH" "$DATA_DIR" "$run" --bs "$PRED_BS" --eval_beams "$EVAL_BEAMS" \
+      --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --n_obs "${N_OBS:-1000}" \
+      --type_path "$TYPE_PATH" "${FLAGS[@]}" --tokenizer "${TOKENIZER:-facebook/bart-large}" \
+      --json-summary "$run/dllogger.json" > "$run/joblog.log" 2>&1 || { tail -n 20 "$run/joblog.log" >&2; exit 1; }
+  done
+done
+"$PYTHON" -m utils.benchmark_table inference "$RESULTS" | tee "$RESULTS/inference_benchmark.log"
+echo "results: $RESULTS/inference_benchmark.log"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Training throughput of fine-tuning (finetune.py, random weights) for every GPU count and precision
+# this machine has, or one CPU process in fp32 where there is no GPU.
+# usage: bash scripts/run_training_benchmark.sh <batch size> <max source length> <max target length> <data dir>
+# The data dir holds train.source/train.target. Environment: CONFIG_PATH (configs/config.json),
+# TOKENIZER (facebook/bart-large), TRAIN_STEPS (100), LOG_FREQ (10; the first window is warm-up),
+# NUM_GPUS (e.g. "1 8"; default 1 2 4 8 up to the GPUs present), PRECISIONS (default bf16 fp16 tf32,
+# fp32 on CPU), RESULTS_DIR (results). Writes $RESULTS_DIR/bart_pyt_training_benchmark_${DATESTAMP}/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
+[ $# -eq 4 ] || { echo "run_training_benchmark.sh: expected 4 arguments, got $#" >&2; usage >&2; exit 2; }
+BS=$1 MAX_SOURCE_LEN=$2 MAX_TARGET_LEN=$3 DATA_DIR=$4
+CONFIG_PATH=${CONFIG_PATH:-configs/config.json}
+PYTHON=${PYTHON:-python3}
+source scripts/params/common.sh
+source scripts/params/benchmark_common.sh
+check_inputs "$DATA_DIR" "$CONFIG_PATH" 1 fp32 false train
+sweep_settings
+DATESTAMP=$(date +'%y%m%d%H%M%S')
+RESULTS=${RESULTS_DIR:-results}/bart_pyt_training_benchmark_${DATESTAMP}
+mkdir -p "$RESULTS"
+for n in "${GPU_COUNTS[@]}"; do
+  for prec in "${PRECISION_LIST[@]}"; do
+    check_inputs "$DATA_DIR" "$CONFIG_PATH" "$n" "$prec" false train
+    run="$RESULTS/${n}${DEVICE_KIND}_${prec}"
+    mkdir -p "$run"
+    echo "== $n $DEVICE_KIND process(es), $prec, batch $BS, lengths $MAX_SOURCE_LEN/$MAX_TARGET_LEN"
+    launcher "$n" finetune.py --from_scratch --data_dir "$DATA_DIR" --config_path "$CONFIG_PATH" \
+      --tokenizer "${TOKENIZER:-facebook/bart-large}" --train_batch_size "$BS" "${PREC_FLAGS[@]}" \
+      --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --max_steps "${TRAIN_STEPS:-100}" \
+      --warmup_steps 0 --n_val 0 --log_freq "${LOG_FREQ:-10}" --num_workers 2 --seed 42 --output_dir "$run" \
+      --json-summary "$run/dllogger.json" > "$run/joblog.log" 2>&1 || { tail -n 20 "$run/joblog.log" >&2; exit 1; }
+    rm -f "$run"/*.ckpt  # throughput only: the weights are random
+  done
+done
+"$PYTHON" -m utils.benchmark_table training "$RESULTS" | tee "$RESULTS/training_benchmark.log"
+echo "results: $RESULTS/training_benchmark.log"
