@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from bart.data.noise import DenoisingCollator, DenoisingNoise, NoiseConfig, poisson_span_lengths
+from bart.data.noise import DenoisingCollator, DenoisingNoise, NoiseConfig, poisson_draws, poisson_table, sample_keys, span_plan
 
 WORDS = ("the quick brown fox jumps over lazy dog while researchers train large language models on "
          "many thousands of documents about science history music and sports in several countries").split()
@@ -40,8 +40,8 @@ def test_mask_statistics_and_alignment(tokenizer):
     # (the masking step alone: zero-length spans are inserted afterwards, by the insertion step)
     every = _noise(tokenizer, permute_sentence_ratio=0.0, mask_random=0.0, replace_length=-1)
     covered = total = 0
-    for index, doc in enumerate(docs):
-        source, _ = every.mask_spans(doc, every.rng(0, index))
+    masked_docs, _ = every.mask_spans(every.flatten(docs, [0] * len(docs), range(len(docs))))
+    for doc, source in zip(docs, masked_docs.documents(0, 2)):
         assert len(source) == len(doc) and source[0] == 0 and source[-1] == 2
         word_start = starts[doc].copy()
         word_start[1] = True
@@ -57,21 +57,40 @@ def test_mask_statistics_and_alignment(tokenizer):
     assert covered / total == pytest.approx(0.30, abs=0.02)
     # the default (one <mask> per span): unmasked tokens appear in the target in order
     default = _noise(tokenizer, permute_sentence_ratio=0.0, mask_random=0.0)
-    lengths = []
-    for index, doc in enumerate(docs):
-        source = default(doc, epoch=0, index=index)
+    for doc, source in zip(docs, default.batch(docs, [0] * len(docs), range(len(docs)))):
         assert _is_subsequence(source[source != mask_id], doc)
-        n_words = int(starts[doc[1:-1]].sum() + (0 if starts[doc[1]] else 1))
-        _, span_lengths, _ = default.plan_spans(n_words, default.rng(0, index))
-        lengths.extend(span_lengths.tolist())
-    assert np.mean(lengths) == pytest.approx(3.5, abs=0.2)
+    n_words = np.array([int(starts[d[2:-1]].sum()) + 1 for d in docs])
+    keys = sample_keys(7, [0] * len(docs), range(len(docs)))
+    _, _, span_lengths, _ = span_plan(n_words, keys, 0.3, 3.5, poisson_table(3.5))
+    assert np.mean(span_lengths) == pytest.approx(3.5, abs=0.2)
+
+
+def test_span_plan_covers_the_budget_without_overlap():
+    n_words = np.array([50, 1, 17, 0, 300, 9])
+    sample, first, length, zero = span_plan(n_words, sample_keys(0, [0] * 6, range(6)), 0.3, 3.5, poisson_table(3.5))
+    for s, n in enumerate(n_words):
+        mine = sample == s
+        assert length[mine].sum() == np.ceil(n * 0.3)  # the budget, exactly
+        ends = first[mine] + length[mine]
+        assert (first[mine][1:] >= ends[:-1]).all() and (first[mine] >= 0).all() and (ends <= n).all()
+    assert (length > 0).all() and (zero >= 0).all()
 
 
 def test_span_lengths_follow_poisson():
-    rng = np.random.default_rng(0)
-    draws = np.concatenate([poisson_span_lengths(rng, 50, 3.5)[:-1] for _ in range(2000)])
-    assert draws.mean() == pytest.approx(3.5, abs=0.1)
-    assert poisson_span_lengths(rng, 17, 3.5).sum() == 17
+    draws = poisson_draws(sample_keys(1, [0] * 2000, range(2000)), 20, poisson_table(3.5))
+    assert draws.mean() == pytest.approx(3.5, abs=0.05) and draws.var() == pytest.approx(3.5, abs=0.15)
+    assert (draws == 0).mean() == pytest.approx(np.exp(-3.5), abs=0.005)
+    assert np.array_equal(draws[:, :5], poisson_draws(sample_keys(1, [0] * 2000, range(2000)), 5, poisson_table(3.5)))
+
+
+def test_noise_does_not_depend_on_the_batch(tokenizer):
+    noise = _noise(tokenizer, insert_ratio=0.1, rotate_ratio=0.5)
+    docs = _documents(tokenizer, 12, seed=5)
+    together = noise.batch(docs, [2] * 12, range(100, 112))
+    for i, doc in enumerate(docs):
+        assert np.array_equal(together[i], noise(doc, 2, 100 + i))
+    reordered = noise.batch(docs[::-1], [2] * 12, range(111, 99, -1))
+    assert all(np.array_equal(a, b) for a, b in zip(together, reordered[::-1]))
 
 
 def test_specials_never_masked_and_determinism(tokenizer):

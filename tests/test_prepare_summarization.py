@@ -157,3 +157,18 @@ def test_xsum_tarball(tmp_path):
     _tarball(tmp_path / "broken.tar.gz", members)
     with pytest.raises(SystemExit, match="has no test.target"):
         main(["xsum", "--tarball", str(tmp_path / "broken.tar.gz"), "--out", str(tmp_path / "out2")])
+
+
+def test_lead_summaries_and_training_passages(tmp_path, punkt_dir):
+    docs = [f"Doc {d} opens here. It goes on for a while. Then it ends, at last." for d in range(5)]
+    (tmp_path / "docs.txt").write_text("\n".join(docs) + "\n\n")
+    out = tmp_path / "out"
+    main(["lead", "--input", str(tmp_path / "docs.txt"), "--out", str(out), "--sizes", "3", "1", "1",
+          "--train_passages"])
+    train = list(zip(_lines(out / "train.source"), _lines(out / "train.target")))
+    assert len(train) == 6  # two passages per training document (each keeps at least two sentences)
+    assert train[0] == (docs[0], "Doc 0 opens here.")
+    assert train[1] == ("It goes on for a while. Then it ends, at last.", "It goes on for a while.")
+    assert list(zip(_lines(out / "test.source"), _lines(out / "test.target"))) == [(docs[4], "Doc 4 opens here.")]
+    with pytest.raises(SystemExit, match="fewer than the 9 asked for"):
+        main(["lead", "--input", str(tmp_path / "docs.txt"), "--out", str(out), "--sizes", "7", "1", "1"])

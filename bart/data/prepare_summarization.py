@@ -7,7 +7,8 @@
     python -m bart.data.prepare_summarization cnn_dm --url_lists url_lists/ \
         --stories cnn/stories dailymail/stories --out data/cnn_dm
         (the raw .story archives and the standard split lists; see bart/data/cnn_dm_stories.py)
-    python -m bart.data.prepare_summarization lead --input docs.txt --out data/demo --sizes 250 25 25
+    python -m bart.data.prepare_summarization lead --input docs.txt --out data/demo --sizes 250 25 25 \
+        [--train_passages]
         (one document per line → the document as source, its first sentence as target)
 
 Newlines inside a field become spaces (one example per line); outputs are written to temporary
@@ -113,7 +114,10 @@ def convert_cnn_dm(url_lists: str, story_dirs: list[str], out_dir: str) -> None:
                   f"(listed in {skipped_path})")
 
 
-def convert_lead(input_path: str, out_dir: str, sizes: list[int]) -> None:
+def convert_lead(input_path: str, out_dir: str, sizes: list[int], train_passages: bool = False) -> None:
+    """Documents → (document, its first sentence). With ``train_passages`` every training document
+    also gives one example per later sentence: the passage from that sentence on, and the sentence
+    (validation and test keep whole documents, so no test text is seen in training)."""
     from utils.nltk_data import sent_tokenize
 
     with open(input_path, encoding="utf-8") as f:
@@ -124,7 +128,14 @@ def convert_lead(input_path: str, out_dir: str, sizes: list[int]) -> None:
     for split, size in zip(("train", "val", "test"), sizes):
         docs = documents[start:start + size]
         start += size
-        write_split(out_dir, split, docs, [sent_tokenize(d)[0] for d in docs])
+        sources, targets = [], []
+        for doc in docs:
+            sentences = sent_tokenize(doc)
+            last = len(sentences) - 1 if (split == "train" and train_passages) else 1
+            for k in range(max(1, last)):
+                sources.append(" ".join(sentences[k:]))
+                targets.append(sentences[k])
+        write_split(out_dir, split, sources, targets)
 
 
 def main(argv=None) -> None:
@@ -146,6 +157,8 @@ def main(argv=None) -> None:
     lead.add_argument("--input", required=True)
     lead.add_argument("--out", required=True)
     lead.add_argument("--sizes", type=int, nargs=3, default=[250, 25, 25], metavar=("TRAIN", "VAL", "TEST"))
+    lead.add_argument("--train_passages", action="store_true",
+                      help="one training example per sentence of a training document (the passage from it on)")
     args = parser.parse_args(argv)
     try:
         if args.command == "hf":
@@ -155,7 +168,7 @@ def main(argv=None) -> None:
         elif args.command == "cnn_dm":
             convert_cnn_dm(args.url_lists, args.stories, args.out)
         else:
-            convert_lead(args.input, args.out, args.sizes)
+            convert_lead(args.input, args.out, args.sizes, args.train_passages)
     except (FileNotFoundError, ValueError, UnicodeDecodeError) as err:
         sys.exit(f"prepare_summarization: {err}")
 
