@@ -142,10 +142,13 @@ class _BeamState:
         source_beam, token = top_index // vocab, top_index % vocab
         candidates = _gather(self.running, source_beam)
         candidates[:, :, cur_len] = token
-        hits_stop = (token == opts.eos_token_id) | (cur_len + 1 >= opts.max_length)
-        # continue with the best candidates that did not stop
+        is_eos = token == opts.eos_token_id
+        hits_stop = is_eos | (cur_len + 1 >= opts.max_length)
+        # continue with the best candidates that did not stop; rank them before adding NEG to all of
+        # them at max_length (-1e9 + x rounds to a multiple of 64 in float32: the order would be lost,
+        # and with beam groups the tokens of this last step feed the diversity penalty of later groups)
         running_scores = top_scores + hits_stop.float() * NEG
-        pick = running_scores.topk(beams, dim=1).indices
+        pick = (top_scores + is_eos.float() * NEG).topk(beams, dim=1).indices
         self.running = _gather(candidates, pick)
         self.running_scores = _gather(running_scores, pick)
         chosen_source = _gather(source_beam, pick)
@@ -165,15 +168,22 @@ class _BeamState:
         self.is_finished = _gather(torch.cat([self.is_finished, just_finished], dim=1), best)
         self.generated = _gather(torch.cat([self.generated, torch.full_like(just_finished, generated, dtype=torch.long)], 1), best)
         self.hits_stop = hits_stop
-        self._update_improvable(cur_len + 1, opts)
+        # plain beam search follows transformers >= 4.50 (best running beam); group beam search follows
+        # the classic BeamSearchScorer, whose is_done takes the best of all candidates, eos ones included
+        best = top_scores[:, :1] if opts.num_beam_groups > 1 else self.running_scores[:, :1]
+        self._update_improvable(cur_len + 1, opts, best)
         return chosen_source
 
-    def _update_improvable(self, cur_len: int, opts: GenerationOptions) -> None:
+    def done(self, opts: GenerationOptions) -> torch.Tensor:
+        """(batch, 1) bool: sources for which this group takes no further part (classic ``_done``)."""
+        return ~self.improvable | (self.is_finished.all(-1, keepdim=True) & (opts.early_stopping is True))
+
+    def _update_improvable(self, cur_len: int, opts: GenerationOptions, best: torch.Tensor) -> None:
         if opts.early_stopping == "never" and opts.length_penalty > 0.0:
             best_length = opts.max_length - 1
         else:
             best_length = cur_len - 1
-        best_running = self.running_scores[:, :1] / (best_length ** opts.length_penalty)
+        best_running = best / (best_length ** opts.length_penalty)
         worst_finished = torch.where(self.is_finished, self.finished_scores.min(1, keepdim=True).values,
                                      torch.full_like(self.finished_scores, NEG))
         self.improvable = self.improvable & (best_running > worst_finished).any(-1, keepdim=True)
@@ -209,9 +219,10 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
             group_tokens = state.running[:, :, :cur_len].reshape(batch * group_size, cur_len)
             group_log_probs = process_scores(opts, group_tokens, group_log_probs, encoder_ids)
             step_scores.append(group_log_probs.view(batch, group_size, -1))
+            done = state.done(opts)  # a group already done for a source idles on pad tokens
             source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts)
             sources.append(source + g * group_size)
-            chosen.append(state.running[:, :, cur_len])
+            chosen.append(state.running[:, :, cur_len].masked_fill(done, opts.pad_token_id))
         if opts.output_scores:
             all_scores.append(torch.stack(step_scores, 1).view(batch * opts.num_beams, -1))
         offsets = torch.arange(batch, device=device)[:, None] * opts.num_beams
