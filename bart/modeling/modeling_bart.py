@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bart.configuration.configuration_bart import BartConfig
+from bart.modeling.cross_entropy import cross_entropy
 
 # One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
 LayerCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -103,8 +104,18 @@ class BartAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
 
+    def _project(self, states: torch.Tensor, projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
+        """Several projections of the same states as ONE matrix multiplication (the weights are
+        concatenated, not stored fused, so parameter names stay Hugging Face's), split into heads."""
+        weight = torch.cat([p.weight for p in projections])
+        bias = torch.cat([p.bias for p in projections])
+        return tuple(self._heads(x) for x in F.linear(states, weight, bias).split(self.embed_dim, dim=-1))
+
     def project_kv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._heads(self.k_proj(states)), self._heads(self.v_proj(states))
+        return self._project(states, (self.k_proj, self.v_proj))
+
+    def project_qkv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._project(states, (self.q_proj, self.k_proj, self.v_proj))
 
     def forward(
         self,
@@ -112,14 +123,17 @@ class BartAttention(nn.Module):
         key_value: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
         attn_mask: Optional[torch.Tensor] = None,
         is_causal: bool = False,
+        query: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """``key_value`` are projected (B_kv, H, S, Dh) keys/values; None → self-attention."""
+        """``key_value`` are projected (B_kv, H, S, Dh) keys/values; None → self-attention.
+        ``query``: the already projected (B, H, T, Dh) queries, when the caller projected them."""
         batch, q_len, _ = hidden_states.shape
-        query = self._heads(self.q_proj(hidden_states))
         if key_value is None:
-            key, value = self.project_kv(hidden_states)
+            query, key, value = self.project_qkv(hidden_states)
         else:
             key, value = key_value
+            if query is None:
+                query = self._heads(self.q_proj(hidden_states))
         fold = batch // key.shape[0]
         if fold > 1:  # (B*r, H, T, Dh) → (B, H, r*T, Dh)
             query = query.view(key.shape[0], fold, self.num_heads, q_len, self.head_dim)
@@ -181,13 +195,13 @@ class BartDecoderLayer(_Layer):
         self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model)
 
     def _self_attention(self, h, self_mask, past, new_cache: list):
-        key, value = self.self_attn.project_kv(h)
+        query, key, value = self.self_attn.project_qkv(h)
         if past is not None:
             key, value = torch.cat([past[0], key], dim=2), torch.cat([past[1], value], dim=2)
         new_cache.extend((key, value))
         # A single new query over a cache sees every key: no causal mask needed.
         causal = self_mask is None and h.shape[1] > 1
-        return self.self_attn(h, key_value=(key, value), attn_mask=self_mask, is_causal=causal)
+        return self.self_attn(h, key_value=(key, value), attn_mask=self_mask, is_causal=causal, query=query)
 
     def forward(self, hidden, encoder_hidden, cross_mask, self_mask=None, past: Optional[LayerCache] = None,
                 use_cache: bool = False):
@@ -218,8 +232,12 @@ class _Stack(nn.Module):
             self.layer_norm = nn.LayerNorm(config.d_model)
         self.gradient_checkpointing = bool(getattr(config, "gradient_checkpointing", False))
 
-    def embed(self, input_ids: torch.Tensor, past_length: int = 0) -> torch.Tensor:
-        tokens = self.embed_tokens(input_ids) * self.embed_scale
+    def embed(self, input_ids: torch.Tensor, past_length: int = 0,
+              token_embeddings: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``token_embeddings``: ``embed_tokens(input_ids)`` when the caller already looked them up."""
+        if token_embeddings is None:
+            token_embeddings = self.embed_tokens(input_ids)
+        tokens = token_embeddings * self.embed_scale
         hidden = tokens + self.embed_positions(input_ids.shape[1], past_length).to(tokens.dtype)
         return F.dropout(self.layernorm_embedding(hidden), self.dropout, self.training)
 
@@ -240,8 +258,9 @@ class BartEncoder(_Stack):
     def __init__(self, config: BartConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__(config, embed_tokens, BartEncoderLayer, config.encoder_layers, config.encoder_layerdrop)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        hidden = self.embed(input_ids)
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                token_embeddings: Optional[torch.Tensor] = None) -> torch.Tensor:
+        hidden = self.embed(input_ids, token_embeddings=token_embeddings)
         attn_mask = None if attention_mask is None else padding_mask_to_bool(attention_mask)
         for layer in self.layers:
             if not self.drop_layer():
@@ -267,10 +286,11 @@ class BartDecoder(_Stack):
         return keep
 
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, attention_mask=None,
-                past_key_values: Optional[list[LayerCache]] = None, use_cache: bool = False):
+                past_key_values: Optional[list[LayerCache]] = None, use_cache: bool = False,
+                token_embeddings: Optional[torch.Tensor] = None):
         """Returns (hidden_states, new cache or None). The cache holds each layer's self and cross K/V."""
         past_length = 0 if past_key_values is None else past_key_values[0][0].shape[2]
-        hidden = self.embed(input_ids, past_length)
+        hidden = self.embed(input_ids, past_length, token_embeddings)
         cross_mask = None if encoder_attention_mask is None else padding_mask_to_bool(encoder_attention_mask)
         self_mask = self._self_mask(attention_mask, input_ids.shape[1], past_length, hidden.device)
         caches: list[LayerCache] = []
@@ -343,10 +363,19 @@ class BartModel(BartPreTrainedModel):
                 raise ValueError("BartModel needs decoder_input_ids (or input_ids to shift right)")
             decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id,
                                                    self.config.decoder_start_token_id)
+        decoder_tokens = None
         if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids, attention_mask)
+            encoder_tokens = None
+            if past_key_values is None and self.encoder.embed_tokens is self.decoder.embed_tokens is self.shared:
+                # One lookup for both stacks: in backward the shared table then gets one dense gradient
+                # from the lookups instead of two (each a zero-filled vocab x d_model buffer, then summed).
+                both = self.shared(torch.cat([input_ids.reshape(-1), decoder_input_ids.reshape(-1)]))
+                encoder_tokens, decoder_tokens = both.split([input_ids.numel(), decoder_input_ids.numel()])
+                encoder_tokens = encoder_tokens.view(*input_ids.shape, -1)
+                decoder_tokens = decoder_tokens.view(*decoder_input_ids.shape, -1)
+            encoder_outputs = self.encoder(input_ids, attention_mask, encoder_tokens)
         hidden, cache = self.decoder(decoder_input_ids, encoder_outputs, attention_mask, decoder_attention_mask,
-                                     past_key_values, use_cache)
+                                     past_key_values, use_cache, decoder_tokens)
         return Seq2SeqModelOutput(hidden, cache, encoder_outputs)
 
 
@@ -363,7 +392,8 @@ class BartForConditionalGeneration(BartPreTrainedModel):
         return self.model.encoder
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden) + self.final_logits_bias.to(hidden.dtype)
+        # the bias inside the matrix multiplication: no second pass over the (tokens x vocab) logits
+        return F.linear(hidden, self.lm_head.weight, self.final_logits_bias[0].to(hidden.dtype))
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 labels=None, encoder_outputs=None, past_key_values=None, use_cache: bool = False,
@@ -377,8 +407,8 @@ class BartForConditionalGeneration(BartPreTrainedModel):
         logits = self.lm_logits(out.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                   ignore_index=-100, label_smoothing=label_smoothing, reduction=reduction)
+            loss = cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                                 ignore_index=-100, label_smoothing=label_smoothing, reduction=reduction)
         result = Seq2SeqLMOutput(loss, logits, out.past_key_values, out.encoder_last_hidden_state)
         if not return_dict:
             return tuple(v for v in (result.loss, result.logits) if v is not None)
