@@ -3,7 +3,8 @@
 # <data folder>/pretrain_lddl_128 and <data folder>/pretrain_lddl_512.
 # usage: bash scripts/preprocess_pretrain_data.sh <wikipedia> <common crawl> <openwebtext> <data folder>
 # A corpus folder that does not exist is skipped (at least one must exist). Runs the dask pipeline on
-# MPI when mpirun and dask-mpi are available and NPROC >= 3, on a local dask cluster otherwise.
+# MPI when mpirun and dask-mpi are available and NPROC >= 3 (then balanced in one process), on a
+# local dask cluster otherwise.
 # Environment: NPROC (processes, default all cores), NUM_SHARDS (256; a multiple of GPUs x workers).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,9 +19,12 @@ ARGS=()
 [ ${#ARGS[@]} -gt 0 ] || { echo "preprocess_pretrain_data.sh: none of the three corpora exists" >&2; exit 2; }
 mkdir -p "$DATA"
 if command -v mpirun >/dev/null && "$PYTHON" -c "import dask_mpi" 2>/dev/null && [ "$NPROC" -ge 3 ]; then
-  echo "running on MPI with $NPROC ranks"
-  mpirun -np "$NPROC" "$PYTHON" -m bart.data.preprocess "${ARGS[@]}" --out "$DATA" --seq_lengths 128 512 \
-    --num_shards "${NUM_SHARDS:-256}" --schedule mpi
+  echo "running the dask pipeline on MPI with $NPROC ranks, then balancing in one process"
+  for LENGTH in 128 512; do  # dask-mpi starts once per mpirun: one length per run
+    mpirun -np "$NPROC" "$PYTHON" -m bart.data.preprocess "${ARGS[@]}" --out "$DATA" --seq_lengths "$LENGTH" \
+      --num_shards "${NUM_SHARDS:-256}" --schedule mpi --stage preprocess
+  done
+  "$PYTHON" -m bart.data.preprocess --out "$DATA" --seq_lengths 128 512 --num_shards "${NUM_SHARDS:-256}" --stage balance
 else
   echo "running on a local dask cluster with $NPROC workers"
   "$PYTHON" -m bart.data.preprocess "${ARGS[@]}" --out "$DATA" --seq_lengths 128 512 \

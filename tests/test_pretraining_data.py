@@ -85,3 +85,38 @@ def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch(shards, tokenize
         assert not a & b
         assert sorted(map(tuple, r0[epoch] + r1[epoch])) == sorted(map(tuple, single[epoch]))
     assert r0[0] != r0[1] and r1[0] != r1[1]
+
+
+def test_mpi_schedule_needs_the_preprocess_stage(tmp_path):
+    """Under dask-mpi only the client rank would reach the balancer, whose MPI collectives then wait
+    forever for the scheduler and worker ranks: that combination is refused with the fix named."""
+    corpus = write_corpus(str(tmp_path / "corpus"), documents=10)
+    for lengths, stage in (([64], "all"), ([64], "balance"), ([64, 128], "preprocess")):
+        with pytest.raises(ValueError, match="--stage preprocess"):
+            preprocess({"common_crawl": corpus}, str(tmp_path / "data"), lengths, 2, 1, schedule="mpi", stage=stage)
+    with pytest.raises(FileNotFoundError, match="run --stage preprocess"):
+        preprocess({}, str(tmp_path / "data"), [64], 2, 1, stage="balance")
+
+
+@pytest.mark.skipif(subprocess.run(["which", "mpirun"], capture_output=True).returncode != 0,
+                    reason="needs mpirun (the mpich package of requirements.txt provides it)")
+def test_preprocess_script_on_mpi(tmp_path, punkt_dir):
+    """scripts/preprocess_pretrain_data.sh with 3 MPI ranks: the dask pipeline on dask-mpi for each
+    length, then balancing in one process; the shards equal a local run's row count."""
+    pytest.importorskip("dask_mpi", reason="dask-mpi is in requirements.txt")
+    corpus = write_corpus(str(tmp_path / "cc"), documents=60)
+    env = dict(os.environ, NPROC="3", NUM_SHARDS="2", NLTK_DATA=str(punkt_dir))
+    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(tmp_path / "none"), corpus,
+                          str(tmp_path / "none"), str(tmp_path / "data")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "on MPI with 3 ranks" in run.stdout
+    local = preprocess({"common_crawl": corpus}, str(tmp_path / "local"), [128, 512], num_shards=2, workers=1,
+                       log=lambda _: None)
+    for length, local_folder in zip((128, 512), local):
+        folder = tmp_path / "data" / f"pretrain_lddl_{length}"
+        assert output_complete(str(folder))
+        assert not (tmp_path / "data" / f"pretrain_lddl_{length}.raw.tmp").exists()
+        counts = json.load(open(folder / ".num_samples.json"))
+        assert len(counts) == 2 and max(counts.values()) - min(counts.values()) <= 1
+        assert sum(counts.values()) == sum(json.load(open(os.path.join(local_folder, ".num_samples.json"))).values())

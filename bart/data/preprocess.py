@@ -7,8 +7,11 @@ Corpora are folders of ``*.txt`` files, one document per line (Wikipedia as LDDL
 it out: ``<path>/<lang>/``); any of them may be absent. For each length L, LDDL's
 preprocess_bart_pretrain (sentences split with nltk Punkt, offline data) writes raw shards, and
 LDDL's balancer turns them into ``pretrain_lddl_{L}/shard-*.parquet`` with ``.num_samples.json``.
-A folder that is already complete is left alone. ``--schedule mpi`` runs the dask pipeline on MPI
-(start with mpirun, needs dask-mpi); ``local`` (default) on a local dask cluster.
+A folder that is already complete is left alone. ``--schedule local`` (default) runs both steps on
+a local dask cluster. ``--schedule mpi`` runs the dask pipeline on MPI (start with mpirun, needs
+dask-mpi) and only that step, for one length per mpirun: dask-mpi's scheduler and worker ranks
+never reach the balancer, whose MPI collectives would wait for them forever. Balance afterwards in
+a plain process with ``--stage balance`` (scripts/preprocess_pretrain_data.sh does both).
 """
 from __future__ import annotations
 
@@ -53,15 +56,26 @@ def run_lddl_preprocess(corpora: dict, sink: str, seq_length: int, workers: int,
     lddl_pretrain.main(lddl_pretrain.attach_args(argparse.ArgumentParser()).parse_args(argv))
 
 
+STAGES = ("all", "preprocess", "balance")
+
+
 def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: int, workers: int,
-               schedule: str = "local", log=print) -> list[str]:
+               schedule: str = "local", log=print, stage: str = "all") -> list[str]:
+    """``stage``: "all" (preprocess then balance), "preprocess" (leaves ``pretrain_lddl_{L}.raw.tmp``)
+    or "balance" (turns that folder into ``pretrain_lddl_{L}``)."""
     from bart.data.lddl_compat import balance_shards
 
-    missing = {k: v for k, v in corpora.items() if not os.path.isdir(v)}
-    if missing:
-        raise FileNotFoundError("corpus folder(s) not found: " + ", ".join(f"--{k} {v}" for k, v in missing.items()))
-    if not corpora:
-        raise ValueError("no corpus given: pass at least one of --wikipedia, --common_crawl, --open_webtext")
+    if schedule == "mpi" and (stage != "preprocess" or len(seq_lengths) != 1):
+        raise ValueError("--schedule mpi runs only the dask pipeline, for one length per mpirun: pass "
+                         "--stage preprocess and one --seq_lengths value, then balance in a plain process "
+                         "with --stage balance (as scripts/preprocess_pretrain_data.sh does)")
+    if stage != "balance":
+        missing = {k: v for k, v in corpora.items() if not os.path.isdir(v)}
+        if missing:
+            raise FileNotFoundError("corpus folder(s) not found: "
+                                    + ", ".join(f"--{k} {v}" for k, v in missing.items()))
+        if not corpora:
+            raise ValueError("no corpus given: pass at least one of --wikipedia, --common_crawl, --open_webtext")
     written = []
     for length in seq_lengths:
         final = os.path.join(out_dir, f"pretrain_lddl_{length}")
@@ -70,12 +84,18 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
             written.append(final)
             continue
         raw, staging = final + ".raw.tmp", final + ".balanced.tmp"
-        for path in (raw, staging):
-            shutil.rmtree(path, ignore_errors=True)
         start = time.perf_counter()
-        log(f"[preprocess] length {length}: LDDL preprocess_bart_pretrain ({schedule}, {workers} workers) → {raw}")
-        run_lddl_preprocess(corpora, raw, length, workers, schedule, num_blocks=max(num_shards, workers))
+        if stage != "balance":
+            shutil.rmtree(raw, ignore_errors=True)
+            log(f"[preprocess] length {length}: LDDL preprocess_bart_pretrain ({schedule}, {workers} workers) → {raw}")
+            run_lddl_preprocess(corpora, raw, length, workers, schedule, num_blocks=max(num_shards, workers))
+            if stage == "preprocess":
+                log(f"[preprocess] length {length}: raw shards in {raw}; balance them with --stage balance")
+                continue
+        elif not os.path.isdir(raw):
+            raise FileNotFoundError(f"{raw} not found: run --stage preprocess for length {length} first")
         log(f"[preprocess] length {length}: balancing into {num_shards} shards → {final}")
+        shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
         counts = balance_shards(raw, staging, num_shards)
         shutil.rmtree(raw, ignore_errors=True)
@@ -97,11 +117,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num_shards", type=int, default=256,
                         help="balanced shards per length; a multiple of GPUs x loader workers")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="dask worker processes")
-    parser.add_argument("--schedule", choices=("local", "mpi"), default="local")
+    parser.add_argument("--schedule", choices=("local", "mpi"), default="local",
+                        help="mpi: the dask pipeline on mpirun's ranks (with --stage preprocess, one length)")
+    parser.add_argument("--stage", choices=STAGES, default="all",
+                        help="all: preprocess and balance; preprocess: raw shards only; balance: raw → balanced")
     args = parser.parse_args(argv)
     corpora = {k: getattr(args, k) for k in ("wikipedia", "common_crawl", "open_webtext") if getattr(args, k)}
     try:
-        preprocess(corpora, args.out, args.seq_lengths, args.num_shards, args.workers, args.schedule)
+        preprocess(corpora, args.out, args.seq_lengths, args.num_shards, args.workers, args.schedule,
+                   stage=args.stage)
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"preprocess: {err}")
 
