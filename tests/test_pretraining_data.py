@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from bart.data.noise import NoiseConfig
 from bart.data.preprocess import output_complete, preprocess
