@@ -105,8 +105,12 @@ class BartAttention(nn.Module):
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
 
     def _project(self, states: torch.Tensor, projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
-        """Several projections of the same states as ONE matrix multiplication (the weights are
-        concatenated, not stored fused, so parameter names stay Hugging Face's), split into heads."""
+        """Several projections of the same states, split into heads. In training as ONE matrix
+        multiplication (fewer GEMMs forward and backward; the weights are concatenated per call, not
+        stored fused, so parameter names stay Hugging Face's). Without autograd (generation, one token
+        per step, bound by reading weights) that copy would cost more than it saves: one GEMM each."""
+        if not torch.is_grad_enabled():
+            return tuple(self._heads(p(states)) for p in projections)
         weight = torch.cat([p.weight for p in projections])
         bias = torch.cat([p.bias for p in projections])
         return tuple(self._heads(x) for x in F.linear(states, weight, bias).split(self.embed_dim, dim=-1))
