@@ -33,3 +33,72 @@ def test_logits_left_untouched_and_errors():
         cross_entropy(logits, torch.tensor([1, 2, 3, 4]), reduction="none")
     with pytest.raises(ValueError, match="tokens"):
         cross_entropy(logits[None], torch.tensor([[1, 2, 3, 4]]))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_linear_cross_entropy_matches_logits_then_loss(smoothing, reduction):
+    from bart.modeling.cross_entropy import linear_cross_entropy
+    torch.manual_seed(0)
+    hidden = torch.randn(37, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(53, 8, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(53, dtype=torch.float64)
+    labels = torch.randint(0, 53, (37,))
+    labels[::5] = -100
+    expected = F.cross_entropy(F.linear(hidden, weight, bias), labels, ignore_index=-100,
+                               label_smoothing=smoothing, reduction=reduction)
+    expected_grads = torch.autograd.grad(expected * 3.0, (hidden, weight))
+    # chunks of 10 tokens: the last chunk is partial, one chunk holds only ignored tokens' neighbours
+    loss = linear_cross_entropy(hidden, weight, labels, bias=bias, label_smoothing=smoothing, reduction=reduction,
+                                chunk_tokens=10)
+    grads = torch.autograd.grad(loss * 3.0, (hidden, weight))
+    torch.testing.assert_close(loss, expected)
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want)
+
+
+def test_fused_cross_entropy_in_the_model_equals_the_plain_loss():
+    from bart.modeling import BartForConditionalGeneration
+    from tests.helpers.synthetic import tiny_config
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(dropout=0.0))
+    ids = torch.randint(4, 64, (3, 9))
+    labels = torch.randint(4, 64, (3, 5))
+    labels[0, 3:] = -100
+    results = []
+    for fused in (False, True):
+        model.zero_grad()
+        out = model(input_ids=ids, labels=labels, label_smoothing=0.1, reduction="sum", fused_cross_entropy=fused)
+        out.loss.backward()
+        results.append((out.loss.detach(), [p.grad.clone() for p in model.parameters()], out.logits))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for got, want in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert results[1][2] is None  # the logits are never built
+
+
+def test_gpu_benchmark_flops_formula_counts_the_models_matmul_weights():
+    """bench_gpu_training's model FLOPs: 6 x (each Linear's weights x the tokens it sees) + attention,
+    checked against the Linear layers of a real model, not restated from the formula."""
+    import importlib.util
+    import os
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                        "bench_gpu_training.py")
+    spec = importlib.util.spec_from_file_location("bench_gpu_training", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = BartConfig(vocab_size=100, d_model=16, encoder_layers=2, decoder_layers=3, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=40, decoder_ffn_dim=24, max_position_embeddings=64)
+    model = BartForConditionalGeneration(config)
+    source, target = 11, 7
+    expected = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and name != "lm_head":
+            on_source = ".encoder." in name or ("encoder_attn." in name and name.split(".")[-1] in ("k_proj", "v_proj"))
+            expected += module.weight.numel() * (source if on_source else target)
+    expected += model.lm_head.weight.numel() * target
+    d = config.d_model
+    attention = 2 * d * (2 * source ** 2 + 3 * (target ** 2 + target * source))
+    assert bench.model_flops_per_sequence(config, source, target) == 3 * (2 * expected + 2 * attention)

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bart.configuration.configuration_bart import BartConfig
-from bart.modeling.cross_entropy import cross_entropy
+from bart.modeling.cross_entropy import cross_entropy, linear_cross_entropy
 
 # One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
 LayerCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -401,18 +401,28 @@ class BartForConditionalGeneration(BartPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 labels=None, encoder_outputs=None, past_key_values=None, use_cache: bool = False,
-                label_smoothing: float = 0.0, reduction: str = "mean", return_dict: bool = True):
+                label_smoothing: float = 0.0, reduction: str = "mean", return_dict: bool = True,
+                fused_cross_entropy: bool = False):
         """Loss ignores label -100; ``reduction="sum"`` lets a training loop normalise by the number of
-        target tokens of a whole optimizer step. ``label_smoothing`` spreads that mass uniformly."""
+        target tokens of a whole optimizer step. ``label_smoothing`` spreads that mass uniformly.
+        ``fused_cross_entropy`` (with labels): the LM head and the loss in token chunks, so the
+        (tokens x vocab) logits never exist; ``logits`` is then None."""
         if labels is not None and decoder_input_ids is None:
             decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
         out = self.model(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask,
                          encoder_outputs, past_key_values, use_cache)
-        logits = self.lm_logits(out.last_hidden_state)
-        loss = None
-        if labels is not None:
+        loss = logits = None
+        if labels is not None and fused_cross_entropy:
+            hidden = out.last_hidden_state
+            loss = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.lm_head.weight, labels.reshape(-1),
+                                        bias=self.final_logits_bias[0], label_smoothing=label_smoothing,
+                                        reduction=reduction)
+        elif labels is not None:
+            logits = self.lm_logits(out.last_hidden_state)
             loss = cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1),
                                  ignore_index=-100, label_smoothing=label_smoothing, reduction=reduction)
+        else:
+            logits = self.lm_logits(out.last_hidden_state)
         result = Seq2SeqLMOutput(loss, logits, out.past_key_values, out.encoder_last_hidden_state)
         if not return_dict:
             return tuple(v for v in (result.loss, result.logits) if v is not None)

@@ -37,6 +37,9 @@ def add_shared_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--tokenizer", default=os.environ.get("TOKENIZER", "facebook/bart-large"),
                        help="tokenizer folder or hub id (offline: python -m bart.tokenization.build_tokenizer DIR)")
     model.add_argument("--compile", action="store_true", help="torch.compile the model")
+    model.add_argument("--fused_cross_entropy", action="store_true",
+                       help="LM head and loss computed in token chunks: the (tokens x vocab) logits are never "
+                            "stored (less memory for large batches; same loss and gradients)")
 
     data = parser.add_argument_group("data")
     data.add_argument("--data_dir", required=True, help="training data folder")

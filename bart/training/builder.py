@@ -79,6 +79,7 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
         max_consecutive_nonfinite=args.max_consecutive_nonfinite, step_offset=args.phase1_end_step,
         val_check_interval=getattr(args, "val_check_interval", 0),
         allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=args.compile,
+        fused_cross_entropy=args.fused_cross_entropy,
         find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
         final_checkpoint_name=final_checkpoint_name, run_args=vars(args))
     trainer = Trainer(model, optimizer, scheduler, train_data, config, clips_internally=clips_internally,

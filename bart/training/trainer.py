@@ -43,6 +43,7 @@ class TrainerConfig:
     val_check_interval: int = 0
     allreduce_half_precision: bool = False
     compile: bool = False
+    fused_cross_entropy: bool = False       # LM head + loss in token chunks: no (tokens x vocab) logits
     find_unused_parameters: bool = False
     progress_bar: bool = True
     final_checkpoint_name: Optional[str] = None  # default _step{N}.ckpt; may use {epoch} and {step}
@@ -137,7 +138,8 @@ class Trainer:
                 with self._autocast():
                     out = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                                              decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
-                                             label_smoothing=self.config.label_smoothing, reduction="sum")
+                                             label_smoothing=self.config.label_smoothing, reduction="sum",
+                                             fused_cross_entropy=self.config.fused_cross_entropy)
                 loss = out.loss * loss_scale
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += out.loss.detach().float()
