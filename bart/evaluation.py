@@ -6,13 +6,18 @@ for latency percentiles.
 """
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
 from typing import Optional
 
 import numpy as np
 import torch
 
+from bart.data.summarization import read_split
 from utils import distributed as dist_utils
+from utils.dllogger_compat import Logger
 from utils.metrics import calculate_bleu, calculate_rouge
 
 
@@ -62,3 +67,52 @@ def score(task: str, predictions: list[str], references: list[str]) -> dict:
     if task == "translation":
         return calculate_bleu(predictions, references)
     return calculate_rouge(predictions, references)
+
+
+def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, task: str, batch_size: int,
+                  max_source_length: int, gen_kwargs: dict, n_obs: Optional[int] = None,
+                  autocast_dtype: Optional[torch.dtype] = None) -> dict:
+    """Generate for a split, score it, and (rank 0) write ``{split}_generations.txt`` and
+    ``{split}_rouge.json`` (``_bleu.json`` for translation). Returns the metrics."""
+    sources, targets = read_split(data_dir, split, n_obs)
+    predictions, _ = generate_texts(model, tokenizer, sources, batch_size, max_source_length, gen_kwargs,
+                                    autocast_dtype)
+    metrics = score(task, predictions, targets)
+    if dist_utils.is_main_process():
+        with open(os.path.join(output_dir, f"{split}_generations.txt"), "w", encoding="utf-8") as f:
+            f.writelines(p + "\n" for p in predictions)
+        with open(os.path.join(output_dir, f"{split}_{'bleu' if task == 'translation' else 'rouge'}.json"), "w") as f:
+            json.dump(metrics, f, indent=2)
+    return metrics
+
+
+def run_evaluation(model, tokenizer, args, gen_kwargs: dict, autocast_dtype: Optional[torch.dtype],
+                   is_main: bool) -> dict:
+    """run_eval.py's work: generate for ``args.type_path``, write the generations, the metrics
+    (``{type_path}_rouge.json`` / ``_bleu.json``) and the dllogger record with latency figures."""
+    sources, targets = read_split(args.data_dir, args.type_path, args.n_obs)
+    start = time.perf_counter()
+    predictions, latencies = generate_texts(model, tokenizer, [args.prefix + s for s in sources], args.eval_batch_size,
+                                            args.max_source_length, gen_kwargs, autocast_dtype)
+    elapsed = time.perf_counter() - start
+    all_latencies = [x for part in dist_utils.all_gather_objects(latencies) for x in part]
+    result = {}
+    if is_main:
+        os.makedirs(args.save_path, exist_ok=True)
+        with open(os.path.join(args.save_path, f"{args.type_path}_generations.txt"), "w", encoding="utf-8") as f:
+            f.writelines(p.replace("\n", " ") + "\n" for p in predictions)
+        result = score(args.task, predictions, targets)
+        stats = latency_stats(all_latencies, len(sources), elapsed)
+        result.update(n_obs=len(sources), runtime_s=round(elapsed, 4), seconds_per_sample=round(elapsed / len(sources), 6))
+        if args.info:
+            result["info"] = args.info
+        if args.dump_args:
+            result["generate_kwargs"] = gen_kwargs
+        name = "bleu" if args.task == "translation" else "rouge"
+        with open(os.path.join(args.save_path, f"{args.type_path}_{name}.json"), "w") as f:
+            json.dump(result, f, indent=2)
+        logger = Logger(args.json_summary or os.path.join(args.save_path, "dllogger.json"))
+        logger.log(step=(), data={**{k: v for k, v in result.items() if isinstance(v, (int, float))}, **stats})
+        logger.close()
+        print(json.dumps(result, indent=2), file=sys.stderr)
+    return result

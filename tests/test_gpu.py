@@ -10,12 +10,13 @@ from tests.helpers.synthetic import SyntheticBatches, tiny_config
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-def _train(tmp_path, precision, steps=20):
+def _train(tmp_path, precision, steps=20, **options):
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0)).cuda()
     opt, clips = build_optimizer(model, "lamb", lr=2e-2, weight_decay=0.01)
     sched = build_scheduler(opt, "linear", 2, steps)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=steps, log_freq=1, precision=precision, progress_bar=False)
+    config = TrainerConfig(output_dir=str(tmp_path), max_steps=steps, log_freq=1, precision=precision, progress_bar=False,
+                           **options)
     trainer = Trainer(model, opt, sched, SyntheticBatches(4, 8), config, clips_internally=clips)
     trainer.fit()
     assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast, fp32 master weights
@@ -63,18 +64,8 @@ def test_generation_on_cuda_equals_cpu():
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_fused_cross_entropy_trains_like_the_plain_loss(tmp_path, precision):
     """--fused_cross_entropy under autocast: same losses as the logits path over 20 updates."""
-    def run(fused):
-        torch.manual_seed(0)
-        model = BartForConditionalGeneration(tiny_config(dropout=0.0)).cuda()
-        opt, clips = build_optimizer(model, "lamb", lr=2e-2, weight_decay=0.01)
-        config = TrainerConfig(output_dir=str(tmp_path / str(fused)), max_steps=20, log_freq=1, precision=precision,
-                               progress_bar=False, fused_cross_entropy=fused, label_smoothing=0.1)
-        trainer = Trainer(model, opt, build_scheduler(opt, "linear", 2, 20), SyntheticBatches(4, 8), config,
-                          clips_internally=clips)
-        trainer.fit()
-        return [h["loss"] for h in trainer.history]
-
-    plain, fused = run(False), run(True)
+    plain = _train(tmp_path / "plain", precision, label_smoothing=0.1)
+    fused = _train(tmp_path / "fused", precision, label_smoothing=0.1, fused_cross_entropy=True)
     # bf16 rounds the logits; the fused path rounds the same products per chunk: both stay close
     assert max(abs(a - b) for a, b in zip(plain, fused)) < 2e-2, (plain, fused)
 
@@ -127,16 +118,6 @@ def test_generation_bf16_matches_fp32_tokens(tmp_path, beams):
 
 
 def test_compile_trains_like_eager_on_cuda(tmp_path):
-    def run(compiled):
-        torch.manual_seed(0)
-        model = BartForConditionalGeneration(tiny_config(dropout=0.0)).cuda()
-        opt, clips = build_optimizer(model, "lamb", lr=2e-2, weight_decay=0.01)
-        config = TrainerConfig(output_dir=str(tmp_path / str(compiled)), max_steps=6, log_freq=1, precision="bf16",
-                               progress_bar=False, compile=compiled)
-        trainer = Trainer(model, opt, build_scheduler(opt, "linear", 2, 6), SyntheticBatches(4, 8), config,
-                          clips_internally=clips)
-        trainer.fit()
-        return [h["loss"] for h in trainer.history]
-
-    eager, compiled = run(False), run(True)
+    eager = _train(tmp_path / "eager", "bf16", steps=6)
+    compiled = _train(tmp_path / "compiled", "bf16", steps=6, compile=True)
     assert max(abs(a - b) for a, b in zip(eager, compiled)) < 2e-2, (eager, compiled)

@@ -24,7 +24,7 @@ def _documents(tokenizer, count, seed=0, sentences_per_doc=(2, 6)):
 def _noise(tokenizer, **overrides):
     config = NoiseConfig(**overrides)
     return DenoisingNoise(config, tokenizer.word_start_mask(), tokenizer.sentence_end_mask(),
-                          tokenizer.mask_token_id, len(tokenizer), seed=7)
+                          tokenizer.mask_token_id, seed=7)
 
 
 def _is_subsequence(short, long):

@@ -42,12 +42,6 @@ def test_chosen_values_and_state_round_trip():
     assert sched2.get_last_lr() == sched.get_last_lr()
 
 
-def test_phase2_offset_restarts_the_schedule():
-    opt = _opt(1e-3)
-    sched = build_scheduler(opt, "linear", 2, 10, step_offset=100)
-    sched.last_epoch = 100  # a phase-2 run that resumed counting after phase 1's 100 steps
-    sched.step()
-    assert opt.param_groups[0]["lr"] == pytest.approx(0.5e-3)  # step 1 of phase 2's warmup
 
 
 def test_unknown_schedule_fails():

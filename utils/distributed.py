@@ -99,10 +99,6 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
-    return all_reduce_sum(tensor).div_(world_size())
-
-
 def all_gather_objects(obj):
     """A list with every rank's ``obj`` (rank order)."""
     if not dist.is_initialized():
@@ -110,14 +106,6 @@ def all_gather_objects(obj):
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
-
-
-def broadcast_object(obj, src: int = 0):
-    if not dist.is_initialized():
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=src)
-    return box[0]
 
 
 def set_cpu_affinity(local_rank: int, local_world_size: int) -> list[int] | None:

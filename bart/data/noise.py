@@ -197,11 +197,11 @@ class DenoisingNoise:
     """Noises whole batches (``batch``) or one document (``__call__``); see the module docstring."""
 
     def __init__(self, config: NoiseConfig, word_starts: torch.Tensor, sentence_ends: torch.Tensor,
-                 mask_token_id: int, vocab_size: int, seed: int = 0, bos: int = 0, eos: int = 2) -> None:
+                 mask_token_id: int, seed: int = 0, bos: int = 0, eos: int = 2) -> None:
         self.config = config
         self.word_starts = word_starts.numpy().astype(bool)
         self.sentence_ends = sentence_ends.numpy().astype(bool)
-        self.mask, self.vocab_size, self.seed = mask_token_id, vocab_size, seed
+        self.mask, self.seed = mask_token_id, seed
         self.bos, self.eos = bos, eos
         # random replacement tokens: ordinary tokens only (GPT-2 range), never specials or <mask>
         self.random_low, self.random_high = 4, mask_token_id

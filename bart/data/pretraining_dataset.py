@@ -85,7 +85,7 @@ def build_pretraining_loader(data_dir: str, tokenizer, batch_size: int, max_sour
     dataset = BartPretrainingDataset(files, tokenizer, max_source_length, local_rank=local_rank,
                                      base_seed=seed, num_workers=workers, shuffle_buffer_size=shuffle_buffer_size)
     noise = DenoisingNoise(noise_config, tokenizer.word_start_mask(), tokenizer.sentence_end_mask(),
-                           tokenizer.mask_token_id, len(tokenizer), seed=seed,
+                           tokenizer.mask_token_id, seed=seed,
                            bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id)
     collator = DenoisingCollator(noise, max_source_length, tokenizer.pad_token_id, decoder_start_token_id=2)
     return PretrainingLoader(dataset, collator, batch_size, workers, seed)

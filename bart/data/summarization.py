@@ -7,7 +7,6 @@ epoch over the ranks with each example exactly once.
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 from typing import Optional
@@ -88,9 +87,13 @@ class SortishSampler:
     examples as fit ``max_tokens`` counting padding (longest x count)."""
 
     def __init__(self, lengths: list[int], batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
-                 shuffle: bool = True, max_tokens: Optional[int] = None) -> None:
+                 shuffle: bool = True, max_tokens: Optional[int] = None, group_by_length: bool = True) -> None:
         if len(lengths) < num_replicas:
             raise ValueError(f"{len(lengths)} examples cannot feed {num_replicas} ranks")
+        if not group_by_length and max_tokens:
+            raise ValueError("token-budget batches (max_tokens) need length grouping")
+        # without length grouping every example counts as equally long: plain shuffled batches
+        lengths = lengths if group_by_length else [0] * len(lengths)
         self.lengths, self.batch_size, self.max_tokens = lengths, batch_size, max_tokens
         self.num_replicas, self.rank, self.seed, self.shuffle = num_replicas, rank, seed, shuffle
         self.epoch = 0
@@ -138,5 +141,33 @@ class SortishSampler:
         return len(self._batches()) // self.num_replicas
 
 
-def batch_count(n: int, batch_size: int) -> int:
-    return math.ceil(n / batch_size)
+
+class EpochLoader:
+    """DataLoader over a batch sampler whose epoch follows the training loop (``set_epoch``)."""
+
+    def __init__(self, dataset: Seq2SeqDataset, sampler: SortishSampler) -> None:
+        self.dataset, self.sampler = dataset, sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        loader = torch.utils.data.DataLoader(self.dataset, batch_sampler=self.sampler, collate_fn=self.dataset.collate)
+        for batch in loader:
+            batch.pop("index")
+            yield batch
+
+
+def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, max_target_length: int,
+                            batch_size: int, world_size: int = 1, rank: int = 0, seed: int = 0,
+                            n_obs: Optional[int] = None, sortish: bool = False,
+                            max_tokens: Optional[int] = None) -> EpochLoader:
+    """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget
+    (``max_tokens``, lengths in tokens rather than words)."""
+    train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs)
+    lengths = train.source_lengths
+    if max_tokens:
+        lengths = [min(len(ids), max_source_length) for ids in tokenizer.encode_batch_fast(train.sources)]
+    sampler = SortishSampler(lengths, batch_size, world_size, rank, seed, shuffle=True, max_tokens=max_tokens,
+                             group_by_length=bool(sortish or max_tokens))
+    return EpochLoader(train, sampler)

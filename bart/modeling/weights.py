@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
 import tempfile
-import zipfile
 from typing import Optional
 
 import torch
 
 from bart.configuration.configuration_bart import BartConfig
+from utils.checkpoint_io import CheckpointError, safe_load
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")
@@ -30,27 +29,6 @@ _PREFIXES = ("module.", "_orig_mod.")
 _RENAMES = ((".last_layernorm.", ".layer_norm."),)
 _GEOMETRY = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim",
              "max_position_embeddings", "pre_ln")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded into the requested model; the message says why."""
-
-
-def read_checkpoint_file(path: str, map_location="cpu") -> dict:
-    """``torch.load(weights_only=True)`` with errors that name the file."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path} is a folder; expected a checkpoint file")
-    try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-            f"it may be truncated (an interrupted copy or save) or not a torch checkpoint at all") from err
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} holds a {type(data).__name__}, not a state dict or a checkpoint dict")
-    return data
 
 
 def _state_dict_of(data: dict, path: str) -> dict[str, torch.Tensor]:
@@ -141,7 +119,7 @@ def _folder_state(folder: str) -> dict:
             raise CheckpointError(f"{safetensors_path} is not a readable safetensors file ({err})") from err
     bin_path = os.path.join(folder, "pytorch_model.bin")
     if os.path.isfile(bin_path):
-        return read_checkpoint_file(bin_path)
+        return safe_load(bin_path)
     raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
 
 
@@ -155,7 +133,7 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
         config = config or folder_config
         stored_config = folder_config.to_dict() if folder_config else None
     else:
-        data = read_checkpoint_file(path, map_location)
+        data = safe_load(path, map_location)
         state = _state_dict_of(data, path)
         stored_config = data.get("config") if isinstance(data.get("config"), dict) else None
         if config is None:

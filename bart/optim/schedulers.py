@@ -1,7 +1,8 @@
 """Learning-rate schedules with linear warmup (values equal transformers' ``get_*_schedule_with_warmup``).
 
-``step_offset`` shifts the schedule's step count: a phase-2 run started with ``--phase1_end_step``
-numbers its optimizer steps after phase 1's, while its own schedule starts again at 0.
+Each run's schedule counts that run's own optimizer updates from 0: a phase-2 run (started with
+``--phase1_end_step``) only *numbers* its updates after phase 1's in logs and checkpoint names.
+To add a schedule: a branch in :func:`lr_factor` and its name in ``SCHEDULES``.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def lr_factor(name: str, step: int, warmup_steps: int, total_steps: int, base_lr
 
 
 def build_scheduler(optimizer, name: str, warmup_steps: int, total_steps: int, lr_end: float = 1e-7,
-                    power: float = 1.0, num_cycles: float | None = None, step_offset: int = 0) -> LambdaLR:
+                    power: float = 1.0, num_cycles: float | None = None) -> LambdaLR:
     """A LambdaLR (checkpointable through state_dict) following ``name``; see :func:`lr_factor`."""
     if name not in SCHEDULES:
         raise ValueError(f"unknown lr scheduler {name!r}; choose one of {SCHEDULES}")
@@ -56,7 +57,7 @@ def build_scheduler(optimizer, name: str, warmup_steps: int, total_steps: int, l
     base_lrs = [group["lr"] for group in optimizer.param_groups]
 
     def factor_for(base_lr):
-        return lambda step: lr_factor(name, max(0, step - step_offset), warmup_steps, total_steps, base_lr,
+        return lambda step: lr_factor(name, step, warmup_steps, total_steps, base_lr,
                                       lr_end, power, num_cycles)
 
     return LambdaLR(optimizer, [factor_for(lr) for lr in base_lrs])

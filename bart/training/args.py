@@ -1,9 +1,12 @@
-"""Command-line flags shared by pretrain.py and finetune.py: one name, one default, one meaning.
+"""Command-line flags of the three entry points, as argument groups: one name, one default, one meaning.
 
-Old names from the reference and the BERT recipe are aliases of the same destination
-(``--max_grad_norm`` = ``--gradient_clip_val``). Flags that only fine-tuning uses are accepted by
-pretrain.py's parser (so reference command lines parse) but :func:`reject_unused` fails loudly when
-one is set to anything but its default.
+pretrain.py and finetune.py take :func:`add_shared_args` (every group); run_eval.py takes the
+precision and generation groups. Old names from the reference and the BERT recipe are aliases of the
+same destination (``--max_grad_norm`` = ``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``).
+Flags that only fine-tuning uses are accepted by pretrain.py's parser (so reference command lines
+parse) but :func:`reject_unused` fails loudly when one is set to anything but its default.
+To add a flag: put it in the group of its concept here; the value reaches the code through
+``builder`` (training), :func:`generation_kwargs` (generation) or :class:`utils.precision.Precision`.
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import json
 import os
 
 from bart.optim.schedulers import SCHEDULES
+from bart.training.strategy import STRATEGIES
+from utils.precision import add_precision_args
 
 FINETUNE_ONLY = ("n_val", "n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
                  "max_tokens_per_batch", "freeze_encoder", "freeze_embeds", "label_smoothing", "do_predict",
@@ -23,24 +28,78 @@ def _bool_or_path(value: str):
     return True if value.lower() in ("true", "1", "yes", "latest") else value
 
 
+def add_generation_args(parser: argparse.ArgumentParser, batch_alias: str | None = None,
+                        max_length_alias: str | None = None) -> None:
+    """Generation in validation, prediction and evaluation (the same flags in every script; run_eval.py
+    keeps the reference's ``--bs`` and ``--max_target_length`` as aliases)."""
+    gen = parser.add_argument_group("generation")
+    gen.add_argument("--eval_beams", "--num_beams", dest="eval_beams", type=int, default=None,
+                     help="beams (default: the model config's num_beams)")
+    gen.add_argument("--eval_max_gen_length", *([max_length_alias] if max_length_alias else []),
+                     dest="eval_max_gen_length", type=int, default=None,
+                     help="longest generated sequence in tokens")
+    gen.add_argument("--eval_batch_size", *([batch_alias] if batch_alias else []), dest="eval_batch_size", type=int,
+                     default=None, help="sources per generation batch")
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def generate_option_pairs(rest: list[str]) -> dict:
+    """Extra ``--key value`` pairs of a command line as generate() options (numbers, booleans, None)."""
+    if len(rest) % 2 or any(not k.startswith("--") for k in rest[::2]):
+        raise ValueError(f"extra arguments must be --key value pairs for generate, got {rest}")
+    return {k[2:]: _value(v) for k, v in zip(rest[::2], rest[1::2])}
+
+
+def generation_kwargs(args: argparse.Namespace, max_length: int | None) -> dict:
+    """The generate() options the flags set; ``max_length`` is the script's resolved length."""
+    values = {"num_beams": args.eval_beams, "max_length": max_length}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def add_shared_args(parser: argparse.ArgumentParser) -> None:
-    model = parser.add_argument_group("model")
-    model.add_argument("--config_path", required=True, help="BART config.json (configs/config.json: bart-large)")
-    model.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
+    add_model_args(parser)
+    add_data_args(parser)
+    add_optimization_args(parser)
+    add_precision_args(parser)
+    add_distributed_args(parser)
+    add_checkpoint_args(parser)
+    add_generation_args(parser)
+    add_finetuning_args(parser)
+
+
+def add_architecture_args(group) -> None:
+    """The flags every script that builds a model takes (run_eval.py too)."""
+    group.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
                        help="Pre-LN (layer norm inside each residual branch, a final norm per stack); "
                             "--no-pre_ln for BART's post-LN. Default: the config file's pre_ln")
+    group.add_argument("--tokenizer", default=os.environ.get("TOKENIZER", "facebook/bart-large"),
+                       help="tokenizer folder or hub id (offline: python -m bart.tokenization.build_tokenizer DIR)")
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("model")
+    model.add_argument("--config_path", required=True, help="BART config.json (configs/config.json: bart-large)")
+    add_architecture_args(model)
     model.add_argument("--dropout", type=float, default=None, help="dropout (default: the config's)")
     model.add_argument("--attention_dropout", type=float, default=None, help="attention dropout (default: the config's)")
     model.add_argument("--encoder_layerdrop", type=float, default=None, help="LayerDrop of encoder layers")
     model.add_argument("--decoder_layerdrop", type=float, default=None, help="LayerDrop of decoder layers")
     model.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward")
-    model.add_argument("--tokenizer", default=os.environ.get("TOKENIZER", "facebook/bart-large"),
-                       help="tokenizer folder or hub id (offline: python -m bart.tokenization.build_tokenizer DIR)")
     model.add_argument("--compile", action="store_true", help="torch.compile the model")
     model.add_argument("--fused_cross_entropy", action="store_true",
                        help="LM head and loss computed in token chunks: the (tokens x vocab) logits are never "
                             "stored (less memory for large batches; same loss and gradients)")
 
+
+def add_data_args(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--data_dir", required=True, help="training data folder")
     data.add_argument("--max_source_length", type=int, default=1024, help="encoder length in tokens")
@@ -49,6 +108,8 @@ def add_shared_args(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--num_workers", type=int, default=4, help="data loader worker processes")
     data.add_argument("--train_batch_size", type=int, default=32, help="sequences per micro-batch per process")
 
+
+def add_optimization_args(parser: argparse.ArgumentParser) -> None:
     optim = parser.add_argument_group("optimization")
     optim.add_argument("--learning_rate", type=float, default=5e-5)
     optim.add_argument("--lamb", action="store_true", help="LAMB (multi-tensor; apex FusedLAMB if installed) "
@@ -66,13 +127,12 @@ def add_shared_args(parser: argparse.ArgumentParser) -> None:
     optim.add_argument("--max_consecutive_nonfinite", type=int, default=5,
                        help="bf16/fp32: stop after this many consecutive NaN/inf losses")
 
-    prec = parser.add_argument_group("precision")
-    prec.add_argument("--fp16", action="store_true", help="fp16 autocast with loss scaling")
-    prec.add_argument("--bf16", action="store_true", help="bf16 autocast")
-    prec.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
-                      help="TF32 matmuls on Ampere+ (--no-tf32 for strict fp32)")
 
+def add_distributed_args(parser: argparse.ArgumentParser) -> None:
     dist = parser.add_argument_group("distributed")
+    dist.add_argument("--distributed_strategy", choices=STRATEGIES, default=None,
+                      help="how several processes share the model: ddp (replicas, the default) or fsdp "
+                           "(FSDP2: parameters, gradients and optimizer state sharded)")
     dist.add_argument("--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16",
                       dest="allreduce_post_accumulation_half_precision", action="store_true",
                       help="all-reduce gradients in bf16/fp16 once per update (fp32 parameters)")
@@ -81,6 +141,8 @@ def add_shared_args(parser: argparse.ArgumentParser) -> None:
     dist.add_argument("--local_rank", "--local-rank", type=int, default=None,
                       help="set by old launchers; torchrun's LOCAL_RANK is used")
 
+
+def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
     ckpt = parser.add_argument_group("checkpoints and logging")
     ckpt.add_argument("--output_dir", default="results", help="checkpoints, logs and run_config.json go here")
     ckpt.add_argument("--resume_from_checkpoint", type=_bool_or_path, default=None,
@@ -96,6 +158,8 @@ def add_shared_args(parser: argparse.ArgumentParser) -> None:
                       help="dllogger JSON log (default: OUTPUT_DIR/dllogger.json)")
     ckpt.add_argument("--seed", type=int, default=42)
 
+
+def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
     ft = parser.add_argument_group("fine-tuning and evaluation (finetune.py)")
     ft.add_argument("--task", choices=("summarization", "translation"), default="summarization")
     ft.add_argument("--n_train", type=int, default=None, help="use only the first N training examples")
@@ -103,9 +167,6 @@ def add_shared_args(parser: argparse.ArgumentParser) -> None:
     ft.add_argument("--n_test", type=int, default=None, help="test examples for --do_predict")
     ft.add_argument("--val_max_target_length", type=int, default=None)
     ft.add_argument("--test_max_target_length", type=int, default=None)
-    ft.add_argument("--eval_max_gen_length", type=int, default=None, help="generation length in validation")
-    ft.add_argument("--eval_beams", type=int, default=None, help="beams in validation/prediction (config's)")
-    ft.add_argument("--eval_batch_size", type=int, default=None)
     ft.add_argument("--val_metric", choices=("rouge2", "bleu", "loss"), default=None)
     ft.add_argument("--val_check_interval", type=int, default=0, help="validate every N updates (0: at the end)")
     ft.add_argument("--save_top_k", type=int, default=1, help="keep the K best validation checkpoints")
@@ -123,16 +184,6 @@ def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, nam
     for name in names:
         if getattr(args, name) != parser.get_default(name):
             raise SystemExit(f"{script}: --{name} is a {other} flag and has no effect here; remove it")
-
-
-def precision_of(args: argparse.Namespace) -> str:
-    if args.fp16 and args.bf16:
-        raise SystemExit("choose one of --fp16 and --bf16")
-    if args.fp16:
-        return "fp16"
-    if args.bf16:
-        return "bf16"
-    return "tf32" if args.tf32 else "fp32"
 
 
 def write_run_config(args: argparse.Namespace, output_dir: str, extra: dict | None = None) -> str:

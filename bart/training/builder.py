@@ -11,10 +11,11 @@ import torch
 from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
-from bart.training.args import precision_of
+from bart.training.strategy import build_strategy
 from bart.training.trainer import Trainer, TrainerConfig
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
+from utils.precision import Precision
 
 
 def seed_everything(seed: int, rank: int = 0) -> None:
@@ -38,15 +39,17 @@ def device_for(env: dist_utils.DistributedEnv) -> torch.device:
         else torch.device("cpu")
 
 
-def model_config(args: argparse.Namespace) -> BartConfig:
-    """The config file with the command line's overrides applied before the model is built."""
+def model_config(args: argparse.Namespace, training: bool = True) -> BartConfig:
+    """The config file with the command line's overrides applied before the model is built.
+    Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
     config = BartConfig.from_json_file(args.config_path)
     for flag in ("dropout", "attention_dropout", "encoder_layerdrop", "decoder_layerdrop", "pre_ln"):
         value = getattr(args, flag, None)
         if value is not None:
             setattr(config, flag, value)
     config.gradient_checkpointing = bool(getattr(args, "gradient_checkpointing", False))
-    config.dtype = None  # parameters stay fp32; autocast handles precision
+    if training:
+        config.dtype = None
     config.validate()
     return config
 
@@ -61,10 +64,28 @@ def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | N
     return model.train()
 
 
+def freeze_parameters(model: BartForConditionalGeneration, encoder: bool = False, embeddings: bool = False) -> None:
+    """No gradients for the whole encoder and/or the token and position embeddings."""
+    modules = []
+    if embeddings:
+        modules += [model.model.shared, model.model.encoder.embed_positions, model.model.decoder.embed_positions]
+    if encoder:
+        modules.append(model.model.encoder)
+    for module in modules:
+        for p in module.parameters():
+            p.requires_grad = False
+
+
 def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps: int, eval_hook=None,
                   final_checkpoint_name: str | None = None, label_smoothing: float = 0.0) -> Trainer:
     device = device_for(env)
     model.to(device)
+    precision = Precision.from_args(args)
+    find_unused = bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop)
+    reduce_dtype = (precision.autocast_dtype or torch.bfloat16) if args.allreduce_post_accumulation_half_precision \
+        else None
+    strategy = build_strategy(args.distributed_strategy, env.world_size, device, reduce_dtype, find_unused)
+    strategy.prepare(model)  # before the optimizer: FSDP replaces the parameters by shards
     optimizer, clips_internally = build_optimizer(
         model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
         betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
@@ -74,16 +95,16 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
     logger = Logger(json_path, rank=env.rank, append=bool(args.resume_from_checkpoint))
     config = TrainerConfig(
         output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
-        precision=precision_of(args), gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
+        precision=precision.name, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
         log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
         max_consecutive_nonfinite=args.max_consecutive_nonfinite, step_offset=args.phase1_end_step,
         val_check_interval=getattr(args, "val_check_interval", 0),
         allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=args.compile,
-        fused_cross_entropy=args.fused_cross_entropy,
-        find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
+        fused_cross_entropy=args.fused_cross_entropy, distributed_strategy=args.distributed_strategy,
+        find_unused_parameters=find_unused,
         final_checkpoint_name=final_checkpoint_name, run_args=vars(args))
     trainer = Trainer(model, optimizer, scheduler, train_data, config, clips_internally=clips_internally,
-                      logger=logger, eval_hook=eval_hook, device=device)
+                      logger=logger, eval_hook=eval_hook, device=device, strategy=strategy)
     logger.metadata("loss", {"unit": "nat/token"})
     logger.metadata("seq/s", {"unit": "sequences/s"})
     if args.resume_from_checkpoint:

@@ -1,43 +1,38 @@
-"""Training checkpoints: atomic writes, safe reads, RNG state, newest-K retention.
+"""Every checkpoint rule of the recipe: the formats, the names, which one is "latest", best-k, pruning.
 
-A checkpoint is written to a temporary name in the same folder, flushed to disk and renamed into
-place, so a process killed mid-write never leaves a half-written ``*.ckpt``. Reads use
-``torch.load(weights_only=True)``: loading a file never runs code from it. The step a checkpoint
-belongs to is stored inside it; the file name only orders the files.
+Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; written atomically by
+:func:`utils.checkpoint_io.atomic_save`):
+- a training checkpoint (``kind: "bart-training-checkpoint"``): model, optimizer, scheduler, scaler,
+  step counters, data position and every rank's RNG state: what an exact resume needs. Names:
+  ``_step{N}.ckpt`` while training (the newest ``--keep_checkpoints`` are kept), the final one
+  ``_step{N}.ckpt`` (pretraining) or ``_epoch{E}_step{N}.ckpt`` (fine-tuning);
+- a weights checkpoint (``kind: "bart-weights"``): model, config, step and metrics; the best-k
+  validation checkpoints ``best_{metric}_step{N}.ckpt``.
+The step a checkpoint belongs to is stored inside it; names only order files.
 """
 from __future__ import annotations
 
+import glob
 import os
 import random
 import re
-import tempfile
 
 import numpy as np
 import torch
 
-from bart.modeling.weights import read_checkpoint_file
+from utils.checkpoint_io import atomic_save, safe_load
 
+TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
+_ANY_STEP = re.compile(r"step(\d+)")
 
 
 def save_checkpoint(path: str, state: dict) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_save(path, state)
 
 
 def load_checkpoint(path: str, map_location="cpu") -> dict:
-    return read_checkpoint_file(path, map_location)
+    return safe_load(path, map_location)
 
 
 def list_checkpoints(output_dir: str) -> list[tuple[int, str]]:
@@ -62,6 +57,83 @@ def prune_checkpoints(output_dir: str, keep: int) -> list[str]:
     for path in removed:
         os.remove(path)
     return removed
+
+
+def resolve_weights(path: str) -> str:
+    """Starting weights: a checkpoint file, a Hugging Face folder (config.json), or a folder of
+    checkpoints, from which the one with the highest step in its name is taken (ties: the newest)."""
+    if os.path.isfile(path) or os.path.isfile(os.path.join(path, "config.json")):
+        return path
+    if os.path.isdir(path):
+        found = glob.glob(os.path.join(path, "*.ckpt")) + glob.glob(os.path.join(path, "*.pt"))
+        if found:
+            def order(candidate):
+                steps = _ANY_STEP.findall(os.path.basename(candidate))
+                return (int(steps[-1]) if steps else -1, os.path.getmtime(candidate))
+            chosen = max(found, key=order)
+            print(f"[checkpoint] {path}: starting from {os.path.basename(chosen)}")
+            return chosen
+        raise FileNotFoundError(f"{path} holds no checkpoint (*.ckpt, *.pt) and no Hugging Face config.json")
+    raise FileNotFoundError(f"no checkpoint at {path}")
+
+
+def _plain_number(value):
+    """Metrics as plain Python numbers (numpy scalars do not load with weights_only=True)."""
+    if isinstance(value, dict):
+        return {str(k): _plain_number(v) for k, v in value.items()}
+    if isinstance(value, (np.generic, torch.Tensor)):
+        return value.item()
+    return value
+
+
+class BestCheckpoints:
+    """The ``k`` best weights checkpoints by one validation metric (``best_{metric}_step{N}.ckpt``);
+    a new one that does not make the top k is never written, one pushed out is deleted."""
+
+    def __init__(self, output_dir: str, metric: str, k: int, lower_is_better: bool) -> None:
+        self.output_dir, self.metric, self.k, self.lower_is_better = output_dir, metric, k, lower_is_better
+        self.best: list[tuple[float, str]] = []
+
+    def _better(self, a: float, b: float) -> bool:
+        return a < b if self.lower_is_better else a > b
+
+    def consider(self, value: float, step: int, model, metrics: dict) -> str | None:
+        if self.k <= 0 or not (len(self.best) < self.k or self._better(value, self.best[-1][0])):
+            return None
+        path = os.path.join(self.output_dir, f"best_{self.metric}_step{step}.ckpt")
+        save_checkpoint(path, {"kind": "bart-weights", "model": model.state_dict(), "config": model.config.to_dict(),
+                               "step": step, "metrics": _plain_number(metrics)})
+        self.best.append((value, path))
+        self.best.sort(key=lambda item: item[0], reverse=not self.lower_is_better)
+        for _, stale in self.best[self.k:]:
+            os.remove(stale)
+        self.best = self.best[: self.k]
+        return path
+
+
+def write_training_checkpoint(output_dir: str, state: dict, name: str | None, keep: int) -> str:
+    """``name`` may use {epoch} and {step}; None: ``_step{N}.ckpt``, after which all but the newest
+    ``keep`` step checkpoints are deleted."""
+    name = name.format(epoch=state["epoch"], step=state["global_step"]) if name else f"_step{state['global_step']}.ckpt"
+    path = os.path.join(output_dir, name)
+    save_checkpoint(path, state)
+    if name.startswith("_step"):
+        prune_checkpoints(output_dir, keep)
+    return path
+
+
+def read_training_checkpoint(path_or_latest, output_dir: str) -> tuple[str, dict]:
+    """(path, state) of a training checkpoint; ``True`` means the newest ``_step{N}.ckpt`` in output_dir."""
+    path = path_or_latest
+    if path_or_latest is True:
+        path = latest_checkpoint(output_dir)
+        if path is None:
+            raise FileNotFoundError(f"--resume_from_checkpoint: no _step*.ckpt in {output_dir}")
+    state = load_checkpoint(path, map_location="cpu")
+    if state.get("kind") != TRAINING_KIND:
+        raise ValueError(f"{path} is a weights-only checkpoint, not a training checkpoint; use "
+                         f"--load_model_weights_only / --init_checkpoint to start from its weights")
+    return path, state
 
 
 def capture_rng_state() -> dict:

@@ -10,21 +10,19 @@ exactly ``max_steps`` updates. Everything a resumed run needs is in ``state_dict
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bart.training.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, prune_checkpoints,
-                                      restore_rng_state, save_checkpoint)
+from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, read_training_checkpoint, restore_rng_state,
+                                      write_training_checkpoint)
+from bart.training.strategy import Strategy, build_strategy, full_tensor
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
-
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+from utils.precision import Precision
 
 
 @dataclass
@@ -42,6 +40,7 @@ class TrainerConfig:
     step_offset: int = 0                    # --phase1_end_step: numbering of this run's updates
     val_check_interval: int = 0
     allreduce_half_precision: bool = False
+    distributed_strategy: Optional[str] = None  # None: DDP with several processes (see bart.training.strategy)
     compile: bool = False
     fused_cross_entropy: bool = False       # LM head + loss in token chunks: no (tokens x vocab) logits
     find_unused_parameters: bool = False
@@ -50,22 +49,10 @@ class TrainerConfig:
     run_args: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        Precision(self.precision)  # validates the name
         if self.max_steps <= 0 or self.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
                              f"{self.max_steps} and {self.gradient_accumulation_steps}")
-
-
-def autocast_dtype(precision: str) -> Optional[torch.dtype]:
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-
-
-def configure_tf32(precision: str) -> None:
-    """TF32 matmuls/convolutions on Ampere+ unless plain fp32 was asked for."""
-    allow = precision != "fp32"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
 
 
 class NonFiniteLossError(RuntimeError):
@@ -75,7 +62,8 @@ class NonFiniteLossError(RuntimeError):
 class Trainer:
     def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, config: TrainerConfig,
                  clips_internally: bool = False, logger: Optional[Logger] = None,
-                 eval_hook: Optional[Callable[["Trainer"], dict]] = None, device: Optional[torch.device] = None):
+                 eval_hook: Optional[Callable[["Trainer"], dict]] = None, device: Optional[torch.device] = None,
+                 strategy: Optional[Strategy] = None):
         self.config = config
         self.model = model  # the bare model: state dicts and generation use it
         self.optimizer, self.scheduler = optimizer, scheduler
@@ -89,23 +77,20 @@ class Trainer:
         self.epoch = 0
         self.batches_in_epoch = 0
         self._bad_steps = 0
-        self.dtype = autocast_dtype(config.precision)
-        self.scaler = torch.amp.GradScaler(self.device.type) if config.precision == "fp16" else None
-        configure_tf32(config.precision)
-        self.forward_model = self._wrap(model)
+        self.precision = Precision(config.precision)
+        self.scaler = self.precision.grad_scaler(self.device.type)
+        self.precision.configure()
+        # half-precision gradient reduction: the run's half type; bf16 for fp32/tf32 runs (fp32's range)
+        reduce_dtype = (self.precision.autocast_dtype or torch.bfloat16) if config.allreduce_half_precision else None
+        self.strategy = strategy or build_strategy(config.distributed_strategy, self.world_size, self.device,
+                                                   reduce_dtype, config.find_unused_parameters)
+        self.strategy.prepare(model)
+        optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if any(p.requires_grad and id(p) not in optimized for p in model.parameters()):
+            raise ValueError(f"the optimizer does not hold the model's parameters: build it after "
+                             f"strategy.prepare(model) ({self.strategy.name} replaces the parameters)")
+        self.forward_model = self.strategy.wrap(model, torch.compile(model) if config.compile else model)
         self.history: list[dict] = []
-
-    # -- construction -------------------------------------------------------------------------
-    def _wrap(self, model):
-        module = torch.compile(model) if self.config.compile else model
-        if self.world_size > 1:
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
-            module = DDP(module, device_ids=device_ids, find_unused_parameters=self.config.find_unused_parameters)
-            if self.config.allreduce_half_precision:
-                from bart.training.comm_hooks import register_half_precision_allreduce
-                # the run's half type; bf16 for fp32/tf32 runs (its range matches fp32's)
-                register_half_precision_allreduce(module, self.dtype or torch.bfloat16)
-        return module
 
     @property
     def global_step(self) -> int:
@@ -113,9 +98,7 @@ class Trainer:
 
     # -- one update ---------------------------------------------------------------------------
     def _autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return self.precision.autocast(self.device.type)
 
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
@@ -133,7 +116,7 @@ class Trainer:
         sequences = sum(b["labels"].shape[0] for b in batches)
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
-            sync = contextlib.nullcontext() if (last or self.world_size == 1) else self.forward_model.no_sync()
+            sync = contextlib.nullcontext() if last else self.strategy.no_sync(self.forward_model)
             with sync:
                 with self._autocast():
                     out = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
@@ -165,7 +148,7 @@ class Trainer:
             self._bad_steps = 0
         grad_norm = None
         if not self.clips_internally and self.config.gradient_clip_val > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.gradient_clip_val, foreach=True)
+            grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, self.config.gradient_clip_val, foreach=True))
         if self.scaler is not None:
             scale_before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
@@ -177,7 +160,7 @@ class Trainer:
         if grad_norm is None:
             grad_norm = getattr(self.optimizer, "last_grad_norm", None)
             if grad_norm is None:
-                grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params if p.grad is not None])))
+                grad_norm = full_tensor(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
         self.optimizer.zero_grad(set_to_none=True)
         if applied:
             self.scheduler.step()
@@ -191,12 +174,8 @@ class Trainer:
                 self.train_data.set_epoch(self.epoch)
             iterator = iter(self.train_data)
             skip = self.batches_in_epoch
-            if skip and hasattr(self.train_data, "skip_batches"):
-                self.train_data.skip_batches(skip)
-                iterator = iter(self.train_data)
-            else:
-                for _ in range(skip):
-                    next(iterator)
+            for _ in range(skip):  # the loaders are deterministic per epoch: replay to the saved position
+                next(iterator)
             produced = False
             for batch in iterator:
                 produced = True
@@ -211,9 +190,9 @@ class Trainer:
     def state_dict(self) -> dict:
         rng = dist_utils.all_gather_objects(capture_rng_state())
         return {
-            "kind": "bart-training-checkpoint",
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "kind": TRAINING_KIND,
+            "model": self.strategy.model_state_dict(self.model),
+            "optimizer": self.strategy.optimizer_state_dict(self.model, self.optimizer),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else None,
             "step": self.step,
@@ -226,29 +205,22 @@ class Trainer:
         }
 
     def save(self, name: Optional[str] = None) -> Optional[str]:
+        """A training checkpoint (see :mod:`bart.training.checkpoint` for names and retention)."""
         state = self.state_dict()  # collective: every rank takes part
         path = None
         if self.rank == 0:
-            name = name.format(epoch=self.epoch, step=self.global_step) if name else f"_step{self.global_step}.ckpt"
-            path = os.path.join(self.config.output_dir, name)
-            save_checkpoint(path, state)
-            if name is None or name.startswith("_step"):
-                prune_checkpoints(self.config.output_dir, self.config.keep_checkpoints)
+            path = write_training_checkpoint(self.config.output_dir, state, name, self.config.keep_checkpoints)
         dist_utils.barrier()
         return path
 
-    def resume(self, path_or_true) -> str:
-        path = path_or_true
-        if path_or_true is True or path_or_true in ("True", "true", "latest"):
-            path = latest_checkpoint(self.config.output_dir)
-            if path is None:
-                raise FileNotFoundError(f"--resume_from_checkpoint: no _step*.ckpt in {self.config.output_dir}")
-        state = load_checkpoint(path, map_location="cpu")
-        if state.get("kind") != "bart-training-checkpoint":
-            raise ValueError(f"{path} is a weights-only checkpoint, not a training checkpoint; use "
-                             f"--load_model_weights_only / --init_checkpoint to start from its weights")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+    def resume(self, path_or_latest) -> str:
+        """Restore everything from a training checkpoint (``True``: the newest in output_dir)."""
+        path, state = read_training_checkpoint(path_or_latest, self.config.output_dir)
+        self.load_state_dict(state, path)
+        return path
+
+    def load_state_dict(self, state: dict, path: str = "the checkpoint") -> None:
+        self.strategy.load(self.model, self.optimizer, state["model"], state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -262,7 +234,6 @@ class Trainer:
             raise ValueError(f"{path} was written by {len(rng)} processes, this run has {self.world_size}: "
                              f"exact resume needs the same number")
         restore_rng_state(rng[self.rank])
-        return path
 
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
@@ -347,4 +318,4 @@ def _progress(total: int, start: int, enabled: bool):
     return tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
 
 
-__all__ = ["Trainer", "TrainerConfig", "NonFiniteLossError", "autocast_dtype", "configure_tf32", "PRECISIONS"]
+__all__ = ["Trainer", "TrainerConfig", "NonFiniteLossError"]
