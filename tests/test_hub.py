@@ -150,10 +150,11 @@ def test_online_unknown_id_and_unreachable_hub(tmp_path):
         done = _run(code, env)
     finally:
         server.shutdown()
+        server.server_close()
     assert done.returncode == 0, done.stderr
     assert "'no-such-org/no-such-model' is neither a local path nor a model on the Hugging Face hub" in done.stdout
     closed = tmp_path / "closed"
-    env["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_port}"  # the server is down now: connection refused
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_port}"  # the server is closed now: connection refused
     env["HF_HOME"] = str(closed)
     done = _run(code, env)
     assert done.returncode == 0, done.stderr
