@@ -2,12 +2,17 @@
 
 ``load_pretrained`` accepts
 - this project's checkpoints (``.ckpt``): a raw state dict, ``{"model": ...}`` (training
-  checkpoints, which also carry ``"config"``), ``{"state_dict": ...}`` (Lightning-style, keys under
-  ``model.``), with or without ``module.`` (DDP) and ``_orig_mod.`` (torch.compile) prefixes;
-- Hugging Face folders (config.json + model.safetensors or pytorch_model.bin); ``model_type``
-  "mbart" means Pre-LN;
+  checkpoints, which also carry ``"config"``; best-validation ones also numpy metrics), ``{"state_dict": ...}``
+  (Lightning-style, keys under ``model.``), with or without ``module.`` (DDP) and ``_orig_mod.``
+  (torch.compile) prefixes;
+- Hugging Face folders written by transformers 4.x/5.x or by :func:`save_pretrained`: config.json
+  (null generation keys, ``transformers_version``, ``torch_dtype``/``dtype`` tolerated; ``model_type``
+  "mbart" means Pre-LN), generation_config.json for the generation defaults, and model.safetensors,
+  sharded safetensors (model.safetensors.index.json) or pytorch_model.bin (sharded or not);
+- fairseq BART checkpoints (``bart.large/model.pt``), see :mod:`bart.modeling.fairseq`;
 - NVIDIA's Pre-LN names (``encoder.last_layernorm`` for the final norm of a stack).
-Loading is strict by default and never unpickles code (``torch.load(weights_only=True)``).
+Loading is strict by default and never runs code from a file: ``torch.load(weights_only=True)`` with
+only numpy scalars/arrays and ``argparse.Namespace`` added to what it may rebuild.
 ``save_pretrained`` writes a folder that transformers' ``from_pretrained`` loads unchanged.
 """
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Optional
 
 import torch
 
-from bart.configuration.configuration_bart import BartConfig
+from bart.configuration.configuration_bart import GENERATION_KEYS, TOKEN_KEYS, BartConfig
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")
@@ -36,21 +41,94 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded into the requested model; the message says why."""
 
 
+def _safe_globals() -> list:
+    """Types a checkpoint may hold besides tensors that loading may rebuild without running code: numpy
+    scalars, dtypes and arrays (metrics of the best-validation checkpoint, numpy RNG state) and
+    ``argparse.Namespace`` (a fairseq checkpoint's ``args``). Nothing here executes code on load."""
+    import argparse
+
+    import numpy as np
+
+    names = []
+    core = getattr(np, "_core", None) or np.core
+    scalar, reconstruct = core.multiarray.scalar, core.multiarray._reconstruct
+    for obj in (scalar, reconstruct):
+        names.append(obj)
+        for module in ("numpy.core.multiarray", "numpy._core.multiarray"):  # files written under numpy 1.x and 2.x
+            names.append((obj, f"{module}.{obj.__name__}"))
+    names += [np.ndarray, np.dtype, argparse.Namespace]
+    for code in "?bBhHiIlLqQefdgFDGUSV":
+        dtype_class = type(np.dtype(code))
+        if dtype_class is not np.dtype:  # numpy >= 1.25: numpy.dtypes.Float64DType and friends
+            names.append(dtype_class)
+    return names
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
+
+
 def read_checkpoint_file(path: str, map_location="cpu") -> dict:
-    """``torch.load(weights_only=True)`` with errors that name the file."""
+    """``torch.load(weights_only=True)`` (plus numpy scalars and ``argparse.Namespace``, see
+    :func:`_safe_globals`) with errors that name the file and say what is wrong with it."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path} is a folder; expected a checkpoint file")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes): an interrupted copy or save; copy or save it again")
     try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-            f"it may be truncated (an interrupted copy or save) or not a torch checkpoint at all") from err
+        with torch.serialization.safe_globals(_safe_globals()):
+            data = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(_refused_message(path, err)) from err
+    except Exception as err:  # noqa: BLE001 - arbitrary bytes fail anywhere in the unpickler (IndexError, ...)
+        raise CheckpointError(_unreadable_message(path, err)) from err
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} holds a {type(data).__name__}, not a state dict or a checkpoint dict")
     return data
+
+
+def _refused_message(path: str, err: BaseException) -> str:
+    text = str(err)
+    if "Weights only load failed" not in text and "Unsupported" not in text:
+        return _unreadable_message(path, err)
+    try:
+        names = sorted(set(torch.serialization.get_unsafe_globals_in_checkpoint(path)))
+    except Exception:  # noqa: BLE001 - the message below still names the file
+        names = []
+    if not names:  # no foreign class: the bytes themselves are not a torch pickle
+        return _unreadable_message(path, err)
+    shown = ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
+    if any(n.startswith(("omegaconf.", "fairseq.")) for n in names):
+        return (f"{path} is a fairseq checkpoint holding fairseq/omegaconf objects ({shown}) that safe loading "
+                f"refuses; where fairseq is installed, keep only the weights and the model arguments: "
+                f"ck = torch.load(PATH, weights_only=False); torch.save({{'model': ck['model'], 'args': vars(ck['args']) "
+                f"if ck.get('args') else None, 'cfg': {{'model': dict(vars(ck['cfg']['model'])) if ck.get('cfg') else None}}}}, "
+                f"'model_weights.pt')")
+    return (f"{path} holds Python objects that safe loading (torch.load weights_only=True) refuses to rebuild"
+            f"{' (' + shown + ')' if shown else ''}; it is not a checkpoint written by this project or by "
+            f"transformers. Load it where you trust it and save only its state dict: "
+            f"torch.save(torch.load(PATH, weights_only=False)['model'], 'weights.ckpt')")
+
+
+def _unreadable_message(path: str, err: BaseException) -> str:
+    text = _first_line(err).split(". ")[0]
+    if "Weights only load failed" in text:
+        text = "the bytes are not a pickle torch can read"
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(b"PK") or "zip archive" in text or "central directory" in text or isinstance(
+            err, (EOFError, zipfile.BadZipFile)):
+        return (f"{path} ({size} bytes) is a damaged torch checkpoint ({type(err).__name__}: {text}); it looks "
+                f"truncated or corrupted (an interrupted copy or save): copy or save it again")
+    if head[:1] == b"\x80":  # a legacy (pre-1.6, non-zip) torch.save file or a plain pickle
+        return (f"{path} ({size} bytes) is a legacy pickle that could not be read ({type(err).__name__}: {text}); "
+                f"it may be truncated or written by another program")
+    return (f"{path} ({size} bytes) is not a torch checkpoint ({type(err).__name__}: {text}); expected a file "
+            f"written by torch.save (.ckpt, .pt, .bin) or a folder with model.safetensors")
 
 
 def _state_dict_of(data: dict, path: str) -> dict[str, torch.Tensor]:
@@ -121,36 +199,133 @@ def _check_and_load(model, state: dict, path: str, strict: bool) -> None:
     model.load_state_dict(loadable, strict=False)
 
 
-def _config_from_folder(folder: str) -> BartConfig:
-    values = json.load(open(os.path.join(folder, "config.json"), encoding="utf-8"))
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path} is not valid JSON ({err})") from err
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, got {type(values).__name__}")
+    return values
+
+
+def _single_id(value, key: str, path: str):
+    """transformers may write a token id as a list (``"eos_token_id": [2]``); BART uses one."""
+    if isinstance(value, list):
+        if len(value) == 1:
+            return value[0]
+        raise CheckpointError(f"{path}: '{key}' lists several ids {value}; this project supports one")
+    return value
+
+
+def generation_defaults(folder: str) -> dict:
+    """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys."""
+    path = os.path.join(folder, "generation_config.json")
+    if not os.path.isfile(path):
+        return {}
+    values = _read_json(path)
+    out = {}
+    for key in GENERATION_KEYS + TOKEN_KEYS:
+        if key not in values:
+            continue
+        value = _single_id(values[key], key, path)
+        if value is None and key not in ("forced_bos_token_id", "forced_eos_token_id"):
+            continue  # unset: the config's value stays
+        out[key] = value
+    return out
+
+
+def config_from_folder(folder: str) -> BartConfig:
+    """The :class:`BartConfig` of a Hugging Face folder (transformers 4.x/5.x or this project's).
+
+    ``model_type`` "mbart" means Pre-LN. Null generation keys take their defaults and
+    ``generation_config.json`` overrides them, as transformers' ``generate`` does. The folder's
+    ``dtype``/``torch_dtype`` is the storage precision transformers wrote: kept as ``torch_dtype`` for
+    reference, never a reason to cast the model (``dtype`` stays null)."""
+    path = os.path.join(folder, "config.json")
+    values = _read_json(path)
+    if values.get("model_type") not in (None, "bart", "mbart"):
+        raise CheckpointError(f"{path}: model_type {values.get('model_type')!r} is not BART or mBART; this "
+                              f"project loads BART-architecture models only")
     if values.get("model_type") == "mbart":
         values.setdefault("pre_ln", True)
         values["model_type"] = "bart"
         if values.get("decoder_start_token_id") is None:  # mBART starts from the last token, </s>
             values["decoder_start_token_id"] = values.get("eos_token_id", 2)
-    return BartConfig(**values)
+    if "transformers_version" in values or "torch_dtype" in values:
+        stored = values.pop("dtype", None) or values.get("torch_dtype")
+        if stored is not None:
+            values["torch_dtype"] = stored
+        values["dtype"] = None
+    for key in TOKEN_KEYS:
+        if key in values:
+            values[key] = _single_id(values[key], key, path)
+    values.update(generation_defaults(folder))
+    try:
+        return BartConfig(**values)
+    except ValueError as err:
+        raise CheckpointError(f"{err} (in {path})") from err
+
+
+_config_from_folder = config_from_folder  # the name earlier code used
+
+
+def _load_safetensors(path: str) -> dict:
+    from safetensors.torch import load_file
+    try:
+        return load_file(path)
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{path} is not a readable safetensors file ({_first_line(err)}); it may be "
+                              f"truncated (an interrupted download or copy): fetch it again") from err
+
+
+def _load_sharded(folder: str, index_name: str, read) -> dict:
+    index_path = os.path.join(folder, index_name)
+    weight_map = _read_json(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index_path} has no weight_map; the shard index is damaged")
+    state = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_path = os.path.join(folder, shard)
+        if not os.path.isfile(shard_path):
+            raise CheckpointError(f"{index_path} lists the shard {shard}, which is missing from {folder}; "
+                                  f"download or copy the whole folder again")
+        state.update(read(shard_path))
+    missing = sorted(set(weight_map) - set(state))
+    if missing:
+        raise CheckpointError(f"{index_path}: tensors {missing[:5]} are listed but not in their shards")
+    return state
 
 
 def _folder_state(folder: str) -> dict:
-    safetensors_path = os.path.join(folder, "model.safetensors")
-    if os.path.isfile(safetensors_path):
-        from safetensors.torch import load_file
-        try:
-            return load_file(safetensors_path)
-        except Exception as err:
-            raise CheckpointError(f"{safetensors_path} is not a readable safetensors file ({err})") from err
-    bin_path = os.path.join(folder, "pytorch_model.bin")
-    if os.path.isfile(bin_path):
-        return read_checkpoint_file(bin_path)
-    raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
+    """Weights of a folder: model.safetensors, sharded safetensors, pytorch_model.bin (sharded or not)."""
+    if os.path.isfile(os.path.join(folder, "model.safetensors")):
+        return _load_safetensors(os.path.join(folder, "model.safetensors"))
+    if os.path.isfile(os.path.join(folder, "model.safetensors.index.json")):
+        return _load_sharded(folder, "model.safetensors.index.json", _load_safetensors)
+    if os.path.isfile(os.path.join(folder, "pytorch_model.bin")):
+        return read_checkpoint_file(os.path.join(folder, "pytorch_model.bin"))
+    if os.path.isfile(os.path.join(folder, "pytorch_model.bin.index.json")):
+        return _load_sharded(folder, "pytorch_model.bin.index.json", read_checkpoint_file)
+    raise FileNotFoundError(f"{folder} holds no weights: neither model.safetensors (or a sharded "
+                            f"model.safetensors.index.json) nor pytorch_model.bin")
+
+
+def _single_file_in(folder: str) -> Optional[str]:
+    """A folder without config.json holding one checkpoint file (a fairseq ``bart.large/`` folder)."""
+    names = [n for n in ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt") if os.path.isfile(os.path.join(folder, n))]
+    return os.path.join(folder, names[0]) if names else None
 
 
 def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu"):
     path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")) and _single_file_in(path):
+        path = _single_file_in(path)  # fairseq's extracted bart.large/ holds model.pt, dict.txt, no config
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "config.json")) and config is None:
             raise FileNotFoundError(f"{path} has no config.json; pass config=BartConfig(...)")
-        folder_config = _config_from_folder(path) if os.path.isfile(os.path.join(path, "config.json")) else None
+        folder_config = config_from_folder(path) if os.path.isfile(os.path.join(path, "config.json")) else None
         state = _folder_state(path)
         config = config or folder_config
         stored_config = folder_config.to_dict() if folder_config else None
@@ -158,6 +333,11 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
         data = read_checkpoint_file(path, map_location)
         state = _state_dict_of(data, path)
         stored_config = data.get("config") if isinstance(data.get("config"), dict) else None
+        from bart.modeling.fairseq import import_fairseq, is_fairseq_checkpoint
+        if stored_config is None and is_fairseq_checkpoint(data, state):
+            state, fairseq_config = import_fairseq(data, state, None, path)
+            stored_config = fairseq_config.to_dict()
+            config = config or fairseq_config
         if config is None:
             if stored_config is None:
                 raise CheckpointError(f"{path} carries no model config; pass config=BartConfig(...)")
@@ -178,10 +358,24 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
     return model.eval()
 
 
+# transformers' GenerationConfig defaults: keys at these values are left out of generation_config.json.
+_HF_GENERATION_DEFAULTS = {"max_length": 20, "min_length": 0, "num_beams": 1, "num_beam_groups": 1,
+                           "diversity_penalty": 0.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0,
+                           "encoder_no_repeat_ngram_size": 0, "early_stopping": False, "num_return_sequences": 1}
+
+
 def hf_config_dict(config: BartConfig) -> dict:
-    """The model's config as transformers expects it (BART, or mBART for Pre-LN)."""
+    """The model's config as transformers expects it (BART, or mBART for Pre-LN).
+
+    Generation settings go to generation_config.json (:func:`generation_config_dict`), as
+    transformers >= 4.41 keeps them; the token ids stay here too. ``tokenizer_class`` says which
+    tokenizer AutoTokenizer builds: for a Pre-LN model typed mBART it would otherwise pick mBART's
+    SentencePiece tokenizer, which BART's byte-level BPE files cannot feed."""
     values = config.to_dict()
     values.pop("dtype", None)
+    for key in GENERATION_KEYS:
+        values.pop(key, None)
+    values.setdefault("tokenizer_class", "BartTokenizer")
     if config.pre_ln:
         values.update(model_type="mbart", architectures=["MBartForConditionalGeneration"])
     else:
@@ -189,22 +383,43 @@ def hf_config_dict(config: BartConfig) -> dict:
     return values
 
 
-def save_pretrained(model, folder) -> None:
-    """config.json + model.safetensors (tied embeddings stored once), written atomically."""
+def generation_config_dict(config: BartConfig) -> dict:
+    """generation_config.json for transformers: the token ids and every generation setting of ``config``
+    that differs from transformers' default, so ``model.generate()`` there decodes as ours does."""
+    values: dict = {key: getattr(config, key) for key in TOKEN_KEYS if getattr(config, key, None) is not None}
+    for key in GENERATION_KEYS:
+        value = getattr(config, key, None)
+        if value is not None and value != _HF_GENERATION_DEFAULTS[key]:
+            values[key] = value
+    values["_from_model_config"] = False
+    return values
+
+
+def write_model_files(model, folder: str) -> list[str]:
+    """model.safetensors (tied embeddings stored once), config.json and generation_config.json into an
+    existing ``folder``; returns the names written."""
     from safetensors.torch import save_file
 
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in TIED_KEYS[1:]}
+    save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    for name, values in (("config.json", hf_config_dict(model.config)),
+                         ("generation_config.json", generation_config_dict(model.config))):
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            json.dump(values, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return ["model.safetensors", "config.json", "generation_config.json"]
+
+
+def save_pretrained(model, folder) -> None:
+    """config.json + generation_config.json + model.safetensors, each file replaced atomically."""
     folder = os.path.abspath(os.fspath(folder))
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".save-", dir=parent)
     try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
-                 if k not in TIED_KEYS[1:]}
-        save_file(state, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
-        with open(os.path.join(staging, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(hf_config_dict(model.config), f, indent=2, sort_keys=True)
+        names = write_model_files(model, staging)
         os.makedirs(folder, exist_ok=True)
-        for name in ("model.safetensors", "config.json"):
+        for name in names:
             os.replace(os.path.join(staging, name), os.path.join(folder, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
