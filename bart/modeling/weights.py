@@ -340,7 +340,7 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
             config = config or fairseq_config
         if config is None:
             if stored_config is None:
-                raise CheckpointError(f"{path} carries no model config; pass config=BartConfig(...)")
+                raise CheckpointError(f"{path} carries no model config; pass config=BartConfig(...) (on the command line: --config CONFIG.json)")
             config = BartConfig(**stored_config)
     if stored_config is not None:
         differs = [k for k in _GEOMETRY if k in stored_config and stored_config[k] != getattr(config, k)]
