@@ -105,7 +105,7 @@ def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_di
     _checkpoint(tmp_path / "small_vocab.ckpt", False, 4, vocab_size=99)
     cases = [
         ((tmp_path / "missing.ckpt", tmp_path / "out"), "missing.ckpt' does not exist"),
-        ((tmp_path / "notes.ckpt", tmp_path / "out"), "notes.ckpt (16 bytes) is not a torch checkpoint"),
+        ((tmp_path / "notes.ckpt", tmp_path / "out"), "notes.ckpt is not a readable checkpoint: its 16 bytes are not a torch checkpoint"),
         ((tmp_path / "raw.ckpt", tmp_path / "out"), "raw.ckpt carries no model config; pass config=BartConfig(...) "
                                                      "(on the command line: --config CONFIG.json)"),
         # fails after the weights were written into the staging folder: nothing may remain

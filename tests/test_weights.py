@@ -248,7 +248,7 @@ def test_unreadable_files_are_described_not_blamed_on_truncation(tmp_path):
     (tmp_path / "notes.ckpt").write_text("these are my notes")
     with pytest.raises(CheckpointError) as err:
         BartForConditionalGeneration.from_pretrained(str(tmp_path / "notes.ckpt"), config=config)
-    assert "notes.ckpt" in str(err.value) and "not a torch checkpoint" in str(err.value)
+    assert "notes.ckpt" in str(err.value) and "bytes are not a torch checkpoint" in str(err.value)
     assert "truncated" not in str(err.value)
 
     class Custom:  # a class the file needs to be rebuilt: refused, and named

@@ -107,7 +107,8 @@ def _refused_message(path: str, err: BaseException) -> str:
                 f"ck = torch.load(PATH, weights_only=False); torch.save({{'model': ck['model'], 'args': vars(ck['args']) "
                 f"if ck.get('args') else None, 'cfg': {{'model': dict(vars(ck['cfg']['model'])) if ck.get('cfg') else None}}}}, "
                 f"'model_weights.pt')")
-    return (f"{path} holds Python objects that safe loading (torch.load weights_only=True) refuses to rebuild"
+    return (f"{path} is not a readable checkpoint: it holds Python objects that safe loading "
+            f"(torch.load weights_only=True) refuses to rebuild"
             f"{' (' + shown + ')' if shown else ''}; it is not a checkpoint written by this project or by "
             f"transformers. Load it where you trust it and save only its state dict: "
             f"torch.save(torch.load(PATH, weights_only=False)['model'], 'weights.ckpt')")
@@ -122,13 +123,15 @@ def _unreadable_message(path: str, err: BaseException) -> str:
         head = f.read(4)
     if head.startswith(b"PK") or "zip archive" in text or "central directory" in text or isinstance(
             err, (EOFError, zipfile.BadZipFile)):
-        return (f"{path} ({size} bytes) is a damaged torch checkpoint ({type(err).__name__}: {text}); it looks "
-                f"truncated or corrupted (an interrupted copy or save): copy or save it again")
+        return (f"{path} is not a readable checkpoint: a damaged torch zip archive of {size} bytes "
+                f"({type(err).__name__}: {text}); it looks truncated or corrupted (an interrupted copy or save): "
+                f"copy or save it again")
     if head[:1] == b"\x80":  # a legacy (pre-1.6, non-zip) torch.save file or a plain pickle
-        return (f"{path} ({size} bytes) is a legacy pickle that could not be read ({type(err).__name__}: {text}); "
-                f"it may be truncated or written by another program")
-    return (f"{path} ({size} bytes) is not a torch checkpoint ({type(err).__name__}: {text}); expected a file "
-            f"written by torch.save (.ckpt, .pt, .bin) or a folder with model.safetensors")
+        return (f"{path} is not a readable checkpoint: a legacy pickle of {size} bytes that could not be read "
+                f"({type(err).__name__}: {text}); it may be truncated or written by another program")
+    return (f"{path} is not a readable checkpoint: its {size} bytes are not a torch checkpoint "
+            f"({type(err).__name__}: {text}); expected a file written by torch.save (.ckpt, .pt, .bin) or a folder "
+            f"with model.safetensors")
 
 
 def _state_dict_of(data: dict, path: str) -> dict[str, torch.Tensor]:
