@@ -145,3 +145,177 @@ def test_readme_inference_snippet(tmp_path, tokenizer_dir, monkeypatch):
     assert len(summaries) == 1 and isinstance(summaries[0], str)
     assert summary_ids.shape[0] == 1 and 2 <= summary_ids.shape[1] <= 50 and summary_ids[0, 0] == 2
     torch.testing.assert_close(model.model.shared.weight, trained.model.shared.weight)
+
+
+# -- folders written by transformers itself --------------------------------------------------------------
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "transformers5")
+
+
+def _hf_logits(folder):
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return hf(input_ids=IDS, attention_mask=(IDS != 1).long(), decoder_input_ids=IDS[:, :4]).logits
+
+
+@pytest.mark.parametrize("name,pre_ln,generation", [
+    ("bart", False, dict(num_beams=4, max_length=30, no_repeat_ngram_size=3)),
+    ("bart_sharded", False, dict(num_beams=4, max_length=30, no_repeat_ngram_size=3)),
+    ("mbart", True, dict(num_beams=1, max_length=20, decoder_start_token_id=2)),
+])
+def test_transformers5_folders_load(name, pre_ln, generation):
+    """Folders written by transformers 5.23's save_pretrained (tests/data/transformers5/make_fixtures.py)."""
+    folder = os.path.join(FIXTURES, name)
+    assert json.load(open(os.path.join(folder, "config.json")))["transformers_version"].startswith("5.")
+    model = BartForConditionalGeneration.from_pretrained(folder)
+    assert model.config.pre_ln is pre_ln and model.config.dtype is None and model.dtype == torch.float32
+    for key, value in generation.items():  # generation_config.json is read for generation defaults
+        assert getattr(model.config, key) == value, key
+    torch.testing.assert_close(_logits(model), _hf_logits(folder), atol=1e-6, rtol=1e-6)
+
+
+def test_transformers457_folder_with_null_generation_keys(tmp_path):
+    """transformers 4.57 moves generation keys of a hub config (as facebook/bart-large-cnn's) to
+    generation_config.json and writes them as null in config.json; pytorch_model.bin, sharded or not."""
+    values = dict(TINY, model_type="bart", num_beams=4, max_length=142, min_length=56, length_penalty=2.0,
+                  no_repeat_ngram_size=3, early_stopping=True, forced_bos_token_id=0, torch_dtype="bfloat16",
+                  task_specific_params={"summarization": {"num_beams": 4}})
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "config.json").write_text(json.dumps(values))
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForSeq2SeqLM.from_config(transformers.AutoConfig.from_pretrained(str(tmp_path / "src")))
+    for layout, kwargs in (("safetensors", {}), ("bin", dict(safe_serialization=False)),
+                           ("bin_sharded", dict(safe_serialization=False, max_shard_size="20KB"))):
+        folder = str(tmp_path / layout)
+        with pytest.warns(UserWarning, match="generation config") if layout == "safetensors" else _nothing():
+            hf.save_pretrained(folder, **kwargs)
+        written = json.load(open(os.path.join(folder, "config.json")))
+        assert written["num_beams"] is None and written["max_length"] is None and written["transformers_version"]
+        if layout == "bin_sharded":
+            assert os.path.isfile(os.path.join(folder, "pytorch_model.bin.index.json"))
+        model = BartForConditionalGeneration.from_pretrained(folder)
+        assert (model.config.num_beams, model.config.max_length, model.config.min_length, model.config.length_penalty,
+                model.config.no_repeat_ngram_size, model.config.early_stopping, model.config.forced_bos_token_id) == \
+            (4, 142, 56, 2.0, 3, True, 0)
+        assert model.config.dtype is None and model.dtype == torch.float32, "storage dtype must not cast the model"
+        torch.testing.assert_close(_logits(model), _hf_logits(folder), atol=1e-6, rtol=1e-6)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_damaged_folders_name_the_file(tmp_path):
+    import shutil
+    folder = tmp_path / "sharded"
+    shutil.copytree(os.path.join(FIXTURES, "bart_sharded"), folder)
+    os.remove(folder / "model-00002-of-00004.safetensors")
+    with pytest.raises(CheckpointError, match="lists the shard model-00002-of-00004.safetensors, which is missing"):
+        BartForConditionalGeneration.from_pretrained(str(folder))
+    folder = tmp_path / "cut"
+    shutil.copytree(os.path.join(FIXTURES, "bart"), folder)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"cut/model.safetensors is not a readable safetensors file"):
+        BartForConditionalGeneration.from_pretrained(str(folder))
+    (folder / "config.json").write_text(json.dumps(dict(TINY, model_type="t5")))
+    with pytest.raises(CheckpointError, match="model_type 't5' is not BART"):
+        BartForConditionalGeneration.from_pretrained(str(folder))
+
+
+# -- the project's best-validation checkpoint ----------------------------------------------------------------
+def test_checkpoint_with_numpy_scalars_loads_safely(tmp_path):
+    """finetune.py's best_*.ckpt stores the validation metrics, which may be numpy scalars."""
+    import numpy as np
+    model = _model()
+    metrics = {"rouge1": np.float64(41.5), "rougeL": np.float32(30.25), "n": np.int64(8), "ok": np.bool_(True),
+               "per_example": np.arange(3)}
+    path = tmp_path / "best_rouge1_step9.ckpt"
+    torch.save({"model": model.state_dict(), "config": model.config.to_dict(), "step": 9, "metrics": metrics}, path)
+    with pytest.raises(Exception, match="Weights only load failed"):  # what plain safe loading says
+        torch.load(path, weights_only=True)
+    loaded = BartForConditionalGeneration.from_pretrained(str(path))
+    torch.testing.assert_close(_logits(loaded), _logits(model))
+    from bart.modeling.weights import read_checkpoint_file
+    assert read_checkpoint_file(str(path))["metrics"]["rouge1"] == 41.5
+
+
+def test_unreadable_files_are_described_not_blamed_on_truncation(tmp_path):
+    config = BartConfig(**TINY)
+    (tmp_path / "notes.ckpt").write_text("these are my notes")
+    with pytest.raises(CheckpointError) as err:
+        BartForConditionalGeneration.from_pretrained(str(tmp_path / "notes.ckpt"), config=config)
+    assert "notes.ckpt" in str(err.value) and "bytes are not a torch checkpoint" in str(err.value)
+    assert "truncated" not in str(err.value)
+
+    class Custom:  # a class the file needs to be rebuilt: refused, and named
+        pass
+    import types
+    module = types.ModuleType("my_research_code")
+    module.Custom = Custom
+    Custom.__module__, Custom.__qualname__ = "my_research_code", "Custom"
+    import sys
+    sys.modules["my_research_code"] = module
+    try:
+        torch.save({"model": _model().state_dict(), "extra": Custom()}, tmp_path / "custom.ckpt")
+    finally:
+        del sys.modules["my_research_code"]
+    with pytest.raises(CheckpointError) as err:
+        BartForConditionalGeneration.from_pretrained(str(tmp_path / "custom.ckpt"), config=config)
+    assert "custom.ckpt" in str(err.value) and "my_research_code.Custom" in str(err.value)
+    assert "truncated" not in str(err.value) and "\n" not in str(err.value)
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="empty.ckpt is empty"):
+        BartForConditionalGeneration.from_pretrained(str(tmp_path / "empty.ckpt"), config=config)
+
+
+# -- fairseq ----------------------------------------------------------------------------------------------
+def _fairseq_state(model):
+    """The model's weights named and laid out as fairseq's BARTModel.state_dict() (the inverse of
+    transformers' convert_bart_original_pytorch_checkpoint_to_pytorch.py)."""
+    sd = model.state_dict()
+    out = {k[len("model."):]: v.clone() for k, v in sd.items() if k.startswith("model.") and k != "model.shared.weight"}
+    out["decoder.output_projection.weight"] = sd["lm_head.weight"].clone()
+    out["encoder.version"] = torch.tensor([3.0])
+    out["decoder.version"] = torch.tensor([3.0])
+    return out
+
+
+@pytest.mark.parametrize("pre_ln,holder", [(False, "args"), (False, "cfg"), (True, "args")])
+def test_fairseq_checkpoint_imports(pre_ln, holder, tmp_path):
+    import argparse
+    model = _model(pre_ln)
+    state = _fairseq_state(model)
+    assert "encoder.layers.0.self_attn.k_proj.weight" in state and "encoder.layers.1.fc2.bias" in state
+    assert "decoder.layers.0.encoder_attn_layer_norm.weight" in state and "encoder.layernorm_embedding.weight" in state
+    assert not any(k.startswith(("model.", "shared.", "lm_head")) for k in state)
+    model_args = dict(arch="mbart_large" if pre_ln else "bart_large", encoder_attention_heads=4,
+                      decoder_attention_heads=4, activation_fn="gelu", dropout=0.0, attention_dropout=0.0,
+                      relu_dropout=0.0, encoder_normalize_before=pre_ln, decoder_normalize_before=pre_ln,
+                      no_scale_embedding=True, share_all_embeddings=True)
+    extra = {"args": argparse.Namespace(**model_args)} if holder == "args" else {"cfg": {"model": model_args}}
+    folder = tmp_path / "bart.large"
+    folder.mkdir()
+    torch.save({"model": state, **extra, "extra_state": {"val_loss": 3.2}}, folder / "model.pt")
+    (folder / "dict.txt").write_text("4 100\n")
+    for path in (folder / "model.pt", folder):  # the file, or fairseq's extracted folder (no config.json)
+        loaded = BartForConditionalGeneration.from_pretrained(str(path))
+        assert loaded.config.pre_ln is pre_ln
+        assert (loaded.config.encoder_attention_heads, loaded.config.d_model, loaded.config.encoder_layers,
+                loaded.config.max_position_embeddings, loaded.config.vocab_size) == (4, 16, 2, 64, 99)
+        torch.testing.assert_close(_logits(loaded), _logits(model), atol=0, rtol=0)
+    # with the project's config given, geometry is checked against the tensors
+    with pytest.raises(CheckpointError, match="d_model 16 .checkpoint. vs 32"):
+        BartForConditionalGeneration.from_pretrained(str(folder / "model.pt"), config=BartConfig(**dict(TINY, d_model=32)))
+
+
+def test_fairseq_untied_output_projection_is_refused(tmp_path):
+    state = _fairseq_state(_model())
+    state["decoder.output_projection.weight"] = torch.randn_like(state["decoder.output_projection.weight"])
+    torch.save({"model": state, "cfg": {"model": {"arch": "bart_large", "encoder_attention_heads": 4,
+                                                  "decoder_attention_heads": 4}}}, tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match="decoder.output_projection.weight differs"):
+        BartForConditionalGeneration.from_pretrained(str(tmp_path / "model.pt"))

@@ -3,7 +3,9 @@
 ``BartConfig(**json.load(open(path)))`` works as in the recipe's inference snippet. Keys this
 class does not know are kept as attributes and written back by :meth:`to_dict`, so a Hugging Face
 config survives a round trip unchanged. Known keys are type-checked: a wrong type raises a
-``ValueError`` that names the key, the value and the expected type.
+``ValueError`` that names the key, the value and the expected type. A known key given as null
+(transformers writes ``"num_beams": null`` and friends once it moved them to generation_config.json)
+takes its default.
 """
 from __future__ import annotations
 
@@ -62,6 +64,12 @@ _DEFAULTS: dict[str, Any] = {
     "gradient_checkpointing": False,
 }
 
+# Keys that generation_config.json carries (transformers' GenerationConfig), beside the token ids.
+GENERATION_KEYS = ("max_length", "min_length", "num_beams", "num_beam_groups", "diversity_penalty", "length_penalty",
+                   "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "early_stopping", "num_return_sequences")
+TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
+              "forced_eos_token_id")
+
 _INT = (int,)
 _FLOAT = (int, float)
 _TYPES: dict[str, tuple] = {
@@ -100,6 +108,11 @@ class BartConfig:
         # transformers writes "torch_dtype" (4.x) or "dtype" (5.x); keep what was given.
         values = copy.deepcopy(_DEFAULTS)
         values.update(copy.deepcopy(kwargs))
+        # transformers >= 4.41 writes moved generation keys as null ("num_beams": null, "max_length": null):
+        # null means "not set here", so the default applies (generation_config.json, when present, sets them).
+        for key, value in kwargs.items():
+            if value is None and key in _DEFAULTS and key not in _NULLABLE and key != "dtype":
+                values[key] = copy.deepcopy(_DEFAULTS[key])
         for key, value in values.items():
             object.__setattr__(self, key, value)
         self.validate()

@@ -2,12 +2,17 @@
 
 ``load_pretrained`` accepts
 - this project's checkpoints (``.ckpt``): a raw state dict, ``{"model": ...}`` (training
-  checkpoints, which also carry ``"config"``), ``{"state_dict": ...}`` (Lightning-style, keys under
-  ``model.``), with or without ``module.`` (DDP) and ``_orig_mod.`` (torch.compile) prefixes;
-- Hugging Face folders (config.json + model.safetensors or pytorch_model.bin); ``model_type``
-  "mbart" means Pre-LN;
+  checkpoints, which also carry ``"config"``; best-validation ones also numpy metrics), ``{"state_dict": ...}``
+  (Lightning-style, keys under ``model.``), with or without ``module.`` (DDP) and ``_orig_mod.``
+  (torch.compile) prefixes;
+- Hugging Face folders written by transformers 4.x/5.x or by :func:`save_pretrained`: config.json
+  (null generation keys, ``transformers_version``, ``torch_dtype``/``dtype`` tolerated; ``model_type``
+  "mbart" means Pre-LN), generation_config.json for the generation defaults, and model.safetensors,
+  sharded safetensors (model.safetensors.index.json) or pytorch_model.bin (sharded or not);
+- fairseq BART checkpoints (``bart.large/model.pt``), see :mod:`bart.modeling.fairseq`;
 - NVIDIA's Pre-LN names (``encoder.last_layernorm`` for the final norm of a stack).
-Loading is strict by default and never unpickles code (``torch.load(weights_only=True)``).
+Loading is strict by default and never runs code from a file: ``torch.load(weights_only=True)`` with
+only numpy scalars/arrays and ``argparse.Namespace`` added to what it may rebuild.
 ``save_pretrained`` writes a folder that transformers' ``from_pretrained`` loads unchanged.
 """
 from __future__ import annotations
@@ -20,8 +25,8 @@ from typing import Optional
 
 import torch
 
-from bart.configuration.configuration_bart import BartConfig
-from utils.checkpoint_io import CheckpointError, safe_load
+from bart.configuration.configuration_bart import GENERATION_KEYS, TOKEN_KEYS, BartConfig
+from utils.checkpoint_io import CheckpointError, safe_load as read_checkpoint_file
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")
@@ -99,46 +104,148 @@ def _check_and_load(model, state: dict, path: str, strict: bool) -> None:
     model.load_state_dict(loadable, strict=False)
 
 
-def _config_from_folder(folder: str) -> BartConfig:
-    values = json.load(open(os.path.join(folder, "config.json"), encoding="utf-8"))
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path} is not valid JSON ({err})") from err
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, got {type(values).__name__}")
+    return values
+
+
+def _single_id(value, key: str, path: str):
+    """transformers may write a token id as a list (``"eos_token_id": [2]``); BART uses one."""
+    if isinstance(value, list):
+        if len(value) == 1:
+            return value[0]
+        raise CheckpointError(f"{path}: '{key}' lists several ids {value}; this project supports one")
+    return value
+
+
+def generation_defaults(folder: str) -> dict:
+    """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys."""
+    path = os.path.join(folder, "generation_config.json")
+    if not os.path.isfile(path):
+        return {}
+    values = _read_json(path)
+    out = {}
+    for key in GENERATION_KEYS + TOKEN_KEYS:
+        if key not in values:
+            continue
+        value = _single_id(values[key], key, path)
+        if value is None and key not in ("forced_bos_token_id", "forced_eos_token_id"):
+            continue  # unset: the config's value stays
+        out[key] = value
+    return out
+
+
+def config_from_folder(folder: str) -> BartConfig:
+    """The :class:`BartConfig` of a Hugging Face folder (transformers 4.x/5.x or this project's).
+
+    ``model_type`` "mbart" means Pre-LN. Null generation keys take their defaults and
+    ``generation_config.json`` overrides them, as transformers' ``generate`` does. The folder's
+    ``dtype``/``torch_dtype`` is the storage precision transformers wrote: kept as ``torch_dtype`` for
+    reference, never a reason to cast the model (``dtype`` stays null)."""
+    path = os.path.join(folder, "config.json")
+    values = _read_json(path)
+    if values.get("model_type") not in (None, "bart", "mbart"):
+        raise CheckpointError(f"{path}: model_type {values.get('model_type')!r} is not BART or mBART; this "
+                              f"project loads BART-architecture models only")
     if values.get("model_type") == "mbart":
         values.setdefault("pre_ln", True)
         values["model_type"] = "bart"
         if values.get("decoder_start_token_id") is None:  # mBART starts from the last token, </s>
             values["decoder_start_token_id"] = values.get("eos_token_id", 2)
-    return BartConfig(**values)
+    if "transformers_version" in values or "torch_dtype" in values:
+        stored = values.pop("dtype", None) or values.get("torch_dtype")
+        if stored is not None:
+            values["torch_dtype"] = stored
+        values["dtype"] = None
+    for key in TOKEN_KEYS:
+        if key in values:
+            values[key] = _single_id(values[key], key, path)
+    values.update(generation_defaults(folder))
+    try:
+        return BartConfig(**values)
+    except ValueError as err:
+        raise CheckpointError(f"{err} (in {path})") from err
+
+
+_config_from_folder = config_from_folder  # the name earlier code used
+
+
+def _load_safetensors(path: str) -> dict:
+    from safetensors.torch import load_file
+    try:
+        return load_file(path)
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{path} is not a readable safetensors file ({_first_line(err)}); it may be "
+                              f"truncated (an interrupted download or copy): fetch it again") from err
+
+
+def _load_sharded(folder: str, index_name: str, read) -> dict:
+    index_path = os.path.join(folder, index_name)
+    weight_map = _read_json(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index_path} has no weight_map; the shard index is damaged")
+    state = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_path = os.path.join(folder, shard)
+        if not os.path.isfile(shard_path):
+            raise CheckpointError(f"{index_path} lists the shard {shard}, which is missing from {folder}; "
+                                  f"download or copy the whole folder again")
+        state.update(read(shard_path))
+    missing = sorted(set(weight_map) - set(state))
+    if missing:
+        raise CheckpointError(f"{index_path}: tensors {missing[:5]} are listed but not in their shards")
+    return state
 
 
 def _folder_state(folder: str) -> dict:
-    safetensors_path = os.path.join(folder, "model.safetensors")
-    if os.path.isfile(safetensors_path):
-        from safetensors.torch import load_file
-        try:
-            return load_file(safetensors_path)
-        except Exception as err:
-            raise CheckpointError(f"{safetensors_path} is not a readable safetensors file ({err})") from err
-    bin_path = os.path.join(folder, "pytorch_model.bin")
-    if os.path.isfile(bin_path):
-        return safe_load(bin_path)
-    raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
+    """Weights of a folder: model.safetensors, sharded safetensors, pytorch_model.bin (sharded or not)."""
+    if os.path.isfile(os.path.join(folder, "model.safetensors")):
+        return _load_safetensors(os.path.join(folder, "model.safetensors"))
+    if os.path.isfile(os.path.join(folder, "model.safetensors.index.json")):
+        return _load_sharded(folder, "model.safetensors.index.json", _load_safetensors)
+    if os.path.isfile(os.path.join(folder, "pytorch_model.bin")):
+        return read_checkpoint_file(os.path.join(folder, "pytorch_model.bin"))
+    if os.path.isfile(os.path.join(folder, "pytorch_model.bin.index.json")):
+        return _load_sharded(folder, "pytorch_model.bin.index.json", read_checkpoint_file)
+    raise FileNotFoundError(f"{folder} holds no weights: neither model.safetensors (or a sharded "
+                            f"model.safetensors.index.json) nor pytorch_model.bin")
+
+
+def _single_file_in(folder: str) -> Optional[str]:
+    """A folder without config.json holding one checkpoint file (a fairseq ``bart.large/`` folder)."""
+    names = [n for n in ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt") if os.path.isfile(os.path.join(folder, n))]
+    return os.path.join(folder, names[0]) if names else None
 
 
 def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu"):
     path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")) and _single_file_in(path):
+        path = _single_file_in(path)  # fairseq's extracted bart.large/ holds model.pt, dict.txt, no config
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "config.json")) and config is None:
             raise FileNotFoundError(f"{path} has no config.json; pass config=BartConfig(...)")
-        folder_config = _config_from_folder(path) if os.path.isfile(os.path.join(path, "config.json")) else None
+        folder_config = config_from_folder(path) if os.path.isfile(os.path.join(path, "config.json")) else None
         state = _folder_state(path)
         config = config or folder_config
         stored_config = folder_config.to_dict() if folder_config else None
     else:
-        data = safe_load(path, map_location)
+        data = read_checkpoint_file(path, map_location)
         state = _state_dict_of(data, path)
         stored_config = data.get("config") if isinstance(data.get("config"), dict) else None
+        from bart.modeling.fairseq import import_fairseq, is_fairseq_checkpoint
+        if stored_config is None and is_fairseq_checkpoint(data, state):
+            state, fairseq_config = import_fairseq(data, state, None, path)
+            stored_config = fairseq_config.to_dict()
+            config = config or fairseq_config
         if config is None:
             if stored_config is None:
-                raise CheckpointError(f"{path} carries no model config; pass config=BartConfig(...)")
+                raise CheckpointError(f"{path} carries no model config; pass config=BartConfig(...) (on the command line: --config CONFIG.json)")
             config = BartConfig(**stored_config)
     if stored_config is not None:
         differs = [k for k in _GEOMETRY if k in stored_config and stored_config[k] != getattr(config, k)]
@@ -156,10 +263,24 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
     return model.eval()
 
 
+# transformers' GenerationConfig defaults: keys at these values are left out of generation_config.json.
+_HF_GENERATION_DEFAULTS = {"max_length": 20, "min_length": 0, "num_beams": 1, "num_beam_groups": 1,
+                           "diversity_penalty": 0.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0,
+                           "encoder_no_repeat_ngram_size": 0, "early_stopping": False, "num_return_sequences": 1}
+
+
 def hf_config_dict(config: BartConfig) -> dict:
-    """The model's config as transformers expects it (BART, or mBART for Pre-LN)."""
+    """The model's config as transformers expects it (BART, or mBART for Pre-LN).
+
+    Generation settings go to generation_config.json (:func:`generation_config_dict`), as
+    transformers >= 4.41 keeps them; the token ids stay here too. ``tokenizer_class`` says which
+    tokenizer AutoTokenizer builds: for a Pre-LN model typed mBART it would otherwise pick mBART's
+    SentencePiece tokenizer, which BART's byte-level BPE files cannot feed."""
     values = config.to_dict()
     values.pop("dtype", None)
+    for key in GENERATION_KEYS:
+        values.pop(key, None)
+    values.setdefault("tokenizer_class", "BartTokenizer")
     if config.pre_ln:
         values.update(model_type="mbart", architectures=["MBartForConditionalGeneration"])
     else:
@@ -167,22 +288,43 @@ def hf_config_dict(config: BartConfig) -> dict:
     return values
 
 
-def save_pretrained(model, folder) -> None:
-    """config.json + model.safetensors (tied embeddings stored once), written atomically."""
+def generation_config_dict(config: BartConfig) -> dict:
+    """generation_config.json for transformers: the token ids and every generation setting of ``config``
+    that differs from transformers' default, so ``model.generate()`` there decodes as ours does."""
+    values: dict = {key: getattr(config, key) for key in TOKEN_KEYS if getattr(config, key, None) is not None}
+    for key in GENERATION_KEYS:
+        value = getattr(config, key, None)
+        if value is not None and value != _HF_GENERATION_DEFAULTS[key]:
+            values[key] = value
+    values["_from_model_config"] = False
+    return values
+
+
+def write_model_files(model, folder: str) -> list[str]:
+    """model.safetensors (tied embeddings stored once), config.json and generation_config.json into an
+    existing ``folder``; returns the names written."""
     from safetensors.torch import save_file
 
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in TIED_KEYS[1:]}
+    save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    for name, values in (("config.json", hf_config_dict(model.config)),
+                         ("generation_config.json", generation_config_dict(model.config))):
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            json.dump(values, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return ["model.safetensors", "config.json", "generation_config.json"]
+
+
+def save_pretrained(model, folder) -> None:
+    """config.json + generation_config.json + model.safetensors, each file replaced atomically."""
     folder = os.path.abspath(os.fspath(folder))
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".save-", dir=parent)
     try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()
-                 if k not in TIED_KEYS[1:]}
-        save_file(state, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
-        with open(os.path.join(staging, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(hf_config_dict(model.config), f, indent=2, sort_keys=True)
+        names = write_model_files(model, staging)
         os.makedirs(folder, exist_ok=True)
-        for name in ("model.safetensors", "config.json"):
+        for name in names:
             os.replace(os.path.join(staging, name), os.path.join(folder, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)

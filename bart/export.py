@@ -1,0 +1,181 @@
+"""Export a checkpoint as a Hugging Face folder others can load with transformers.
+
+    python -m bart.export CKPT OUT_DIR [--tokenizer T] [--config CONFIG] [--overwrite] [--no-verify]
+
+CKPT: a training checkpoint (``.ckpt``, which carries its config), a weights file (then ``--config``),
+a Hugging Face folder, a fairseq ``model.pt`` or a hub id. OUT_DIR receives config.json,
+generation_config.json (the model's generation settings: beams, lengths, n-gram blocking, forced
+tokens), model.safetensors and the tokenizer files. A post-LN model is written as BART, a Pre-LN one
+as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
+builds BART's byte-level BPE tokenizer rather than mBART's SentencePiece one.
+
+The tokenizer is ``--tokenizer`` (a folder or hub id), else the one stored with CKPT when CKPT is a
+folder holding tokenizer files, else $TOKENIZER or facebook/bart-large (the training scripts' default).
+Before the folder is moved into place, transformers loads it (``AutoModelForSeq2SeqLM``,
+``AutoTokenizer``) and its logits are compared with this project's (``--no-verify`` skips that).
+The folder is assembled in a temporary folder beside OUT_DIR and renamed, so no half-written
+export remains; an existing non-empty OUT_DIR is replaced only with ``--overwrite``.
+
+Errors in the input (missing file, not a checkpoint, unknown hub id) end with one line on stderr and
+exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from typing import Optional
+
+DEFAULT_TOKENIZER = "facebook/bart-large"
+EXIT_USAGE = 2
+
+
+class ExportError(ValueError):
+    """An export that cannot be written; the message says why and what to do."""
+
+
+def _load_model(checkpoint: str, config_path: Optional[str], pre_ln: Optional[bool]):
+    from bart.configuration.configuration_bart import BartConfig
+    from bart.modeling.modeling_bart import BartForConditionalGeneration
+
+    config = BartConfig.from_json_file(config_path) if config_path else None
+    if config is not None and pre_ln is not None:
+        config.pre_ln = pre_ln
+    model = BartForConditionalGeneration.from_pretrained(checkpoint, config=config)
+    if config is None and pre_ln is not None and model.config.pre_ln != pre_ln:
+        raise ExportError(f"{checkpoint} holds a {'Pre-LN' if model.config.pre_ln else 'post-LN'} model but "
+                          f"--{'' if pre_ln else 'no-'}pre_ln was given; drop the flag")
+    return model.float().eval()
+
+
+def _write_tokenizer(tokenizer_path: str, folder: str, model) -> list[str]:
+    from bart.tokenization.tokenization_bart import BartTokenizer
+
+    tokenizer = BartTokenizer.from_pretrained(tokenizer_path)
+    if len(tokenizer) > model.config.vocab_size:
+        raise ExportError(f"tokenizer {tokenizer_path} has {len(tokenizer)} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}; pass the tokenizer the model was trained with (--tokenizer)")
+    backend = tokenizer.backend
+    backend.model_max_length = min(int(backend.model_max_length), model.config.max_position_embeddings)
+    before = set(os.listdir(folder))
+    backend.save_pretrained(folder)
+    config_path = os.path.join(folder, "tokenizer_config.json")
+    with open(config_path, encoding="utf-8") as f:
+        values = json.load(f)
+    values["tokenizer_class"] = "BartTokenizer"  # also for the mBART-typed (Pre-LN) folder
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    return sorted(set(os.listdir(folder)) - before)
+
+
+def _verify(folder: str, model) -> float:
+    """Load ``folder`` with transformers' Auto classes; the largest logit difference to ``model``."""
+    import torch
+    import transformers
+
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    if not isinstance(hf_tokenizer, (transformers.BartTokenizer, transformers.BartTokenizerFast)):
+        raise ExportError(f"AutoTokenizer built a {type(hf_tokenizer).__name__} from the export, not BART's tokenizer")
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    expected = "MBartForConditionalGeneration" if model.config.pre_ln else "BartForConditionalGeneration"
+    if type(hf_model).__name__ != expected:
+        raise ExportError(f"transformers built a {type(hf_model).__name__} from the export, expected {expected}")
+    batch = hf_tokenizer(["The export is checked against the checkpoint."], return_tensors="pt")
+    decoder_input_ids = batch["input_ids"][:, :6].clone()
+    decoder_input_ids[:, 0] = model.config.decoder_start_token_id
+    with torch.no_grad():
+        ours = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     decoder_input_ids=decoder_input_ids).logits
+        theirs = hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          decoder_input_ids=decoder_input_ids).logits
+    diff = float((ours - theirs).abs().max())
+    scale = float(ours.abs().max()) or 1.0
+    if not diff <= 1e-4 * max(1.0, scale):
+        raise ExportError(f"transformers computes different logits from the exported folder (max difference {diff:.3g}); "
+                          f"the export was not written")
+    return diff
+
+
+def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, config_path: Optional[str] = None,
+           pre_ln: Optional[bool] = None, overwrite: bool = False, verify: bool = True) -> dict:
+    """Write the Hugging Face folder ``out_dir``; returns what was written (paths, tokenizer, check)."""
+    from bart.hub import resolve_model_path, resolve_tokenizer_path
+    from bart.modeling.weights import write_model_files
+
+    out_dir = os.path.abspath(os.path.expanduser(out_dir))
+    if os.path.isfile(out_dir):
+        raise ExportError(f"{out_dir} is a file; OUT_DIR must be a folder (new, empty, or replaced with --overwrite)")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
+        raise ExportError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another folder")
+    model_path = resolve_model_path(checkpoint)
+    if os.path.abspath(model_path) == out_dir:
+        raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
+    model = _load_model(model_path, config_path, pre_ln)
+    tokenizer_path = resolve_tokenizer_path(tokenizer, model_path if os.path.isdir(model_path) else None,
+                                            default=os.environ.get("TOKENIZER") or DEFAULT_TOKENIZER)
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.export-", dir=parent)
+    try:
+        files = write_model_files(model, staging)
+        files += _write_tokenizer(tokenizer_path, staging, model)
+        max_diff = _verify(staging, model) if verify else None
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; an export is for others
+        if os.path.isdir(out_dir):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
+            os.replace(out_dir, os.path.join(old, "previous"))
+            os.replace(staging, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"out_dir": out_dir, "files": sorted(files), "tokenizer": tokenizer_path,
+            "model_type": "mbart" if model.config.pre_ln else "bart", "verify_max_abs_diff": max_diff}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bart.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="training checkpoint (.ckpt), weights file, folder, fairseq model.pt or hub id")
+    parser.add_argument("out_dir", help="the Hugging Face folder to write")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer folder or hub id (default: the checkpoint folder's, else $TOKENIZER or "
+                             f"{DEFAULT_TOKENIZER})")
+    parser.add_argument("--config", dest="config_path", default=None,
+                        help="BART config.json, for a weights file that carries no config")
+    parser.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --config: Pre-LN model (default: the config's)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT_DIR")
+    parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="load the export with transformers and compare logits before moving it into place")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from bart.hub import HubResolutionError
+    from bart.modeling.weights import CheckpointError
+
+    try:
+        result = export(args.checkpoint, args.out_dir, args.tokenizer, args.config_path, args.pre_ln,
+                        args.overwrite, args.verify)
+    except (ExportError, HubResolutionError, CheckpointError, FileNotFoundError, IsADirectoryError,
+            NotADirectoryError, PermissionError, ValueError) as err:
+        message = " ".join(str(err).split("\n")).strip() or type(err).__name__
+        print(f"bart.export: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    check = ("" if result["verify_max_abs_diff"] is None else
+             f"; transformers loads it (max logit difference {result['verify_max_abs_diff']:.2g})")
+    print(f"wrote {result['out_dir']} ({result['model_type']}, tokenizer from {result['tokenizer']}){check}")
+    for name in result["files"]:
+        print(f"  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

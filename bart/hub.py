@@ -1,0 +1,169 @@
+"""Model and tokenizer names: a local path as is, anything else a Hugging Face hub id.
+
+    from bart.hub import resolve_model_path, resolve_tokenizer_path
+    model_path = resolve_model_path(args.init_checkpoint)          # "facebook/bart-large" or a path
+    tokenizer_path = resolve_tokenizer_path(args.tokenizer, model_path)
+
+A hub id is resolved with ``huggingface_hub.snapshot_download``: downloaded when online, read from
+the cache when offline (``HF_HUB_OFFLINE=1``). The cache is ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
+else huggingface_hub's default, read when the call is made. Only the files this project reads are
+fetched (config, generation config, safetensors weights, or ``pytorch_model.bin`` when a repository
+has no safetensors, and the BPE tokenizer files), not the TensorFlow/Flax/Rust copies.
+
+Every failure is one :class:`HubResolutionError` whose one-line message names the id and the fix.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+_TRUE = {"1", "on", "yes", "true"}
+CONFIG_FILES = ["config.json", "generation_config.json"]
+SAFE_WEIGHTS = ["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"]
+BIN_WEIGHTS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin", "model.pt"]
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                   "added_tokens.json"]
+# A folder holds a usable tokenizer when it has the fast file or the BPE pair.
+_TOKENIZER_SETS = (("tokenizer.json",), ("vocab.json", "merges.txt"))
+_WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json", "model.pt")
+
+
+class HubResolutionError(OSError):
+    """A model or tokenizer name that is neither a local path nor a resolvable hub id."""
+
+
+def is_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (else ``TRANSFORMERS_OFFLINE``) as set now, as huggingface_hub reads them."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    if value is not None:
+        return value.strip().lower() in _TRUE
+    from huggingface_hub import constants
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def cache_dir() -> str:
+    """The hub cache: ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else huggingface_hub's default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub")
+    from huggingface_hub import constants
+    return constants.HF_HUB_CACHE
+
+
+def _looks_like_path(name: str) -> bool:
+    return (name.startswith((".", "/", "~")) or name.endswith((".ckpt", ".pt", ".bin", ".safetensors", ".json"))
+            or name.count("/") > 1 or os.sep != "/" and os.sep in name)
+
+
+def _download(repo_id: str, what: str, patterns: list[str], revision: Optional[str]) -> str:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, HFValidationError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError, RevisionNotFoundError)
+
+    offline = is_offline()
+    cache = cache_dir()
+    try:
+        return snapshot_download(repo_id, revision=revision, allow_patterns=patterns, cache_dir=cache,
+                                 local_files_only=offline)
+    except HFValidationError as err:
+        raise HubResolutionError(
+            f"{what} '{repo_id}' is neither an existing local path nor a valid hub id (org/name); "
+            f"check the spelling or pass a local folder") from err
+    except GatedRepoError as err:
+        raise HubResolutionError(
+            f"{what} '{repo_id}' is a gated repository on the Hugging Face hub; accept its terms on "
+            f"huggingface.co and log in (`huggingface-cli login`), or pass a local folder") from err
+    except RevisionNotFoundError as err:
+        raise HubResolutionError(f"{what} '{repo_id}' has no revision '{revision}' on the Hugging Face hub; "
+                                 f"pass an existing revision or a local folder") from err
+    except RepositoryNotFoundError as err:
+        raise HubResolutionError(
+            f"{what} '{repo_id}' is neither a local path nor a model on the Hugging Face hub "
+            f"(or it is private: log in with `huggingface-cli login`); check the name or pass a local "
+            f"folder") from err
+    except LocalEntryNotFoundError as err:
+        if offline:
+            raise HubResolutionError(
+                f"{what} '{repo_id}' is not a local path and not in the hub cache {cache}, and HF_HUB_OFFLINE=1 "
+                f"forbids downloading it; set HF_HUB_OFFLINE=0, or fetch it once with `huggingface-cli download "
+                f"{repo_id}` (same HF_HOME), or pass a local folder") from err
+        raise HubResolutionError(
+            f"{what} '{repo_id}' is not a local path, not in the hub cache {cache}, and the Hugging Face hub "
+            f"could not be reached ({type(err.__cause__ or err).__name__}); connect, or fetch it with "
+            f"`huggingface-cli download {repo_id}` where there is a connection, or pass a local folder") from err
+    except OSError as err:  # disk full, permissions, proxies
+        raise HubResolutionError(f"{what} '{repo_id}': fetching from the Hugging Face hub failed "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                                 f"pass a local folder") from err
+
+
+def _has_weights(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, name)) for name in _WEIGHT_NAMES)
+
+
+def resolve_model_path(name_or_path: str | os.PathLike, revision: Optional[str] = None) -> str:
+    """A local file or folder for ``name_or_path``.
+
+    An existing path is returned unchanged (``~`` expanded). Anything else is a hub id: the folder of
+    its snapshot (config, generation config, weights, tokenizer files) is returned. Safetensors are
+    preferred; ``pytorch_model.bin`` is fetched only for repositories without them."""
+    name = os.fspath(name_or_path)
+    expanded = os.path.expanduser(name)
+    if os.path.exists(expanded):
+        return expanded
+    if not name.strip():
+        raise HubResolutionError("model path is empty; pass a checkpoint, a folder or a hub id such as facebook/bart-large")
+    if _looks_like_path(name):
+        raise HubResolutionError(f"model '{name}' does not exist (no such file or folder); check the path")
+    folder = _download(name, "model", CONFIG_FILES + SAFE_WEIGHTS + TOKENIZER_FILES, revision)
+    if not _has_weights(folder):
+        folder = _download(name, "model", CONFIG_FILES + SAFE_WEIGHTS + BIN_WEIGHTS + TOKENIZER_FILES, revision)
+    if not _has_weights(folder):
+        raise HubResolutionError(
+            f"model '{name}' resolved to {folder}, which holds no weights (model.safetensors, pytorch_model.bin); "
+            f"offline, fetch the whole repository once with `huggingface-cli download {name}`")
+    return folder
+
+
+def has_tokenizer_files(folder: str | os.PathLike | None) -> bool:
+    """True when ``folder`` is a folder holding a BPE tokenizer (tokenizer.json, or vocab.json + merges.txt)."""
+    if not folder or not os.path.isdir(folder):
+        return False
+    return any(all(os.path.isfile(os.path.join(folder, n)) for n in names) for names in _TOKENIZER_SETS)
+
+
+def resolve_tokenizer_path(name_or_path: str | os.PathLike | None, model_path: str | os.PathLike | None = None,
+                           default: Optional[str] = None, revision: Optional[str] = None) -> str:
+    """A local tokenizer folder.
+
+    ``name_or_path`` given: a local folder as is, else a hub id (only tokenizer files are fetched).
+    Not given (None or ""): the tokenizer stored with the model when ``model_path`` (already resolved,
+    see :func:`resolve_model_path`) is a folder holding tokenizer files, else ``default``."""
+    if name_or_path is None or not os.fspath(name_or_path).strip():
+        if model_path is not None and has_tokenizer_files(os.fspath(model_path)):
+            return os.fspath(model_path)
+        if default is None:
+            raise HubResolutionError(
+                f"no tokenizer given and {model_path or 'the model'} holds no tokenizer files; pass --tokenizer "
+                f"(a folder, or a hub id such as facebook/bart-large)")
+        name_or_path = default
+    name = os.fspath(name_or_path)
+    expanded = os.path.expanduser(name)
+    if os.path.exists(expanded):
+        return expanded
+    if _looks_like_path(name):
+        raise HubResolutionError(
+            f"tokenizer '{name}' does not exist (no such folder); build one offline with "
+            f"`python -m bart.tokenization.build_tokenizer {name}` or pass a hub id")
+    folder = _download(name, "tokenizer", TOKENIZER_FILES + ["config.json"], revision)
+    if not has_tokenizer_files(folder):
+        raise HubResolutionError(
+            f"tokenizer '{name}' resolved to {folder}, which holds no tokenizer files (tokenizer.json, or "
+            f"vocab.json + merges.txt); pass another tokenizer")
+    return folder
+
+
+__all__ = ["HubResolutionError", "resolve_model_path", "resolve_tokenizer_path", "has_tokenizer_files",
+           "is_offline", "cache_dir"]

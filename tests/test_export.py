@@ -1,0 +1,129 @@
+"""``python -m bart.export``: a folder transformers loads (BART and Pre-LN as mBART) and generates from
+as the project does; clear one-line errors and no half-written folder."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from bart.configuration import BartConfig
+from bart.modeling import BartForConditionalGeneration
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = ["NVIDIA Geforce Won't Run or Uninstall after the update, users say. The driver was rolled back.",
+         "The quick brown fox jumps over the lazy dog. It was fast, and the dog did not mind at all."]
+TINY = dict(vocab_size=50265, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+            init_std=0.3, dropout=0.0, min_length=6, max_length=24, no_repeat_ngram_size=3, length_penalty=2.0,
+            early_stopping=True, forced_bos_token_id=0)
+
+
+def _export(*args, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_")) and k != "TOKENIZER"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "bart.export", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _checkpoint(path, pre_ln, num_beams, **overrides):
+    """A training checkpoint as finetune.py's best-validation one: weights, config, numpy metrics."""
+    torch.manual_seed(0)
+    config = BartConfig(**dict(TINY, **overrides), pre_ln=pre_ln, num_beams=num_beams)
+    model = BartForConditionalGeneration(config).eval()
+    torch.save({"model": model.state_dict(), "config": config.to_dict(), "step": 7,
+                "metrics": {"rouge1": np.float64(12.5)}}, path)
+    return model
+
+
+def _project_summaries(model, tokenizer):
+    """What run_eval.py does: generate with the model's settings, decode, strip."""
+    out = []
+    for text in TEXTS:
+        batch = tokenizer([text], return_tensors="pt")
+        ids = model.generate(batch["input_ids"], attention_mask=batch["attention_mask"])
+        out.append(tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0].strip())
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_export_loads_in_transformers_and_summarizes_as_the_project(pre_ln, tmp_path, tokenizer_dir, tokenizer):
+    num_beams = 3 if pre_ln else 4
+    model = _checkpoint(tmp_path / "best.ckpt", pre_ln, num_beams)
+    out = tmp_path / "hf"
+    done = _export(tmp_path / "best.ckpt", out, "--tokenizer", tokenizer_dir)
+    assert done.returncode == 0, done.stderr
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "vocab.json", "merges.txt"} <= set(os.listdir(out))
+    config = json.load(open(out / "config.json"))
+    assert config["model_type"] == ("mbart" if pre_ln else "bart") and config["tokenizer_class"] == "BartTokenizer"
+    generation = json.load(open(out / "generation_config.json"))
+    assert (generation["num_beams"], generation["max_length"], generation["min_length"], generation["no_repeat_ngram_size"],
+            generation["forced_bos_token_id"]) == (num_beams, 24, 6, 3, 0)
+
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert isinstance(hf_tokenizer, transformers.BartTokenizerFast)  # not mBART's SentencePiece tokenizer
+    assert hf_tokenizer(TEXTS[0]).input_ids == tokenizer(TEXTS[0]).input_ids
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(out))
+    assert type(hf_model).__name__ == ("MBartForConditionalGeneration" if pre_ln else "BartForConditionalGeneration")
+
+    ours = _project_summaries(model, tokenizer)
+    assert ours[0] != ours[1] and all(len(s) > 10 for s in ours)
+    summarizer = transformers.pipeline("summarization", model=str(out))
+    # transformers' summarization pipeline puts its own num_beams=4 over a model's other value: say it
+    call = {} if num_beams == 4 else {"num_beams": num_beams}
+    theirs = [r["summary_text"].strip() for r in summarizer(TEXTS, **call)]
+    assert theirs == ours
+
+    again = BartForConditionalGeneration.from_pretrained(str(out))  # and the project reads its export back
+    assert (again.config.pre_ln, again.config.num_beams, again.config.max_length) == (pre_ln, num_beams, 24)
+    assert _project_summaries(again, tokenizer) == ours
+
+
+def test_export_from_a_folder_uses_its_tokenizer_and_replaces_only_with_overwrite(tmp_path, tokenizer_dir):
+    _checkpoint(tmp_path / "m.ckpt", False, 4)
+    assert _export(tmp_path / "m.ckpt", tmp_path / "first", "--tokenizer", tokenizer_dir).returncode == 0
+    done = _export(tmp_path / "first", tmp_path / "second")  # no --tokenizer: the folder's own
+    assert done.returncode == 0, done.stderr
+    assert f"tokenizer from {tmp_path / 'first'}" in done.stdout
+    before = (tmp_path / "second" / "model.safetensors").read_bytes()
+    done = _export(tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer", tokenizer_dir)
+    assert done.returncode == 2 and "exists and is not empty; pass --overwrite" in done.stderr
+    assert (tmp_path / "second" / "model.safetensors").read_bytes() == before
+    done = _export(tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer", tokenizer_dir, "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["first", "m.ckpt", "second"]  # no staging or backup folder left
+
+
+def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_dir):
+    (tmp_path / "notes.ckpt").write_text("not a checkpoint")
+    torch.save(BartForConditionalGeneration(BartConfig(**TINY)).state_dict(), tmp_path / "raw.ckpt")
+    _checkpoint(tmp_path / "small_vocab.ckpt", False, 4, vocab_size=99)
+    cases = [
+        ((tmp_path / "missing.ckpt", tmp_path / "out"), "missing.ckpt' does not exist"),
+        ((tmp_path / "notes.ckpt", tmp_path / "out"), "notes.ckpt is not a readable checkpoint: its 16 bytes are not a torch checkpoint"),
+        ((tmp_path / "raw.ckpt", tmp_path / "out"), "raw.ckpt carries no model config; pass config=BartConfig(...) "
+                                                     "(on the command line: --config CONFIG.json)"),
+        # fails after the weights were written into the staging folder: nothing may remain
+        ((tmp_path / "small_vocab.ckpt", tmp_path / "out", "--tokenizer", tokenizer_dir),
+         "has 50262 tokens but the model's vocab_size is 99"),
+        ((tmp_path / "small_vocab.ckpt", tmp_path / "out", "--tokenizer", "some-org/some-tokenizer"),
+         "tokenizer 'some-org/some-tokenizer' is not a local path and not in the hub cache"),
+    ]
+    for args, expected in cases:
+        done = _export(*args, env_extra={"HF_HOME": str(tmp_path / "hf_home")})
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert expected in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert done.stderr.startswith("bart.export: error: ")
+    assert sorted(os.listdir(tmp_path)) == ["notes.ckpt", "raw.ckpt", "small_vocab.ckpt"]
+    # the same weights file exports once its config is given
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    done = _export(tmp_path / "raw.ckpt", tmp_path / "out", "--config", tmp_path / "config.json", "--no-verify",
+                   "--tokenizer", tokenizer_dir)
+    assert done.returncode == 0, done.stderr
+    assert json.load(open(tmp_path / "out" / "config.json"))["d_model"] == 32

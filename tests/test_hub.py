@@ -1,0 +1,161 @@
+"""Hub ids resolved by huggingface_hub itself, from a cache the test writes in the hub's layout."""
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+import transformers
+
+from bart.hub import HubResolutionError, resolve_model_path, resolve_tokenizer_path
+from bart.modeling import BartForConditionalGeneration
+from bart.tokenization.tokenization_bart import BartTokenizer
+from tests.helpers.hub_cache import add_to_hub_cache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)
+IDS = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 10, 2, 1, 1]])
+
+
+def _hf_model(seed=0):
+    torch.manual_seed(seed)
+    return transformers.BartForConditionalGeneration(transformers.BartConfig(**TINY)).eval()
+
+
+def _logits(model):
+    with torch.no_grad():
+        return model(input_ids=IDS, attention_mask=(IDS != 1).long(), decoder_input_ids=IDS[:, :4]).logits
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, tokenizer_dir):
+    """A hub cache holding a model with its tokenizer, a model stored as pytorch_model.bin only, and a
+    tokenizer-only repository; returns (cache dir, the transformers model of tiny-org/tiny-bart)."""
+    work = tmp_path_factory.mktemp("hub")
+    cache = str(work / "hf_home" / "hub")
+    model = _hf_model()
+    model.save_pretrained(work / "tiny-bart")  # transformers' own layout: safetensors + generation_config.json
+    for name in os.listdir(tokenizer_dir):
+        shutil.copy(os.path.join(tokenizer_dir, name), work / "tiny-bart" / name)
+    add_to_hub_cache(cache, "tiny-org/tiny-bart", str(work / "tiny-bart"))
+    _hf_model(seed=1).save_pretrained(work / "tiny-bin", safe_serialization=False)
+    add_to_hub_cache(cache, "tiny-org/tiny-bart-bin", str(work / "tiny-bin"))
+    add_to_hub_cache(cache, "tiny-org/tokenizer", tokenizer_dir)
+    return cache, model
+
+
+@pytest.fixture
+def offline(hub, monkeypatch):
+    cache, _ = hub
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", cache)
+    return cache
+
+
+def test_hub_id_resolves_from_the_offline_cache_and_loads(hub, offline, tokenizer):
+    _, reference = hub
+    folder = resolve_model_path("tiny-org/tiny-bart")
+    assert folder.startswith(offline) and os.sep + "snapshots" + os.sep in folder
+    assert os.path.islink(os.path.join(folder, "model.safetensors"))
+    model = BartForConditionalGeneration.from_pretrained(folder)
+    torch.testing.assert_close(_logits(model), _logits(reference), atol=1e-6, rtol=1e-6)
+    # no --tokenizer: the one stored with the model; an explicit one wins
+    assert resolve_tokenizer_path(None, folder, default="facebook/bart-large") == folder
+    stored = BartTokenizer.from_pretrained(resolve_tokenizer_path(None, folder))
+    assert stored("Hello world").input_ids == tokenizer("Hello world").input_ids and len(stored) == len(tokenizer)
+    explicit = resolve_tokenizer_path("tiny-org/tokenizer", folder)
+    assert explicit != folder and os.path.isfile(os.path.join(explicit, "tokenizer.json"))
+
+
+def test_pytorch_model_bin_repository_and_default_tokenizer(hub, offline):
+    folder = resolve_model_path("tiny-org/tiny-bart-bin")
+    assert os.path.isfile(os.path.join(folder, "pytorch_model.bin"))
+    torch.testing.assert_close(_logits(BartForConditionalGeneration.from_pretrained(folder)), _logits(_hf_model(seed=1)),
+                               atol=1e-6, rtol=1e-6)
+    # no tokenizer files with this model: the default (a hub id) is resolved instead
+    assert resolve_tokenizer_path(None, folder, default="tiny-org/tokenizer").endswith(
+        os.path.join("snapshots", os.path.basename(resolve_tokenizer_path("tiny-org/tokenizer"))))
+    with pytest.raises(HubResolutionError, match="holds no tokenizer files; pass --tokenizer"):
+        resolve_tokenizer_path(None, folder)
+
+
+def test_offline_and_not_cached_is_one_clear_error(offline):
+    with pytest.raises(HubResolutionError) as err:
+        resolve_model_path("facebook/bart-large")
+    message = str(err.value)
+    assert "\n" not in message
+    for part in ("'facebook/bart-large'", "HF_HUB_OFFLINE=0", "huggingface-cli download facebook/bart-large",
+                 "local folder", offline):
+        assert part in message
+    with pytest.raises(HubResolutionError, match="tokenizer 'facebook/bart-large' .*HF_HUB_OFFLINE=0"):
+        resolve_tokenizer_path("facebook/bart-large")
+
+
+def test_local_paths_are_returned_as_is_and_missing_ones_are_named(tmp_path, offline):
+    (tmp_path / "w.ckpt").write_bytes(b"x")
+    assert resolve_model_path(str(tmp_path / "w.ckpt")) == str(tmp_path / "w.ckpt")
+    assert resolve_model_path(tmp_path) == str(tmp_path)
+    with pytest.raises(HubResolutionError, match=r"model '\./results/none\.ckpt' does not exist"):
+        resolve_model_path("./results/none.ckpt")
+    with pytest.raises(HubResolutionError, match="build one offline with"):
+        resolve_tokenizer_path(str(tmp_path / "no_tokenizer"))
+    with pytest.raises(HubResolutionError, match="neither an existing local path nor a valid hub id"):
+        resolve_model_path("bad id with spaces")
+
+
+def _run(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_environment_is_read_by_a_fresh_process(hub):
+    """HF_HOME and HF_HUB_OFFLINE set before the interpreter starts, as a user's shell sets them."""
+    cache, _ = hub
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HOME=os.path.dirname(cache), HF_HUB_OFFLINE="1")
+    done = _run("from bart.hub import resolve_model_path; print(resolve_model_path('tiny-org/tiny-bart'))", env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(os.path.join(cache, "models--tiny-org--tiny-bart", "snapshots"))
+
+
+class _NotFound(http.server.BaseHTTPRequestHandler):
+    """The hub's answer for a repository that does not exist."""
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(404)
+        self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("X-Error-Message", "Repository not found")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_online_unknown_id_and_unreachable_hub(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HOME=str(tmp_path), HF_HUB_OFFLINE="0", HF_ENDPOINT=f"http://127.0.0.1:{server.server_port}",
+               HF_HUB_ETAG_TIMEOUT="5", HF_HUB_DOWNLOAD_TIMEOUT="5")
+    code = ("from bart.hub import resolve_model_path, HubResolutionError\n"
+            "try: resolve_model_path('no-such-org/no-such-model')\n"
+            "except HubResolutionError as e: print(e)\n")
+    try:
+        done = _run(code, env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0, done.stderr
+    assert "'no-such-org/no-such-model' is neither a local path nor a model on the Hugging Face hub" in done.stdout
+    closed = tmp_path / "closed"
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_port}"  # the server is closed now: connection refused
+    env["HF_HOME"] = str(closed)
+    done = _run(code, env)
+    assert done.returncode == 0, done.stderr
+    assert "could not be reached" in done.stdout and "huggingface-cli download no-such-org/no-such-model" in done.stdout
