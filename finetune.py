@@ -6,8 +6,9 @@ import json
 import torch
 
 from bart.data.summarization import build_finetuning_loader
+from bart.cli import run_main
 from bart.evaluation import predict_split
-from bart.tokenization.tokenization_bart import BartTokenizer
+from bart.hub import resolve_model_path
 from bart.training import builder
 from bart.training.args import add_shared_args, generation_kwargs, write_run_config
 from bart.training.checkpoint import resolve_weights
@@ -36,8 +37,9 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     env = builder.setup_distributed(args)
     builder.seed_everything(args.seed, env.rank)
-    init = None if args.from_scratch or args.resume_from_checkpoint else resolve_weights(args.init_checkpoint)
-    tokenizer = BartTokenizer.from_pretrained(args.tokenizer)
+    init = None if args.from_scratch or args.resume_from_checkpoint else \
+        resolve_weights(resolve_model_path(args.init_checkpoint))
+    tokenizer = builder.load_tokenizer(args, init)
     config = builder.model_config(args)
     model = builder.build_model(args, config, init_from=init)
     builder.freeze_parameters(model, encoder=args.freeze_encoder, embeddings=args.freeze_embeds)
@@ -73,4 +75,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "finetune.py")

@@ -7,7 +7,8 @@ import torch
 
 from bart.data.noise import add_noise_args, noise_config_from_args
 from bart.data.pretraining_dataset import build_pretraining_loader
-from bart.tokenization.tokenization_bart import BartTokenizer
+from bart.cli import run_main
+from bart.hub import resolve_model_path
 from bart.training import builder
 from bart.training.args import FINETUNE_ONLY, add_shared_args, reject_unused, write_run_config
 from utils import distributed as dist_utils
@@ -29,12 +30,13 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     env = builder.setup_distributed(args)
     builder.seed_everything(args.seed, env.rank)
-    tokenizer = BartTokenizer.from_pretrained(args.tokenizer)
+    init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)
+    tokenizer = builder.load_tokenizer(args, init)
     config = builder.model_config(args)
     if len(tokenizer) > config.vocab_size:
         raise SystemExit(f"tokenizer {args.tokenizer} has {len(tokenizer)} tokens but {args.config_path} has "
                          f"vocab_size {config.vocab_size}")
-    model = builder.build_model(args, config, init_from=None if args.resume_from_checkpoint else args.init_checkpoint)
+    model = builder.build_model(args, config, init_from=init)
     torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
     loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
                                       noise_config_from_args(args), args.seed, args.num_workers, env.local_rank)
@@ -49,4 +51,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "pretrain.py")

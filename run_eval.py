@@ -10,9 +10,10 @@ Run under torchrun to shard the work over several processes.
 """
 import argparse
 
+from bart.cli import run_main
 from bart.evaluation import run_evaluation
+from bart.hub import resolve_model_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
-from bart.tokenization.tokenization_bart import BartTokenizer
 from bart.training import builder
 from bart.training.args import add_architecture_args, add_generation_args, generate_option_pairs, generation_kwargs
 from utils import distributed as dist_utils
@@ -54,15 +55,16 @@ def main(argv=None) -> dict:
     precision = Precision.from_args(args)
     precision.configure()
     config = builder.model_config(args, training=False)
-    model = BartForConditionalGeneration.from_pretrained(args.model_path, config=config)
+    model_path = resolve_model_path(args.model_path)
+    model = BartForConditionalGeneration.from_pretrained(model_path, config=config)
     model = model.to(builder.device_for(env)).eval()
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences}
-    result = run_evaluation(model, BartTokenizer.from_pretrained(args.tokenizer), args, gen_kwargs,
+    result = run_evaluation(model, builder.load_tokenizer(args, model_path), args, gen_kwargs,
                             precision.autocast_dtype, is_main=env.is_main)
     dist_utils.cleanup()
     return result
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "run_eval.py")

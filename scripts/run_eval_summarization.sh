@@ -15,7 +15,7 @@ MAX_SOURCE_LEN=$6; MAX_TARGET_LEN=$7; DATA_DIR=$8; CONFIG_PATH=$9; PRELN=${10}
 PYTHON=${PYTHON:-python3}
 source scripts/params/common.sh
 check_inputs "$DATA_DIR" "$CONFIG_PATH" "$NUM_GPU" "$PRECISION" "$PRELN" "${TYPE_PATH:-test}"
-[ -e "$INIT_CKPT" ] || { echo "run_eval_summarization.sh: checkpoint $INIT_CKPT not found" >&2; exit 2; }
+check_model run_eval_summarization.sh checkpoint "$INIT_CKPT"
 OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_inference_$(date +'%y%m%d%H%M%S')}
 mkdir -p "$OUTPUT_DIR"
 N_OBS_FLAG=(); [ -n "${N_OBS:-}" ] && N_OBS_FLAG=(--n_obs "$N_OBS")

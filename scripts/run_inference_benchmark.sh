@@ -17,7 +17,7 @@ PYTHON=${PYTHON:-python3}
 source scripts/params/common.sh
 source scripts/params/benchmark_common.sh
 check_inputs "$DATA_DIR" "$CONFIG_PATH" 1 fp32 false "$TYPE_PATH"
-[ -e "$MODEL" ] || { echo "error: model $MODEL not found (a .ckpt or a Hugging Face folder)" >&2; exit 2; }
+check_model run_inference_benchmark.sh model "$MODEL"
 sweep_settings
 DATESTAMP=$(date +'%y%m%d%H%M%S')
 RESULTS=${RESULTS_DIR:-results}/bart_pyt_inference_benchmark_${DATESTAMP}

@@ -37,7 +37,7 @@ OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_${DATESTAMP}}
 PYTHON=${PYTHON:-python3}
 source scripts/params/common.sh
 check_inputs "$DATA_DIR" "$CONFIG_PATH" "$NUM_GPU" "$PREC" "$PRELN" train val test
-[ -e "$CKPT_PATH" ] || { echo "run_summarization.sh: CKPT_PATH $CKPT_PATH does not exist" >&2; exit 2; }
+check_model run_summarization.sh CKPT_PATH "$CKPT_PATH"
 mkdir -p "$OUTPUT_DIR"
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
 launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_PATH" --config_path "$CONFIG_PATH" \

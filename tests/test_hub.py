@@ -159,3 +159,76 @@ def test_online_unknown_id_and_unreachable_hub(tmp_path):
     done = _run(code, env)
     assert done.returncode == 0, done.stderr
     assert "could not be reached" in done.stdout and "huggingface-cli download no-such-org/no-such-model" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def hub_50k(tmp_path_factory, tokenizer_dir):
+    """A hub cache with a tiny model over the real 50,265-token vocabulary and its tokenizer files."""
+    work = tmp_path_factory.mktemp("hub50k")
+    cache = str(work / "hf_home" / "hub")
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(transformers.BartConfig(**dict(TINY, vocab_size=50265))).eval()
+    model.save_pretrained(work / "bart")
+    for name in os.listdir(tokenizer_dir):
+        shutil.copy(os.path.join(tokenizer_dir, name), work / "bart" / name)
+    add_to_hub_cache(cache, "tiny-org/bart-50k", str(work / "bart"))
+    config = work / "config.json"
+    config.write_text(__import__("json").dumps(dict(TINY, vocab_size=50265)))
+    from tests.helpers.summaries import write_summarization_data
+    return cache, str(config), write_summarization_data(str(work / "data")), work
+
+
+def _script(args, cache, timeout=300):
+    env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="2")
+    env.pop("TOKENIZER", None)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_entry_scripts_take_hub_ids(hub_50k):
+    """finetune.py --init_checkpoint ORG/NAME and run_eval.py ORG/NAME resolve through huggingface_hub's
+    offline cache; without --tokenizer the tokenizer stored with the model is used."""
+    cache, config, data, work = hub_50k
+    out = _script(["finetune.py", "--config_path", config, "--data_dir", data, "--init_checkpoint", "tiny-org/bart-50k",
+                   "--max_steps", "2", "--train_batch_size", "4", "--n_train", "8", "--n_val", "0",
+                   "--max_source_length", "32", "--max_target_length", "16", "--output_dir", str(work / "ft")], cache)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert os.path.exists(work / "ft" / "_epoch0_step2.ckpt")
+    out = _script(["run_eval.py", "tiny-org/bart-50k", config, data, str(work / "eval"), "--n_obs", "3", "--bs", "3",
+                   "--num_beams", "2", "--max_target_length", "6", "--max_source_length", "32"], cache)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = open(work / "eval" / "test_generations.txt", encoding="utf-8").read().splitlines()
+    assert len(lines) == 3
+    # the same texts as the model loaded by transformers from the same cache entry and decoded alike
+    snapshot = resolve_model_path_in(cache, "tiny-org/bart-50k")
+    reference = transformers.BartForConditionalGeneration.from_pretrained(snapshot).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(snapshot)
+    sources = open(os.path.join(data, "test.source"), encoding="utf-8").read().splitlines()[:3]
+    enc = tok(sources, max_length=32, truncation=True, padding=True, return_tensors="pt")
+    expected = []
+    for i in range(3):  # one source at a time: no padding inside transformers' batch
+        ids = reference.generate(enc["input_ids"][i:i + 1, :int(enc["attention_mask"][i].sum())], num_beams=2,
+                                 max_length=6, min_length=0, no_repeat_ngram_size=0, early_stopping=True,
+                                 forced_bos_token_id=None, forced_eos_token_id=2, length_penalty=1.0)
+        expected.append(tok.decode(ids[0], skip_special_tokens=True, clean_up_tokenization_spaces=False).strip())
+    assert lines == expected
+
+
+def resolve_model_path_in(cache, repo_id):
+    old = dict(os.environ)
+    os.environ.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache)
+    try:
+        return resolve_model_path(repo_id)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def test_entry_scripts_refuse_an_uncached_hub_id_in_one_line(hub_50k):
+    cache, config, data, work = hub_50k
+    for args in (["run_eval.py", "nobody/not-cached", config, data, str(work / "x")],
+                 ["finetune.py", "--config_path", config, "--data_dir", data, "--init_checkpoint", "nobody/not-cached",
+                  "--max_steps", "1"]):
+        out = _script(args, cache)
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr and "nobody/not-cached" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -80,8 +80,9 @@ def add_architecture_args(group) -> None:
     group.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
                        help="Pre-LN (layer norm inside each residual branch, a final norm per stack); "
                             "--no-pre_ln for BART's post-LN. Default: the config file's pre_ln")
-    group.add_argument("--tokenizer", default=os.environ.get("TOKENIZER", "facebook/bart-large"),
-                       help="tokenizer folder or hub id (offline: python -m bart.tokenization.build_tokenizer DIR)")
+    group.add_argument("--tokenizer", default=None,
+                       help="tokenizer folder or hub id (default: the one stored with the starting model, else "
+                            "$TOKENIZER, else facebook/bart-large; offline: python -m bart.tokenization.build_tokenizer DIR)")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

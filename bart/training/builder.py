@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from bart.configuration.configuration_bart import BartConfig
+from bart.hub import resolve_model_path, resolve_tokenizer_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.strategy import build_strategy
@@ -54,10 +55,19 @@ def model_config(args: argparse.Namespace, training: bool = True) -> BartConfig:
     return config
 
 
+def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
+    """``--tokenizer`` (folder or hub id); without it the tokenizer stored with the model folder, else
+    $TOKENIZER, else facebook/bart-large."""
+    from bart.tokenization.tokenization_bart import BartTokenizer
+    folder = model_path if model_path and os.path.isdir(model_path) else None
+    path = resolve_tokenizer_path(args.tokenizer, folder, default=os.environ.get("TOKENIZER") or "facebook/bart-large")
+    return BartTokenizer.from_pretrained(path)
+
+
 def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:
     """A fresh model, or one holding ``init_from``'s weights (strict; Pre-LN must match)."""
     if init_from:
-        model = BartForConditionalGeneration.from_pretrained(init_from, config=config)
+        model = BartForConditionalGeneration.from_pretrained(resolve_model_path(init_from), config=config)
     else:
         model = BartForConditionalGeneration(config)
     model.gradient_checkpointing_enable(config.gradient_checkpointing)

@@ -31,3 +31,13 @@ launcher() {  # NUM_PROCESSES script args...
     "${PYTHON:-python3}" "$@"
   fi
 }
+
+check_model() {  # SCRIPT WHAT VALUE: a local file/folder, or a Hugging Face hub id (org/name) resolved by Python
+  local script=$1 what=$2 value=$3
+  [ -e "$value" ] && return 0
+  if [[ "$value" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]] && [[ "$value" != ./* ]] && [[ "$value" != data/* ]] && [[ "$value" != results/* ]]; then
+    return 0  # a hub id: downloaded with huggingface_hub, or read from its cache when HF_HUB_OFFLINE=1
+  fi
+  echo "$script: $what $value does not exist (a .ckpt, a folder, or a Hugging Face hub id such as facebook/bart-large)" >&2
+  exit 2
+}
