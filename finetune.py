@@ -11,7 +11,7 @@ from bart.evaluation import predict_split
 from bart.hub import resolve_model_path
 from bart.training import builder
 from bart.training.args import add_shared_args, generation_kwargs, write_run_config
-from bart.training.checkpoint import resolve_weights
+from bart.training.checkpoint import resolve_weights, write_final_weights
 from bart.training.validation import Validation
 from utils import distributed as dist_utils
 from utils.precision import Precision
@@ -61,6 +61,10 @@ def main(argv=None) -> dict:
     if validation is not None and args.val_check_interval and trainer.step == 0:
         trainer.logger.log(step=trainer.global_step, data={f"val_{k}": v for k, v in validation(trainer).items()})
     summary = trainer.fit() if args.do_train else {}
+    if args.do_train:
+        weights = trainer.strategy.model_state_dict(model)  # collective under FSDP
+        if env.is_main:
+            summary["final_weights"] = write_final_weights(args.output_dir, weights)
     if args.do_predict:
         test_kwargs = dict(gen_kwargs, max_length=args.test_max_target_length or gen_kwargs.get("max_length")
                            or model.config.max_length)

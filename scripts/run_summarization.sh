@@ -2,20 +2,24 @@
 # Fine-tune BART for summarization, then evaluate the result on the test split.
 #
 # usage: bash scripts/run_summarization.sh [DATA_DIR CKPT_PATH CONFIG_PATH NUM_GPU LR BS ACCUM PREC
-#   TRAIN_STEPS WARMUP_STEPS MAX_SOURCE_LEN MAX_TARGET_LEN EVAL_BEAMS EVAL_BS PRED_BS PRELN]
-# defaults: data/cnn_dm/ data/nvidia_pretrained/bart_large/ configs/config.json 8 1.25e-4 40 1 bf16
-#           2000 50 1024 142 4 128 true
-# CKPT_PATH: a .ckpt, a folder holding checkpoints, or a Hugging Face folder (never a silent fallback).
+#   TRAIN_STEPS WARMUP_STEPS MAX_SOURCE_LEN MAX_TARGET_LEN EVAL_BEAMS EVAL_BS PRED_BS PRELN] [finetune.py flags]
+# Any leading part of the 16 values may be given; the rest take these defaults:
+#   data/cnn_dm/ data/nvidia_pretrained/bart_large/ configs/config.json 8 1.25e-4 40 1 bf16
+#   2000 50 1024 142 4 128 128 true
+# Arguments after the 16th (or from the first one starting with --) go to finetune.py.
+# CKPT_PATH: a .ckpt, a folder holding checkpoints, a Hugging Face folder or hub id (never a silent fallback).
 # PREC: fp16 | bf16 | tf32 | fp32.  PRELN: true | false (must match the checkpoint).
 # Environment: OUTPUT_DIR (results/bart_pyt_${DATESTAMP}), TOKENIZER, SEED (42), N_VAL (100),
 # VAL_CHECK_INTERVAL (0: validate at the end), EXTRA_ARGS (more finetune.py flags).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
-if [ $# -ne 0 ] && [ $# -ne 16 ]; then
-  echo "run_summarization.sh: expected 16 arguments (or none for the defaults), got $#" >&2; usage >&2; exit 2
-fi
+POSITIONAL=(); PASS=()
+for arg in "$@"; do
+  if [ ${#PASS[@]} -gt 0 ] || [ ${#POSITIONAL[@]} -ge 16 ] || [[ "$arg" == --* ]]; then PASS+=("$arg"); else POSITIONAL+=("$arg"); fi
+done
+set -- "${POSITIONAL[@]+"${POSITIONAL[@]}"}"
 DATA_DIR=${1:-data/cnn_dm/}
 CKPT_PATH=${2:-data/nvidia_pretrained/bart_large/}
 CONFIG_PATH=${3:-configs/config.json}
@@ -40,6 +44,7 @@ check_inputs "$DATA_DIR" "$CONFIG_PATH" "$NUM_GPU" "$PREC" "$PRELN" train val te
 check_model run_summarization.sh CKPT_PATH "$CKPT_PATH"
 mkdir -p "$OUTPUT_DIR"
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
+EXTRA+=("${PASS[@]+"${PASS[@]}"}")
 launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_PATH" --config_path "$CONFIG_PATH" \
   --tokenizer "${TOKENIZER:-facebook/bart-large}" --learning_rate "$LR" --train_batch_size "$BS" \
   --gradient_accumulation_steps "$ACCUM" "${PREC_FLAGS[@]}" --max_steps "$TRAIN_STEPS" --warmup_steps "$WARMUP_STEPS" \
@@ -48,7 +53,7 @@ launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_
   --val_check_interval "${VAL_CHECK_INTERVAL:-0}" "$PRELN_FLAG" --label_smoothing 0.1 --weight_decay 0.1 --dropout 0.1 \
   --gradient_clip_val 0.1 --lr_scheduler polynomial --sortish_sampler --freeze_embeds --seed "${SEED:-42}" \
   --output_dir "$OUTPUT_DIR" --json-summary "$OUTPUT_DIR/dllogger.json" "${EXTRA[@]}" 2>&1 | tee "$OUTPUT_DIR/joblog.log"
-FINAL=$(ls -t "$OUTPUT_DIR"/_epoch*_step"$TRAIN_STEPS".ckpt | head -n 1)
+FINAL="$OUTPUT_DIR/final_step.ckpt"
 echo "== evaluating $FINAL"
 EVAL_PREC=(); case "$PREC" in fp16) EVAL_PREC=(--fp16) ;; bf16) EVAL_PREC=(--bf16) ;; esac
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \

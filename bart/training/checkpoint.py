@@ -7,7 +7,9 @@ Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; writt
   ``_step{N}.ckpt`` while training (the newest ``--keep_checkpoints`` are kept), the final one
   ``_step{N}.ckpt`` (pretraining) or ``_epoch{E}_step{N}.ckpt`` (fine-tuning);
 - a weights checkpoint (``kind: "bart-weights"``): model, config, step and metrics; the best-k
-  validation checkpoints ``best_{metric}_step{N}.ckpt``.
+  validation checkpoints ``best_{metric}_step{N}.ckpt``;
+- ``final_step.ckpt`` after fine-tuning: the model's raw state dict, as the reference writes it
+  (``model.load_state_dict(torch.load(...))`` works; ``from_pretrained`` needs ``config=``).
 The step a checkpoint belongs to is stored inside it; names only order files.
 """
 from __future__ import annotations
@@ -119,6 +121,15 @@ def write_training_checkpoint(output_dir: str, state: dict, name: str | None, ke
     save_checkpoint(path, state)
     if name.startswith("_step"):
         prune_checkpoints(output_dir, keep)
+    return path
+
+
+FINAL_WEIGHTS = "final_step.ckpt"
+
+
+def write_final_weights(output_dir: str, model_state: dict) -> str:
+    path = os.path.join(output_dir, FINAL_WEIGHTS)
+    save_checkpoint(path, model_state)
     return path
 
 
