@@ -214,6 +214,20 @@ def test_default_max_length_like_transformers(one_thread):
         assert got.shape[1] == (20 if "max_length" in settings else 21)
 
 
+def test_attention_mask_inferred_like_transformers(one_thread):
+    """Without an attention_mask, pad positions are masked only when pad occurs in the input and is not
+    EOS; with pad_token_id=None, pad is EOS, which every source contains, so nothing is masked."""
+    ours, hf = _pair(15, 0.3)
+    ids, _ = _inputs(15)  # row 1 is padded with 1
+    for settings in (dict(num_beams=1), dict(num_beams=3, pad_token_id=None)):
+        settings = dict(settings, max_length=12)
+        got, expected = ours.generate(ids, **settings), hf.generate(ids, **settings)
+        assert torch.equal(got, expected), settings
+    from bart.generation import _attention_mask, _options
+    assert torch.equal(_attention_mask(ids, _options(ours.config, {})), (ids != 1).long())
+    assert bool((_attention_mask(ids, _options(ours.config, {"pad_token_id": None})) == 1).all())
+
+
 # --- options beyond the original grid: repetition_penalty, bad_words_ids, max/min_new_tokens ---------
 
 
