@@ -1,16 +1,24 @@
 """Beam-search speed: this project's generate vs transformers' generate, same weights and inputs.
 
-bart-base geometry (configs/config_base.json) with random weights, beams 4, batch 8, 512-token
-sources, up to 128 new tokens, no-repeat 3. EOS is suppressed until the last step (min_length) so
-both sides decode the full length. The outputs are checked to be identical before timing counts.
+bart-base geometry (configs/config_base.json) with random weights, beams 4, 512-token sources, up to
+64 new tokens, no-repeat 3, at batch sizes 1, 8 and 32. EOS is suppressed until the last step
+(min_length) so both sides decode the full length. At every batch size the outputs are checked to be
+identical before the timings count. Reported per implementation and batch: median seconds,
+summaries/s, new tokens/s (generated tokens of the returned sequences, start token excluded) and
+peak memory during generate (CUDA: max allocated above the level before the call; CPU: peak resident
+set size above the level before the call, sampled every 5 ms, after freed memory is handed back to
+the system with malloc_trim so that one run does not reuse what the previous one left).
 
-    python benchmarks/bench_generation.py [--threads 2] [--repeats 3] [--device cpu]
+    python benchmarks/bench_generation.py [--batch_sizes 1 8 32] [--threads 2] [--repeats 1] [--device cpu]
 """
 import argparse
+import ctypes
+import gc
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -20,15 +28,65 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bart.configuration import BartConfig  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+def _trim() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc
+        pass
+
+
+class PeakMemory:
+    """Peak memory of the block above the level at its start, in bytes."""
+
+    def __init__(self, device: str):
+        self.device, self.peak = device, 0
+
+    def __enter__(self):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.start = torch.cuda.memory_allocated()
+        else:
+            gc.collect()
+            _trim()
+            self.start = self.top = _rss()
+            self.running = True
+            self.thread = threading.Thread(target=self._sample, daemon=True)
+            self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.top = max(self.top, _rss())
+            time.sleep(0.005)
+
+    def __exit__(self, *exc):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated() - self.start
+        else:
+            self.running = False
+            self.thread.join()
+            self.peak = max(self.top, _rss()) - self.start
+        return False
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/config_base.json")
-    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--source_length", type=int, default=512)
-    parser.add_argument("--new_tokens", type=int, default=128)
+    parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--num_beams", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs after the checked warm-up run")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
@@ -41,36 +99,47 @@ def main() -> None:
     ours = BartForConditionalGeneration(BartConfig(**values))
     ours.load_state_dict(hf.state_dict())
     hf, ours = hf.to(args.device).eval(), ours.to(args.device).eval()
-    ids = torch.randint(4, values["vocab_size"] - 1, (args.batch_size, args.source_length), device=args.device)
-    ids[:, 0], ids[:, -1] = 0, 2
     settings = dict(num_beams=args.num_beams, max_length=args.new_tokens + 1, min_length=args.new_tokens,
                     no_repeat_ngram_size=3, length_penalty=1.0, early_stopping=True)
+    pad = values.get("pad_token_id", 1)
+    rows = []
+    for batch in args.batch_sizes:
+        ids = torch.randint(4, values["vocab_size"] - 1, (batch, args.source_length), device=args.device)
+        ids[:, 0], ids[:, -1] = 0, 2
 
-    def run(model):
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return out, time.perf_counter() - start
+        def run(model):
+            with PeakMemory(args.device) as memory, torch.no_grad():
+                start = time.perf_counter()
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+            return out, seconds, memory.peak
 
-    ours_out, _ = run(ours)  # warm-up
-    hf_out, _ = run(hf)
-    if not torch.equal(ours_out.cpu(), hf_out.cpu()):
-        raise SystemExit("outputs differ: the comparison would be meaningless")
-    ours_times, hf_times = [], []
-    for _ in range(args.repeats):
-        ours_times.append(run(ours)[1])
-        hf_times.append(run(hf)[1])
-    ours_s, hf_s = statistics.median(ours_times), statistics.median(hf_times)
-    print(f"\nbeam search, {args.device}, threads {args.threads}: batch {args.batch_size}, beams {args.num_beams}, "
-          f"source {args.source_length}, {ours_out.shape[1] - 1} new tokens, no-repeat 3, identical outputs: yes")
-    print("| implementation | median s | summaries/s | speedup |")
-    print("|---|---|---|---|")
-    print(f"| transformers {transformers.__version__} generate | {hf_s:.2f} | {args.batch_size / hf_s:.2f} | 1.00x |")
-    print(f"| this project | {ours_s:.2f} | {args.batch_size / ours_s:.2f} | {hf_s / ours_s:.2f}x |")
+        ours_out, *_ = run(ours)  # warm-up, and the outputs compared
+        hf_out, *_ = run(hf)
+        if not torch.equal(ours_out.cpu(), hf_out.cpu()):
+            raise SystemExit(f"batch {batch}: outputs differ: the comparison would be meaningless")
+        new_tokens = int((ours_out[:, 1:] != pad).sum())
+        timings = {"ours": [], "hf": []}
+        peaks = {"ours": 0, "hf": 0}
+        for _ in range(args.repeats):
+            for name, model in (("ours", ours), ("hf", hf)):
+                _, seconds, peak = run(model)
+                timings[name].append(seconds)
+                peaks[name] = max(peaks[name], peak)
+        hf_s, ours_s = statistics.median(timings["hf"]), statistics.median(timings["ours"])
+        for name, label, seconds in (("hf", f"transformers {transformers.__version__} generate", hf_s),
+                                     ("ours", "this project", ours_s)):
+            rows.append(f"| {batch} | {label} | {seconds:.2f} | {batch / seconds:.3f} | {new_tokens / seconds:.1f} | "
+                        f"{peaks[name] / 2**20:.0f} | {hf_s / seconds:.2f}x |")
+        print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, identical outputs", flush=True)
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
+    print(f"\nbeam search, {device}, torch {torch.__version__}: bart-base geometry, beams {args.num_beams}, source "
+          f"{args.source_length}, {args.new_tokens} new tokens, no-repeat 3, identical outputs at every batch size: yes")
+    print("| batch | implementation | median s | summaries/s | new tokens/s | peak memory MiB | speedup |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

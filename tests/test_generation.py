@@ -8,6 +8,7 @@ import transformers
 
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
+from tests.helpers.generation_parity import difference, report, run_both
 from tests.helpers.group_beam_reference import reference_group_beam_search
 
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -33,9 +34,9 @@ GRID = [
 ]
 
 
-def _pair(seed: int, init_std: float, pre_ln: bool = False):
+def _pair(seed: int, init_std: float, pre_ln: bool = False, **generation_config):
     torch.manual_seed(seed)
-    config = dict(TINY, init_std=init_std)
+    config = dict(TINY, init_std=init_std, **generation_config)
     if pre_ln:
         hf = transformers.MBartForConditionalGeneration(transformers.MBartConfig(**config, scale_embedding=False))
     else:
@@ -118,12 +119,217 @@ def test_diverse_groups():
 def test_unknown_arguments_fail_loudly():
     ours, _ = _pair(7, 0.2)
     ids, _ = _inputs(7)
-    with pytest.raises(TypeError, match="num_beam_typo"):
-        ours.generate(ids, num_beam_typo=3)
-    with pytest.raises(NotImplementedError, match="sampling"):
-        ours.generate(ids, do_sample=True)
+    for error in (TypeError, ValueError):  # an unexpected keyword is both
+        with pytest.raises(error, match="num_beam_typo"):
+            ours.generate(ids, num_beam_typo=3)
     with pytest.raises(ValueError, match="divisible"):
         ours.generate(ids, num_beams=4, num_beam_groups=3, diversity_penalty=1.0)
+
+
+@pytest.mark.parametrize("settings,named", [
+    (dict(min_p=0.1), "min_p"),                                   # transformers options not implemented here
+    (dict(typical_p=0.9, sequence_bias={(5,): -1.0}), "sequence_bias"),
+    (dict(logits_processor=[]), "logits_processor"),
+    (dict(output_attentions=True), "output_attentions"),
+    (dict(do_sample=True, num_beams=4, num_beam_groups=2, diversity_penalty=1.0), "num_beam_groups"),
+    (dict(do_sample=True, temperature=0.0), "temperature"),         # invalid values
+    (dict(do_sample=True, top_p=1.5), "top_p"),
+    (dict(do_sample=True, top_k=-1), "top_k"),
+    (dict(repetition_penalty=0.0), "repetition_penalty"),
+    (dict(repetition_penalty="high"), "repetition_penalty"),
+    (dict(bad_words_ids=[[5], [99]]), "bad_words_ids"),             # 99 is outside the vocabulary
+    (dict(bad_words_ids=[]), "bad_words_ids"),
+    (dict(bad_words_ids=[[5, -1]]), "bad_words_ids"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(min_new_tokens=-2), "min_new_tokens"),
+    (dict(eos_token_id=[2, 3]), "eos_token_id"),
+    (dict(generator=7), "generator"),
+    (dict(max_length=None), "max_length"),                          # explicit None where None means nothing
+    (dict(num_beams=None), "num_beams"),
+    (dict(length_penalty=None, num_beams=2), "length_penalty"),
+    (dict(early_stopping=None), "early_stopping"),
+    (dict(num_return_sequences=None), "num_return_sequences"),
+    (dict(num_beam_groups=None), "num_beam_groups"),
+])
+def test_unsupported_or_invalid_options_are_value_errors_naming_the_option(settings, named):
+    ours, _ = _pair(7, 0.2)
+    ids, _ = _inputs(7)
+    with pytest.raises(ValueError, match=named):
+        ours.generate(ids, **dict({"max_length": 10}, **settings))
+
+
+# --- explicit arguments beat the config, None included ----------------------------------------
+
+# generation settings stored in the model config (ours and transformers' alike)
+CONFIGURED = dict(num_beams=4, max_length=16, forced_bos_token_id=0, forced_eos_token_id=2, no_repeat_ngram_size=2,
+                  min_length=9, repetition_penalty=1.6, bad_words_ids=[[10]], encoder_no_repeat_ngram_size=2)
+OVERRIDES = ["forced_eos_token_id", "forced_bos_token_id", "no_repeat_ngram_size", "min_length", "repetition_penalty",
+             "bad_words_ids", "encoder_no_repeat_ngram_size", "decoder_start_token_id", "pad_token_id", "eos_token_id",
+             "max_new_tokens", "min_new_tokens", "diversity_penalty", "temperature", "top_k", "top_p", "do_sample"]
+# with these set to None the output must change (the config's value really is overridden)
+CHANGES_OUTPUT = ["forced_eos_token_id", "forced_bos_token_id", "no_repeat_ngram_size", "min_length",
+                  "repetition_penalty", "bad_words_ids", "decoder_start_token_id", "eos_token_id"]
+
+
+def test_explicit_none_overrides_the_config_like_transformers(one_thread):
+    ours, hf = _pair(8, 0.3, **CONFIGURED)
+    with torch.no_grad():
+        for model in (ours, hf):
+            model.final_logits_bias[0, 2] = 2.0  # EOS at several steps, so min_length matters
+    ids, mask = _inputs(8)
+    problems, total = [], 0
+    for num_beams in (None, 1):  # the config's 4 beams, and greedy
+        beams = {} if num_beams is None else {"num_beams": num_beams}
+        baseline, expected = run_both(ours, hf, ids, mask, beams)
+        problems += [p for p in [difference(baseline, expected, beams)] if p]
+        assert expected.shape[1] == 16 and bool((expected[:, 1] == 0).all())  # the config is in effect
+        for key in OVERRIDES:
+            settings = dict(beams, **{key: None})
+            got, expected = run_both(ours, hf, ids, mask, settings)
+            total += 1
+            problems += [p for p in [difference(got, expected, settings)] if p]
+            if key in CHANGES_OUTPUT:
+                assert not torch.equal(got[:, :baseline.shape[1]], baseline[:, :got.shape[1]]), settings
+            if key == "forced_eos_token_id":  # no longer forced: some row runs to max_length without EOS
+                assert bool((got[:, -1] != 2).any())
+    assert not problems, report(problems, total)
+    assert total == 2 * len(OVERRIDES)
+    # max_length=None is fine when max_new_tokens gives the length
+    got, expected = run_both(ours, hf, ids, mask, dict(max_length=None, max_new_tokens=6))
+    assert torch.equal(got, expected) and got.shape[1] == 7
+    # use_cache=None is False, as for every flag (transformers 4.57's output for it matches neither
+    # cache on nor off, so it is compared with ours here, not with transformers)
+    assert torch.equal(ours.generate(ids, attention_mask=mask, use_cache=None),
+                       ours.generate(ids, attention_mask=mask, use_cache=False))
+
+
+def test_default_max_length_like_transformers(one_thread):
+    """An untouched max_length of 20 means 20 new tokens in transformers (21 with the start token);
+    20 passed explicitly means 20 in all."""
+    ours, hf = _pair(9, 0.3)
+    ids, mask = _inputs(9)
+    for settings in (dict(num_beams=1), dict(num_beams=3), dict(num_beams=1, max_length=20)):
+        got, expected = run_both(ours, hf, ids, mask, settings)
+        assert torch.equal(got, expected), settings
+        assert got.shape[1] == (20 if "max_length" in settings else 21)
+
+
+def test_attention_mask_inferred_like_transformers(one_thread):
+    """Without an attention_mask, pad positions are masked only when pad occurs in the input and is not
+    EOS; with pad_token_id=None, pad is EOS, which every source contains, so nothing is masked."""
+    ours, hf = _pair(15, 0.3)
+    ids, _ = _inputs(15)  # row 1 is padded with 1
+    for settings in (dict(num_beams=1), dict(num_beams=3, pad_token_id=None)):
+        settings = dict(settings, max_length=12)
+        got, expected = ours.generate(ids, **settings), hf.generate(ids, **settings)
+        assert torch.equal(got, expected), settings
+    from bart.generation import _attention_mask, _options
+    assert torch.equal(_attention_mask(ids, _options(ours.config, {})), (ids != 1).long())
+    assert bool((_attention_mask(ids, _options(ours.config, {"pad_token_id": None})) == 1).all())
+
+
+# --- options beyond the original grid: repetition_penalty, bad_words_ids, max/min_new_tokens ---------
+
+
+def _option_grid(baseline: torch.Tensor):
+    """Deterministic settings; the banned words come from the unconstrained output so they matter."""
+    row = baseline[0, 1:].tolist()
+    other = baseline[2, 1:].tolist()
+    words = {"one token": [[row[0]]], "two tokens": [row[1:3]], "three tokens": [other[2:5]],
+             "mixed, with EOS alone (ignored)": [[row[3]], other[0:2], [2], row[4:7]]}
+    grid = [dict(repetition_penalty=p) for p in (1.3, 2.0, 0.8)]
+    grid += [dict(bad_words_ids=w) for w in words.values()]
+    grid += [dict(max_new_tokens=5), dict(max_new_tokens=12, max_length=30), dict(min_new_tokens=12),
+             dict(min_new_tokens=15, min_length=3), dict(min_length=9, max_new_tokens=10)]
+    grid += [dict(repetition_penalty=1.5, no_repeat_ngram_size=2, bad_words_ids=words["mixed, with EOS alone (ignored)"],
+                  min_new_tokens=8, forced_eos_token_id=2)]
+    return grid
+
+
+@pytest.mark.parametrize("seed,init_std,eos_bias", [(10, 0.3, 0.0), (11, 0.2, 2.5)])
+def test_new_options_match_transformers(one_thread, seed, init_std, eos_bias):
+    ours, hf = _pair(seed, init_std)
+    with torch.no_grad():
+        for model in (ours, hf):
+            model.final_logits_bias[0, 2] = eos_bias  # EOS at several steps, so min lengths matter
+    ids, mask = _inputs(seed)
+    problems, total, changed = [], 0, 0
+    for num_beams in (1, 4):
+        base = dict(num_beams=num_beams, max_length=18)
+        baseline = hf.generate(ids, attention_mask=mask, **base)
+        for case in _option_grid(baseline):
+            settings = dict(base, **case)
+            got, expected = run_both(ours, hf, ids, mask, settings)
+            total += 1
+            problems += [p for p in [difference(got, expected, settings)] if p]
+            changed += expected.shape != baseline.shape or not torch.equal(expected, baseline)
+    assert not problems, report(problems, total)
+    assert total == 26 and changed >= 22, changed  # the options really act
+
+
+# --- sampling and beam sampling ---------------------------------------------------------------
+
+WARPERS = [dict(), dict(temperature=0.7), dict(temperature=1.5), dict(top_k=5), dict(top_k=0), dict(top_p=0.8),
+           dict(top_p=0.5, top_k=0), dict(temperature=1.3, top_k=20, top_p=0.9),
+           dict(temperature=0.8, top_k=3, top_p=0.7, repetition_penalty=1.2, no_repeat_ngram_size=2)]
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_sampling_matches_transformers_under_the_same_seed(one_thread, num_beams):
+    """transformers samples with torch.multinomial on the global generator; ours gives the same tokens
+    after the same torch.manual_seed, or from a torch.Generator seeded alike."""
+    ours, hf = _pair(12, 0.1)  # a flat model: many tokens are likely
+    ids, mask = _inputs(12)
+    problems, total, distinct = [], 0, set()
+    for index, (warpers, count) in enumerate(itertools.product(WARPERS, (1, 2))):
+        settings = dict(warpers, do_sample=True, num_beams=num_beams, max_length=14, num_return_sequences=count)
+        for seed, use_generator in ((index, False), (100 + index, True)):
+            got, expected = run_both(ours, hf, ids, mask, settings, seed=seed, use_generator=use_generator)
+            total += 1
+            problems += [p for p in [difference(got, expected, dict(settings, seed=seed))] if p]
+            distinct.add(tuple(got.flatten().tolist()))
+    assert not problems, report(problems, total)
+    assert total == 36 and len(distinct) >= 32  # the seeds and settings change the samples
+
+
+def test_sampling_uses_the_generator_and_leaves_rng_like_transformers(one_thread):
+    ours, hf = _pair(13, 0.1)
+    ids, mask = _inputs(13)
+    settings = dict(do_sample=True, max_length=14, top_k=0)
+    first = ours.generate(ids, attention_mask=mask, generator=torch.Generator().manual_seed(1), **settings)
+    again = ours.generate(ids, attention_mask=mask, generator=torch.Generator().manual_seed(1), **settings)
+    other = ours.generate(ids, attention_mask=mask, generator=torch.Generator().manual_seed(2), **settings)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    # the global generator is advanced exactly as transformers advances it
+    for num_beams in (1, 3):
+        torch.manual_seed(5)
+        hf.generate(ids, attention_mask=mask, num_beams=num_beams, **settings)
+        after_hf = torch.get_rng_state()
+        torch.manual_seed(5)
+        ours.generate(ids, attention_mask=mask, num_beams=num_beams, **settings)
+        assert torch.equal(torch.get_rng_state(), after_hf)
+    # a passed generator leaves the global one alone
+    state = torch.get_rng_state()
+    ours.generate(ids, attention_mask=mask, generator=torch.Generator().manual_seed(3), **settings)
+    assert torch.equal(torch.get_rng_state(), state)
+    # top_k=1 sampling is greedy decoding
+    greedy = ours.generate(ids, attention_mask=mask, max_length=14)
+    assert torch.equal(ours.generate(ids, attention_mask=mask, do_sample=True, top_k=1, max_length=14), greedy)
+
+
+def test_sampling_scores_match_transformers(one_thread):
+    ours, hf = _pair(14, 0.1)
+    ids, mask = _inputs(14)
+    for num_beams in (1, 3):
+        settings = dict(do_sample=True, num_beams=num_beams, max_length=12, top_k=10, temperature=0.9,
+                        return_dict_in_generate=True, output_scores=True)
+        got, expected = run_both(ours, hf, ids, mask, settings, seed=4)
+        assert torch.equal(got.sequences, expected.sequences)
+        assert len(got.scores) == len(expected.scores)
+        for mine, theirs in zip(got.scores, expected.scores):
+            torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+        if num_beams > 1:
+            torch.testing.assert_close(got.sequences_scores, expected.sequences_scores, atol=1e-5, rtol=1e-5)
 
 
 # --- diverse (group) beam search ---------------------------------------------------------------

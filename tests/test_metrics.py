@@ -43,3 +43,51 @@ def test_bleu_equals_sacrebleu():
     ours = calculate_bleu(PREDS, REFS)["bleu"]
     assert ours == pytest.approx(sacrebleu.corpus_bleu(PREDS, [REFS]).score, abs=1e-4)
     assert calculate_bleu(REFS, REFS)["bleu"] == pytest.approx(100.0)
+
+
+# multi-line texts with unpunctuated lines (raw CNN/DM highlights, multi-line predictions), a blank
+# line and a line holding two sentences
+MULTILINE_PREDS = ["the storm closed the harbor\nthe mayor opened the new museum. Schools stay shut\n\nmarket prices rose",
+                   "Farmers began the harvest early\nthe bridge reopened after repairs\ntrain service resumes friday"]
+MULTILINE_REFS = ["The storm closed the harbor on Monday\nthe new museum was opened by the mayor\nschools stay shut. "
+                  "Market prices rose sharply",
+                  "the harvest began early for farmers. The bridge reopened\ntrains run again from friday"]
+
+
+def _rouge_score_standard(predictions, references, split):
+    """rouge-score used the standard way, each text prepared by ``split``; bootstrap with seed 0."""
+    keys = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+    scorer = rouge_scorer.RougeScorer(keys, use_stemmer=True)
+    aggregator = scoring.BootstrapAggregator()
+    for p, r in zip(predictions, references):
+        aggregator.add_scores(scorer.score(split(r), split(p)))
+    np.random.seed(0)
+    return {key: value.mid.fmeasure * 100 for key, value in aggregator.aggregate().items()}
+
+
+def test_rouge_lsum_keeps_existing_lines_and_splits_sentences_inside_them(punkt_dir):
+    import nltk
+
+    def per_line(text):
+        return "\n".join("\n".join(nltk.sent_tokenize(line)) for line in text.split("\n"))
+
+    def merged(text):  # what the scorer did before: line breaks replaced by spaces
+        return "\n".join(nltk.sent_tokenize(text.replace("\n", " ")))
+
+    ours = calculate_rouge(MULTILINE_PREDS, MULTILINE_REFS)
+    expected = _rouge_score_standard(MULTILINE_PREDS, MULTILINE_REFS, per_line)
+    for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        assert ours[key] == pytest.approx(expected[key], abs=1e-3), key
+    # the existing lines matter: merging them gives another Lsum (and the same R1/R2/RL)
+    before = _rouge_score_standard(MULTILINE_PREDS, MULTILINE_REFS, merged)
+    assert abs(before["rougeLsum"] - expected["rougeLsum"]) > 1.0
+    assert before["rouge1"] == pytest.approx(expected["rouge1"])
+    # and the sentences inside a line are split too
+    from utils.metrics import add_sentence_newlines
+    assert add_sentence_newlines(MULTILINE_PREDS[0]).split("\n") == [
+        "the storm closed the harbor", "the mayor opened the new museum.", "Schools stay shut", "market prices rose"]
+    # without bootstrap: the plain mean of rouge-score's F1 over the pairs
+    scorer = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
+    mean = np.mean([scorer.score(per_line(r), per_line(p))["rougeLsum"].fmeasure
+                    for p, r in zip(MULTILINE_PREDS, MULTILINE_REFS)]) * 100
+    assert calculate_rouge(MULTILINE_PREDS, MULTILINE_REFS, bootstrap=False)["rougeLsum"] == pytest.approx(mean, abs=1e-3)

@@ -3,7 +3,9 @@
 ROUGE-Lsum (the "RL" of the BART paper) is summary-level LCS over sentences, and rouge-score splits
 summaries into sentences only at newlines. Both predictions and references are therefore split with
 Punkt (offline data, :mod:`utils.nltk_data`) and joined with newlines before scoring; without that,
-Lsum silently equals sentence-less ROUGE-L.
+Lsum silently equals sentence-less ROUGE-L. Line breaks already in a text (raw CNN/DM highlights,
+multi-line predictions) are kept: each line is split into sentences on its own, as rouge-score is
+used on such texts (``"\\n".join(sent_tokenize(line))`` per line), so unpunctuated lines never merge.
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ def _check_lengths(predictions: Sequence[str], references: Sequence[str]) -> Non
 
 
 def add_sentence_newlines(text: str) -> str:
-    """One sentence per line (Punkt), as rouge-score's rougeLsum expects."""
+    """One sentence per line, as rouge-score's rougeLsum expects: the existing lines are kept and each
+    is split into sentences with Punkt (blank lines, which rouge-score ignores, are dropped)."""
     from utils.nltk_data import sent_tokenize
 
-    return "\n".join(sent_tokenize(text.replace("\n", " ").strip()))
+    return "\n".join(sentence for line in text.split("\n") for sentence in sent_tokenize(line))
 
 
 def calculate_rouge(predictions: Sequence[str], references: Sequence[str], rouge_keys=ROUGE_KEYS,

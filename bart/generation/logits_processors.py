@@ -6,6 +6,8 @@ match transformers' processors of the same names, so outputs agree token for tok
 """
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import torch
 
 NEG_INF = float("-inf")
@@ -50,6 +52,43 @@ def encoder_no_repeat_ngram(tokens: torch.Tensor, scores: torch.Tensor, n: int,
     return _ban(scores, windows[:, :, -1], hit)
 
 
+def repetition_penalty(tokens: torch.Tensor, scores: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's penalty on every token already in the hypothesis (decoder start token included):
+    negative scores are multiplied by ``penalty``, positive ones divided, once per token."""
+    picked = scores.gather(1, tokens)
+    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return scores.scatter(1, tokens, picked)
+
+
+class BadWords:
+    """``bad_words_ids`` prepared once per ``generate`` call: single tokens are always banned, the
+    last token of a longer sequence only after its prefix. As in transformers, a sequence that is
+    just the EOS token is dropped, and a sequence longer than the hypothesis is not checked yet."""
+
+    def __init__(self, bad_words_ids: Sequence[Sequence[int]], eos_token_id: Optional[int], device):
+        words = [list(word) for word in bad_words_ids if eos_token_id is None or list(word) != [eos_token_id]]
+        single = sorted({word[0] for word in words if len(word) == 1})
+        self.single = torch.tensor(single, dtype=torch.long, device=device)
+        by_length: dict[int, list[list[int]]] = {}
+        for word in words:
+            if len(word) > 1:
+                by_length.setdefault(len(word), []).append(word)
+        self.longer = [(n, torch.tensor(group, dtype=torch.long, device=device)) for n, group in sorted(by_length.items())]
+
+
+def bad_words(tokens: torch.Tensor, scores: torch.Tensor, words: BadWords) -> torch.Tensor:
+    if words.single.numel():
+        scores = scores.index_fill(1, words.single, NEG_INF)
+    length = tokens.shape[1]
+    for n, group in words.longer:                         # group (K, n)
+        if n > length:
+            continue
+        last = tokens[:, length - n + 1:]                 # (N, n-1)
+        hit = (last[:, None, :] == group[None, :, :-1]).all(-1)  # (N, K)
+        scores = _ban(scores, group[:, -1].expand(tokens.shape[0], -1), hit)
+    return scores
+
+
 def min_length(tokens: torch.Tensor, scores: torch.Tensor, minimum: int, eos_token_id: int) -> torch.Tensor:
     if tokens.shape[1] < minimum:
         scores = scores.clone()
@@ -73,3 +112,26 @@ def hamming_diversity(scores: torch.Tensor, previous_tokens: torch.Tensor, penal
     counts.scatter_add_(1, previous_tokens, torch.ones_like(previous_tokens, dtype=scores.dtype))
     group_size = scores.shape[0] // num_sources
     return scores - penalty * counts.repeat_interleave(group_size, dim=0)
+
+
+# --- sampling warpers (transformers' TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper) ---
+
+
+def temperature(scores: torch.Tensor, value: float) -> torch.Tensor:
+    return scores / value
+
+
+def top_k(scores: torch.Tensor, k: int, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Keep the ``k`` highest scores (ties with the k-th included)."""
+    k = min(max(k, min_tokens_to_keep), scores.shape[-1])
+    kth = scores.topk(k, dim=-1).values[..., -1:]
+    return scores.masked_fill(scores < kth, NEG_INF)
+
+
+def top_p(scores: torch.Tensor, p: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Keep the smallest set of most probable tokens whose probabilities add up to at least ``p``."""
+    sorted_scores, order = scores.sort(dim=-1, descending=False)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - p)
+    remove[..., -min_tokens_to_keep:] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), NEG_INF)

@@ -1,10 +1,12 @@
-"""Greedy and beam search for BART, written for speed on a KV cache.
+"""Greedy decoding, sampling, beam search and beam sampling for BART, written for speed on a KV cache.
 
 The encoder runs once per source and each decoder layer projects the encoder output to keys and
 values once; beams share them (the decoder folds beams into the query length), so nothing of the
 source is repeated ``num_beams`` times. Per step only the self-attention cache is reordered. The
 beam bookkeeping is tensor-shaped over (batch, beams) and follows transformers' vectorised beam
-search step for step, so the same weights give the same sequences.
+search step for step, so the same weights give the same sequences. Sampling draws with
+``torch.multinomial`` on the same processed scores, in the same order and shapes as transformers'
+``_sample`` and ``_beam_search(do_sample=True)``, so the same generator state gives the same tokens.
 """
 from __future__ import annotations
 
@@ -33,13 +35,21 @@ class GenerationOptions:
     num_return_sequences: int
     decoder_start_token_id: int
     bos_token_id: Optional[int]
-    eos_token_id: int
+    eos_token_id: Optional[int]  # None: no hypothesis ends before max_length
     pad_token_id: int
     forced_bos_token_id: Optional[int]
     forced_eos_token_id: Optional[int]
     output_scores: bool
     return_dict_in_generate: bool
     use_cache: bool
+    repetition_penalty: float = 1.0
+    bad_words_ids: Optional[list] = None
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    generator: Optional[torch.Generator] = None  # for sampling; None: torch's global generator
+    bad_words: Optional[lp.BadWords] = None  # bad_words_ids prepared on the device
 
 
 @dataclass
@@ -79,10 +89,14 @@ class _Decoder:
 
 def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.Tensor,
                    encoder_ids: torch.Tensor) -> torch.Tensor:
-    """The configured processors in transformers' order."""
+    """The configured processors in transformers' order (``_get_logits_processor``)."""
+    if opts.repetition_penalty != 1.0:
+        scores = lp.repetition_penalty(tokens, scores, opts.repetition_penalty)
     scores = lp.no_repeat_ngram(tokens, scores, opts.no_repeat_ngram_size)
     scores = lp.encoder_no_repeat_ngram(tokens, scores, opts.encoder_no_repeat_ngram_size, encoder_ids)
-    if opts.min_length > 0:
+    if opts.bad_words is not None:
+        scores = lp.bad_words(tokens, scores, opts.bad_words)
+    if opts.min_length > 0 and opts.eos_token_id is not None:  # min_new_tokens is folded into min_length
         scores = lp.min_length(tokens, scores, opts.min_length, opts.eos_token_id)
     length = tokens.shape[1]
     if opts.forced_bos_token_id is not None and length == 1:
@@ -92,19 +106,42 @@ def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.
     return scores
 
 
+def warp_scores(opts: GenerationOptions, scores: torch.Tensor, min_tokens_to_keep: int) -> torch.Tensor:
+    """Sampling only: temperature, then top-k, then top-p (transformers' warper order)."""
+    if opts.temperature != 1.0:
+        scores = lp.temperature(scores, opts.temperature)
+    if opts.top_k != 0:
+        scores = lp.top_k(scores, opts.top_k, min_tokens_to_keep)
+    if opts.top_p < 1.0:
+        scores = lp.top_p(scores, opts.top_p, min_tokens_to_keep)
+    return scores
+
+
+def _is_eos(tokens: torch.Tensor, opts: GenerationOptions) -> torch.Tensor:
+    if opts.eos_token_id is None:
+        return torch.zeros_like(tokens, dtype=torch.bool)
+    return tokens == opts.eos_token_id
+
+
 def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
-    batch = encoder_ids.shape[0]
+    """Greedy decoding, or with ``do_sample`` multinomial sampling (num_return_sequences rows per source)."""
+    rows = encoder_ids.shape[0] * (opts.num_return_sequences if opts.do_sample else 1)
     device = encoder_ids.device
-    tokens = torch.full((batch, 1), opts.decoder_start_token_id, dtype=torch.long, device=device)
-    unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+    tokens = torch.full((rows, 1), opts.decoder_start_token_id, dtype=torch.long, device=device)
+    unfinished = torch.ones(rows, dtype=torch.bool, device=device)
     all_scores = []
     while tokens.shape[1] < opts.max_length:
         scores = process_scores(opts, tokens, decoder.next_logits(tokens), encoder_ids)
+        if opts.do_sample:
+            scores = warp_scores(opts, scores, min_tokens_to_keep=1)
+            next_tokens = torch.multinomial(F.softmax(scores, dim=-1), 1, generator=opts.generator).squeeze(1)
+        else:
+            next_tokens = scores.argmax(-1)
         if opts.output_scores:
             all_scores.append(scores)
-        next_tokens = scores.argmax(-1).masked_fill_(~unfinished, opts.pad_token_id)
+        next_tokens = next_tokens.masked_fill_(~unfinished, opts.pad_token_id)
         tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
-        unfinished &= next_tokens != opts.eos_token_id
+        unfinished &= ~_is_eos(next_tokens, opts)
         if not bool(unfinished.any()):  # the one host sync per step
             break
     return tokens, None, tuple(all_scores) if opts.output_scores else None
@@ -138,11 +175,15 @@ class _BeamState:
         batch, beams, vocab = log_probs.shape
         keep = 2 * beams
         totals = (log_probs + self.running_scores[:, :, None]).view(batch, beams * vocab)
-        top_scores, top_index = totals.topk(keep, dim=1)
+        if opts.do_sample:  # beam sampling: draw the candidates (without replacement), unsorted
+            top_index = torch.multinomial(F.softmax(totals, dim=-1), keep, generator=opts.generator)
+            top_scores = totals.gather(1, top_index)
+        else:
+            top_scores, top_index = totals.topk(keep, dim=1)
         source_beam, token = top_index // vocab, top_index % vocab
         candidates = _gather(self.running, source_beam)
         candidates[:, :, cur_len] = token
-        is_eos = token == opts.eos_token_id
+        is_eos = _is_eos(token, opts)
         hits_stop = is_eos | (cur_len + 1 >= opts.max_length)
         # continue with the best candidates that did not stop; rank them before adding NEG to all of
         # them at max_length (-1e9 + x rounds to a multiple of 64 in float32: the order would be lost,
@@ -218,6 +259,8 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
                 group_log_probs = lp.hamming_diversity(group_log_probs, previous, opts.diversity_penalty, batch)
             group_tokens = state.running[:, :, :cur_len].reshape(batch * group_size, cur_len)
             group_log_probs = process_scores(opts, group_tokens, group_log_probs, encoder_ids)
+            if opts.do_sample:  # one group only (checked in generate)
+                group_log_probs = warp_scores(opts, group_log_probs, min_tokens_to_keep=2)
             step_scores.append(group_log_probs.view(batch, group_size, -1))
             done = state.done(opts)  # a group already done for a source idles on pad tokens
             source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts)
