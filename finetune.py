@@ -10,7 +10,7 @@ from bart.cli import run_main
 from bart.evaluation import predict_split
 from bart.hub import resolve_model_path
 from bart.training import builder
-from bart.training.args import add_shared_args, generation_kwargs, write_run_config
+from bart.training.args import add_shared_args, generation_kwargs
 from bart.training.checkpoint import resolve_weights, write_final_weights
 from bart.training.validation import Validation
 from utils import distributed as dist_utils
@@ -54,7 +54,7 @@ def main(argv=None) -> dict:
         args.data_dir, tokenizer, args.task, args.val_metric, args.n_val, args.max_source_length,
         args.max_target_length, batch_size, gen_kwargs, dtype, args.output_dir, args.save_top_k)
     if env.is_main:
-        write_run_config(args, args.output_dir, {"world_size": env.world_size, "model_config": config.to_dict()})
+        builder.save_run_files(args, tokenizer, config, env.world_size)
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,
                                     final_checkpoint_name="_epoch{epoch}_step{step}.ckpt",
                                     label_smoothing=args.label_smoothing)

@@ -10,7 +10,7 @@ from bart.data.pretraining_dataset import build_pretraining_loader
 from bart.cli import run_main
 from bart.hub import resolve_model_path
 from bart.training import builder
-from bart.training.args import FINETUNE_ONLY, add_shared_args, reject_unused, write_run_config
+from bart.training.args import FINETUNE_ONLY, add_shared_args, reject_unused
 from utils import distributed as dist_utils
 
 
@@ -41,7 +41,7 @@ def main(argv=None) -> dict:
     loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
                                       noise_config_from_args(args), args.seed, args.num_workers, env.local_rank)
     if env.is_main:
-        write_run_config(args, args.output_dir, {"world_size": env.world_size, "model_config": config.to_dict()})
+        builder.save_run_files(args, tokenizer, config, env.world_size)
     trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps)
     summary = trainer.fit()
     if env.is_main:

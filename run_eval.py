@@ -10,6 +10,8 @@ Run under torchrun to shard the work over several processes.
 """
 import argparse
 
+import torch
+
 from bart.cli import run_main
 from bart.evaluation import run_evaluation
 from bart.hub import resolve_model_path
@@ -35,6 +37,7 @@ def parse_args(argv=None):
     parser.add_argument("--task", choices=("summarization", "translation"), default="summarization")
     parser.add_argument("--prefix", default="", help="text put in front of every source")
     parser.add_argument("--info", default=None, help="a note stored in the metrics file")
+    parser.add_argument("--seed", type=int, default=42, help="seeds torch before generating (sampling)")
     parser.add_argument("--dump-args", "--dump_args", dest="dump_args", action="store_true",
                         help="store the generation arguments in the metrics file")
     add_architecture_args(parser)
@@ -52,6 +55,7 @@ def parse_args(argv=None):
 def main(argv=None) -> dict:
     args = parse_args(argv)
     env = dist_utils.init_distributed()
+    torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision = Precision.from_args(args)
     precision.configure()
     config = builder.model_config(args, training=False)

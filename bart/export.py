@@ -9,8 +9,9 @@ tokens), model.safetensors and the tokenizer files. A post-LN model is written a
 as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
 builds BART's byte-level BPE tokenizer rather than mBART's SentencePiece one.
 
-The tokenizer is ``--tokenizer`` (a folder or hub id), else the one stored with CKPT when CKPT is a
-folder holding tokenizer files, else $TOKENIZER or facebook/bart-large (the training scripts' default).
+The tokenizer is ``--tokenizer`` (a folder or hub id), else $TOKENIZER, else the one stored with CKPT
+(CKPT's folder, or the folder holding the CKPT file: training runs save their tokenizer there), else
+facebook/bart-large (the training scripts' default).
 Before the folder is moved into place, transformers loads it (``AutoModelForSeq2SeqLM``,
 ``AutoTokenizer``) and its logits are compared with this project's (``--no-verify`` skips that).
 The folder is assembled in a temporary folder beside OUT_DIR and renamed, so no half-written
@@ -115,8 +116,9 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
     if os.path.abspath(model_path) == out_dir:
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
     model = _load_model(model_path, config_path, pre_ln)
-    tokenizer_path = resolve_tokenizer_path(tokenizer, model_path if os.path.isdir(model_path) else None,
-                                            default=os.environ.get("TOKENIZER") or DEFAULT_TOKENIZER)
+    stored_with = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
+    tokenizer_path = resolve_tokenizer_path(tokenizer or os.environ.get("TOKENIZER") or None, stored_with,
+                                            default=DEFAULT_TOKENIZER)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.export-", dir=parent)

@@ -31,7 +31,7 @@ for n in "${GPU_COUNTS[@]}"; do
     echo "== $n $DEVICE_KIND process(es), $prec, batch $PRED_BS, beams $EVAL_BEAMS"
     launcher "$n" run_eval.py "$MODEL" "$CONFIG_PATH" "$DATA_DIR" "$run" --bs "$PRED_BS" --eval_beams "$EVAL_BEAMS" \
       --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --n_obs "${N_OBS:-1000}" \
-      --type_path "$TYPE_PATH" "${FLAGS[@]}" --tokenizer "${TOKENIZER:-facebook/bart-large}" \
+      --type_path "$TYPE_PATH" "${FLAGS[@]}" \
       --json-summary "$run/dllogger.json" > "$run/joblog.log" 2>&1 || { tail -n 20 "$run/joblog.log" >&2; exit 1; }
   done
 done

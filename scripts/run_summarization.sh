@@ -46,7 +46,7 @@ mkdir -p "$OUTPUT_DIR"
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
 EXTRA+=("${PASS[@]+"${PASS[@]}"}")
 launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_PATH" --config_path "$CONFIG_PATH" \
-  --tokenizer "${TOKENIZER:-facebook/bart-large}" --learning_rate "$LR" --train_batch_size "$BS" \
+  --learning_rate "$LR" --train_batch_size "$BS" \
   --gradient_accumulation_steps "$ACCUM" "${PREC_FLAGS[@]}" --max_steps "$TRAIN_STEPS" --warmup_steps "$WARMUP_STEPS" \
   --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --val_max_target_length "$MAX_TARGET_LEN" \
   --eval_beams "$EVAL_BEAMS" --eval_batch_size "$EVAL_BS" --n_val "${N_VAL:-100}" \
@@ -58,5 +58,5 @@ echo "== evaluating $FINAL"
 EVAL_PREC=(); case "$PREC" in fp16) EVAL_PREC=(--fp16) ;; bf16) EVAL_PREC=(--bf16) ;; esac
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
-  "${EVAL_PREC[@]}" "$PRELN_FLAG" --tokenizer "${TOKENIZER:-facebook/bart-large}" \
+  "${EVAL_PREC[@]}" "$PRELN_FLAG" \
   --json-summary "$OUTPUT_DIR/eval_dllogger.json" 2>&1 | tee "$OUTPUT_DIR/eval_joblog.log"

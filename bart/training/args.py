@@ -11,6 +11,7 @@ To add a flag: put it in the group of its concept here; the value reaches the co
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 
@@ -43,12 +44,14 @@ def add_generation_args(parser: argparse.ArgumentParser, batch_alias: str | None
 
 
 def _value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+    """A command-line value as Python: numbers, true/false/none, lists ("[[5, 6]]"), else the text."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false", "none"):
+        return {"true": True, "false": False, "none": None}[lowered]
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def generate_option_pairs(rest: list[str]) -> dict:
@@ -81,8 +84,8 @@ def add_architecture_args(group) -> None:
                        help="Pre-LN (layer norm inside each residual branch, a final norm per stack); "
                             "--no-pre_ln for BART's post-LN. Default: the config file's pre_ln")
     group.add_argument("--tokenizer", default=None,
-                       help="tokenizer folder or hub id (default: the one stored with the starting model, else "
-                            "$TOKENIZER, else facebook/bart-large; offline: python -m bart.tokenization.build_tokenizer DIR)")
+                       help="tokenizer folder or hub id (default: $TOKENIZER, else the one stored with the starting "
+                            "model, else facebook/bart-large; offline: python -m bart.tokenization.build_tokenizer DIR)")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from bart.configuration.configuration_bart import BartConfig
 from bart.hub import resolve_model_path, resolve_tokenizer_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
+from bart.training.args import write_run_config
 from bart.training.strategy import build_strategy
 from bart.training.trainer import Trainer, TrainerConfig
 from utils import distributed as dist_utils
@@ -56,12 +57,23 @@ def model_config(args: argparse.Namespace, training: bool = True) -> BartConfig:
 
 
 def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
-    """``--tokenizer`` (folder or hub id); without it the tokenizer stored with the model folder, else
-    $TOKENIZER, else facebook/bart-large."""
+    """``--tokenizer`` (folder or hub id), else $TOKENIZER, else the tokenizer stored with the model
+    (its folder, or the folder of a checkpoint file: training runs save their tokenizer next to their
+    checkpoints), else facebook/bart-large."""
     from bart.tokenization.tokenization_bart import BartTokenizer
-    folder = model_path if model_path and os.path.isdir(model_path) else None
-    path = resolve_tokenizer_path(args.tokenizer, folder, default=os.environ.get("TOKENIZER") or "facebook/bart-large")
+    folder = None
+    if model_path:
+        folder = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
+    name = args.tokenizer or os.environ.get("TOKENIZER") or None
+    path = resolve_tokenizer_path(name, folder, default="facebook/bart-large")
     return BartTokenizer.from_pretrained(path)
+
+
+def save_run_files(args: argparse.Namespace, tokenizer, config: BartConfig, world_size: int) -> None:
+    """Rank 0: the resolved run configuration and the tokenizer next to the checkpoints, so that
+    run_eval.py and bart.export find the tokenizer a checkpoint was trained with."""
+    write_run_config(args, args.output_dir, {"world_size": world_size, "model_config": config.to_dict()})
+    tokenizer.save_pretrained(args.output_dir)
 
 
 def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:

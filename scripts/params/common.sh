@@ -8,6 +8,7 @@ check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
     done
   done
   [ -f "$config" ] || { echo "error: config file $config not found" >&2; exit 2; }
+  [[ "$gpus" =~ ^[1-9][0-9]*$ ]] || { echo "error: NUM_GPU must be a positive whole number, got '$gpus'" >&2; exit 2; }
   case "$prec" in
     fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
     *) echo "error: precision must be fp16, bf16, tf32 or fp32, got '$prec'" >&2; exit 2 ;;
