@@ -3,8 +3,12 @@
 ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:25.10-py3
 FROM ${FROM_IMAGE_NAME}
 
+# Offline assets live outside /workspace/bart, so mounting the repository there (launch.sh) does not
+# hide them; TOKENIZER makes the baked tokenizer every script's default.
 ENV PYTHONUNBUFFERED=1 \
-    BART_NLTK_DATA=/workspace/bart/.cache/nltk_data
+    BART_NLTK_DATA=/opt/bart_assets/nltk_data \
+    TOKENIZER=/opt/bart_assets/tokenizer \
+    BART_USE_SYSTEM_MPI=1
 WORKDIR /workspace/bart
 
 # Python dependencies first (cached layer), exactly as a bare-metal setup installs them.
@@ -18,12 +22,14 @@ RUN pip install --no-cache-dir "git+https://github.com/NVIDIA/dllogger@v1.0.0#eg
 # apex's fused LAMB is used when importable; the project's own multi-tensor LAMB otherwise.
 # Building apex takes a while; it is attempted and a failed build leaves the image usable.
 ARG BUILD_APEX=1
+# apex pinned to its 25.09 tag's commit; override with --build-arg APEX_COMMIT=...
+ARG APEX_COMMIT=4bdecd06b3c4b2c0a8fb6603829a8f9f05a42b49
 RUN if [ "$BUILD_APEX" = "1" ] && ! python -c "import apex.optimizers" 2>/dev/null; then \
       APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install --no-cache-dir --no-build-isolation -v \
-        "git+https://github.com/NVIDIA/apex.git" \
+        "git+https://github.com/NVIDIA/apex.git@${APEX_COMMIT}" \
       || echo "apex did not build: the project's multi-tensor LAMB will be used"; \
     fi
 
 COPY . .
 # Offline assets the recipe builds once: sentence-split data and a BART-style tokenizer folder.
-RUN python -m utils.nltk_data && python -m bart.tokenization.build_tokenizer /workspace/bart/data/tokenizer
+RUN python -m utils.nltk_data && python -m bart.tokenization.build_tokenizer /opt/bart_assets/tokenizer

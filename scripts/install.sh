@@ -13,6 +13,16 @@ else
   "$PYTHON" -m pip install --quiet torch==2.13.0
 fi
 
+# Inside the NGC container (BART_USE_SYSTEM_MPI=1, set by the Dockerfile) the container's MPI is
+# used: pip's mpich (a second mpirun) is left out and mpi4py builds against the system MPI.
+REQUIREMENTS=requirements.txt
+if [ "${BART_USE_SYSTEM_MPI:-0}" = "1" ]; then
+  REQUIREMENTS=$(mktemp); trap 'rm -f "$REQUIREMENTS"' EXIT
+  grep -v '^mpich' requirements.txt > "$REQUIREMENTS"
+  echo "[install] BART_USE_SYSTEM_MPI=1: the system's MPI ($(command -v mpirun || echo 'no mpirun on PATH')) is used, not pip's mpich"
+fi
+export REQUIREMENTS
+
 # Fast path: everything already importable at the pinned versions -> nothing to do.
 if "$PYTHON" - <<'PY' 2>/dev/null
 import importlib.metadata as md, re, sys
@@ -21,7 +31,8 @@ def reqs(path):
         line = line.split("#")[0].strip()
         if line:
             yield line
-for path in ("requirements.txt", "requirements-nodeps.txt"):
+import os
+for path in (os.environ["REQUIREMENTS"], "requirements-nodeps.txt"):
     for req in reqs(path):
         name = re.split(r"[\[<>=!~ ]", req, maxsplit=1)[0]
         version = md.version(name)  # raises when missing
@@ -32,7 +43,7 @@ PY
 then
   echo "[install] requirements already satisfied"
 else
-  "$PYTHON" -m pip install --quiet -r requirements.txt
+  "$PYTHON" -m pip install --quiet -r "$REQUIREMENTS"
   "$PYTHON" -m pip install --quiet --no-deps -r requirements-nodeps.txt
   echo "[install] requirements installed"
 fi

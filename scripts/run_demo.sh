@@ -9,7 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 [ $# -le 1 ] || { echo "usage: bash scripts/run_demo.sh [output folder]" >&2; exit 2; }
 OUT=${1:-results/demo}
-PYTHON=${PYTHON:-python3}
+source scripts/params/python_env.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} TOKENIZERS_PARALLELISM=false
 START=$(date +%s)
 step() { echo; echo "== [$(( $(date +%s) - START ))s] $*"; }

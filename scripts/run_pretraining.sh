@@ -10,7 +10,7 @@
 # precision: fp16 | bf16 | tf32 | fp32.  num_gpus: GPUs per node (processes on a CPU-only machine).
 # Environment: DATA_DIR (data), OUTPUT_DIR (results/bart_pyt_pretraining), TOKENIZER
 # (facebook/bart-large), SEED (42), NUM_WORKERS (4), NNODES (1), NODE_RANK (0), MASTER_ADDR
-# (127.0.0.1), MASTER_PORT (29500), PHASES ("1 2"), EXTRA_ARGS (more pretrain.py flags).
+# (127.0.0.1), MASTER_PORT (29500 across nodes, else a free port), PHASES ("1 2"), EXTRA_ARGS (more pretrain.py flags).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -44,7 +44,6 @@ NUM_WORKERS=${NUM_WORKERS:-4}
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-MASTER_PORT=${MASTER_PORT:-29500}
 PHASES=${PHASES:-"1 2"}
 PYTHON=${PYTHON:-python3}
 
@@ -70,8 +69,9 @@ for phase in $PHASES; do
   [ -d "$folder" ] || { echo "run_pretraining.sh: $folder not found (run scripts/preprocess_pretrain_data.sh)" >&2; exit 2; }
 done
 
+source scripts/params/common.sh  # rendezvous_port: MASTER_PORT, 29500 across nodes, else a free port
 LAUNCH=("$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$num_gpus"
-        --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT")
+        --master_addr="$MASTER_ADDR" --master_port="$(rendezvous_port)")
 COMMON=(--config_path "$config_path" --tokenizer "$TOKENIZER" --lamb --lr_scheduler polynomial --weight_decay 0.1
         --dropout 0.1 --gradient_clip_val 0.1 "$PRELN_FLAG" "${PREC_FLAGS[@]}" --seed "$SEED"
         --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")

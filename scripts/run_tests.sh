@@ -3,5 +3,6 @@
 # GPU-only tests skip themselves where CUDA is absent. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/params/python_env.sh
 bash scripts/install.sh
-exec "${PYTHON:-python3}" -m pytest tests "$@"
+exec "$PYTHON" -m pytest tests "$@"

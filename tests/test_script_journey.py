@@ -75,3 +75,36 @@ def test_public_weights_to_finetune_eval_and_export(tmp_path, tokenizer_dir):
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf")
     original = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     assert tok.get_vocab() == original.get_vocab() and model.config.d_model == 16
+
+
+@pytest.mark.slow
+def test_evaluation_runs_on_two_nodes(tmp_path, tokenizer_dir):
+    """run_eval_summarization.sh under NNODES=2 (two torchrun agents on 127.0.0.1, one process each):
+    the sources are shared out and the generations equal a one-process run's, in input order."""
+    import socket
+    torch.manual_seed(0)
+    folder = tmp_path / "model"
+    transformers.BartForConditionalGeneration(transformers.BartConfig(**TINY)).save_pretrained(folder)
+    for name in os.listdir(tokenizer_dir):
+        shutil.copy(os.path.join(tokenizer_dir, name), folder / name)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("test", 6),))
+    args = ["scripts/run_eval_summarization.sh", str(folder), "2", "1", "fp32", "2", "32", "8", data, str(config),
+            "false"]
+    base = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    base.pop("TOKENIZER", None)
+    _bash(args, dict(base, OUTPUT_DIR=str(tmp_path / "one")))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    nodes = [subprocess.Popen(["bash", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(base, OUTPUT_DIR=str(tmp_path / "two"), NNODES="2", NODE_RANK=str(rank),
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port)) for rank in (0, 1)]
+    for node in nodes:
+        _, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err[-3000:]
+    one = open(tmp_path / "one" / "test_generations.txt").read().splitlines()
+    two = open(tmp_path / "two" / "test_generations.txt").read().splitlines()
+    assert len(one) == 6 and two == one
+    assert _summary(str(tmp_path / "two" / "dllogger.json"))["n_gpus"] == 2

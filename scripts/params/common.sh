@@ -24,10 +24,22 @@ check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
   fi
 }
 
-launcher() {  # NUM_PROCESSES script args...
+free_port() {  # a TCP port nobody listens on now (single-node runs: two runs on one machine never collide)
+  "${PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+rendezvous_port() {  # MASTER_PORT, else 29500 across nodes (every node must agree), else a free port
+  if [ -n "${MASTER_PORT:-}" ]; then echo "$MASTER_PORT"
+  elif [ "${NNODES:-1}" -gt 1 ]; then echo 29500
+  else free_port; fi
+}
+
+launcher() {  # NUM_PROCESSES_PER_NODE script args...; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT: multi-node
   local n=$1; shift
-  if [ "$n" -gt 1 ]; then
-    "${PYTHON:-python3}" -m torch.distributed.run --nproc_per_node="$n" --master_port="${MASTER_PORT:-29500}" "$@"
+  [[ "${NNODES:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "error: NNODES must be a positive whole number, got '${NNODES}'" >&2; exit 2; }
+  if [ "$n" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ]; then
+    "${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
+      --nproc_per_node="$n" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)" "$@"
   else
     "${PYTHON:-python3}" "$@"
   fi
