@@ -119,3 +119,70 @@ def test_preprocess_script_on_mpi(tmp_path, punkt_dir):
         counts = json.load(open(folder / ".num_samples.json"))
         assert len(counts) == 2 and max(counts.values()) - min(counts.values()) <= 1
         assert sum(counts.values()) == sum(json.load(open(os.path.join(local_folder, ".num_samples.json"))).values())
+
+
+def test_preprocess_script_reads_the_layouts_lddl_downloaders_write(tmp_path, punkt_dir):
+    """download_wikipedia writes <outdir>/source/en/*.txt, download_open_webtext <outdir>/source/*.txt:
+    the script takes the downloaders' --outdir folders as the README says, and the rows equal those
+    of the readers' own layout given directly."""
+    write_corpus(str(tmp_path / "wikipedia" / "source" / "en"), documents=30, seed=1)
+    write_corpus(str(tmp_path / "openwebtext" / "source"), documents=30, seed=2)
+    env = dict(os.environ, NPROC="2", NUM_SHARDS="2", NLTK_DATA=str(punkt_dir))
+    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(tmp_path / "wikipedia"),
+                          str(tmp_path / "common_crawl"), str(tmp_path / "openwebtext"), str(tmp_path / "data")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    direct = preprocess({"wikipedia": str(tmp_path / "wikipedia" / "source"),
+                         "open_webtext": str(tmp_path / "openwebtext" / "source")}, str(tmp_path / "direct"), [128, 512],
+                        num_shards=2, workers=1, log=lambda _: None)
+    for length, folder in zip((128, 512), direct):
+        counts = json.load(open(tmp_path / "data" / f"pretrain_lddl_{length}" / ".num_samples.json"))
+        assert sum(counts.values()) > 0
+        assert sum(counts.values()) == sum(json.load(open(os.path.join(folder, ".num_samples.json"))).values())
+    (tmp_path / "empty" / "source").mkdir(parents=True)
+    bad = subprocess.run([sys.executable, "-m", "bart.data.preprocess", "--wikipedia", str(tmp_path / "empty"),
+                          "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "download_wikipedia" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _wikipedia_dump(path: str, pages: int = 8) -> None:
+    """A MediaWiki XML export (bz2), as dumps.wikimedia.org serves it, with generated articles."""
+    import bz2
+    import random
+    rng = random.Random(0)
+    words = "river mountain city council budget school teacher storm harbor museum train bridge market".split()
+    body = []
+    for i in range(pages):
+        text = "\n\n".join(" ".join(" ".join(rng.choices(words, k=8)).capitalize() + "." for _ in range(4))
+                           for _ in range(3))
+        body.append(f"  <page>\n    <title>Page {i}</title>\n    <ns>0</ns>\n    <id>{i + 1}</id>\n    <revision>\n"
+                    f"      <id>{100 + i}</id>\n      <text xml:space=\"preserve\">{text}</text>\n    </revision>\n  </page>")
+    # one tag per line, as the dumps are written (WikiExtractor reads them line by line)
+    xml = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">\n  <siteinfo>\n'
+           "    <sitename>Wikipedia</sitename>\n    <dbname>enwiki</dbname>\n"
+           "    <base>https://en.wikipedia.org/wiki/Main_Page</base>\n    <generator>MediaWiki 1.41</generator>\n"
+           '    <case>first-letter</case>\n    <namespaces>\n      <namespace key="0" case="first-letter" />\n'
+           '      <namespace key="10" case="first-letter">Template</namespace>\n    </namespaces>\n  </siteinfo>\n'
+           + "\n".join(body) + "\n</mediawiki>\n")
+    with open(path, "wb") as f:
+        f.write(bz2.compress(xml.encode()))
+
+
+def test_download_wikipedia_extracts_with_the_installed_wikiextractor(tmp_path, punkt_dir):
+    """LDDL's download_wikipedia (its dump already in place: --no-download) extracts with the
+    wikiextractor that the install step puts in, then the preprocessing script takes its --outdir."""
+    out = tmp_path / "wikipedia"
+    out.mkdir()
+    _wikipedia_dump(str(out / "wikicorpus-en.xml.bz2"))
+    run = subprocess.run(["download_wikipedia", "--outdir", str(out), "--langs", "en", "--no-download",
+                          "--num-processes", "1"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    articles = open(next((out / "source" / "en").glob("*.txt")), encoding="utf-8").read().splitlines()
+    assert len(articles) == 8 and all(a.startswith("wiki-") for a in articles)
+    env = dict(os.environ, NPROC="2", NUM_SHARDS="2", NLTK_DATA=str(punkt_dir))
+    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(out), str(tmp_path / "none"),
+                          str(tmp_path / "none"), str(tmp_path / "data")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=400)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    counts = json.load(open(tmp_path / "data" / "pretrain_lddl_128" / ".num_samples.json"))
+    assert sum(counts.values()) >= 8

@@ -59,6 +59,29 @@ def run_lddl_preprocess(corpora: dict, sink: str, seq_length: int, workers: int,
 STAGES = ("all", "preprocess", "balance")
 
 
+def corpus_folder(kind: str, path: str, lang: str = "en") -> str:
+    """The folder LDDL's reader takes for a corpus given as what its downloader wrote or as the reader's
+    own input. LDDL's downloaders write ``<outdir>/source/<lang>/*.txt`` (download_wikipedia) and
+    ``<outdir>/source/*.txt`` (download_common_crawl, download_open_webtext); its readers take the
+    folder holding ``<lang>/`` (Wikipedia) or the ``*.txt`` files (the others)."""
+    def has_text(folder):
+        return os.path.isdir(folder) and any(name.endswith(".txt") for name in os.listdir(folder))
+
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"--{kind} {path}: no such folder")
+    if kind == "wikipedia":
+        for candidate in (os.path.join(path, "source"), path):
+            if has_text(os.path.join(candidate, lang)):
+                return candidate
+        raise FileNotFoundError(f"--wikipedia {path}: no {lang}/*.txt in {os.path.join(path, 'source')} (what "
+                                f"LDDL's download_wikipedia writes) nor in {path}; did the download finish?")
+    for candidate in (os.path.join(path, "source"), path):
+        if has_text(candidate):
+            return candidate
+    raise FileNotFoundError(f"--{kind} {path}: no *.txt in {os.path.join(path, 'source')} (what LDDL's downloader "
+                            f"writes) nor in {path}; did the download finish?")
+
+
 def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: int, workers: int,
                schedule: str = "local", log=print, stage: str = "all") -> list[str]:
     """``stage``: "all" (preprocess then balance), "preprocess" (leaves ``pretrain_lddl_{L}.raw.tmp``)
@@ -70,12 +93,9 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
                          "--stage preprocess and one --seq_lengths value, then balance in a plain process "
                          "with --stage balance (as scripts/preprocess_pretrain_data.sh does)")
     if stage != "balance":
-        missing = {k: v for k, v in corpora.items() if not os.path.isdir(v)}
-        if missing:
-            raise FileNotFoundError("corpus folder(s) not found: "
-                                    + ", ".join(f"--{k} {v}" for k, v in missing.items()))
         if not corpora:
             raise ValueError("no corpus given: pass at least one of --wikipedia, --common_crawl, --open_webtext")
+        corpora = {kind: corpus_folder(kind, path) for kind, path in corpora.items()}
     written = []
     for length in seq_lengths:
         final = os.path.join(out_dir, f"pretrain_lddl_{length}")
@@ -109,9 +129,12 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--wikipedia", help="Wikipedia folder (LDDL layout: <path>/<lang>/*.txt)")
-    parser.add_argument("--common_crawl", help="Common Crawl news folder (*.txt)")
-    parser.add_argument("--open_webtext", help="OpenWebText folder (*.txt)")
+    parser.add_argument("--wikipedia", help="download_wikipedia's --outdir (<path>/source/en/*.txt), or a folder "
+                                            "holding en/*.txt")
+    parser.add_argument("--common_crawl", help="download_common_crawl's --outdir (<path>/source/*.txt), or a folder "
+                                               "of *.txt")
+    parser.add_argument("--open_webtext", help="download_open_webtext's --outdir (<path>/source/*.txt), or a folder "
+                                               "of *.txt")
     parser.add_argument("--out", required=True, help="data folder; pretrain_lddl_{L} are written inside")
     parser.add_argument("--seq_lengths", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--num_shards", type=int, default=256,
