@@ -172,3 +172,28 @@ def test_lead_summaries_and_training_passages(tmp_path, punkt_dir):
     assert list(zip(_lines(out / "test.source"), _lines(out / "test.target"))) == [(docs[4], "Doc 4 opens here.")]
     with pytest.raises(SystemExit, match="fewer than the 9 asked for"):
         main(["lead", "--input", str(tmp_path / "docs.txt"), "--out", str(out), "--sizes", "7", "1", "1"])
+
+
+def test_get_data_script_downloads_everything_from_a_mirror(tmp_path):
+    """With nothing at hand, get_data.sh downloads XSum, the two CNN/DM story archives and the split
+    lists (here from a local mirror laid out as the originals, through curl's file:// URLs)."""
+    lists, dirs, urls = _story_tree(tmp_path)
+    mirror = tmp_path / "mirror"
+    (mirror / "url_lists").mkdir(parents=True)
+    for name in os.listdir(lists):
+        os.rename(lists / name, mirror / "url_lists" / name)
+    for d, name in zip(dirs, ("cnn", "dailymail")):
+        with tarfile.open(mirror / f"{name}_stories.tgz", "w:gz") as tar:
+            tar.add(os.path.dirname(d), arcname=name)
+    _tarball(mirror / "xsum.tar.gz", {f"{s}.{side}": f"{s} {side} one\n" for s in ("train", "val", "test")
+                                      for side in ("source", "target")})
+    data = tmp_path / "data"
+    env = dict(os.environ, CNN_DM_MIRROR=f"file://{mirror}", XSUM_URL=f"file://{mirror}/xsum.tar.gz")
+    for name in ("CNN_STORIES", "DM_STORIES", "CNN_DM_EXPORT"):
+        env.pop(name, None)
+    run = subprocess.run(["bash", "scripts/get_data.sh", str(data)], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert _lines(data / "xsum" / "val.target") == ["val target one"]
+    assert _lines(data / "cnn_dm" / "test.source") == [f"test article {i} ." for i in range(3)]
+    assert not list(data.rglob("*.partial"))
