@@ -113,6 +113,9 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
         raise ExportError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another folder")
     model_path = resolve_model_path(checkpoint)
+    if os.path.isdir(model_path) and not os.path.isfile(os.path.join(model_path, "config.json")):
+        from bart.training.checkpoint import resolve_weights
+        model_path = resolve_weights(model_path)  # a run's output folder: its newest checkpoint
     if os.path.abspath(model_path) == out_dir:
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
     model = _load_model(model_path, config_path, pre_ln)

@@ -3,10 +3,11 @@
 # OpenWebText, into <data folder>/{wikipedia,common_crawl,openwebtext}. 200 GB+, a day or more.
 # usage: bash scripts/get_pretraining_data.sh <data folder>
 # Environment: CORPORA ("wikipedia common_crawl openwebtext"), CC_START/CC_END (Common Crawl news
-# date window, default 2016-09-01..2019-02-28; a shorter window downloads less), NPROC (processes).
+# date window, default 2016-09-01..2019-02-28; a shorter window downloads less), NPROC (processes),
+# WIKIPEDIA_DUMP (an enwiki-*-pages-articles.xml.bz2 already downloaded: extracted, not downloaded again).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; [ $# -eq 1 ] && exit 0 || exit 2; fi
+if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; [ $# -eq 1 ] && exit 0 || exit 2; fi
 DATA=$1; NPROC=${NPROC:-$(nproc)}; PYTHON=${PYTHON:-python3}
 CC_START=${CC_START:-2016-09-01}; CC_END=${CC_END:-2019-02-28}
 mkdir -p "$DATA"
@@ -14,7 +15,14 @@ for corpus in ${CORPORA:-wikipedia common_crawl openwebtext}; do
   if [ -f "$DATA/$corpus/.complete" ]; then echo "$corpus: complete, nothing to do"; continue; fi
   echo "== $corpus → $DATA/$corpus"
   case "$corpus" in
-    wikipedia) download_wikipedia --outdir "$DATA/wikipedia" --langs en --num-processes "$NPROC" ;;
+    wikipedia)
+      if [ -n "${WIKIPEDIA_DUMP:-}" ]; then  # a dump already at hand: extract it, download nothing
+        [ -s "$WIKIPEDIA_DUMP" ] || { echo "get_pretraining_data.sh: WIKIPEDIA_DUMP=$WIKIPEDIA_DUMP is not a file" >&2; exit 2; }
+        mkdir -p "$DATA/wikipedia"; cp "$WIKIPEDIA_DUMP" "$DATA/wikipedia/wikicorpus-en.xml.bz2"
+        download_wikipedia --outdir "$DATA/wikipedia" --langs en --num-processes "$NPROC" --no-download
+      else
+        download_wikipedia --outdir "$DATA/wikipedia" --langs en --num-processes "$NPROC"
+      fi ;;
     common_crawl)
       "$PYTHON" -c "import newsplease" 2>/dev/null || "$PYTHON" -m pip install --quiet news-please
       download_common_crawl --outdir "$DATA/common_crawl" --warc-files-start-date "$CC_START" \

@@ -8,7 +8,8 @@
 # (INIT_CKPT PRED_BS PRECISION EVAL_BEAMS ...) is read as NUM_GPU 1.
 # example: bash scripts/run_eval_summarization.sh results/final_step.ckpt 8 1 bf16 4 1024 142 data/cnn_dm configs/config.json true
 # INIT_CKPT: a .ckpt, a Hugging Face folder or hub id.
-# Environment: OUTPUT_DIR (results/bart_pyt_inference_${DATESTAMP}), TOKENIZER, TYPE_PATH (test), N_OBS.
+# Environment: OUTPUT_DIR (results/bart_pyt_inference_${DATESTAMP}), TOKENIZER, TYPE_PATH (test), N_OBS,
+# EXTRA_ARGS (more run_eval.py flags), CPU_PROCESSES (processes without a GPU).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -37,4 +38,4 @@ EVAL_PREC=(); case "$PRECISION" in fp16) EVAL_PREC=(--fp16) ;; bf16) EVAL_PREC=(
 launcher "$NUM_GPU" run_eval.py "$INIT_CKPT" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --type_path "${TYPE_PATH:-test}" \
   --bs "$PRED_BS" --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
   "${EVAL_PREC[@]}" "$PRELN_FLAG" "${N_OBS_FLAG[@]}" \
-  --json-summary "$OUTPUT_DIR/dllogger.json" "${PASS[@]+"${PASS[@]}"}" 2>&1 | tee "$OUTPUT_DIR/joblog.log"
+  --json-summary "$OUTPUT_DIR/dllogger.json" ${EXTRA_ARGS:-} "${PASS[@]+"${PASS[@]}"}" 2>&1 | tee "$OUTPUT_DIR/joblog.log"

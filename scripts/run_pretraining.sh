@@ -10,7 +10,8 @@
 # precision: fp16 | bf16 | tf32 | fp32.  num_gpus: GPUs per node (processes on a CPU-only machine).
 # Environment: DATA_DIR (data), OUTPUT_DIR (results/bart_pyt_pretraining), TOKENIZER
 # (facebook/bart-large), SEED (42), NUM_WORKERS (4), NNODES (1), NODE_RANK (0), MASTER_ADDR
-# (127.0.0.1), MASTER_PORT (29500 across nodes, else a free port), PHASES ("1 2"), EXTRA_ARGS (more pretrain.py flags).
+# (127.0.0.1), MASTER_PORT (29500 across nodes, else a free port), PHASES ("1 2"), EXTRA_ARGS (more
+# pretrain.py flags, after the script's own: they win), CPU_PROCESSES (processes on a CPU-only machine).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -57,6 +58,7 @@ case "$use_preln" in
 esac
 [ -f "$config_path" ] || { echo "run_pretraining.sh: config file $config_path not found" >&2; exit 2; }
 GPUS_PRESENT=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")
+if [ "$GPUS_PRESENT" -eq 0 ] && [ -n "${CPU_PROCESSES:-}" ]; then num_gpus=$CPU_PROCESSES; fi
 if [ "$GPUS_PRESENT" -gt 0 ] && [ "$num_gpus" -gt "$GPUS_PRESENT" ]; then
   echo "run_pretraining.sh: $num_gpus GPUs requested, this machine has $GPUS_PRESENT" >&2; exit 2
 fi
@@ -89,14 +91,17 @@ if [[ " $PHASES " == *" 1 "* ]]; then
     --output_dir "$OUTPUT_DIR/phase_1" --json-summary "$OUTPUT_DIR/phase_1/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}"
 fi
 if [[ " $PHASES " == *" 2 "* ]]; then
-  phase1_ckpt="$OUTPUT_DIR/phase_1/_step${train_steps_phase1}.ckpt"
-  [ -f "$phase1_ckpt" ] || { echo "run_pretraining.sh: phase 1 checkpoint $phase1_ckpt not found" >&2; exit 2; }
+  # phase 1's last checkpoint (its step: EXTRA_ARGS may have changed phase 1's --max_steps)
+  phase1_ckpt=$(ls "$OUTPUT_DIR"/phase_1/_step*.ckpt 2>/dev/null | sed 's/.*_step\([0-9]*\)\.ckpt$/\1 &/' | sort -n | tail -n 1 | cut -d' ' -f2-)
+  [ -n "$phase1_ckpt" ] || { echo "run_pretraining.sh: no phase 1 checkpoint in $OUTPUT_DIR/phase_1 (run phase 1 first)" >&2; exit 2; }
+  phase1_steps=$(basename "$phase1_ckpt" .ckpt); phase1_steps=${phase1_steps#_step}
+  [ "$phase1_steps" = "$train_steps_phase1" ] || echo "run_pretraining.sh: note: phase 1 ended at update $phase1_steps, not $train_steps_phase1"
   echo "== phase 2: length 512 from $phase1_ckpt (weights only)"
   RESUME=()
   ls "$OUTPUT_DIR"/phase_2/_step*.ckpt >/dev/null 2>&1 && RESUME=(--resume_from_checkpoint True)
   "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_512" --max_source_length 512 \
     --train_batch_size "$train_batch_size_phase2" --gradient_accumulation_steps "$num_accumulation_steps_phase2" \
     --learning_rate "$learning_rate_phase2" --warmup_steps "$warmup_steps_phase2" --max_steps "$train_steps_phase2" \
-    --init_checkpoint "$phase1_ckpt" --phase1_end_step "$train_steps_phase1" \
+    --init_checkpoint "$phase1_ckpt" --phase1_end_step "$phase1_steps" \
     --output_dir "$OUTPUT_DIR/phase_2" --json-summary "$OUTPUT_DIR/phase_2/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}"
 fi

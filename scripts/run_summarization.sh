@@ -10,7 +10,8 @@
 # CKPT_PATH: a .ckpt, a folder holding checkpoints, a Hugging Face folder or hub id (never a silent fallback).
 # PREC: fp16 | bf16 | tf32 | fp32.  PRELN: true | false (must match the checkpoint).
 # Environment: OUTPUT_DIR (results/bart_pyt_${DATESTAMP}), TOKENIZER, SEED (42), N_VAL (100),
-# VAL_CHECK_INTERVAL (0: validate at the end), EXTRA_ARGS (more finetune.py flags).
+# VAL_CHECK_INTERVAL (0: validate at the end), EXTRA_ARGS (more finetune.py flags, after the script's
+# own: they win), EVAL_EXTRA_ARGS (more run_eval.py flags), CPU_PROCESSES (processes without a GPU).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -59,4 +60,4 @@ EVAL_PREC=(); case "$PREC" in fp16) EVAL_PREC=(--fp16) ;; bf16) EVAL_PREC=(--bf1
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
   "${EVAL_PREC[@]}" "$PRELN_FLAG" \
-  --json-summary "$OUTPUT_DIR/eval_dllogger.json" 2>&1 | tee "$OUTPUT_DIR/eval_joblog.log"
+  --json-summary "$OUTPUT_DIR/eval_dllogger.json" ${EVAL_EXTRA_ARGS:-} 2>&1 | tee "$OUTPUT_DIR/eval_joblog.log"

@@ -19,6 +19,7 @@ check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
   esac
   local present
   present=$("${PYTHON:-python3}" -c "import torch; print(torch.cuda.device_count())")
+  GPUS_PRESENT=$present
   if [ "$present" -gt 0 ] && [ "$gpus" -gt "$present" ]; then
     echo "error: $gpus GPUs requested, this machine has $present" >&2; exit 2
   fi
@@ -36,6 +37,7 @@ rendezvous_port() {  # MASTER_PORT, else 29500 across nodes (every node must agr
 
 launcher() {  # NUM_PROCESSES_PER_NODE script args...; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT: multi-node
   local n=$1; shift
+  if [ "${GPUS_PRESENT:-1}" = "0" ] && [ -n "${CPU_PROCESSES:-}" ]; then n=$CPU_PROCESSES; fi  # CPU-only machines
   [[ "${NNODES:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "error: NNODES must be a positive whole number, got '${NNODES}'" >&2; exit 2; }
   if [ "$n" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ]; then
     "${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
