@@ -15,6 +15,7 @@ import torch
 from bart.cli import run_main
 from bart.evaluation import run_evaluation
 from bart.hub import resolve_model_path
+from bart.training.checkpoint import resolve_weights
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.training import builder
 from bart.training.args import add_architecture_args, add_generation_args, generate_option_pairs, generation_kwargs
@@ -59,7 +60,7 @@ def main(argv=None) -> dict:
     precision = Precision.from_args(args)
     precision.configure()
     config = builder.model_config(args, training=False)
-    model_path = resolve_model_path(args.model_path)
+    model_path = resolve_weights(resolve_model_path(args.model_path))  # a run's folder: its newest checkpoint
     model = BartForConditionalGeneration.from_pretrained(model_path, config=config)
     model = model.to(builder.device_for(env)).eval()
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,

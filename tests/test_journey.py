@@ -1,0 +1,167 @@
+"""The README's Quick Start, run as printed (steps 2-6 and 8), on CPU with tiny sizes.
+
+The commands are read from the README; only environment variables shrink them (the scripts
+document each: NPROC, NUM_SHARDS, CPU_PROCESSES, NUM_WORKERS, EXTRA_ARGS, EVAL_EXTRA_ARGS,
+CONFIG_PATH, N_VAL) or point the downloads at local copies laid out as the originals
+(CNN_DM_MIRROR, XSUM_URL, WIKIPEDIA_DUMP: a MediaWiki dump extracted by LDDL's download_wikipedia
+with the installed wikiextractor). "facebook/bart-large" is resolved by huggingface_hub from an
+offline hub cache that the test writes in the hub's own layout (a tiny model and its tokenizer).
+If a Quick Start command changes, EXPECTED below must change with it, or this test fails.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import torch
+import transformers
+
+from tests.helpers.hub_cache import add_to_hub_cache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPECTED = {
+    2: ["bash scripts/get_data.sh data", "bash scripts/get_pretraining_data.sh data"],
+    3: ["bash scripts/preprocess_pretrain_data.sh data/wikipedia data/common_crawl data/openwebtext data"],
+    4: ["bash scripts/run_pretraining.sh 200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 "
+        "configs/config.json"],
+    5: ["export CKPT_PATH=results/bart_pyt_pretraining/phase_2 OUTPUT_DIR=results/cnn_dm",
+        "bash scripts/run_summarization.sh $(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16)"],
+    6: ["bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
+        "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)"],
+    8: ["python -m bart.export results/cnn_dm results/cnn_dm_hf",
+        "python -c \"from transformers import pipeline; print(pipeline('summarization', model='results/cnn_dm_hf', "
+        "num_beams=4)('Some long text.'))\""],
+}
+WORDS = "river mountain city council budget school teacher storm harbor museum train bridge market".split()
+
+
+def quick_start_steps() -> dict:
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text.split("## Quick start guide")[1].split("\n## ")[0]
+    steps = {}
+    for number, body in re.findall(r"\n(\d+)\. (.*?)(?=\n\d+\. |\Z)", section, flags=re.S):
+        blocks = re.findall(r"```bash\n(.*?)```", body, flags=re.S)
+        if blocks:
+            steps[int(number)] = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    return steps
+
+
+def test_the_readme_quick_start_is_what_this_test_runs():
+    steps = quick_start_steps()
+    assert {k: v for k, v in steps.items() if k != 1} == EXPECTED
+
+
+def _sentences(rng, n):
+    return " ".join(" ".join(rng.choices(WORDS, k=rng.randint(5, 9))).capitalize() + "." for _ in range(n))
+
+
+def _mirror(folder, story_name):
+    """CNN/DM story archives + split lists and an XSum tarball, laid out as their download sites."""
+    import random
+    rng = random.Random(0)
+    (folder / "url_lists").mkdir(parents=True)
+    trees = {"cnn": folder / "tree" / "cnn" / "stories", "dailymail": folder / "tree" / "dailymail" / "stories"}
+    for tree in trees.values():
+        tree.mkdir(parents=True)
+    for split, n in (("train", 12), ("val", 3), ("test", 3)):
+        urls = [f"http://www.{'cnn' if i % 2 else 'dailymail'}.com/{split}/{i}" for i in range(n)]
+        (folder / "url_lists" / f"all_{split}.txt").write_text("\n".join(urls) + "\n")
+        for i, url in enumerate(urls):
+            body = _sentences(rng, 4) + "\n\n@highlight\n\n" + _sentences(rng, 1) + "\n"
+            (trees["cnn" if i % 2 else "dailymail"] / story_name(url)).write_text(body)
+    for name, tree in trees.items():
+        with tarfile.open(folder / f"{name}_stories.tgz", "w:gz") as tar:
+            tar.add(tree.parent, arcname=name)
+    xsum = folder / "xsum_src" / "xsum"
+    xsum.mkdir(parents=True)
+    for split in ("train", "val", "test"):
+        (xsum / f"{split}.source").write_text(_sentences(rng, 3) + "\n")
+        (xsum / f"{split}.target").write_text(_sentences(rng, 1) + "\n")
+    with tarfile.open(folder / "xsum.tar.gz", "w:gz") as tar:
+        tar.add(xsum, arcname="xsum")
+
+
+def _run(block: list[str], cwd, env, timeout=900):
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(block)], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, (block, out.stdout[-3000:], out.stderr[-3000:])
+    return out
+
+
+@pytest.mark.slow
+def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
+    from bart.data.cnn_dm_stories import story_name
+    from tests.test_pretraining_data import _wikipedia_dump
+    steps = quick_start_steps()
+    repo = tmp_path / "bart"  # a copy of the checkout: data/ and results/ are written inside it
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if os.path.isfile(os.path.join(ROOT, name)):
+            os.makedirs(repo / os.path.dirname(name), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), repo / name)
+    _mirror(tmp_path / "mirror", story_name)
+    _wikipedia_dump(str(tmp_path / "enwiki.xml.bz2"), pages=24)
+    # public weights: a tiny post-LN BART saved by transformers, under facebook/bart-large in a hub cache
+    tiny = json.load(open(repo / "configs" / "config_tiny.json"))
+    torch.manual_seed(0)
+    hf_config = transformers.BartConfig(**{k: v for k, v in tiny.items() if k not in ("pre_ln", "dtype")})
+    transformers.BartForConditionalGeneration(hf_config).save_pretrained(tmp_path / "hub_model")
+    for name in os.listdir(tokenizer_dir):
+        shutil.copy(os.path.join(tokenizer_dir, name), tmp_path / "hub_model" / name)
+    cache = str(tmp_path / "hf_home" / "hub")
+    add_to_hub_cache(cache, "facebook/bart-large", str(tmp_path / "hub_model"))
+
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache,
+               NLTK_DATA=str(punkt_dir), OMP_NUM_THREADS="2", NPROC="2", NUM_SHARDS="2", CPU_PROCESSES="1",
+               NUM_WORKERS="1", CONFIG_PATH="configs/config_tiny.json", N_VAL="2",
+               CNN_DM_MIRROR=f"file://{tmp_path / 'mirror'}", XSUM_URL=f"file://{tmp_path / 'mirror' / 'xsum.tar.gz'}",
+               CORPORA="wikipedia", WIKIPEDIA_DUMP=str(tmp_path / "enwiki.xml.bz2"))
+    for name in ("TOKENIZER", "OUTPUT_DIR", "CKPT_PATH", "EXTRA_ARGS", "EVAL_EXTRA_ARGS", "PRELN"):
+        env.pop(name, None)
+    bin_dir = tmp_path / "bin"  # `python` in the README's commands is this interpreter
+    bin_dir.mkdir()
+    os.symlink(sys.executable, bin_dir / "python")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+
+    _run(steps[2], repo, env)
+    for corpus in ("cnn_dm", "xsum"):
+        assert all((repo / "data" / corpus / f"{s}.source").is_file() for s in ("train", "val", "test"))
+    assert list((repo / "data" / "wikipedia" / "source" / "en").glob("*.txt"))
+    _run(steps[3], repo, env)
+    assert (repo / "data" / "pretrain_lddl_128" / ".num_samples.json").is_file()
+    pretrain = dict(env, EXTRA_ARGS="--config_path configs/config_tiny.json --train_batch_size 2 "
+                                    "--gradient_accumulation_steps 1 --max_steps 2 --warmup_steps 1 --log_freq 1")
+    _run(steps[4], repo, pretrain)
+    assert (repo / "results" / "bart_pyt_pretraining" / "phase_2" / "_step4.ckpt").is_file()
+
+    finetune = dict(env, EXTRA_ARGS="--max_steps 2 --warmup_steps 1 --train_batch_size 2 --max_source_length 64 "
+                                    "--max_target_length 16 --val_max_target_length 16 --eval_batch_size 2 --log_freq 1",
+                    EVAL_EXTRA_ARGS="--max_source_length 64 --max_target_length 12 --bs 3")
+    _run(steps[5], repo, finetune)  # (a) from the phase-2 checkpoints
+    out = repo / "results" / "cnn_dm"
+    assert (out / "final_step.ckpt").is_file() and (out / "test_rouge.json").is_file()
+    # (b) from public weights named by hub id: the same command, other starting weights
+    _run([steps[5][1]], repo, dict(finetune, CKPT_PATH="facebook/bart-large", PRELN="false",
+                                   OUTPUT_DIR="results/cnn_dm_public"))
+    assert (repo / "results" / "cnn_dm_public" / "final_step.ckpt").is_file()
+
+    _run(steps[6], repo, dict(env, EXTRA_ARGS="--max_source_length 64 --max_target_length 12",
+                              OUTPUT_DIR="results/cnn_dm_eval"))
+    generations = open(repo / "results" / "cnn_dm_eval" / "test_generations.txt").read().splitlines()
+    assert len(generations) == 3
+    printed = _run(steps[8], repo, env)
+    assert "summary_text" in printed.stdout
+    # the exported folder in transformers' pipeline gives run_eval.py's summaries (same settings)
+    summarize = transformers.pipeline("summarization", model=str(repo / "results" / "cnn_dm_hf"))
+    sources = open(repo / "data" / "cnn_dm" / "test.source").read().splitlines()
+    texts = [r["summary_text"].strip() for r in summarize(sources, num_beams=4, max_length=12, batch_size=1)]
+    step6 = subprocess.run([sys.executable, "run_eval.py", "results/cnn_dm", "configs/config_tiny.json", "data/cnn_dm",
+                            "results/cnn_dm_eval_run", "--num_beams", "4", "--max_target_length", "12",
+                            "--max_source_length", "64", "--bs", "1"], cwd=repo, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert step6.returncode == 0, step6.stderr[-2000:]
+    assert open(repo / "results" / "cnn_dm_eval_run" / "test_generations.txt").read().splitlines() == texts
