@@ -9,8 +9,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if "$PYTHON" -c "import torch" 2>/dev/null; then
   echo "[install] torch $("$PYTHON" -c 'import torch; print(torch.__version__)') already present: kept"
 else
-  echo "[install] no torch found: installing torch==2.13.0"
-  "$PYTHON" -m pip install --quiet torch==2.13.0
+  # Without an NVIDIA GPU, PyTorch's CPU wheel index (about 200 MB instead of several GB of CUDA
+  # libraries); TORCH_INDEX_URL chooses another index, TORCH_INDEX_URL=pypi the default one.
+  INDEX=${TORCH_INDEX_URL:-}
+  if [ -z "$INDEX" ] && ! command -v nvidia-smi >/dev/null 2>&1; then INDEX=https://download.pytorch.org/whl/cpu; fi
+  if [ -n "$INDEX" ] && [ "$INDEX" != "pypi" ]; then
+    echo "[install] no torch found: installing torch==2.13.0 from $INDEX"
+    "$PYTHON" -m pip install --quiet --timeout 15 --retries 1 --index-url "$INDEX" torch==2.13.0 || {
+      echo "[install] $INDEX could not be used: installing torch==2.13.0 from the default package index"
+      "$PYTHON" -m pip install --quiet torch==2.13.0; }
+  else
+    echo "[install] no torch found: installing torch==2.13.0"
+    "$PYTHON" -m pip install --quiet torch==2.13.0
+  fi
 fi
 
 # Inside the NGC container (BART_USE_SYSTEM_MPI=1, set by the Dockerfile) the container's MPI is
