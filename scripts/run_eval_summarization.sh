@@ -14,10 +14,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
-POSITIONAL=(); PASS=()
-for arg in "$@"; do
-  if [ ${#PASS[@]} -gt 0 ] || [ ${#POSITIONAL[@]} -ge 10 ] || [[ "$arg" == --* ]]; then PASS+=("$arg"); else POSITIONAL+=("$arg"); fi
-done
+source scripts/params/common.sh
+split_positional 10 "$@"
 set -- "${POSITIONAL[@]+"${POSITIONAL[@]}"}"
 if [ $# -lt 1 ]; then echo "run_eval_summarization.sh: expected at least INIT_CKPT, got nothing" >&2; usage >&2; exit 2; fi
 case "${3:-}" in fp16|bf16|tf32|fp32)  # the reference README's order, without NUM_GPU
@@ -28,7 +26,6 @@ INIT_CKPT=$1; PRED_BS=${2:-8}; NUM_GPU=${3:-1}; PRECISION=${4:-bf16}; EVAL_BEAMS
 MAX_SOURCE_LEN=${6:-1024}; MAX_TARGET_LEN=${7:-142}; DATA_DIR=${8:-data/cnn_dm}; CONFIG_PATH=${9:-configs/config.json}
 PRELN=${10:-true}
 PYTHON=${PYTHON:-python3}
-source scripts/params/common.sh
 check_inputs "$DATA_DIR" "$CONFIG_PATH" "$NUM_GPU" "$PRECISION" "$PRELN" "${TYPE_PATH:-test}"
 check_model run_eval_summarization.sh checkpoint "$INIT_CKPT"
 OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_inference_$(date +'%y%m%d%H%M%S')}

@@ -16,10 +16,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
-POSITIONAL=(); PASS=()
-for arg in "$@"; do
-  if [ ${#PASS[@]} -gt 0 ] || [ ${#POSITIONAL[@]} -ge 16 ] || [[ "$arg" == --* ]]; then PASS+=("$arg"); else POSITIONAL+=("$arg"); fi
-done
+source scripts/params/common.sh
+split_positional 16 "$@"
 set -- "${POSITIONAL[@]+"${POSITIONAL[@]}"}"
 DATA_DIR=${1:-data/cnn_dm/}
 CKPT_PATH=${2:-data/nvidia_pretrained/bart_large/}
@@ -40,7 +38,6 @@ PRELN=${16:-true}
 DATESTAMP=$(date +'%y%m%d%H%M%S')
 OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_${DATESTAMP}}
 PYTHON=${PYTHON:-python3}
-source scripts/params/common.sh
 check_inputs "$DATA_DIR" "$CONFIG_PATH" "$NUM_GPU" "$PREC" "$PRELN" train val test
 check_model run_summarization.sh CKPT_PATH "$CKPT_PATH"
 mkdir -p "$OUTPUT_DIR"

@@ -1,4 +1,12 @@
 # Shared checks and launcher for the fine-tuning and evaluation scripts (sourced, not run).
+split_positional() {  # MAX args...: POSITIONAL = the first MAX values before any --flag; PASS = the rest
+  local max=$1; shift
+  POSITIONAL=(); PASS=()
+  for arg in "$@"; do
+    if [ ${#PASS[@]} -gt 0 ] || [ ${#POSITIONAL[@]} -ge "$max" ] || [[ "$arg" == --* ]]; then PASS+=("$arg")
+    else POSITIONAL+=("$arg"); fi
+  done
+}
 check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
   local data=$1 config=$2 gpus=$3 prec=$4 preln=$5; shift 5
   [ -d "$data" ] || { echo "error: data folder $data not found (scripts/get_data.sh prepares it)" >&2; exit 2; }
