@@ -10,6 +10,7 @@ import torch
 from bart.data.summarization import Seq2SeqDataset, SortishSampler, read_split
 from bart.evaluation import generate_texts, score
 from bart.tokenization.tokenization_bart import BartTokenizer
+from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
 from bart.training.args import add_shared_args, write_run_config
 from bart.training.checkpoint import save_checkpoint
@@ -130,6 +131,7 @@ def main(argv=None) -> dict:
     init = None if args.from_scratch or args.resume_from_checkpoint else resolve_init(args.init_checkpoint)
     tokenizer = BartTokenizer.from_pretrained(args.tokenizer)
     config = builder.model_config(args)
+    require_vocab_size(tokenizer, config, args.tokenizer, args.config_path)
     model = builder.build_model(args, config, init_from=init)
     freeze(model, args)
     torch.manual_seed(args.seed + env.rank)

@@ -21,6 +21,7 @@ from bart.data.summarization import read_split
 from bart.evaluation import generate_texts, latency_stats, score
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.tokenization.tokenization_bart import BartTokenizer
+from bart.tokenization.vocab_check import require_vocab_size
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
 
@@ -81,6 +82,7 @@ def main(argv=None) -> dict:
         config.pre_ln = args.pre_ln
     model = BartForConditionalGeneration.from_pretrained(args.model_path, config=config).to(device).eval()
     tokenizer = BartTokenizer.from_pretrained(args.tokenizer)
+    require_vocab_size(tokenizer, config, args.tokenizer, args.config_path)
     sources, targets = read_split(args.data_dir, args.type_path, args.n_obs)
     gen_kwargs = dict(args.generate_kwargs, num_return_sequences=args.num_return_sequences)
     if args.eval_beams is not None:
