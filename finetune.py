@@ -9,6 +9,7 @@ from bart.data.summarization import build_finetuning_loader
 from bart.cli import run_main
 from bart.evaluation import predict_split
 from bart.hub import resolve_model_path
+from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
 from bart.training.args import add_shared_args, generation_kwargs
 from bart.training.checkpoint import resolve_weights, write_final_weights
@@ -41,6 +42,7 @@ def main(argv=None) -> dict:
         resolve_weights(resolve_model_path(args.init_checkpoint))
     tokenizer = builder.load_tokenizer(args, init)
     config = builder.model_config(args)
+    require_vocab_size(tokenizer, config, config_name=args.config_path)
     model = builder.build_model(args, config, init_from=init)
     builder.freeze_parameters(model, encoder=args.freeze_encoder, embeddings=args.freeze_embeds)
     torch.manual_seed(args.seed + env.rank)

@@ -9,6 +9,7 @@ from bart.data.noise import add_noise_args, noise_config_from_args
 from bart.data.pretraining_dataset import build_pretraining_loader
 from bart.cli import run_main
 from bart.hub import resolve_model_path
+from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
 from bart.training.args import FINETUNE_ONLY, add_shared_args, reject_unused
 from utils import distributed as dist_utils
@@ -33,9 +34,7 @@ def main(argv=None) -> dict:
     init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)
     tokenizer = builder.load_tokenizer(args, init)
     config = builder.model_config(args)
-    if len(tokenizer) > config.vocab_size:
-        raise SystemExit(f"tokenizer {args.tokenizer} has {len(tokenizer)} tokens but {args.config_path} has "
-                         f"vocab_size {config.vocab_size}")
+    require_vocab_size(tokenizer, config, config_name=args.config_path)
     model = builder.build_model(args, config, init_from=init)
     torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
     loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,

@@ -15,6 +15,7 @@ import torch
 from bart.cli import run_main
 from bart.evaluation import run_evaluation
 from bart.hub import resolve_model_path
+from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import resolve_weights
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.training import builder
@@ -65,8 +66,9 @@ def main(argv=None) -> dict:
     model = model.to(builder.device_for(env)).eval()
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences}
-    result = run_evaluation(model, builder.load_tokenizer(args, model_path), args, gen_kwargs,
-                            precision.autocast_dtype, is_main=env.is_main)
+    tokenizer = builder.load_tokenizer(args, model_path)
+    require_vocab_size(tokenizer, model.config, config_name=args.config_path)
+    result = run_evaluation(model, tokenizer, args, gen_kwargs, precision.autocast_dtype, is_main=env.is_main)
     dist_utils.cleanup()
     return result
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole recipe, small, on a CPU: real English text (the Lee news corpus shipped inside gensim's
-# wheel on PyPI) → LDDL preprocessing and balancing (128 and 512) → phase-1 and phase-2 pretraining
-# of a tiny Pre-LN BART with LAMB → fine-tuning for lead-sentence summarization → ROUGE before and
-# after fine-tuning → PNG charts of the loss curves. About 7-8 minutes on 2 cores.
+# wheel on PyPI) → a byte-level BPE tokenizer trained on it → LDDL preprocessing and balancing (128
+# and 512) → phase-1 and phase-2 pretraining of a tiny Pre-LN BART with LAMB → fine-tuning for
+# lead-sentence summarization → ROUGE before and after fine-tuning → PNG charts of the loss curves.
 # usage: bash scripts/run_demo.sh [output folder (default results/demo)]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,10 +32,15 @@ PY
 fi
 wc -l < "$DATA/corpus/lee.txt" | xargs echo "documents:"
 
-step "offline tokenizer folder (GPT-2 BPE) and sentence-split data"
-"$PYTHON" -m bart.tokenization.build_tokenizer "$DATA/tokenizer"
+# The from-scratch path: a tokenizer of the corpus's own, 8192 tokens (GPT-2's 50,265-way softmax
+# would be most of a tiny model's cost; this one cuts the corpus into as many tokens as GPT-2's does),
+# and the tiny config with that vocab_size.
+step "tokenizer trained on the corpus (byte-level BPE, ${DEMO_VOCAB_SIZE:-8192} tokens) and sentence-split data"
+"$PYTHON" -m bart.tokenization.train_tokenizer "$DATA/corpus" --vocab_size ${DEMO_VOCAB_SIZE:-8192} \
+  --out "$DATA/tokenizer" --config configs/config_tiny.json --config_out "$DATA/config_demo.json"
 "$PYTHON" -m utils.nltk_data > /dev/null
 export TOKENIZER="$DATA/tokenizer"
+CONFIG="$DATA/config_demo.json"
 
 step "LDDL preprocessing and balancing for lengths 128 and 512 (local dask cluster)"
 "$PYTHON" -m bart.data.preprocess --common_crawl "$DATA/corpus" --out "$DATA" --seq_lengths 128 512 \
@@ -44,7 +49,7 @@ ls "$DATA/pretrain_lddl_128" "$DATA/pretrain_lddl_512" > /dev/null
 
 step "pretraining phase 1 (length 128) and phase 2 (length 512) with scripts/run_pretraining.sh"
 DATA_DIR="$DATA" OUTPUT_DIR="$OUT/pretraining" NUM_WORKERS=1 LOG_FREQ=10 \
-  bash scripts/run_pretraining.sh 16 4 1e-2 5e-3 fp32 true 1 10 5 ${DEMO_PHASE1_STEPS:-100} ${DEMO_PHASE2_STEPS:-20} 1000 1 1 configs/config_tiny.json \
+  bash scripts/run_pretraining.sh 16 4 1e-2 5e-3 fp32 true 1 10 5 ${DEMO_PHASE1_STEPS:-100} ${DEMO_PHASE2_STEPS:-20} 1000 1 1 "$CONFIG" \
   2>&1 | grep -E "^==|final_loss|rror" || true
 PRETRAINED=$(ls -t "$OUT"/pretraining/phase_2/_step*.ckpt | head -n 1)
 
@@ -54,14 +59,13 @@ document also gives one example per later sentence, the passage from there on)"
   --train_passages
 
 step "ROUGE of the pretrained model before fine-tuning"
-"$PYTHON" run_eval.py "$PRETRAINED" configs/config_tiny.json "$DATA/summarization" "$OUT/eval_pretrained" \
+"$PYTHON" run_eval.py "$PRETRAINED" "$CONFIG" "$DATA/summarization" "$OUT/eval_pretrained" \
   --tokenizer "$TOKENIZER" --bs 8 --eval_beams 2 --max_source_length 64 --max_target_length 64 2> /dev/null
 
 # A tiny model learns to copy from its source only after some 20-30k examples, whatever the steps:
-# large batches of short targets buy the most examples per second (the 50k-vocabulary softmax over
-# target tokens is most of the cost).
+# large batches of short targets buy the most examples per second.
 step "fine-tuning from the phase-2 checkpoint (finetune.py)"
-"$PYTHON" finetune.py --config_path configs/config_tiny.json --data_dir "$DATA/summarization" \
+"$PYTHON" finetune.py --config_path "$CONFIG" --data_dir "$DATA/summarization" \
   --init_checkpoint "$PRETRAINED" --tokenizer "$TOKENIZER" --max_steps ${DEMO_FINETUNE_STEPS:-600} --train_batch_size 64 \
   --learning_rate 2e-3 --warmup_steps 20 --max_source_length 64 --max_target_length 24 --dropout 0.0 \
   --n_val 25 --val_check_interval 300 --eval_beams 2 --eval_max_gen_length 64 --log_freq 25 \
@@ -69,7 +73,7 @@ step "fine-tuning from the phase-2 checkpoint (finetune.py)"
 FINETUNED=$(ls -t "$OUT"/finetuning/_epoch*_step*.ckpt | head -n 1)
 
 step "ROUGE of the fine-tuned model (run_eval.py on the test split)"
-"$PYTHON" run_eval.py "$FINETUNED" configs/config_tiny.json "$DATA/summarization" "$OUT/eval_finetuned" \
+"$PYTHON" run_eval.py "$FINETUNED" "$CONFIG" "$DATA/summarization" "$OUT/eval_finetuned" \
   --tokenizer "$TOKENIZER" --bs 8 --eval_beams 2 --max_source_length 64 --max_target_length 64 2> /dev/null
 
 step "loss curves"
@@ -90,7 +94,7 @@ PY
 cat <<DONE
 
 Done in $(( $(date +%s) - START ))s. Everything is under $OUT:
-  data/                      corpus, tokenizer, LDDL shards (pretrain_lddl_128, pretrain_lddl_512), summarization splits
+  data/                      corpus, trained tokenizer and its config_demo.json, LDDL shards (pretrain_lddl_128, pretrain_lddl_512), summarization splits
   pretraining/phase_{1,2}/   checkpoints, dllogger.json, run_config.json
   finetuning/                fine-tuned checkpoint (_epoch*_step*.ckpt), best validation checkpoint, logs
   eval_*/                    test_generations.txt, test_rouge.json, latency log

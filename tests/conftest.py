@@ -1,4 +1,5 @@
-"""Session fixtures shared by the test modules: offline tokenizer folder and Punkt data."""
+"""Session fixtures shared by the test modules: offline tokenizer folders (GPT-2's 50k vocabulary and a
+small trained one) and Punkt data."""
 import os
 import sys
 
@@ -22,6 +23,20 @@ def tokenizer(tokenizer_dir):
     from bart.tokenization.tokenization_bart import BartTokenizer
 
     return BartTokenizer.from_pretrained(tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer_dir(tmp_path_factory) -> str:
+    """A BART tokenizer folder with SMALL_VOCAB_SIZE tokens, trained (train_tokenizer) on the words
+    of the test corpora: for tests whose point is not the vocabulary, so the tiny models' output
+    softmax is small."""
+    from bart.tokenization.train_tokenizer import train_tokenizer
+    from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_tokenizer_corpus
+
+    base = tmp_path_factory.mktemp("small_tokenizer")
+    summary = train_tokenizer([write_tokenizer_corpus(str(base / "corpus"))], str(base / "tokenizer"), SMALL_VOCAB_SIZE)
+    assert summary["vocab_size"] == SMALL_VOCAB_SIZE, summary
+    return summary["folder"]
 
 
 @pytest.fixture(scope="session")

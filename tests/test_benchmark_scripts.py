@@ -10,6 +10,7 @@ import torch
 
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
+from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.summaries import write_summarization_data
 from utils.dllogger_compat import read_dllogger
 
@@ -19,13 +20,16 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CP
 
 def _tiny_config(path):
     values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
-    values.update(max_position_embeddings=128, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64)
+    # the small trained tokenizer's vocabulary: the tables are the point, not GPT-2's 50k softmax
+    values.update(max_position_embeddings=128, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                  vocab_size=SMALL_VOCAB_SIZE)
     path.write_text(json.dumps(values))
     return str(path)
 
 
 def _script(name, args, env, timeout=600):
-    return subprocess.run(["bash", f"scripts/{name}", *args], cwd=ROOT, env=dict(os.environ, **env),
+    env = dict(os.environ, OMP_NUM_THREADS="1", **env)  # tiny models: robust when other work shares the cores
+    return subprocess.run(["bash", f"scripts/{name}", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -33,9 +37,9 @@ def _table_rows(text):
     return [line for line in text.splitlines() if re.match(r"^\| 1 CPU \| fp32 \|", line)]
 
 
-def test_training_benchmark_table(tmp_path, tokenizer_dir):
+def test_training_benchmark_table(tmp_path, small_tokenizer_dir):
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 64),))
-    env = {"CONFIG_PATH": _tiny_config(tmp_path / "config.json"), "TOKENIZER": tokenizer_dir,
+    env = {"CONFIG_PATH": _tiny_config(tmp_path / "config.json"), "TOKENIZER": small_tokenizer_dir,
            "TRAIN_STEPS": "6", "LOG_FREQ": "2", "RESULTS_DIR": str(tmp_path / "results")}
     run = _script("run_training_benchmark.sh", ["8", "48", "16", data], env)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -50,13 +54,13 @@ def test_training_benchmark_table(tmp_path, tokenizer_dir):
     assert not glob.glob(os.path.join(results, "1cpu_fp32", "*.ckpt"))  # random weights are not kept
 
 
-def test_inference_benchmark_table(tmp_path, tokenizer_dir):
+def test_inference_benchmark_table(tmp_path, small_tokenizer_dir):
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("test", 6),))
     config = _tiny_config(tmp_path / "config.json")
     torch.manual_seed(0)
     model = BartForConditionalGeneration(BartConfig.from_json_file(config))
     torch.save({"model": model.state_dict()}, tmp_path / "model.ckpt")
-    env = {"TOKENIZER": tokenizer_dir, "N_OBS": "5", "RESULTS_DIR": str(tmp_path / "results")}
+    env = {"TOKENIZER": small_tokenizer_dir, "N_OBS": "5", "RESULTS_DIR": str(tmp_path / "results")}
     run = _script("run_inference_benchmark.sh", ["2", "2", "48", "12", str(tmp_path / "model.ckpt"), data, config], env)
     assert run.returncode == 0, run.stderr[-2000:]
     [results] = glob.glob(str(tmp_path / "results" / "bart_pyt_inference_benchmark_*"))

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.helpers.corpus import write_shards
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,7 +22,7 @@ CONTRACT_FLAGS = """--config_path --warmup_steps --max_steps --data_dir --learni
 
 
 def _run(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="2")
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")  # robust when other work shares the cores
     return subprocess.run([sys.executable, "pretrain.py", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -38,16 +38,18 @@ def test_help_lists_every_contract_flag():
 def tiny_config(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cfg")
     values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
-    values.update(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128)
+    # the small trained tokenizer's vocabulary: the point here is the run, not GPT-2's 50k softmax
+    values.update(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
+                  vocab_size=SMALL_VOCAB_SIZE)
     path = folder / "config.json"
     path.write_text(json.dumps(values))
     return str(path)
 
 
 @pytest.mark.slow
-def test_tiny_pretraining_lowers_the_loss(tmp_path, tiny_config, tokenizer_dir):
+def test_tiny_pretraining_lowers_the_loss(tmp_path, tiny_config, small_tokenizer_dir):
     data = os.path.dirname(write_shards(str(tmp_path / "shards"), [40, 40])[0])
-    out = _run("--config_path", tiny_config, "--data_dir", data, "--tokenizer", tokenizer_dir, "--max_steps", "40",
+    out = _run("--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "40",
                "--train_batch_size", "8", "--max_source_length", "64", "--learning_rate", "5e-2", "--warmup_steps", "4",
                "--lamb", "--weight_decay", "0.01", "--log_freq", "5", "--num_workers", "0", "--dropout", "0.0",
                "--output_dir", str(tmp_path / "out"))
@@ -58,7 +60,7 @@ def test_tiny_pretraining_lowers_the_loss(tmp_path, tiny_config, tokenizer_dir):
     saved = json.load(open(tmp_path / "out" / "run_config.json"))
     assert saved["max_steps"] == 40 and saved["model_config"]["pre_ln"] is True
     # phase 2 from phase 1's weights only, numbering its steps after phase 1's
-    out = _run("--config_path", tiny_config, "--data_dir", data, "--tokenizer", tokenizer_dir, "--max_steps", "2",
+    out = _run("--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "2",
                "--train_batch_size", "4", "--max_source_length", "64", "--num_workers", "0", "--log_freq", "1",
                "--init_checkpoint", str(tmp_path / "out" / "_step40.ckpt"), "--phase1_end_step", "40",
                "--output_dir", str(tmp_path / "phase2"))
@@ -74,7 +76,7 @@ def test_finetuning_flags_fail_loudly(tmp_path, tiny_config):
     assert out.returncode != 0 and "--eval_beams is a fine-tuning (finetune.py) flag" in out.stderr
 
 
-def test_missing_data_folder_is_named(tmp_path, tiny_config, tokenizer_dir):
-    out = _run("--config_path", tiny_config, "--data_dir", str(tmp_path / "nope"), "--tokenizer", tokenizer_dir,
+def test_missing_data_folder_is_named(tmp_path, tiny_config, small_tokenizer_dir):
+    out = _run("--config_path", tiny_config, "--data_dir", str(tmp_path / "nope"), "--tokenizer", small_tokenizer_dir,
                "--max_steps", "1")
     assert out.returncode != 0 and "no pretraining data folder at" in out.stderr

@@ -53,42 +53,52 @@ def is_complete(folder: str) -> bool:
     return all(os.path.isfile(os.path.join(folder, name)) for name in FOLDER_FILES)
 
 
-def build_tokenizer_folder(out_dir: str) -> str:
-    """Write the tokenizer folder (idempotent: a complete folder is left alone); returns its path."""
+def write_bart_folder(vocab: dict[str, int], merges: list[tuple[str, str]], out_dir: str,
+                      model_max_length: int = 1024) -> str:
+    """Write a BART tokenizer folder for a byte-level BPE ``vocab`` (token → id, BART's specials
+    first and ``<mask>`` last) and its ``merges`` (in merge order). The folder is assembled in a
+    staging directory and renamed into place, replacing an earlier (incomplete) one; returns its path."""
     from transformers import BartTokenizerFast
 
     out_dir = os.path.abspath(out_dir)
-    if is_complete(out_dir):
-        return out_dir
-    encoder_path, merges_path = gpt2_bpe_files()
-    with open(encoder_path, encoding="utf-8") as f:
-        vocab = bart_vocab(json.load(f))
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".tokenizer-", dir=parent)
     try:
         with open(os.path.join(staging, "vocab.json"), "w", encoding="utf-8") as f:
             json.dump(vocab, f, ensure_ascii=False)
-        shutil.copyfile(merges_path, os.path.join(staging, "merges.txt"))
+        with open(os.path.join(staging, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
         # transformers converts vocab+merges into a fast tokenizer with BART's template
         # (<s> A </s>, pairs <s> A </s></s> B </s>) and writes every file it reads back.
         tokenizer = BartTokenizerFast(vocab_file=os.path.join(staging, "vocab.json"),
                                       merges_file=os.path.join(staging, "merges.txt"))
         if len(tokenizer) != len(vocab):  # transformers 5.x takes the vocabulary itself, not file names
-            with open(merges_path, encoding="utf-8") as f:
-                merges = [tuple(line.split()) for line in f.read().splitlines()[1:] if line.strip()]
-            tokenizer = BartTokenizerFast(vocab=vocab, merges=merges)
+            tokenizer = BartTokenizerFast(vocab=vocab, merges=list(merges))
         if len(tokenizer) != len(vocab) or tokenizer.convert_tokens_to_ids(MASK) != vocab[MASK]:
             raise RuntimeError(f"build_tokenizer: assembled tokenizer has {len(tokenizer)} tokens, "
                                f"expected {len(vocab)}; the installed transformers ignored the files")
-        tokenizer.model_max_length = 1024
+        tokenizer.model_max_length = model_max_length
         tokenizer.save_pretrained(staging)
-        if os.path.isdir(out_dir):  # an incomplete earlier attempt
+        if os.path.isdir(out_dir):  # an incomplete earlier attempt, or a folder being replaced
             shutil.rmtree(out_dir)
         os.replace(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def build_tokenizer_folder(out_dir: str) -> str:
+    """Write the GPT-2-based tokenizer folder (idempotent: a complete folder is left alone); returns its path."""
+    out_dir = os.path.abspath(out_dir)
+    if is_complete(out_dir):
+        return out_dir
+    encoder_path, merges_path = gpt2_bpe_files()
+    with open(encoder_path, encoding="utf-8") as f:
+        vocab = bart_vocab(json.load(f))
+    with open(merges_path, encoding="utf-8") as f:
+        merges = [tuple(line.split()) for line in f.read().splitlines()[1:] if line.strip()]
+    return write_bart_folder(vocab, merges, out_dir)
 
 
 def main(argv: list[str] | None = None) -> None:

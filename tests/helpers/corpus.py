@@ -35,3 +35,36 @@ def write_shards(folder: str, rows_per_shard, seed: int = 0, words=(8, 30)) -> l
         pq.write_table(pa.table({"sentences": texts}), path)
         paths.append(path)
     return paths
+
+
+# Vocabulary of the small trained tokenizer used where the vocabulary is not the point of a test
+# (conftest.py's small_tokenizer_dir): the 50,265-way softmax of GPT-2's would dominate every step.
+SMALL_VOCAB_SIZE = 1024
+SYLLABLES = ("ka lo mi ne su ta ri vo ze pa do gu le ni so fa mu te ro bi ya ke lu "
+             "ma no si ha be ju we di xo").split()
+NON_ASCII = ("Café crème à l'été, naïve façade.", "中文分词很有趣。", "Emoji 🤗 and 🚀 travel as bytes.",
+             "Übermäßig große Straße — “quoted”.")
+
+
+def write_tokenizer_corpus(folder: str, lines: int = 1500, seed: int = 0) -> str:
+    """Text for training small test tokenizers: the words of the test corpora (write_corpus,
+    write_shards, tests.helpers.summaries) many times over, so each becomes one or two tokens as
+    with GPT-2's vocabulary, plus pseudo-words of random syllables, which give enough distinct pairs
+    for a vocabulary of a few thousand tokens, and a few non-ASCII lines."""
+    from tests.helpers.summaries import WORDS as SUMMARY_WORDS
+
+    rng = random.Random(seed)
+    words = list(WORDS) + list(SUMMARY_WORDS)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "tokenizer_corpus.txt")
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(lines):
+            sentences = []
+            for _ in range(rng.randint(2, 4)):  # capitalised sentence starts, as in the test corpora
+                known = [rng.choice(words) for _ in range(rng.randint(4, 9))]
+                invented = ["".join(rng.choices(SYLLABLES, k=rng.randint(2, 4))) for _ in range(rng.randint(1, 3))]
+                words_here = rng.sample(known + invented, len(known) + len(invented))
+                sentences.append(" ".join(words_here).capitalize() + rng.choice(".!?"))
+            out.write((f"Document {i}. " if i % 2 else "") + " ".join(sentences) + "\n")
+        out.write("\n".join(NON_ASCII) + "\n")
+    return path

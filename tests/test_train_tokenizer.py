@@ -1,0 +1,168 @@
+"""python -m bart.tokenization.train_tokenizer: byte-level BPE trained on a corpus, BART's layout,
+loadable by BartTokenizer and AutoTokenizer; the config's vocab_size checked against it."""
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from transformers import AutoTokenizer
+
+from bart.tokenization.build_tokenizer import FOLDER_FILES
+from bart.tokenization.tokenization_bart import BartTokenizer
+from bart.tokenization.train_tokenizer import MIN_VOCAB_SIZE, main, train_tokenizer
+from bart.tokenization.vocab_check import SPARE_ROWS, VocabSizeMismatch, check_vocab_size
+from tests.helpers.corpus import NON_ASCII, SMALL_VOCAB_SIZE, write_shards, write_tokenizer_corpus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = ["Hello world. It works!", "Café crème brûlée, naïve.", "中文分词 and 日本語 too", "Emoji 🤗🚀 at the end 👍🏽",
+         "  spaces  and\nnewlines ", "a <mask> in the middle"]
+
+
+def _cli(*args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=ROOT, TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, "-m", "bart.tokenization.train_tokenizer", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_tokenizer_corpus(str(tmp_path_factory.mktemp("corpus")))
+
+
+def test_folder_loads_in_both_tokenizers_with_bart_special_ids(small_tokenizer_dir):
+    assert all(os.path.isfile(os.path.join(small_tokenizer_dir, n)) for n in FOLDER_FILES + ("special_tokens_map.json",))
+    ours = BartTokenizer.from_pretrained(small_tokenizer_dir)
+    auto = AutoTokenizer.from_pretrained(small_tokenizer_dir)
+    assert type(auto).__name__ == "BartTokenizerFast"
+    for tok in (ours, auto):
+        assert len(tok) == SMALL_VOCAB_SIZE
+        assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id, tok.unk_token_id) == (0, 1, 2, 3)
+        assert tok.convert_ids_to_tokens([0, 1, 2, 3]) == ["<s>", "<pad>", "</s>", "<unk>"]
+        assert tok.mask_token == "<mask>" and tok.mask_token_id == SMALL_VOCAB_SIZE - 1
+    vocab = json.load(open(os.path.join(small_tokenizer_dir, "vocab.json"), encoding="utf-8"))
+    assert sorted(vocab.values()) == list(range(SMALL_VOCAB_SIZE)) and vocab["<mask>"] == SMALL_VOCAB_SIZE - 1
+    # the corpus's words became whole tokens, as with GPT-2's vocabulary
+    assert {"Ġmountain", "Ġresearchers", "River"} <= set(vocab)
+
+
+def test_round_trip_including_non_ascii(small_tokenizer_dir):
+    ours = BartTokenizer.from_pretrained(small_tokenizer_dir)
+    auto = AutoTokenizer.from_pretrained(small_tokenizer_dir)
+    assert ours(TEXTS)["input_ids"] == auto(TEXTS)["input_ids"] == ours.encode_batch_fast(TEXTS)
+    for text in TEXTS + list(NON_ASCII):
+        ids = auto(text)["input_ids"]
+        assert ids[0] == 0 and ids[-1] == 2 and 3 not in ids  # bytes: nothing is unknown
+        assert max(ids) < SMALL_VOCAB_SIZE
+        assert ours.decode(ids, skip_special_tokens=False) == auto.decode(ids, skip_special_tokens=False)
+        if "<mask>" not in text:
+            assert auto.decode(ids, skip_special_tokens=True) == ours.decode(ids, skip_special_tokens=True) == text
+    masked = auto("a <mask> in the middle")["input_ids"]
+    assert masked.count(SMALL_VOCAB_SIZE - 1) == 1  # <mask> is one token
+    assert auto.decode(masked) == "<s>a<mask> in the middle</s>"  # it takes the space before it, as BART's
+    # BART's pair template <s> A </s></s> B </s>
+    pair = auto("one", "two")["input_ids"]
+    assert pair[0] == 0 and pair[-1] == 2 and pair.count(2) == 3
+
+
+def test_vocabulary_size_is_honoured(corpus, tmp_path):
+    for size in (MIN_VOCAB_SIZE, 300, 777, 2000):
+        summary = train_tokenizer([corpus], str(tmp_path / f"v{size}"), size)
+        tok = BartTokenizer.from_pretrained(summary["folder"])
+        assert summary["vocab_size"] == len(tok) == size
+        assert summary["merges"] == size - MIN_VOCAB_SIZE  # 4 specials + 256 bytes + merges + <mask>
+        assert tok.mask_token_id == size - 1
+        assert tok.decode(tok("Café 中文 🤗")["input_ids"], skip_special_tokens=True) == "Café 中文 🤗"
+    # a corpus with fewer pairs than asked for: all it has, <mask> still last
+    summary = train_tokenizer([corpus], str(tmp_path / "big"), 20000)
+    tok = BartTokenizer.from_pretrained(summary["folder"])
+    assert MIN_VOCAB_SIZE < summary["vocab_size"] == len(tok) < 20000 and tok.mask_token_id == len(tok) - 1
+
+
+def test_lddl_shards_and_folders_are_corpora(tmp_path):
+    shards = os.path.dirname(write_shards(str(tmp_path / "shards"), [30, 30])[0])
+    (tmp_path / "shards" / ".num_samples.json").write_text("{}")  # LDDL's metadata is not text to learn
+    summary = train_tokenizer([shards], str(tmp_path / "from_shards"), 400)
+    assert summary["files"] == 2 and summary["texts"] == 60 and summary["vocab_size"] == 400
+    vocab = json.load(open(os.path.join(summary["folder"], "vocab.json"), encoding="utf-8"))
+    assert "Ġresearchers" in vocab and "Document" in vocab
+    texts = tmp_path / "texts"
+    (texts / "sub").mkdir(parents=True)
+    (texts / "a.txt").write_text("alpha beta gamma\n\n" * 50, encoding="utf-8")
+    (texts / "sub" / "b.txt").write_text("delta epsilon\n" * 50, encoding="utf-8")
+    (texts / "notes.md").write_text("zzzzzz qqqqqq\n" * 50)  # not a corpus file: skipped in a folder
+    summary = train_tokenizer([str(texts)], str(tmp_path / "from_texts"), 300)
+    vocab = json.load(open(os.path.join(summary["folder"], "vocab.json"), encoding="utf-8"))
+    assert summary["files"] == 2 and summary["texts"] == 100  # blank lines skipped
+    assert "Ġepsilon" in vocab and "zz" not in vocab
+
+
+def test_cli_trains_and_writes_the_config(corpus, tmp_path):
+    out = _cli(corpus, "--vocab_size", "512", "--out", str(tmp_path / "tok"), "--config",
+               os.path.join(ROOT, "configs", "config_tiny.json"), "--config_out", str(tmp_path / "config.json"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "(512 tokens, 251 merges, from 1504 texts in 1 files)" in out.stdout
+    config = json.load(open(tmp_path / "config.json"))
+    tiny = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    assert config == dict(tiny, vocab_size=512)
+    auto = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    assert len(auto) == 512 and auto.decode(auto("naïve 中文 👍")["input_ids"], skip_special_tokens=True) == "naïve 中文 👍"
+
+
+
+def test_main_notes_a_short_vocabulary(corpus, tmp_path, capsys):
+    summary = main([corpus, "--vocab_size", "100000", "--out", str(tmp_path / "all")])
+    printed = capsys.readouterr().out
+    assert summary["vocab_size"] < 100000
+    assert f"note: the corpus gave only {summary['vocab_size']} of the 100000 tokens asked for" in printed
+    assert f'set "vocab_size": {summary["vocab_size"]} in the model config' in printed
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "no such file or folder: "),
+    ("no_files", "holds no .txt or .parquet files"),
+    ("empty", "the corpus is empty"),
+    ("small_vocab", f"--vocab_size 200 is too small: BART's 5 special tokens and the 256 byte symbols need at least "
+                    f"{MIN_VOCAB_SIZE}"),
+    ("not_utf8", "bad.txt:2 is not UTF-8 text"),
+    ("wrong_shard", "has columns ['text']; an LDDL shard has a 'sentences' column"),
+])
+def test_bad_input_is_one_line_without_traceback(tmp_path, corpus, case, message):
+    args = {"missing": [str(tmp_path / "nope.txt")], "no_files": [str(tmp_path)], "small_vocab": [corpus]}.get(case)
+    if case == "empty":
+        (tmp_path / "empty.txt").write_text("\n  \n\n")
+        args = [str(tmp_path / "empty.txt")]
+    elif case == "not_utf8":
+        (tmp_path / "bad.txt").write_bytes(b"fine line\n\xff\xfe broken\n")
+        args = [str(tmp_path / "bad.txt")]
+    elif case == "wrong_shard":
+        pq.write_table(pa.table({"text": ["a b c"]}), str(tmp_path / "x.parquet"))
+        args = [str(tmp_path / "x.parquet")]
+    out = _cli(*args, "--vocab_size", "200" if case == "small_vocab" else "300", "--out", str(tmp_path / "tok"))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("train_tokenizer: ") and message in out.stderr, out.stderr
+    assert not os.path.exists(tmp_path / "tok")
+
+
+def test_config_vocab_size_is_checked_against_the_tokenizer(tokenizer_dir, small_tokenizer_dir, tmp_path):
+    with pytest.raises(VocabSizeMismatch, match=r"tokenizer tok has 50262 tokens but cfg.json has vocab_size 1024: "
+                                                r"set \"vocab_size\": 50262 in cfg.json"):
+        check_vocab_size(50262, 1024, "tok", "cfg.json")
+    assert check_vocab_size(50262, 50265) is None and check_vocab_size(1024, 1024 + SPARE_ROWS) is None
+    note = check_vocab_size(1024, 50265, "tok", "cfg.json")
+    assert "50265" in note and "1024" in note and "49241 output rows are never used" in note
+    # finetune.py stops with one line before building anything
+    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(values, vocab_size=SMALL_VOCAB_SIZE)))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "finetune.py", "--config_path", str(config), "--data_dir", str(tmp_path),
+                          "--tokenizer", tokenizer_dir, "--from_scratch", "--max_steps", "1",
+                          "--output_dir", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert (f"error: tokenizer {tokenizer_dir} has 50262 tokens but {config} has vocab_size {SMALL_VOCAB_SIZE}: "
+            f"set \"vocab_size\": 50262 in {config}") in out.stderr, out.stderr[-2000:]
