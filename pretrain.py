@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """BART denoising pretraining on LDDL Parquet shards (see README: Pre-training)."""
 import argparse
-import os
 
 import torch
 

@@ -42,7 +42,7 @@ def _safe_globals() -> list:
     return names
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0][:200] if text else type(err).__name__
 
@@ -93,7 +93,7 @@ def _refused_message(path: str, err: BaseException) -> str:
 
 
 def _unreadable_message(path: str, err: BaseException) -> str:
-    text = _first_line(err).split(". ")[0]
+    text = first_line(err).split(". ")[0]
     if "Weights only load failed" in text:
         text = "the bytes are not a pickle torch can read"
     size = os.path.getsize(path)

@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from bart.configuration.configuration_bart import GENERATION_KEYS, TOKEN_KEYS, BartConfig
-from utils.checkpoint_io import CheckpointError, safe_load as read_checkpoint_file
+from utils.checkpoint_io import CheckpointError, first_line, safe_load as read_checkpoint_file
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")
@@ -181,7 +181,7 @@ def _load_safetensors(path: str) -> dict:
     try:
         return load_file(path)
     except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
-        raise CheckpointError(f"{path} is not a readable safetensors file ({_first_line(err)}); it may be "
+        raise CheckpointError(f"{path} is not a readable safetensors file ({first_line(err)}); it may be "
                               f"truncated (an interrupted download or copy): fetch it again") from err
 
 
