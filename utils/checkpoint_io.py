@@ -7,6 +7,7 @@ errors that name the file.
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
@@ -111,6 +112,18 @@ def _unreadable_message(path: str, err: BaseException) -> str:
             f"({type(err).__name__}: {text}); expected a file written by torch.save (.ckpt, .pt, .bin) or a folder "
             f"with model.safetensors")
 
+
+
+def read_json_object(path: str) -> dict:
+    """A JSON file holding one object (a config.json, an index of shards), with errors naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path} is not valid JSON ({err})") from err
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, got {type(values).__name__}")
+    return values
 
 
 def atomic_save(path: str, obj) -> None:

@@ -14,6 +14,8 @@ import json
 import os
 from typing import Any
 
+from utils.checkpoint_io import read_json_object
+
 # Defaults follow transformers' BartConfig (facebook/bart-large geometry).
 _DEFAULTS: dict[str, Any] = {
     "model_type": "bart",
@@ -181,13 +183,7 @@ class BartConfig:
     def from_json_file(cls, path: str | os.PathLike) -> "BartConfig":
         if not os.path.isfile(path):
             raise FileNotFoundError(f"BartConfig: no config file at {path}")
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"BartConfig: {path} is not valid JSON ({err})") from err
-        if not isinstance(values, dict):
-            raise ValueError(f"BartConfig: {path} must hold a JSON object, got {type(values).__name__}")
+        values = read_json_object(os.fspath(path))  # CheckpointError (a ValueError) naming the file
         try:
             return cls(**values)
         except ValueError as err:

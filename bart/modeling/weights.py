@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from bart.configuration.configuration_bart import GENERATION_KEYS, TOKEN_KEYS, BartConfig
-from utils.checkpoint_io import CheckpointError, first_line, safe_load as read_checkpoint_file
+from utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")
@@ -104,17 +104,6 @@ def _check_and_load(model, state: dict, path: str, strict: bool) -> None:
     model.load_state_dict(loadable, strict=False)
 
 
-def _read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path} is not valid JSON ({err})") from err
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{path} must hold a JSON object, got {type(values).__name__}")
-    return values
-
-
 def _single_id(value, key: str, path: str):
     """transformers may write a token id as a list (``"eos_token_id": [2]``); BART uses one."""
     if isinstance(value, list):
@@ -129,7 +118,7 @@ def generation_defaults(folder: str) -> dict:
     path = os.path.join(folder, "generation_config.json")
     if not os.path.isfile(path):
         return {}
-    values = _read_json(path)
+    values = read_json_object(path)
     out = {}
     for key in GENERATION_KEYS + TOKEN_KEYS:
         if key not in values:
@@ -149,7 +138,7 @@ def config_from_folder(folder: str) -> BartConfig:
     ``dtype``/``torch_dtype`` is the storage precision transformers wrote: kept as ``torch_dtype`` for
     reference, never a reason to cast the model (``dtype`` stays null)."""
     path = os.path.join(folder, "config.json")
-    values = _read_json(path)
+    values = read_json_object(path)
     if values.get("model_type") not in (None, "bart", "mbart"):
         raise CheckpointError(f"{path}: model_type {values.get('model_type')!r} is not BART or mBART; this "
                               f"project loads BART-architecture models only")
@@ -187,7 +176,7 @@ def _load_safetensors(path: str) -> dict:
 
 def _load_sharded(folder: str, index_name: str, read) -> dict:
     index_path = os.path.join(folder, index_name)
-    weight_map = _read_json(index_path).get("weight_map")
+    weight_map = read_json_object(index_path).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index_path} has no weight_map; the shard index is damaged")
     state = {}
