@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from bart.configuration.configuration_bart import BartConfig
-from bart.hub import resolve_model_path, resolve_tokenizer_path
+from bart.hub import resolve_tokenizer_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.args import write_run_config
@@ -77,9 +77,10 @@ def save_run_files(args: argparse.Namespace, tokenizer, config: BartConfig, worl
 
 
 def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:
-    """A fresh model, or one holding ``init_from``'s weights (strict; Pre-LN must match)."""
+    """A fresh model, or one holding ``init_from``'s weights (a local path: the entry scripts resolve hub ids
+    first; strict; Pre-LN must match)."""
     if init_from:
-        model = BartForConditionalGeneration.from_pretrained(resolve_model_path(init_from), config=config)
+        model = BartForConditionalGeneration.from_pretrained(init_from, config=config)
     else:
         model = BartForConditionalGeneration(config)
     model.gradient_checkpointing_enable(config.gradient_checkpointing)
