@@ -20,6 +20,7 @@ import pytest
 import torch
 import transformers
 
+from tests.helpers.corpus import write_wikipedia_dump
 from tests.helpers.hub_cache import add_to_hub_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,7 +96,6 @@ def _run(block: list[str], cwd, env, timeout=900):
 @pytest.mark.slow
 def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
     from bart.data.cnn_dm_stories import story_name
-    from tests.test_pretraining_data import _wikipedia_dump
     steps = quick_start_steps()
     repo = tmp_path / "bart"  # a copy of the checkout: data/ and results/ are written inside it
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
@@ -104,7 +104,7 @@ def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
             os.makedirs(repo / os.path.dirname(name), exist_ok=True)
             shutil.copy2(os.path.join(ROOT, name), repo / name)
     _mirror(tmp_path / "mirror", story_name)
-    _wikipedia_dump(str(tmp_path / "enwiki.xml.bz2"), pages=24)
+    write_wikipedia_dump(str(tmp_path / "enwiki.xml.bz2"), pages=24)
     # public weights: a tiny post-LN BART saved by transformers, under facebook/bart-large in a hub cache
     tiny = json.load(open(repo / "configs" / "config_tiny.json"))
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ import pytest
 from bart.data.noise import NoiseConfig
 from bart.data.preprocess import output_complete, preprocess
 from bart.data.pretraining_dataset import build_pretraining_loader, split_ids
-from tests.helpers.corpus import write_corpus
+from tests.helpers.corpus import write_corpus, write_wikipedia_dump
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -145,35 +145,12 @@ def test_preprocess_script_reads_the_layouts_lddl_downloaders_write(tmp_path, pu
     assert bad.returncode != 0 and "download_wikipedia" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def _wikipedia_dump(path: str, pages: int = 8) -> None:
-    """A MediaWiki XML export (bz2), as dumps.wikimedia.org serves it, with generated articles."""
-    import bz2
-    import random
-    rng = random.Random(0)
-    words = "river mountain city council budget school teacher storm harbor museum train bridge market".split()
-    body = []
-    for i in range(pages):
-        text = "\n\n".join(" ".join(" ".join(rng.choices(words, k=8)).capitalize() + "." for _ in range(4))
-                           for _ in range(3))
-        body.append(f"  <page>\n    <title>Page {i}</title>\n    <ns>0</ns>\n    <id>{i + 1}</id>\n    <revision>\n"
-                    f"      <id>{100 + i}</id>\n      <text xml:space=\"preserve\">{text}</text>\n    </revision>\n  </page>")
-    # one tag per line, as the dumps are written (WikiExtractor reads them line by line)
-    xml = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">\n  <siteinfo>\n'
-           "    <sitename>Wikipedia</sitename>\n    <dbname>enwiki</dbname>\n"
-           "    <base>https://en.wikipedia.org/wiki/Main_Page</base>\n    <generator>MediaWiki 1.41</generator>\n"
-           '    <case>first-letter</case>\n    <namespaces>\n      <namespace key="0" case="first-letter" />\n'
-           '      <namespace key="10" case="first-letter">Template</namespace>\n    </namespaces>\n  </siteinfo>\n'
-           + "\n".join(body) + "\n</mediawiki>\n")
-    with open(path, "wb") as f:
-        f.write(bz2.compress(xml.encode()))
-
-
 def test_download_wikipedia_extracts_with_the_installed_wikiextractor(tmp_path, punkt_dir):
     """LDDL's download_wikipedia (its dump already in place: --no-download) extracts with the
     wikiextractor that the install step puts in, then the preprocessing script takes its --outdir."""
     out = tmp_path / "wikipedia"
     out.mkdir()
-    _wikipedia_dump(str(out / "wikicorpus-en.xml.bz2"))
+    write_wikipedia_dump(str(out / "wikicorpus-en.xml.bz2"))
     run = subprocess.run(["download_wikipedia", "--outdir", str(out), "--langs", "en", "--no-download",
                           "--num-processes", "1"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -1,4 +1,5 @@
 """Small corpora and shards for data tests."""
+import bz2
 import os
 import random
 
@@ -68,3 +69,24 @@ def write_tokenizer_corpus(folder: str, lines: int = 1500, seed: int = 0) -> str
             out.write((f"Document {i}. " if i % 2 else "") + " ".join(sentences) + "\n")
         out.write("\n".join(NON_ASCII) + "\n")
     return path
+
+
+def write_wikipedia_dump(path: str, pages: int = 8) -> None:
+    """A MediaWiki XML export (bz2), as dumps.wikimedia.org serves it, with generated articles."""
+    rng = random.Random(0)
+    words = "river mountain city council budget school teacher storm harbor museum train bridge market".split()
+    body = []
+    for i in range(pages):
+        text = "\n\n".join(" ".join(" ".join(rng.choices(words, k=8)).capitalize() + "." for _ in range(4))
+                           for _ in range(3))
+        body.append(f"  <page>\n    <title>Page {i}</title>\n    <ns>0</ns>\n    <id>{i + 1}</id>\n    <revision>\n"
+                    f"      <id>{100 + i}</id>\n      <text xml:space=\"preserve\">{text}</text>\n    </revision>\n  </page>")
+    # one tag per line, as the dumps are written (WikiExtractor reads them line by line)
+    xml = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">\n  <siteinfo>\n'
+           "    <sitename>Wikipedia</sitename>\n    <dbname>enwiki</dbname>\n"
+           "    <base>https://en.wikipedia.org/wiki/Main_Page</base>\n    <generator>MediaWiki 1.41</generator>\n"
+           '    <case>first-letter</case>\n    <namespaces>\n      <namespace key="0" case="first-letter" />\n'
+           '      <namespace key="10" case="first-letter">Template</namespace>\n    </namespaces>\n  </siteinfo>\n'
+           + "\n".join(body) + "\n</mediawiki>\n")
+    with open(path, "wb") as f:
+        f.write(bz2.compress(xml.encode()))
