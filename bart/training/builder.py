@@ -13,8 +13,7 @@ from bart.hub import resolve_tokenizer_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.args import write_run_config
-from bart.training.strategy import build_strategy
-from bart.training.trainer import Trainer, TrainerConfig
+from bart.training.trainer import Trainer, TrainerConfig, strategy_for
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
 from utils.precision import Precision
@@ -103,11 +102,17 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
                   final_checkpoint_name: str | None = None, label_smoothing: float = 0.0) -> Trainer:
     device = device_for(env)
     model.to(device)
-    precision = Precision.from_args(args)
-    find_unused = bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop)
-    reduce_dtype = (precision.autocast_dtype or torch.bfloat16) if args.allreduce_post_accumulation_half_precision \
-        else None
-    strategy = build_strategy(args.distributed_strategy, env.world_size, device, reduce_dtype, find_unused)
+    config = TrainerConfig(
+        output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
+        precision=Precision.from_args(args).name, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
+        log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
+        max_consecutive_nonfinite=args.max_consecutive_nonfinite, step_offset=args.phase1_end_step,
+        val_check_interval=getattr(args, "val_check_interval", 0),
+        allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=args.compile,
+        fused_cross_entropy=args.fused_cross_entropy, distributed_strategy=args.distributed_strategy,
+        find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
+        final_checkpoint_name=final_checkpoint_name, run_args=vars(args))
+    strategy = strategy_for(config, env.world_size, device)
     strategy.prepare(model)  # before the optimizer: FSDP replaces the parameters by shards
     optimizer, clips_internally = build_optimizer(
         model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
@@ -116,16 +121,6 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
     scheduler = build_scheduler(optimizer, args.lr_scheduler, args.warmup_steps, total_steps)
     json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
     logger = Logger(json_path, rank=env.rank, append=bool(args.resume_from_checkpoint))
-    config = TrainerConfig(
-        output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
-        precision=precision.name, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
-        log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
-        max_consecutive_nonfinite=args.max_consecutive_nonfinite, step_offset=args.phase1_end_step,
-        val_check_interval=getattr(args, "val_check_interval", 0),
-        allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=args.compile,
-        fused_cross_entropy=args.fused_cross_entropy, distributed_strategy=args.distributed_strategy,
-        find_unused_parameters=find_unused,
-        final_checkpoint_name=final_checkpoint_name, run_args=vars(args))
     trainer = Trainer(model, optimizer, scheduler, train_data, config, clips_internally=clips_internally,
                       logger=logger, eval_hook=eval_hook, device=device, strategy=strategy)
     logger.metadata("loss", {"unit": "nat/token"})

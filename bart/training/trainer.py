@@ -55,6 +55,15 @@ class TrainerConfig:
                              f"{self.max_steps} and {self.gradient_accumulation_steps}")
 
 
+def strategy_for(config: TrainerConfig, world_size: int, device: torch.device) -> Strategy:
+    """The distribution strategy a config asks for. Half-precision gradient reduction uses the run's
+    half type, bf16 for fp32/tf32 runs (its range matches fp32's)."""
+    reduce_dtype = None
+    if config.allreduce_half_precision:
+        reduce_dtype = Precision(config.precision).autocast_dtype or torch.bfloat16
+    return build_strategy(config.distributed_strategy, world_size, device, reduce_dtype, config.find_unused_parameters)
+
+
 class NonFiniteLossError(RuntimeError):
     pass
 
@@ -80,10 +89,7 @@ class Trainer:
         self.precision = Precision(config.precision)
         self.scaler = self.precision.grad_scaler(self.device.type)
         self.precision.configure()
-        # half-precision gradient reduction: the run's half type; bf16 for fp32/tf32 runs (fp32's range)
-        reduce_dtype = (self.precision.autocast_dtype or torch.bfloat16) if config.allreduce_half_precision else None
-        self.strategy = strategy or build_strategy(config.distributed_strategy, self.world_size, self.device,
-                                                   reduce_dtype, config.find_unused_parameters)
+        self.strategy = strategy or strategy_for(config, self.world_size, self.device)
         self.strategy.prepare(model)
         optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
         if any(p.requires_grad and id(p) not in optimized for p in model.parameters()):
@@ -320,4 +326,4 @@ def _progress(total: int, start: int, enabled: bool):
     return tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
 
 
-__all__ = ["Trainer", "TrainerConfig", "NonFiniteLossError"]
+__all__ = ["Trainer", "TrainerConfig", "NonFiniteLossError", "strategy_for"]

@@ -13,8 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
-from bart.training.strategy import build_strategy  # noqa: E402
-from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
+from bart.training.trainer import Trainer, TrainerConfig, strategy_for  # noqa: E402
 from tests.helpers.synthetic import SyntheticBatches, tiny_config  # noqa: E402
 from utils import distributed as dist_utils  # noqa: E402
 from utils.dllogger_compat import Logger  # noqa: E402
@@ -40,15 +39,15 @@ def main() -> None:
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=args.dropout))
     torch.manual_seed(100 + env.rank)
-    strategy = build_strategy(args.strategy, env.world_size, torch.device("cpu"),
-                              torch.bfloat16 if args.half_allreduce else None)
+    config = TrainerConfig(output_dir=args.output_dir, max_steps=args.max_steps, log_freq=1, precision=args.precision,
+                           gradient_accumulation_steps=args.grad_accum, save_checkpoint_steps=args.save_every,
+                           keep_checkpoints=0, allreduce_half_precision=args.half_allreduce, progress_bar=False,
+                           distributed_strategy=args.strategy)
+    strategy = strategy_for(config, env.world_size, torch.device("cpu"))
     strategy.prepare(model)  # before the optimizer (FSDP shards the parameters)
     optimizer, clips = build_optimizer(model, args.optimizer, lr=3e-3, weight_decay=0.01, max_grad_norm=1.0)
     scheduler = build_scheduler(optimizer, "polynomial", 3, args.max_steps)
     data = SyntheticBatches(args.num_batches, args.batch_size // env.world_size, env.rank, env.world_size)
-    config = TrainerConfig(output_dir=args.output_dir, max_steps=args.max_steps, log_freq=1, precision=args.precision,
-                           gradient_accumulation_steps=args.grad_accum, save_checkpoint_steps=args.save_every,
-                           keep_checkpoints=0, allreduce_half_precision=args.half_allreduce, progress_bar=False)
     logger = Logger(os.path.join(args.output_dir, "log.json"), rank=env.rank, stdout=False, append=bool(args.resume))
     trainer = Trainer(model, optimizer, scheduler, data, config, clips_internally=clips, logger=logger,
                       strategy=strategy)
