@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Fine-tune BART for summarization (or translation) on {train,val,test}.source/.target files."""
 import argparse
+import os
 import json
 
 import torch
 
-from bart.data.summarization import build_finetuning_loader
+from bart.data.summarization import build_finetuning_loader, read_split
 from bart.cli import run_main
 from bart.evaluation import predict_split
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
-from bart.training.args import add_shared_args, generation_kwargs
+from bart.training.args import ArgumentParser, add_shared_args, check_args, generation_kwargs
 from bart.training.checkpoint import resolve_weights, write_final_weights
 from bart.training.validation import Validation
 from utils import distributed as dist_utils
@@ -19,7 +20,7 @@ from utils.precision import Precision
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(prog=os.path.basename(__file__), description=__doc__)
     add_shared_args(parser)
     parser.add_argument("--model_name_or_path", dest="init_checkpoint_alias", default=None,
                         help="starting weights: a .ckpt, a folder holding one, or a Hugging Face folder "
@@ -27,6 +28,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--from_scratch", action="store_true", help="start from random weights (no checkpoint)")
     parser.set_defaults(max_target_length=56, lr_scheduler="linear")
     args = parser.parse_args(argv)
+    check_args(args, parser, argv)
     args.init_checkpoint = args.init_checkpoint or args.init_checkpoint_alias
     if not args.init_checkpoint and not args.from_scratch and not args.resume_from_checkpoint:
         parser.error("give the starting weights (--init_checkpoint / --model_name_or_path), or --from_scratch")
@@ -42,10 +44,14 @@ def main(argv=None) -> dict:
         resolve_weights(resolve_model_path(args.init_checkpoint))
     tokenizer = builder.load_tokenizer(args, init)
     config = builder.model_config(args)
+    builder.check_lengths(args, config, ("max_source_length", "max_target_length", "val_max_target_length",
+                                         "test_max_target_length", "eval_max_gen_length"))
     require_vocab_size(tokenizer, config, config_name=args.config_path)
     model = builder.build_model(args, config, init_from=init)
     builder.freeze_parameters(model, encoder=args.freeze_encoder, embeddings=args.freeze_embeds)
     torch.manual_seed(args.seed + env.rank)
+    if args.do_predict:
+        read_split(args.data_dir, "test", args.n_test)  # a missing or empty test split fails now, not after training
     train = build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
                                     args.train_batch_size, env.world_size, env.rank, args.seed, args.n_train,
                                     args.sortish_sampler, args.max_tokens_per_batch)
@@ -55,6 +61,8 @@ def main(argv=None) -> dict:
     validation = None if args.n_val == 0 else Validation(
         args.data_dir, tokenizer, args.task, args.val_metric, args.n_val, args.max_source_length,
         args.max_target_length, batch_size, gen_kwargs, dtype, args.output_dir, args.save_top_k)
+    if validation is not None and args.resume_from_checkpoint and env.is_main:
+        validation.best.restore()  # the top-k of the interrupted run goes on
     if env.is_main:
         builder.save_run_files(args, tokenizer, config, env.world_size)
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,

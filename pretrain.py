@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """BART denoising pretraining on LDDL Parquet shards (see README: Pre-training)."""
 import argparse
+import os
 
 import torch
 
@@ -10,16 +11,17 @@ from bart.cli import run_main
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
-from bart.training.args import FINETUNE_ONLY, add_shared_args, reject_unused
+from bart.training.args import FINETUNE_ONLY, ArgumentParser, add_shared_args, check_args, reject_unused
 from utils import distributed as dist_utils
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(prog=os.path.basename(__file__), description=__doc__)
     add_shared_args(parser)
     add_noise_args(parser)
     parser.set_defaults(lr_scheduler="polynomial", max_source_length=128)
     args = parser.parse_args(argv)
+    check_args(args, parser, argv)
     reject_unused(args, parser, FINETUNE_ONLY, "pretrain.py", "fine-tuning (finetune.py)")
     if args.max_target_length not in (None, args.max_source_length):
         parser.error("pretraining reconstructs the source: --max_target_length must equal --max_source_length")
@@ -33,6 +35,7 @@ def main(argv=None) -> dict:
     init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)
     tokenizer = builder.load_tokenizer(args, init)
     config = builder.model_config(args)
+    builder.check_lengths(args, config, ("max_source_length",))
     require_vocab_size(tokenizer, config, config_name=args.config_path)
     model = builder.build_model(args, config, init_from=init)
     torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal

@@ -9,6 +9,7 @@ SAVE_PATH: {type_path}_generations.txt (one line per input, in input order), {ty
 Run under torchrun to shard the work over several processes.
 """
 import argparse
+import os
 
 import torch
 
@@ -19,21 +20,22 @@ from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import resolve_weights
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.training import builder
-from bart.training.args import add_architecture_args, add_generation_args, generate_option_pairs, generation_kwargs
+from bart.training.args import (POSITIVE, ArgumentParser, add_architecture_args, add_dist_timeout_arg, add_generation_args, check_args, generate_option_pairs,
+                               generation_kwargs)
 from utils import distributed as dist_utils
 from utils.precision import Precision, add_precision_args
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog=os.path.basename(__file__), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_path", help="checkpoint (.ckpt) or Hugging Face folder")
     parser.add_argument("config_path", help="BART config.json the model was built with")
     parser.add_argument("data_dir", help="folder with {type_path}.source and .target")
     parser.add_argument("save_path", help="output folder")
     parser.add_argument("--type_path", default="test", help="split to evaluate (train, val, test)")
-    parser.add_argument("--n_obs", type=int, default=None, help="only the first N examples")
-    parser.add_argument("--num_return_sequences", type=int, default=1)
-    parser.add_argument("--max_source_length", type=int, default=1024)
+    parser.add_argument("--n_obs", type=POSITIVE, default=None, help="only the first N examples")
+    parser.add_argument("--num_return_sequences", type=POSITIVE, default=1)
+    parser.add_argument("--max_source_length", type=POSITIVE, default=1024)
     parser.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
                         help="dllogger log (default SAVE_PATH/dllogger.json)")
     parser.add_argument("--task", choices=("summarization", "translation"), default="summarization")
@@ -43,10 +45,12 @@ def parse_args(argv=None):
     parser.add_argument("--dump-args", "--dump_args", dest="dump_args", action="store_true",
                         help="store the generation arguments in the metrics file")
     add_architecture_args(parser)
+    add_dist_timeout_arg(parser)
     add_precision_args(parser)
     add_generation_args(parser, batch_alias="--bs", max_length_alias="--max_target_length")
     parser.set_defaults(eval_batch_size=8, eval_max_gen_length=142)
     args, rest = parser.parse_known_args(argv)
+    check_args(args, parser, argv)
     try:
         args.generate_kwargs = generate_option_pairs(rest)
     except ValueError as err:
@@ -56,13 +60,14 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    env = dist_utils.init_distributed()
+    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout)
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision = Precision.from_args(args)
     precision.configure()
     config = builder.model_config(args, training=False)
     model_path = resolve_weights(resolve_model_path(args.model_path))  # a run's folder: its newest checkpoint
     model = BartForConditionalGeneration.from_pretrained(model_path, config=config)
+    builder.check_lengths(args, model.config, ("max_source_length", "eval_max_gen_length"))
     model = model.to(builder.device_for(env)).eval()
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences}

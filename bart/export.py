@@ -44,7 +44,7 @@ def _load_model(checkpoint: str, config_path: Optional[str], pre_ln: Optional[bo
 
     config = BartConfig.from_json_file(config_path) if config_path else None
     if config is not None and pre_ln is not None:
-        config.pre_ln = pre_ln
+        config.set_pre_ln(pre_ln)
     model = BartForConditionalGeneration.from_pretrained(checkpoint, config=config)
     if config is None and pre_ln is not None and model.config.pre_ln != pre_ln:
         raise ExportError(f"{checkpoint} holds a {'Pre-LN' if model.config.pre_ln else 'post-LN'} model but "

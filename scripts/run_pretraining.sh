@@ -48,6 +48,18 @@ MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 PHASES=${PHASES:-"1 2"}
 PYTHON=${PYTHON:-python3}
 
+source scripts/params/common.sh  # checks, rendezvous_port, signal forwarding
+for pair in "train_batch_size_phase1:$train_batch_size_phase1" "train_batch_size_phase2:$train_batch_size_phase2" \
+            "num_gpus:$num_gpus" "train_steps_phase1:$train_steps_phase1" "train_steps_phase2:$train_steps_phase2" \
+            "num_accumulation_phase1:$num_accumulation_phase1" "num_accumulation_steps_phase2:$num_accumulation_steps_phase2"; do
+  require_int run_pretraining.sh "${pair%%:*}" "${pair#*:}" 1
+done
+for pair in "warmup_steps_phase1:$warmup_steps_phase1" "warmup_steps_phase2:$warmup_steps_phase2" \
+            "save_checkpoint_steps:$save_checkpoint_steps"; do
+  require_int run_pretraining.sh "${pair%%:*}" "${pair#*:}" 0
+done
+require_number run_pretraining.sh learning_rate_phase1 "$learning_rate_phase1"
+require_number run_pretraining.sh learning_rate_phase2 "$learning_rate_phase2"
 case "$precision" in
   fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
   *) echo "run_pretraining.sh: precision must be fp16, bf16, tf32 or fp32, got '$precision'" >&2; exit 2 ;;
@@ -71,7 +83,6 @@ for phase in $PHASES; do
   [ -d "$folder" ] || { echo "run_pretraining.sh: $folder not found (run scripts/preprocess_pretrain_data.sh)" >&2; exit 2; }
 done
 
-source scripts/params/common.sh  # rendezvous_port: MASTER_PORT, 29500 across nodes, else a free port
 LAUNCH=("$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$num_gpus"
         --master_addr="$MASTER_ADDR" --master_port="$(rendezvous_port)")
 COMMON=(--config_path "$config_path" --tokenizer "$TOKENIZER" --lamb --lr_scheduler polynomial --weight_decay 0.1
@@ -85,10 +96,12 @@ if [[ " $PHASES " == *" 1 "* ]]; then
   RESUME=()  # a rerun continues from the newest checkpoint
   ls "$OUTPUT_DIR"/phase_1/_step*.ckpt >/dev/null 2>&1 && RESUME=(--resume_from_checkpoint True)
   echo "== phase 1: length 128, batch $train_batch_size_phase1 x accumulation $num_accumulation_phase1 x $((num_gpus * NNODES)) processes"
-  "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_128" --max_source_length 128 \
+  rc=0
+  run_forwarding_signals "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_128" --max_source_length 128 \
     --train_batch_size "$train_batch_size_phase1" --gradient_accumulation_steps "$num_accumulation_phase1" \
     --learning_rate "$learning_rate_phase1" --warmup_steps "$warmup_steps_phase1" --max_steps "$train_steps_phase1" \
-    --output_dir "$OUTPUT_DIR/phase_1" --json-summary "$OUTPUT_DIR/phase_1/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}"
+    --output_dir "$OUTPUT_DIR/phase_1" --json-summary "$OUTPUT_DIR/phase_1/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}" || rc=$?
+  [ "$rc" -eq 0 ] || { stopped_exit run_pretraining.sh "$rc"; exit "$rc"; }
 fi
 if [[ " $PHASES " == *" 2 "* ]]; then
   # phase 1's last checkpoint (its step: EXTRA_ARGS may have changed phase 1's --max_steps)
@@ -99,9 +112,11 @@ if [[ " $PHASES " == *" 2 "* ]]; then
   echo "== phase 2: length 512 from $phase1_ckpt (weights only)"
   RESUME=()
   ls "$OUTPUT_DIR"/phase_2/_step*.ckpt >/dev/null 2>&1 && RESUME=(--resume_from_checkpoint True)
-  "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_512" --max_source_length 512 \
+  rc=0
+  run_forwarding_signals "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_512" --max_source_length 512 \
     --train_batch_size "$train_batch_size_phase2" --gradient_accumulation_steps "$num_accumulation_steps_phase2" \
     --learning_rate "$learning_rate_phase2" --warmup_steps "$warmup_steps_phase2" --max_steps "$train_steps_phase2" \
     --init_checkpoint "$phase1_ckpt" --phase1_end_step "$phase1_steps" \
-    --output_dir "$OUTPUT_DIR/phase_2" --json-summary "$OUTPUT_DIR/phase_2/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}"
+    --output_dir "$OUTPUT_DIR/phase_2" --json-summary "$OUTPUT_DIR/phase_2/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}" || rc=$?
+  [ "$rc" -eq 0 ] || { stopped_exit run_pretraining.sh "$rc"; exit "$rc"; }
 fi

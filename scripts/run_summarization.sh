@@ -43,6 +43,10 @@ check_model run_summarization.sh CKPT_PATH "$CKPT_PATH"
 mkdir -p "$OUTPUT_DIR"
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
 EXTRA+=("${PASS[@]+"${PASS[@]}"}")
+RESUME=(); TEE=(tee)  # a rerun into the same OUTPUT_DIR (a requeued or pre-empted job) continues from its newest checkpoint
+if ls "$OUTPUT_DIR"/_step*.ckpt >/dev/null 2>&1; then RESUME=(--resume_from_checkpoint True); TEE=(tee -a); fi
+# output through a process substitution, not a pipe: the launcher stays in this shell, whose traps pass
+# SIGTERM/SIGUSR1 on to the training processes (scripts/params/common.sh)
 launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_PATH" --config_path "$CONFIG_PATH" \
   --learning_rate "$LR" --train_batch_size "$BS" \
   --gradient_accumulation_steps "$ACCUM" "${PREC_FLAGS[@]}" --max_steps "$TRAIN_STEPS" --warmup_steps "$WARMUP_STEPS" \
@@ -50,11 +54,12 @@ launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_
   --eval_beams "$EVAL_BEAMS" --eval_batch_size "$EVAL_BS" --n_val "${N_VAL:-100}" \
   --val_check_interval "${VAL_CHECK_INTERVAL:-0}" "$PRELN_FLAG" --label_smoothing 0.1 --weight_decay 0.1 --dropout 0.1 \
   --gradient_clip_val 0.1 --lr_scheduler polynomial --sortish_sampler --freeze_embeds --seed "${SEED:-42}" \
-  --output_dir "$OUTPUT_DIR" --json-summary "$OUTPUT_DIR/dllogger.json" "${EXTRA[@]}" 2>&1 | tee "$OUTPUT_DIR/joblog.log"
+  --output_dir "$OUTPUT_DIR" --json-summary "$OUTPUT_DIR/dllogger.json" "${RESUME[@]+"${RESUME[@]}"}" "${EXTRA[@]}" \
+  > >("${TEE[@]}" "$OUTPUT_DIR/joblog.log") 2>&1
 FINAL="$OUTPUT_DIR/final_step.ckpt"
 echo "== evaluating $FINAL"
 EVAL_PREC=(); case "$PREC" in fp16) EVAL_PREC=(--fp16) ;; bf16) EVAL_PREC=(--bf16) ;; esac
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
   "${EVAL_PREC[@]}" "$PRELN_FLAG" \
-  --json-summary "$OUTPUT_DIR/eval_dllogger.json" ${EVAL_EXTRA_ARGS:-} 2>&1 | tee "$OUTPUT_DIR/eval_joblog.log"
+  --json-summary "$OUTPUT_DIR/eval_dllogger.json" ${EVAL_EXTRA_ARGS:-} > >(tee "$OUTPUT_DIR/eval_joblog.log") 2>&1

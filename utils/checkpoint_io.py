@@ -15,8 +15,10 @@ import zipfile
 
 import torch
 
+from utils.errors import UserError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(UserError):
     """A file that cannot be read or loaded as asked; the message names the file and why."""
 
 
@@ -114,6 +116,25 @@ def _unreadable_message(path: str, err: BaseException) -> str:
 
 
 
+def remove_stale_partials(folder: str) -> list[tuple[str, int]]:
+    """Delete the temporary files of writes that were killed midway (``.tmp-*.partial``, left by a
+    process that died inside :func:`atomic_save`); (path, bytes) of each. Call it only where no other
+    process of the same run is writing (rank 0, before training starts)."""
+    removed = []
+    if not os.path.isdir(folder):
+        return removed
+    for name in os.listdir(folder):
+        if name.startswith(PARTIAL_PREFIX) and name.endswith(PARTIAL_SUFFIX):
+            path = os.path.join(folder, name)
+            try:
+                size = os.path.getsize(path)
+                os.remove(path)
+            except OSError:
+                continue
+            removed.append((path, size))
+    return removed
+
+
 def read_json_object(path: str) -> dict:
     """A JSON file holding one object (a config.json, an index of shards), with errors naming the file."""
     try:
@@ -126,11 +147,24 @@ def read_json_object(path: str) -> dict:
     return values
 
 
+PARTIAL_PREFIX, PARTIAL_SUFFIX = ".tmp-", ".partial"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_save(path: str, obj) -> None:
+    """``torch.save`` to a temporary file in the same folder, fsync, rename into place. The file gets
+    the permissions any new file gets here (0666 less the umask: teammates on shared storage can read
+    it where the umask allows), not mkstemp's private 0600."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".partial", dir=folder)
+    handle, tmp = tempfile.mkstemp(prefix=PARTIAL_PREFIX, suffix=PARTIAL_SUFFIX, dir=folder)
     try:
+        os.fchmod(handle, 0o666 & ~_umask())
         with os.fdopen(handle, "wb") as f:
             torch.save(obj, f)
             f.flush()

@@ -1,6 +1,7 @@
 """Process-group setup from torchrun or SLURM variables, and the few collectives the recipe uses."""
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -58,8 +59,11 @@ def read_env(environ=None) -> DistributedEnv:
     return DistributedEnv()
 
 
-def init_distributed(env: DistributedEnv | None = None, backend: str | None = None) -> DistributedEnv:
-    """Join the process group (NCCL on CUDA, gloo on CPU); sets the CUDA device. No-op for one process."""
+def init_distributed(env: DistributedEnv | None = None, backend: str | None = None,
+                     timeout_minutes: float | None = None) -> DistributedEnv:
+    """Join the process group (NCCL on CUDA, gloo on CPU); sets the CUDA device. No-op for one process.
+    ``timeout_minutes``: how long a collective waits for the other ranks before it fails (torch's
+    default otherwise), so a hung or dead rank ends the job instead of blocking it."""
     env = env or read_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
@@ -67,7 +71,8 @@ def init_distributed(env: DistributedEnv | None = None, backend: str | None = No
         os.environ.setdefault("MASTER_ADDR", env.master_addr)
         os.environ.setdefault("MASTER_PORT", str(env.master_port))
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
+        timeout = {"timeout": datetime.timedelta(minutes=timeout_minutes)} if timeout_minutes else {}
+        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size, **timeout)
     return env
 
 

@@ -115,3 +115,31 @@ def read_dllogger(path: str) -> list[dict]:
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}:{number} is not a dllogger JSON line ({err})") from err
     return records
+
+
+def drop_records_after(path: str, step: int) -> int:
+    """Keep a resumed run's log continuous: remove the LOG lines of steps after ``step`` (written by the
+    run that was interrupted after its last checkpoint, and about to be written again) and any line
+    cut off by a kill. Rewritten atomically; returns the number of lines removed."""
+    if not os.path.isfile(path):
+        return 0
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("DLLL "):
+                try:
+                    record = json.loads(line[5:])
+                except json.JSONDecodeError:
+                    dropped += 1  # a line cut off by the kill
+                    continue
+                record_step = record.get("step")
+                if isinstance(record_step, int) and record_step > step:
+                    dropped += 1
+                    continue
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if dropped:
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)
+    return dropped

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from utils.checkpoint_io import read_json_object
+from utils.errors import UserError, did_you_mean
 
 # Defaults follow transformers' BartConfig (facebook/bart-large geometry).
 _DEFAULTS: dict[str, Any] = {
@@ -93,8 +94,48 @@ _TYPES: dict[str, tuple] = {
 _NULLABLE = {"forced_bos_token_id", "forced_eos_token_id", "bos_token_id", "decoder_start_token_id",
              "pad_token_id", "eos_token_id"}
 _DTYPES = {None, "float32", "float16", "bfloat16", "fp32", "fp16", "bf16"}
+# Keys of transformers' PretrainedConfig and of older BART/mBART config files that this class keeps
+# without reading (they change nothing in the model), so none of them is taken for a misspelling.
+_KNOWN_EXTRAS = {
+    "architectures", "id2label", "label2id", "transformers_version", "_name_or_path", "torch_dtype",
+    "output_hidden_states", "output_attentions", "return_dict", "add_cross_attention", "tie_encoder_decoder",
+    "is_decoder", "cross_attention_hidden_size", "chunk_size_feed_forward", "problem_type", "tokenizer_class",
+    "prefix", "task_specific_params", "finetuning_task", "sep_token_id", "temperature", "top_k", "top_p",
+    "typical_p", "repetition_penalty", "do_sample", "bad_words_ids", "remove_invalid_values",
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens", "pruned_heads",
+    "tf_legacy_loss", "use_bfloat16", "torchscript", "classif_dropout", "output_past", "num_hidden_layers",
+    "force_bos_token_to_be_generated", "_commit_hash", "_attn_implementation", "attn_implementation",
+    "max_new_tokens", "min_new_tokens", "no_repeat_ngram_size", "dropout_rate", "hidden_size",
+    "num_attention_heads", "initializer_range", "layer_norm_eps", "vocab_file", "merges_file",
+    "normalize_before", "add_final_layer_norm", "add_bias_logits", "normalize_embedding",
+    "static_position_embeddings", "extra_pos_embeddings", "gradient_checkpointing", "output_scores",
+}
+# Keys of older BART/mBART configs that change the architecture: their value must be one this model
+# implements (normalize_before/add_final_layer_norm are Pre-LN, see _layer_norm_keys).
+_UNSUPPORTED_VALUES = {
+    "add_bias_logits": (False, "a separate bias on the output logits"),
+    "normalize_embedding": (True, "no layer norm after the embeddings"),
+    "static_position_embeddings": (False, "sinusoidal (static) position embeddings"),
+    "extra_pos_embeddings": (2, "a position offset other than 2"),
+}
 _POSITIVE = ("vocab_size", "max_position_embeddings", "d_model", "encoder_attention_heads",
              "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim")
+
+
+class ConfigError(UserError):
+    """A config.json key or value this model cannot honour; the message names the key and the fix."""
+
+
+def _check_keys(values: dict) -> None:
+    """A key that is neither known nor kept on purpose but is close to a known one is a misspelling:
+    it would be silently ignored, so it is refused with the likely intended name."""
+    known = set(_DEFAULTS) | _KNOWN_EXTRAS
+    for key in values:
+        if key in known or key in BartConfig._ALIASES:
+            continue
+        hint = did_you_mean(key, sorted(_DEFAULTS), cutoff=0.8)
+        if hint:
+            raise ConfigError(f"BartConfig: unknown key '{key}'{hint}; it would be ignored: fix its name or remove it")
 
 
 class BartConfig:
@@ -108,8 +149,17 @@ class BartConfig:
 
     def __init__(self, **kwargs: Any) -> None:
         # transformers writes "torch_dtype" (4.x) or "dtype" (5.x); keep what was given.
+        _check_keys(kwargs)
         values = copy.deepcopy(_DEFAULTS)
         values.update(copy.deepcopy(kwargs))
+        if "pre_ln" not in kwargs and isinstance(kwargs.get("normalize_before"), bool):
+            # an mBART-style config.json without pre_ln: normalize_before says it (with a final norm per stack)
+            final_norm = kwargs.get("add_final_layer_norm", kwargs["normalize_before"])
+            if final_norm != kwargs["normalize_before"]:
+                raise ConfigError(f"BartConfig: 'normalize_before': {json.dumps(kwargs['normalize_before'])} with "
+                                  f"'add_final_layer_norm': {json.dumps(final_norm)} is not implemented (Pre-LN here has "
+                                  f"a final layer norm per stack, post-LN none); set both alike, or set 'pre_ln'")
+            values["pre_ln"] = kwargs["normalize_before"]
         # transformers >= 4.41 writes moved generation keys as null ("num_beams": null, "max_length": null):
         # null means "not set here", so the default applies (generation_config.json, when present, sets them).
         for key, value in kwargs.items():
@@ -117,6 +167,7 @@ class BartConfig:
                 values[key] = copy.deepcopy(_DEFAULTS[key])
         for key, value in values.items():
             object.__setattr__(self, key, value)
+        self.set_pre_ln(self.pre_ln) if isinstance(self.pre_ln, bool) else None  # 'pre_ln' wins over the older names
         self.validate()
 
     # -- aliases (transformers' attribute_map); a key stored in the file wins ---------
@@ -130,9 +181,22 @@ class BartConfig:
             return getattr(self, target)
         raise AttributeError(f"BartConfig has no attribute {name!r}")
 
+    def set_pre_ln(self, value: bool) -> None:
+        """Choose Pre-LN or post-LN; the older names of the same choice (``normalize_before``,
+        ``add_final_layer_norm``), when the file has them, follow, so a saved config never says both."""
+        self.pre_ln = bool(value)
+        for key in ("normalize_before", "add_final_layer_norm"):
+            if key in vars(self):
+                setattr(self, key, bool(value))
+
     # -- checks --------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the key for a value of the wrong type or range."""
+        """Raise ``ValueError`` (a :class:`UserError`) naming the key for a value of the wrong type or range."""
+        for key, (supported, meaning) in _UNSUPPORTED_VALUES.items():
+            value = vars(self).get(key)
+            if value is not None and value != supported:
+                raise ConfigError(f"BartConfig: '{key}': {json.dumps(value)} asks for {meaning}, which this model "
+                                  f"does not implement; set it to {json.dumps(supported)} or remove it")
         for key, types in _TYPES.items():
             value = getattr(self, key, None)
             if value is None and key in _NULLABLE:
@@ -141,23 +205,23 @@ class BartConfig:
             wrong_bool = isinstance(value, bool) and bool not in types
             if wrong_bool or not isinstance(value, types):
                 expected = " or ".join(t.__name__ for t in types)
-                raise ValueError(
+                raise ConfigError(
                     f"BartConfig: '{key}' must be {expected}, got {value!r} "
                     f"({type(value).__name__}); fix the value in the config file")
         for key in _POSITIVE:
             if getattr(self, key) <= 0:
-                raise ValueError(f"BartConfig: '{key}' must be positive, got {getattr(self, key)}")
+                raise ConfigError(f"BartConfig: '{key}' must be positive, got {getattr(self, key)}")
         for key in ("encoder", "decoder"):
             heads = getattr(self, f"{key}_attention_heads")
             if self.d_model % heads:
-                raise ValueError(f"BartConfig: d_model {self.d_model} is not divisible by "
+                raise ConfigError(f"BartConfig: d_model {self.d_model} is not divisible by "
                                  f"{key}_attention_heads {heads}")
         if self.dtype not in _DTYPES:
-            raise ValueError(f"BartConfig: 'dtype' must be one of {sorted(d for d in _DTYPES if d)}"
+            raise ConfigError(f"BartConfig: 'dtype' must be one of {sorted(d for d in _DTYPES if d)}"
                              f" or null, got {self.dtype!r}")
         if self.activation_function not in ("gelu", "relu", "gelu_new", "gelu_python", "silu",
                                             "swish", "tanh"):
-            raise ValueError(f"BartConfig: unsupported activation_function "
+            raise ConfigError(f"BartConfig: unsupported activation_function "
                              f"{self.activation_function!r}")
 
     # -- serialisation -------------------------------------------------------------------
@@ -187,7 +251,7 @@ class BartConfig:
         try:
             return cls(**values)
         except ValueError as err:
-            raise ValueError(f"{err} (in {path})") from err
+            raise ConfigError(f"{err} (in {path})") from err
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BartConfig":
@@ -196,7 +260,7 @@ class BartConfig:
             path = os.path.join(path, "config.json")
         config = cls.from_json_file(path)
         for key, value in overrides.items():
-            setattr(config, key, value)
+            config.set_pre_ln(value) if key == "pre_ln" else setattr(config, key, value)
         config.validate()
         return config
 

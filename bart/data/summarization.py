@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from bart.modeling.modeling_bart import shift_tokens_right
+from utils.errors import UserError
 
 SPLITS = ("train", "val", "test")
 
@@ -30,10 +31,10 @@ def _read_lines(path: str) -> list[str]:
             try:
                 line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
             except UnicodeDecodeError as err:
-                raise ValueError(f"{path}:{number} is not UTF-8 ({err.reason} at byte {err.start}); re-encode "
+                raise UserError(f"{path}:{number} is not UTF-8 ({err.reason} at byte {err.start}); re-encode "
                                  f"the file as UTF-8") from err
             if not line.strip():
-                raise ValueError(f"{path}:{number} is empty; every line must hold one example (remove the "
+                raise UserError(f"{path}:{number} is empty; every line must hold one example (remove the "
                                  f"line in both .source and .target)")
             lines.append(line)
     return lines
@@ -44,8 +45,11 @@ def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None) -> tu
     target_path = os.path.join(data_dir, f"{type_path}.target")
     sources, targets = _read_lines(source_path), _read_lines(target_path)
     if len(sources) != len(targets):
-        raise ValueError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
+        raise UserError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
                          f"every source needs exactly one target")
+    if not sources:
+        raise UserError(f"{source_path} has no examples; the {type_path} split needs at least one line "
+                        f"(and {target_path} as many)")
     if n_obs is not None and n_obs > 0:
         sources, targets = sources[:n_obs], targets[:n_obs]
     return sources, targets

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import sys
 
+from utils.errors import UserError
+
 # Extra rows tolerated without a note: facebook/bart-large's config has 50265 rows for the offline
 # tokenizer's 50262 tokens, and vocabularies are often padded to a multiple of 8 or 64.
 SPARE_ROWS = 64
 
 
-class VocabSizeMismatch(ValueError):
+class VocabSizeMismatch(UserError):
     pass
 
 

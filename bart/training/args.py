@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import os
+import sys
 
 from bart.optim.schedulers import SCHEDULES
 from bart.training.strategy import STRATEGIES
@@ -22,11 +24,59 @@ from utils.precision import add_precision_args
 FINETUNE_ONLY = ("n_val", "n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
                  "max_tokens_per_batch", "freeze_encoder", "freeze_embeds", "label_smoothing", "do_predict",
                  "val_max_target_length", "test_max_target_length", "eval_max_gen_length", "eval_batch_size",
-                 "val_check_interval", "task")
+                 "val_check_interval", "task", "do_train")
 
 
 def _bool_or_path(value: str):
     return True if value.lower() in ("true", "1", "yes", "latest") else value
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``script: error: message (see --help)``, exit code 2. The full
+    usage text stays behind --help, so the line that names the flag is not buried under it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# -- value checks: a bad value is one argparse line naming the flag, the value and the range ---------
+def int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    parse.__name__ = f"int>={low}"
+    return parse
+
+
+def float_in(low: float, high: float | None = None, low_open: bool = False, high_open: bool = True):
+    """A finite float in [low, high) (``low_open``/``high_open`` choose the interval's ends)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        too_low = value <= low if low_open else value < low
+        too_high = high is not None and (value >= high if high_open else value > high)
+        if too_low or too_high:
+            span = f"{'(' if low_open else '['}{low:g}, {'inf)' if high is None else f'{high:g}' + (')' if high_open else ']')}"
+            raise argparse.ArgumentTypeError(f"must be in {span}, got {value:g}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+POSITIVE = int_at_least(1)
+NON_NEGATIVE = int_at_least(0)
+PROBABILITY = float_in(0.0, 1.0)                 # dropout, smoothing: [0, 1)
+POSITIVE_FLOAT = float_in(0.0, None, low_open=True)
+NON_NEGATIVE_FLOAT = float_in(0.0, None)
 
 
 def add_generation_args(parser: argparse.ArgumentParser, batch_alias: str | None = None,
@@ -34,12 +84,12 @@ def add_generation_args(parser: argparse.ArgumentParser, batch_alias: str | None
     """Generation in validation, prediction and evaluation (the same flags in every script; run_eval.py
     keeps the reference's ``--bs`` and ``--max_target_length`` as aliases)."""
     gen = parser.add_argument_group("generation")
-    gen.add_argument("--eval_beams", "--num_beams", dest="eval_beams", type=int, default=None,
+    gen.add_argument("--eval_beams", "--num_beams", dest="eval_beams", type=POSITIVE, default=None,
                      help="beams (default: the model config's num_beams)")
     gen.add_argument("--eval_max_gen_length", *([max_length_alias] if max_length_alias else []),
-                     dest="eval_max_gen_length", type=int, default=None,
+                     dest="eval_max_gen_length", type=POSITIVE, default=None,
                      help="longest generated sequence in tokens")
-    gen.add_argument("--eval_batch_size", *([batch_alias] if batch_alias else []), dest="eval_batch_size", type=int,
+    gen.add_argument("--eval_batch_size", *([batch_alias] if batch_alias else []), dest="eval_batch_size", type=POSITIVE,
                      default=None, help="sources per generation batch")
 
 
@@ -92,10 +142,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     model.add_argument("--config_path", required=True, help="BART config.json (configs/config.json: bart-large)")
     add_architecture_args(model)
-    model.add_argument("--dropout", type=float, default=None, help="dropout (default: the config's)")
-    model.add_argument("--attention_dropout", type=float, default=None, help="attention dropout (default: the config's)")
-    model.add_argument("--encoder_layerdrop", type=float, default=None, help="LayerDrop of encoder layers")
-    model.add_argument("--decoder_layerdrop", type=float, default=None, help="LayerDrop of decoder layers")
+    model.add_argument("--dropout", type=PROBABILITY, default=None, help="dropout (default: the config's)")
+    model.add_argument("--attention_dropout", type=PROBABILITY, default=None, help="attention dropout (default: the config's)")
+    model.add_argument("--encoder_layerdrop", type=PROBABILITY, default=None, help="LayerDrop of encoder layers")
+    model.add_argument("--decoder_layerdrop", type=PROBABILITY, default=None, help="LayerDrop of decoder layers")
     model.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward")
     model.add_argument("--compile", action="store_true", help="torch.compile the model")
     model.add_argument("--fused_cross_entropy", action="store_true",
@@ -106,30 +156,41 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 def add_data_args(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--data_dir", required=True, help="training data folder")
-    data.add_argument("--max_source_length", type=int, default=1024, help="encoder length in tokens")
-    data.add_argument("--max_target_length", type=int, default=None,
+    data.add_argument("--max_source_length", type=POSITIVE, default=1024, help="encoder length in tokens")
+    data.add_argument("--max_target_length", type=POSITIVE, default=None,
                       help="decoder length in tokens (pretraining: = max_source_length)")
-    data.add_argument("--num_workers", type=int, default=4, help="data loader worker processes")
-    data.add_argument("--train_batch_size", type=int, default=32, help="sequences per micro-batch per process")
+    data.add_argument("--num_workers", type=NON_NEGATIVE, default=4, help="data loader worker processes")
+    data.add_argument("--train_batch_size", type=POSITIVE, default=32, help="sequences per micro-batch per process")
 
 
 def add_optimization_args(parser: argparse.ArgumentParser) -> None:
     optim = parser.add_argument_group("optimization")
-    optim.add_argument("--learning_rate", type=float, default=5e-5)
+    optim.add_argument("--learning_rate", type=POSITIVE_FLOAT, default=5e-5)
     optim.add_argument("--lamb", action="store_true", help="LAMB (multi-tensor; apex FusedLAMB if installed) "
                                                            "instead of AdamW")
     optim.add_argument("--use_nvlamb", action="store_true", help="LAMB trust ratio on every tensor (NVLAMB)")
-    optim.add_argument("--weight_decay", type=float, default=0.0, help="decoupled weight decay (not on biases/norms)")
-    optim.add_argument("--adam_epsilon", type=float, default=1e-8)
-    optim.add_argument("--adam_betas", type=float, nargs=2, default=(0.9, 0.999))
-    optim.add_argument("--gradient_clip_val", "--max_grad_norm", dest="gradient_clip_val", type=float, default=1.0,
+    optim.add_argument("--weight_decay", type=NON_NEGATIVE_FLOAT, default=0.0, help="decoupled weight decay (not on biases/norms)")
+    optim.add_argument("--adam_epsilon", type=POSITIVE_FLOAT, default=1e-8)
+    optim.add_argument("--adam_betas", type=PROBABILITY, nargs=2, default=(0.9, 0.999))
+    optim.add_argument("--gradient_clip_val", "--max_grad_norm", dest="gradient_clip_val", type=NON_NEGATIVE_FLOAT, default=1.0,
                        help="clip the global gradient norm to this (0: off)")
     optim.add_argument("--lr_scheduler", choices=SCHEDULES, default="linear")
-    optim.add_argument("--warmup_steps", type=int, default=0)
-    optim.add_argument("--max_steps", type=int, required=True, help="optimizer updates in this run")
-    optim.add_argument("--gradient_accumulation_steps", type=int, default=1)
-    optim.add_argument("--max_consecutive_nonfinite", type=int, default=5,
+    optim.add_argument("--warmup_steps", type=NON_NEGATIVE, default=0)
+    optim.add_argument("--lr_end", type=NON_NEGATIVE_FLOAT, default=1e-7,
+                       help="polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)")
+    optim.add_argument("--max_steps", type=POSITIVE, required=True, help="optimizer updates in this run")
+    optim.add_argument("--gradient_accumulation_steps", type=POSITIVE, default=1)
+    optim.add_argument("--max_consecutive_nonfinite", type=POSITIVE, default=5,
                        help="bf16/fp32: stop after this many consecutive NaN/inf losses")
+    optim.add_argument("--min_loss_scale", type=POSITIVE_FLOAT, default=1e-4,
+                       help="fp16: stop when the dynamic loss scale falls below this (every update overflowing)")
+
+
+def add_dist_timeout_arg(group) -> None:
+    """The flag every script that may run as several processes takes (run_eval.py too)."""
+    group.add_argument("--dist_timeout", type=POSITIVE_FLOAT, default=10.0,
+                       help="minutes a collective waits for the other ranks before the run stops naming the rank "
+                            "(a hung or dead process); checkpoint writes and validation must fit in it")
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:
@@ -142,6 +203,7 @@ def add_distributed_args(parser: argparse.ArgumentParser) -> None:
                       help="all-reduce gradients in bf16/fp16 once per update (fp32 parameters)")
     dist.add_argument("--allreduce_post_accumulation", action="store_true",
                       help="all-reduce once per update, after accumulation (always done: DDP no_sync)")
+    add_dist_timeout_arg(dist)
     dist.add_argument("--local_rank", "--local-rank", type=int, default=None,
                       help="set by old launchers; torchrun's LOCAL_RANK is used")
 
@@ -153,48 +215,65 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
                       help="True: newest _step*.ckpt in output_dir; or a path. Restores everything")
     ckpt.add_argument("--init_checkpoint", "--load_model_weights_only", dest="init_checkpoint", default=None,
                       help="start a new run from this checkpoint's model weights only (phase 2)")
-    ckpt.add_argument("--phase1_end_step", type=int, default=0,
+    ckpt.add_argument("--phase1_end_step", type=NON_NEGATIVE, default=0,
                       help="updates phase 1 ran: phase 2 numbers its updates after them")
-    ckpt.add_argument("--save_checkpoint_steps", type=int, default=0, help="save every N updates (0: at the end)")
-    ckpt.add_argument("--keep_checkpoints", type=int, default=3, help="keep the newest K step checkpoints (0: all)")
-    ckpt.add_argument("--log_freq", type=int, default=10, help="log every N updates")
+    ckpt.add_argument("--save_checkpoint_steps", type=NON_NEGATIVE, default=0, help="save every N updates (0: at the end)")
+    ckpt.add_argument("--keep_checkpoints", type=NON_NEGATIVE, default=3, help="keep the newest K step checkpoints (0: all)")
+    ckpt.add_argument("--log_freq", type=POSITIVE, default=10, help="log every N updates")
     ckpt.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
                       help="dllogger JSON log (default: OUTPUT_DIR/dllogger.json)")
-    ckpt.add_argument("--seed", type=int, default=42)
+    ckpt.add_argument("--seed", type=NON_NEGATIVE, default=42)
 
 
 def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
     ft = parser.add_argument_group("fine-tuning and evaluation (finetune.py)")
     ft.add_argument("--task", choices=("summarization", "translation"), default="summarization")
-    ft.add_argument("--n_train", type=int, default=None, help="use only the first N training examples")
-    ft.add_argument("--n_val", type=int, default=None, help="validation examples per evaluation")
-    ft.add_argument("--n_test", type=int, default=None, help="test examples for --do_predict")
-    ft.add_argument("--val_max_target_length", type=int, default=None)
-    ft.add_argument("--test_max_target_length", type=int, default=None)
+    ft.add_argument("--n_train", type=POSITIVE, default=None, help="use only the first N training examples")
+    ft.add_argument("--n_val", type=NON_NEGATIVE, default=None, help="validation examples per evaluation")
+    ft.add_argument("--n_test", type=POSITIVE, default=None, help="test examples for --do_predict")
+    ft.add_argument("--val_max_target_length", type=POSITIVE, default=None)
+    ft.add_argument("--test_max_target_length", type=POSITIVE, default=None)
     ft.add_argument("--val_metric", choices=("rouge2", "bleu", "loss"), default=None)
-    ft.add_argument("--val_check_interval", type=int, default=0, help="validate every N updates (0: at the end)")
-    ft.add_argument("--save_top_k", type=int, default=1, help="keep the K best validation checkpoints")
-    ft.add_argument("--label_smoothing", type=float, default=0.0)
+    ft.add_argument("--val_check_interval", type=NON_NEGATIVE, default=0, help="validate every N updates (0: at the end)")
+    ft.add_argument("--save_top_k", type=NON_NEGATIVE, default=1, help="keep the K best validation checkpoints")
+    ft.add_argument("--label_smoothing", type=PROBABILITY, default=0.0)
     ft.add_argument("--freeze_encoder", action="store_true")
     ft.add_argument("--freeze_embeds", action="store_true", help="freeze token and position embeddings")
     ft.add_argument("--sortish_sampler", action="store_true", help="length-grouped shuffled batches")
-    ft.add_argument("--max_tokens_per_batch", type=int, default=None, help="token-budget batches")
+    ft.add_argument("--max_tokens_per_batch", type=POSITIVE, default=None, help="token-budget batches")
     ft.add_argument("--do_train", action=argparse.BooleanOptionalAction, default=True)
     ft.add_argument("--do_predict", action="store_true", help="write test predictions after training")
+
+
+def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=None) -> None:
+    """Relations between flags that no single flag's type can check: one argparse line each. Also notes
+    which flags the command line gave (``args._given``: a default may be adapted to the model with a
+    note, a value the user gave never is)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args._given = {action.dest for action in parser._actions for option in action.option_strings
+                   if any(token == option or token.startswith(option + "=") for token in argv)}
+    if getattr(args, "fp16", False) and getattr(args, "bf16", False):
+        parser.error("choose one of --fp16 and --bf16")
+    if getattr(args, "lr_scheduler", None) == "polynomial" and args.lr_end > args.learning_rate:
+        parser.error(f"--lr_end {args.lr_end:g} exceeds --learning_rate {args.learning_rate:g}: the polynomial "
+                     f"schedule decays from the learning rate down to --lr_end; lower --lr_end")
+    output_dir = getattr(args, "output_dir", None) or getattr(args, "save_path", None)
+    if output_dir and os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        parser.error(f"output folder {output_dir} is a file; choose a folder")
 
 
 def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, names, script: str, other: str) -> None:
     """Fail loudly when a flag this script does not use was changed from its default."""
     for name in names:
         if getattr(args, name) != parser.get_default(name):
-            raise SystemExit(f"{script}: --{name} is a {other} flag and has no effect here; remove it")
+            parser.error(f"--{name} is a {other} flag and has no effect in {script}; remove it")
 
 
 def write_run_config(args: argparse.Namespace, output_dir: str, extra: dict | None = None) -> str:
     """The resolved run configuration next to the results."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "run_config.json")
-    values = {k: v for k, v in vars(args).items()}
+    values = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     values.update(extra or {})
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:

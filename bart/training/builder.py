@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -15,7 +16,9 @@ from bart.optim import build_optimizer, build_scheduler
 from bart.training.args import write_run_config
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
 from utils import distributed as dist_utils
-from utils.dllogger_compat import Logger
+from utils.checkpoint_io import remove_stale_partials
+from utils.dllogger_compat import Logger, drop_records_after
+from utils.errors import UserError
 from utils.precision import Precision
 
 
@@ -27,7 +30,7 @@ def seed_everything(seed: int, rank: int = 0) -> None:
 
 
 def setup_distributed(args: argparse.Namespace) -> dist_utils.DistributedEnv:
-    env = dist_utils.init_distributed()
+    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout)
     if args.local_rank is not None and args.local_rank != env.local_rank:
         raise SystemExit(f"--local_rank {args.local_rank} disagrees with the launcher's LOCAL_RANK {env.local_rank}")
     if torch.cuda.is_available() and env.local_world_size > 1:
@@ -44,15 +47,35 @@ def model_config(args: argparse.Namespace, training: bool = True) -> BartConfig:
     """The config file with the command line's overrides applied before the model is built.
     Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
     config = BartConfig.from_json_file(args.config_path)
-    for flag in ("dropout", "attention_dropout", "encoder_layerdrop", "decoder_layerdrop", "pre_ln"):
+    for flag in ("dropout", "attention_dropout", "encoder_layerdrop", "decoder_layerdrop"):
         value = getattr(args, flag, None)
         if value is not None:
             setattr(config, flag, value)
+    if getattr(args, "pre_ln", None) is not None:
+        config.set_pre_ln(args.pre_ln)
     config.gradient_checkpointing = bool(getattr(args, "gradient_checkpointing", False))
     if training:
         config.dtype = None
     config.validate()
     return config
+
+
+def check_lengths(args: argparse.Namespace, config: BartConfig, flags) -> None:
+    """Token lengths must fit the model's positions. A length the user gave that does not fit is an
+    error naming the flag; a default that does not fit is lowered to the model's positions, with a note."""
+    limit = config.max_position_embeddings
+    given = getattr(args, "_given", None)
+    for flag in flags:
+        value = getattr(args, flag, None)
+        if value is None or value <= limit:
+            continue
+        if given is not None and flag not in given:
+            print(f"note: --{flag} defaults to {value} but the model has {limit} positions; using {limit}",
+                  file=sys.stderr)
+            setattr(args, flag, limit)
+            continue
+        raise UserError(f"--{flag} {value} exceeds the model's max_position_embeddings {limit} "
+                        f"({getattr(args, 'config_path', 'the config')}); use at most {limit} or a model with more positions")
 
 
 def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
@@ -106,26 +129,34 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
         output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
         precision=Precision.from_args(args).name, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
         log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
-        max_consecutive_nonfinite=args.max_consecutive_nonfinite, step_offset=args.phase1_end_step,
+        max_consecutive_nonfinite=args.max_consecutive_nonfinite, min_loss_scale=args.min_loss_scale, step_offset=args.phase1_end_step,
         val_check_interval=getattr(args, "val_check_interval", 0),
         allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=args.compile,
         fused_cross_entropy=args.fused_cross_entropy, distributed_strategy=args.distributed_strategy,
         find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
-        final_checkpoint_name=final_checkpoint_name, run_args=vars(args))
+        final_checkpoint_name=final_checkpoint_name,
+        run_args={k: v for k, v in vars(args).items() if not k.startswith("_")})
     strategy = strategy_for(config, env.world_size, device)
     strategy.prepare(model)  # before the optimizer: FSDP replaces the parameters by shards
     optimizer, clips_internally = build_optimizer(
         model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
         betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
         use_nvlamb=getattr(args, "use_nvlamb", False))
-    scheduler = build_scheduler(optimizer, args.lr_scheduler, args.warmup_steps, total_steps)
-    json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
-    logger = Logger(json_path, rank=env.rank, append=bool(args.resume_from_checkpoint))
+    scheduler = build_scheduler(optimizer, args.lr_scheduler, args.warmup_steps, total_steps, lr_end=args.lr_end)
+    if env.is_main:
+        for path, size in remove_stale_partials(args.output_dir):
+            print(f"[checkpoint] removed {path} ({size / 2**20:.1f} MiB), left by a write that was killed midway",
+                  file=sys.stderr)
     trainer = Trainer(model, optimizer, scheduler, train_data, config, clips_internally=clips_internally,
-                      logger=logger, eval_hook=eval_hook, device=device, strategy=strategy)
+                      logger=Logger(None, rank=env.rank, stdout=False), eval_hook=eval_hook, device=device,
+                      strategy=strategy)
+    resumed_from = trainer.resume(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
+    json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
+    if resumed_from and env.is_main:  # the log continues from the checkpoint's step: no step twice
+        drop_records_after(json_path, trainer.global_step)
+    trainer.logger = logger = Logger(json_path, rank=env.rank, append=bool(resumed_from))
     logger.metadata("loss", {"unit": "nat/token"})
     logger.metadata("seq/s", {"unit": "sequences/s"})
-    if args.resume_from_checkpoint:
-        path = trainer.resume(args.resume_from_checkpoint)
-        logger.log(step=trainer.global_step, data={"resumed_from": path})
+    if resumed_from:
+        logger.log(step=trainer.global_step, data={"resumed_from": resumed_from})
     return trainer

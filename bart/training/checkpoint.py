@@ -15,6 +15,7 @@ The step a checkpoint belongs to is stored inside it; names only order files.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import random
 import re
@@ -22,7 +23,9 @@ import re
 import numpy as np
 import torch
 
-from utils.checkpoint_io import atomic_save, safe_load
+import sys
+
+from utils.checkpoint_io import CheckpointError, atomic_save, safe_load
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
@@ -90,11 +93,44 @@ def _plain_number(value):
 
 class BestCheckpoints:
     """The ``k`` best weights checkpoints by one validation metric (``best_{metric}_step{N}.ckpt``);
-    a new one that does not make the top k is never written, one pushed out is deleted."""
+    a new one that does not make the top k is never written, one pushed out is deleted. The ranking
+    is kept in ``best_{metric}.json`` beside them, so a resumed run (:meth:`restore`) goes on with the
+    same top k instead of starting a second one."""
 
     def __init__(self, output_dir: str, metric: str, k: int, lower_is_better: bool) -> None:
         self.output_dir, self.metric, self.k, self.lower_is_better = output_dir, metric, k, lower_is_better
         self.best: list[tuple[float, str]] = []
+
+    @property
+    def ranking_path(self) -> str:
+        return os.path.join(self.output_dir, f"best_{self.metric}.json")
+
+    def restore(self) -> list[tuple[float, str]]:
+        """Take over the ranking a previous (interrupted) run of this output folder wrote; best files it
+        does not list (written by a run killed before it could rank them) are deleted."""
+        listed = {}
+        if os.path.isfile(self.ranking_path):
+            try:
+                with open(self.ranking_path, encoding="utf-8") as f:
+                    listed = {name: float(value) for value, name in json.load(f)["best"]}
+            except (ValueError, KeyError, TypeError) as err:
+                print(f"[checkpoint] warning: {self.ranking_path} is unreadable ({err}); the top-{self.k} starts anew",
+                      file=sys.stderr)
+        pattern = re.compile(rf"^best_{re.escape(self.metric)}_step\d+\.ckpt$")
+        for name in sorted(os.listdir(self.output_dir)) if os.path.isdir(self.output_dir) else []:
+            if pattern.match(name) and name not in listed:
+                os.remove(os.path.join(self.output_dir, name))
+        self.best = sorted(((value, os.path.join(self.output_dir, name)) for name, value in listed.items()
+                            if os.path.isfile(os.path.join(self.output_dir, name))),
+                           key=lambda item: item[0], reverse=not self.lower_is_better)[: max(self.k, 0)]
+        return self.best
+
+    def _write_ranking(self) -> None:
+        tmp = self.ranking_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"metric": self.metric, "lower_is_better": self.lower_is_better,
+                       "best": [[value, os.path.basename(path)] for value, path in self.best]}, f, indent=1)
+        os.replace(tmp, self.ranking_path)
 
     def _better(self, a: float, b: float) -> bool:
         return a < b if self.lower_is_better else a > b
@@ -103,6 +139,7 @@ class BestCheckpoints:
         if self.k <= 0 or not (len(self.best) < self.k or self._better(value, self.best[-1][0])):
             return None
         path = os.path.join(self.output_dir, f"best_{self.metric}_step{step}.ckpt")
+        self.best = [item for item in self.best if item[1] != path]  # the same step again (after a resume)
         save_checkpoint(path, {"kind": "bart-weights", "model": model.state_dict(), "config": model.config.to_dict(),
                                "step": step, "metrics": _plain_number(metrics)})
         self.best.append((value, path))
@@ -110,6 +147,7 @@ class BestCheckpoints:
         for _, stale in self.best[self.k:]:
             os.remove(stale)
         self.best = self.best[: self.k]
+        self._write_ranking()
         return path
 
 
@@ -135,16 +173,33 @@ def write_final_weights(output_dir: str, model_state: dict) -> str:
 
 def read_training_checkpoint(path_or_latest, output_dir: str) -> tuple[str, dict]:
     """(path, state) of a training checkpoint; ``True`` means the newest ``_step{N}.ckpt`` in output_dir."""
-    path = path_or_latest
-    if path_or_latest is True:
-        path = latest_checkpoint(output_dir)
-        if path is None:
-            raise FileNotFoundError(f"--resume_from_checkpoint: no _step*.ckpt in {output_dir}")
+    if path_or_latest is not True:
+        return path_or_latest, _training_state(path_or_latest)
+    found = list_checkpoints(output_dir)
+    if not found:
+        raise FileNotFoundError(f"--resume_from_checkpoint: no _step*.ckpt in {output_dir}")
+    errors = []
+    for _, path in reversed(found):  # the newest readable one; a damaged newest one is skipped, loudly
+        try:
+            state = _training_state(path)
+        except CheckpointError as err:
+            errors.append(err)
+            print(f"[checkpoint] warning: skipping {path}: {err}", file=sys.stderr, flush=True)
+            continue
+        if errors:
+            print(f"[checkpoint] warning: resuming from {path}, the newest readable checkpoint "
+                  f"({len(errors)} newer one(s) could not be read)", file=sys.stderr, flush=True)
+        return path, state
+    raise CheckpointError(f"--resume_from_checkpoint: none of the {len(found)} checkpoints in {output_dir} can be "
+                          f"read; the newest: {errors[0]}")
+
+
+def _training_state(path: str) -> dict:
     state = load_checkpoint(path, map_location="cpu")
     if state.get("kind") != TRAINING_KIND:
-        raise ValueError(f"{path} is a weights-only checkpoint, not a training checkpoint; use "
-                         f"--load_model_weights_only / --init_checkpoint to start from its weights")
-    return path, state
+        raise CheckpointError(f"{path} is a weights-only checkpoint, not a training checkpoint; use "
+                              f"--load_model_weights_only / --init_checkpoint to start from its weights")
+    return state
 
 
 def capture_rng_state() -> dict:

@@ -22,6 +22,9 @@ from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, read_tra
 from bart.training.strategy import Strategy, build_strategy, full_tensor
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
+from utils.checkpoint_io import CheckpointError, first_line
+from utils.errors import Preempted, RunStopped
+from utils.signals import StopRequest
 from utils.precision import Precision
 
 
@@ -37,6 +40,7 @@ class TrainerConfig:
     save_checkpoint_steps: int = 0          # 0: only the final checkpoint
     keep_checkpoints: int = 0               # 0: keep all
     max_consecutive_nonfinite: int = 5
+    min_loss_scale: float = 1e-4            # fp16: below this dynamic loss scale the run stops
     step_offset: int = 0                    # --phase1_end_step: numbering of this run's updates
     val_check_interval: int = 0
     allreduce_half_precision: bool = False
@@ -64,8 +68,8 @@ def strategy_for(config: TrainerConfig, world_size: int, device: torch.device) -
     return build_strategy(config.distributed_strategy, world_size, device, reduce_dtype, config.find_unused_parameters)
 
 
-class NonFiniteLossError(RuntimeError):
-    pass
+class NonFiniteLossError(RunStopped):
+    """The loss stayed NaN/inf (bf16/fp32), or the fp16 loss scale fell below its floor."""
 
 
 class Trainer:
@@ -97,6 +101,7 @@ class Trainer:
                              f"strategy.prepare(model) ({self.strategy.name} replaces the parameters)")
         self.forward_model = self.strategy.wrap(model, torch.compile(model) if config.compile else model)
         self.history: list[dict] = []
+        self._sequences_seen = 0
 
     @property
     def global_step(self) -> int:
@@ -159,7 +164,13 @@ class Trainer:
             scale_before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            applied = self.scaler.get_scale() >= scale_before
+            scale = self.scaler.get_scale()
+            applied = scale >= scale_before
+            if scale < self.config.min_loss_scale:
+                raise NonFiniteLossError(
+                    f"the fp16 loss scale fell to {scale:.3g}, below --min_loss_scale {self.config.min_loss_scale:g} "
+                    f"(update {self.global_step + 1}): the gradients overflow or are NaN at every update; "
+                    f"stopping. Lower the learning rate, check the data, or train in --bf16")
         else:
             self.optimizer.step()
             applied = True
@@ -226,18 +237,23 @@ class Trainer:
         return path
 
     def load_state_dict(self, state: dict, path: str = "the checkpoint") -> None:
-        self.strategy.load(self.model, self.optimizer, state["model"], state["optimizer"])
+        _check_same_architecture(state.get("config") or {}, self.model.config.to_dict(), path)
+        try:
+            self.strategy.load(self.model, self.optimizer, state["model"], state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as err:
+            raise CheckpointError(f"{path} does not fit this run's model and optimizer ({first_line(err)}); resume "
+                                  f"with the flags and config of the run that wrote it") from err
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["global_step"]) - self.config.step_offset
         if self.step < 0:
-            raise ValueError(f"{path} is at step {state['global_step']}, before --phase1_end_step "
+            raise CheckpointError(f"{path} is at step {state['global_step']}, before --phase1_end_step "
                              f"{self.config.step_offset}")
         self.epoch, self.batches_in_epoch = int(state["epoch"]), int(state["batches_in_epoch"])
         rng = state["rng"]
         if len(rng) != self.world_size:
-            raise ValueError(f"{path} was written by {len(rng)} processes, this run has {self.world_size}: "
+            raise CheckpointError(f"{path} was written by {len(rng)} processes, this run has {self.world_size}: "
                              f"exact resume needs the same number")
         restore_rng_state(rng[self.rank])
 
@@ -249,25 +265,16 @@ class Trainer:
                   "sequences": 0, "start": time.perf_counter(), "steps": 0}
         run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
         progress = _progress(cfg.max_steps, self.step, cfg.progress_bar and self.rank == 0)
-        while self.step < cfg.max_steps:
-            micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
-            out = self.train_step(micro)
-            if not out["applied"]:
-                continue
-            self.step += 1
-            window["loss_sum"] += out["loss_sum"]
-            window["tokens"] += out["tokens"]
-            window["sequences"] += out["sequences"]
-            window["steps"] += 1
-            total_sequences += out["sequences"] * self.world_size
-            if progress:
-                progress.update(1)
-            if self.step % cfg.log_freq == 0 or self.step == cfg.max_steps:
-                final_loss = self._log(window, out)
-            if cfg.val_check_interval and self.eval_hook and self.step % cfg.val_check_interval == 0:
-                self._evaluate()
-            if cfg.save_checkpoint_steps and self.step % cfg.save_checkpoint_steps == 0 and self.step < cfg.max_steps:
-                self.save()
+        with StopRequest() as stop:
+            while self.step < cfg.max_steps:
+                if self._stop_agreed(stop):
+                    if progress:
+                        progress.close()
+                    self._stop_for_signal(stop.received or "a stop signal on another rank")
+                loss = self._one_update(batches, window, progress)
+                if loss is not None:
+                    final_loss = loss
+            total_sequences = self._sequences_seen
         if progress:
             progress.close()
         if self.eval_hook and not (cfg.val_check_interval and self.step % cfg.val_check_interval == 0):
@@ -281,6 +288,45 @@ class Trainer:
         self.logger.log(step=(), data=summary)
         self.logger.flush()
         return {**summary, "checkpoint": path}
+
+    def _one_update(self, batches, window: dict, progress) -> Optional[float]:
+        """One applied-or-skipped update with its logging, validation and periodic checkpoint; the
+        logged loss when this update logged."""
+        cfg, logged = self.config, None
+        micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
+        out = self.train_step(micro)
+        if not out["applied"]:
+            return None
+        self.step += 1
+        window["loss_sum"] += out["loss_sum"]
+        window["tokens"] += out["tokens"]
+        window["sequences"] += out["sequences"]
+        window["steps"] += 1
+        self._sequences_seen += out["sequences"] * self.world_size
+        if progress:
+            progress.update(1)
+        if self.step % cfg.log_freq == 0 or self.step == cfg.max_steps:
+            logged = self._log(window, out)
+        if cfg.val_check_interval and self.eval_hook and self.step % cfg.val_check_interval == 0:
+            self._evaluate()
+        if cfg.save_checkpoint_steps and self.step % cfg.save_checkpoint_steps == 0 and self.step < cfg.max_steps:
+            self.save()
+        return logged
+
+    def _stop_agreed(self, stop: StopRequest) -> bool:
+        """Whether any rank received a stop signal: every rank must stop after the same update, since
+        the checkpoint that follows is collective."""
+        flag = stop.requested
+        if self.world_size > 1:
+            flag = bool(dist_utils.all_reduce_sum(torch.tensor([float(flag)], device=self.device)).item())
+        return flag
+
+    def _stop_for_signal(self, received: str) -> None:
+        path = self.save()
+        self.logger.log(step=self.global_step, data={"stopped_by": received, "checkpoint": path or ""})
+        self.logger.flush()
+        raise Preempted(f"{received} received: stopped after update {self.global_step} and wrote {path}; "
+                        f"run the same command with --resume_from_checkpoint True to continue")
 
     def _log(self, window: dict, last: dict) -> float:
         stats = torch.stack([window["loss_sum"], window["tokens"],
@@ -303,6 +349,20 @@ class Trainer:
         if metrics:
             self.logger.log(step=self.global_step, data={f"val_{k}" if not k.startswith("val") else k: v
                                                           for k, v in metrics.items()})
+
+
+# What a checkpoint's weights depend on: resuming with any of these changed cannot work.
+_ARCHITECTURE_KEYS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                      "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
+                      "pre_ln", "tie_word_embeddings")
+
+
+def _check_same_architecture(saved: dict, current: dict, path: str) -> None:
+    changed = [f"{key}: {saved[key]} in the checkpoint, {current.get(key)} now" for key in _ARCHITECTURE_KEYS
+               if key in saved and saved[key] != current.get(key)]
+    if changed:
+        raise CheckpointError(f"{path} was written by another model configuration ({'; '.join(changed)}); resume "
+                              f"with the --config_path (and --pre_ln) of the run that wrote it, or start a new run")
 
 
 def _plain(value):

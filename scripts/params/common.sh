@@ -33,6 +33,45 @@ check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
   fi
 }
 
+require_int() {  # SCRIPT NAME VALUE MIN: a whole number >= MIN, else one line and exit 2
+  [[ "$3" =~ ^[0-9]+$ ]] && [ "$3" -ge "$4" ] || { echo "$1: $2 must be a whole number >= $4, got '$3'" >&2; exit 2; }
+}
+
+require_number() {  # SCRIPT NAME VALUE: a positive number (1e-4, 0.001), else one line and exit 2
+  [[ "$3" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && [[ ! "$3" =~ ^[0.]+([eE].*)?$ ]] || {
+    echo "$1: $2 must be a positive number, got '$3'" >&2; exit 2; }
+}
+
+# Stop signals reach the training processes: SIGTERM (SLURM, Kubernetes, docker stop) and SIGUSR1
+# (SLURM's --signal warning) are passed on as SIGTERM, which torchrun forwards to every worker; the
+# workers finish their update, write a checkpoint and exit (pretrain.py/finetune.py: exit code 75).
+# bash alone would not pass them on (and as a container's PID 1 would ignore SIGTERM). The command runs
+# in its own process group (set -m), so Ctrl-C reaches it once, through this shell: the first makes it
+# checkpoint and stop, a second stops it at once. torchrun waits TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds for
+# the checkpoint before it kills the workers.
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-120}
+STOPPED_BY=""
+run_forwarding_signals() {  # command...: its exit code; STOPPED_BY names a stop signal that arrived
+  set -m; "$@" & local child=$! rc=0; set +m
+  trap 'STOPPED_BY=SIGTERM; kill -TERM '"$child"' 2>/dev/null || true' TERM
+  trap 'STOPPED_BY=SIGUSR1; kill -TERM '"$child"' 2>/dev/null || true' USR1
+  trap 'STOPPED_BY=SIGINT; kill -INT '"$child"' 2>/dev/null || true' INT
+  while true; do
+    wait "$child" && rc=0 || rc=$?
+    if [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null; then continue; fi  # wait was cut short by a signal
+    break
+  done
+  trap - TERM USR1 INT
+  return "$rc"
+}
+
+stopped_exit() {  # SCRIPT RC: after a stop signal, one line and exit 75 (resume by running the script again)
+  if [ -n "$STOPPED_BY" ]; then
+    echo "$1: stopped by $STOPPED_BY after writing a checkpoint (exit $2); run the same command again to resume" >&2
+    exit 75
+  fi
+}
+
 free_port() {  # a TCP port nobody listens on now (single-node runs: two runs on one machine never collide)
   "${PYTHON:-python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -47,12 +86,15 @@ launcher() {  # NUM_PROCESSES_PER_NODE script args...; NNODES, NODE_RANK, MASTER
   local n=$1; shift
   if [ "${GPUS_PRESENT:-1}" = "0" ] && [ -n "${CPU_PROCESSES:-}" ]; then n=$CPU_PROCESSES; fi  # CPU-only machines
   [[ "${NNODES:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "error: NNODES must be a positive whole number, got '${NNODES}'" >&2; exit 2; }
+  local rc=0
   if [ "$n" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ]; then
-    "${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
-      --nproc_per_node="$n" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)" "$@"
+    run_forwarding_signals "${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
+      --nproc_per_node="$n" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)" "$@" || rc=$?
   else
-    "${PYTHON:-python3}" "$@"
+    run_forwarding_signals "${PYTHON:-python3}" "$@" || rc=$?
   fi
+  [ "$rc" -eq 0 ] || stopped_exit "launcher" "$rc"
+  return "$rc"
 }
 
 check_model() {  # SCRIPT WHAT VALUE: a local file/folder, or a Hugging Face hub id (org/name) resolved by Python

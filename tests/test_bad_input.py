@@ -1,0 +1,206 @@
+"""Bad input, table-driven: every case is one line on stderr naming the flag, key or file, exit code 2,
+no traceback, nothing written. The entry scripts run in-process through their real ``run_main``
+(as ``python script.py ...`` would) so the table stays cheap."""
+import importlib
+import json
+import os
+
+import pytest
+import torch
+
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.summaries import write_summarization_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
+              decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
+              vocab_size=SMALL_VOCAB_SIZE)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, small_tokenizer_dir):
+    """Inputs laid out as users have them, good and bad."""
+    base = tmp_path_factory.mktemp("bad_input")
+    w = {"tok": small_tokenizer_dir, "base": str(base)}
+
+    def config(name, **changes):
+        path = base / f"{name}.json"
+        path.write_text(json.dumps({**CONFIG, **changes}))
+        return str(path)
+
+    w["cfg"] = config("config")
+    w["cfg_typo"] = str(base / "typo.json")
+    (base / "typo.json").write_text(json.dumps({**CONFIG, "d_modle": 64}))
+    w["cfg_type"] = config("wrong_type", d_model="big")
+    w["cfg_heads"] = config("heads", d_model=30)
+    w["cfg_bias"] = config("bias_logits", add_bias_logits=True)
+    w["cfg_static"] = config("static_pos", static_position_embeddings=True)
+    w["cfg_other"] = config("other", d_model=48)
+    (base / "not_json.json").write_text("{ d_model: 32 ")
+    w["cfg_not_json"] = str(base / "not_json.json")
+    (base / "list.json").write_text("[1, 2]")
+    w["cfg_list"] = str(base / "list.json")
+    w["data"] = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    w["data_no_test"] = write_summarization_data(str(base / "no_test"), sizes=(("train", 16), ("val", 4)))
+    w["data_empty_test"] = write_summarization_data(str(base / "empty_test"), sizes=(("train", 16), ("val", 4), ("test", 0)))
+    w["data_blank_line"] = write_summarization_data(str(base / "blank"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    with open(os.path.join(w["data_blank_line"], "train.source"), "a") as f:
+        f.write("\n")
+    with open(os.path.join(w["data_blank_line"], "train.target"), "a") as f:
+        f.write("Something.\n")
+    w["shards"] = os.path.dirname(write_shards(str(base / "shards"), [8, 8])[0])
+    os.makedirs(base / "no_shards")
+    w["no_shards"] = str(base / "no_shards")
+    (base / "empty.ckpt").write_bytes(b"")
+    w["empty_ckpt"] = str(base / "empty.ckpt")
+    (base / "text.ckpt").write_text("this is a text file, not a checkpoint\n")
+    w["text_ckpt"] = str(base / "text.ckpt")
+    (base / "a_file").write_text("x")
+    w["a_file"] = str(base / "a_file")
+    os.makedirs(base / "empty_folder")
+    w["empty_folder"] = str(base / "empty_folder")
+    # a real weights checkpoint and a real training checkpoint of the tiny model
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig.from_json_file(w["cfg"]))
+    w["weights"] = str(base / "weights.ckpt")
+    torch.save(model.state_dict(), w["weights"])
+    run = base / "run"
+    _main("finetune.py", ["--config_path", w["cfg"], "--data_dir", w["data"], "--tokenizer", w["tok"],
+                          "--init_checkpoint", w["weights"], "--max_steps", "1", "--train_batch_size", "4",
+                          "--n_val", "0", "--max_source_length", "32", "--max_target_length", "16",
+                          "--num_workers", "0", "--output_dir", str(run)])
+    w["run"] = str(run)
+    w["train_ckpt"] = str(run / "_epoch0_step1.ckpt")
+    assert os.path.isfile(w["train_ckpt"]), os.listdir(run)
+    return w
+
+
+def _main(script: str, argv: list[str]) -> int:
+    """``python script argv`` in this process: its exit code (0 when main returns)."""
+    from bart.cli import run_main
+    module = importlib.import_module(script[:-3])
+    try:
+        run_main(lambda: module.main(argv), script)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    return 0
+
+
+FT = ["--config_path", "{cfg}", "--data_dir", "{data}", "--tokenizer", "{tok}", "--init_checkpoint", "{weights}",
+      "--max_steps", "1", "--train_batch_size", "4", "--n_val", "0", "--num_workers", "0",
+      "--max_source_length", "32", "--max_target_length", "16", "--output_dir", "{out}"]
+PT = ["--config_path", "{cfg}", "--data_dir", "{shards}", "--tokenizer", "{tok}", "--max_steps", "1",
+      "--train_batch_size", "2", "--max_source_length", "32", "--num_workers", "0", "--output_dir", "{out}"]
+EV = ["{weights}", "{cfg}", "{data}", "{out}", "--tokenizer", "{tok}", "--max_source_length", "32",
+      "--max_target_length", "8", "--bs", "2"]
+
+
+def _with(base: list[str], **flags) -> list[str]:
+    """``base`` with flags replaced or added (value None removes the flag)."""
+    argv = list(base)
+    for flag, value in flags.items():
+        name = "--" + flag
+        if name in argv:
+            i = argv.index(name)
+            del argv[i:i + 2]
+        if value is not None:
+            argv += [name] + ([] if value == "" else [str(value)])
+    return argv
+
+
+# (id, script, argv, words the one line must contain)
+CASES = [
+    # flag values out of range or of the wrong type
+    ("ft-max_steps-0", "finetune.py", _with(FT, max_steps=0), ["--max_steps", ">= 1"]),
+    ("ft-batch-0", "finetune.py", _with(FT, train_batch_size=0), ["--train_batch_size", ">= 1"]),
+    ("ft-batch-negative", "finetune.py", _with(FT, train_batch_size=-4), ["--train_batch_size"]),
+    ("ft-accum-0", "finetune.py", _with(FT, gradient_accumulation_steps=0), ["--gradient_accumulation_steps"]),
+    ("ft-log_freq-0", "finetune.py", _with(FT, log_freq=0), ["--log_freq"]),
+    ("ft-lr-0", "finetune.py", _with(FT, learning_rate=0), ["--learning_rate"]),
+    ("ft-lr-nan", "finetune.py", _with(FT, learning_rate="nan"), ["--learning_rate", "finite"]),
+    ("ft-lr-text", "finetune.py", _with(FT, learning_rate="fast"), ["--learning_rate", "fast"]),
+    ("ft-dropout-1.5", "finetune.py", _with(FT, dropout=1.5), ["--dropout"]),
+    ("ft-smoothing-1", "finetune.py", _with(FT, label_smoothing=1.0), ["--label_smoothing"]),
+    ("ft-warmup-negative", "finetune.py", _with(FT, warmup_steps=-1), ["--warmup_steps"]),
+    ("ft-workers-negative", "finetune.py", _with(FT, num_workers=-1), ["--num_workers"]),
+    ("ft-beams-0", "finetune.py", _with(FT, eval_beams=0), ["--eval_beams"]),
+    ("ft-n_val-negative", "finetune.py", _with(FT, n_val=-1), ["--n_val"]),
+    ("ft-source-0", "finetune.py", _with(FT, max_source_length=0), ["--max_source_length"]),
+    ("ft-seed-negative", "finetune.py", _with(FT, seed=-1), ["--seed"]),
+    ("ft-top_k-negative", "finetune.py", _with(FT, save_top_k=-1), ["--save_top_k"]),
+    ("ft-tokens-0", "finetune.py", _with(FT, max_tokens_per_batch=0), ["--max_tokens_per_batch"]),
+    ("ft-clip-negative", "finetune.py", _with(FT, gradient_clip_val=-1), ["--gradient_clip_val"]),
+    ("ft-betas", "finetune.py", FT + ["--adam_betas", "0.9", "1.5"], ["--adam_betas"]),
+    ("ft-dist_timeout-0", "finetune.py", _with(FT, dist_timeout=0), ["--dist_timeout"]),
+    ("pt-max_steps-0", "pretrain.py", _with(PT, max_steps=0), ["--max_steps"]),
+    ("pt-max_steps-text", "pretrain.py", _with(PT, max_steps="ten"), ["--max_steps", "ten"]),
+    ("ev-bs-0", "run_eval.py", _with(EV, bs=0), ["--bs"]),
+    ("ev-n_obs-0", "run_eval.py", _with(EV, n_obs=0), ["--n_obs"]),
+    ("ev-return-0", "run_eval.py", _with(EV, num_return_sequences=0), ["--num_return_sequences"]),
+    # relations between flags
+    ("ft-fp16-bf16", "finetune.py", FT + ["--fp16", "--bf16"], ["--fp16", "--bf16"]),
+    ("ev-fp16-bf16", "run_eval.py", EV + ["--fp16", "--bf16"], ["--fp16", "--bf16"]),
+    ("pt-lr-below-lr_end", "pretrain.py", _with(PT, learning_rate=1e-8), ["--lr_end", "--learning_rate"]),
+    ("ft-source-over-positions", "finetune.py", _with(FT, max_source_length=100), ["--max_source_length", "64"]),
+    ("ft-target-over-positions", "finetune.py", _with(FT, max_target_length=65), ["--max_target_length", "64"]),
+    ("pt-source-over-positions", "pretrain.py", _with(PT, max_source_length=128), ["--max_source_length", "64"]),
+    ("ev-source-over-positions", "run_eval.py", _with(EV, max_source_length=100), ["--max_source_length", "64"]),
+    ("ev-gen-over-positions", "run_eval.py", _with(EV, max_target_length=100), ["--eval_max_gen_length", "64"]),
+    ("ft-output-is-file", "finetune.py", _with(FT, output_dir="{a_file}"), ["a_file", "is a file"]),
+    ("pt-output-is-file", "pretrain.py", _with(PT, output_dir="{a_file}"), ["a_file", "is a file"]),
+    ("ev-save-is-file", "run_eval.py", ["{weights}", "{cfg}", "{data}", "{a_file}"], ["a_file", "is a file"]),
+    ("pt-finetune-flag", "pretrain.py", PT + ["--eval_beams", "4"], ["--eval_beams", "finetune.py"]),
+    ("pt-no-do_train", "pretrain.py", PT + ["--no-do_train"], ["--do_train"]),
+    ("ev-unknown-generate-option", "run_eval.py", EV + ["--num_beamz", "4"], ["num_beamz"]),
+    # config files
+    ("cfg-misspelled-key", "finetune.py", _with(FT, config_path="{cfg_typo}"), ["d_modle", "d_model"]),
+    ("cfg-wrong-type", "finetune.py", _with(FT, config_path="{cfg_type}"), ["d_model", "big", "wrong_type.json"]),
+    ("cfg-heads", "finetune.py", _with(FT, config_path="{cfg_heads}"), ["d_model", "heads"]),
+    ("cfg-bias-logits", "finetune.py", _with(FT, config_path="{cfg_bias}"), ["add_bias_logits"]),
+    ("cfg-static-positions", "pretrain.py", _with(PT, config_path="{cfg_static}"), ["static_position_embeddings"]),
+    ("cfg-not-json", "finetune.py", _with(FT, config_path="{cfg_not_json}"), ["not_json.json", "JSON"]),
+    ("cfg-a-list", "run_eval.py", ["{weights}", "{cfg_list}", "{data}", "{out}"], ["list.json", "object"]),
+    ("cfg-missing", "finetune.py", _with(FT, config_path="{base}/nope.json"), ["nope.json"]),
+    # checkpoints
+    ("ft-init-empty-file", "finetune.py", _with(FT, init_checkpoint="{empty_ckpt}"), ["empty.ckpt", "0 bytes"]),
+    ("ft-init-text-file", "finetune.py", _with(FT, init_checkpoint="{text_ckpt}"), ["text.ckpt"]),
+    ("ft-init-missing", "finetune.py", _with(FT, init_checkpoint="{base}/missing.ckpt"), ["missing.ckpt"]),
+    ("ft-init-empty-folder", "finetune.py", _with(FT, init_checkpoint="{empty_folder}"), ["empty_folder"]),
+    ("ev-model-text-file", "run_eval.py", ["{text_ckpt}", "{cfg}", "{data}", "{out}", "--tokenizer", "{tok}"], ["text.ckpt"]),
+    ("ev-model-empty-file", "run_eval.py", ["{empty_ckpt}", "{cfg}", "{data}", "{out}", "--tokenizer", "{tok}"], ["empty.ckpt"]),
+    ("ft-resume-missing", "finetune.py", FT + ["--resume_from_checkpoint", "{base}/gone.ckpt"], ["gone.ckpt"]),
+    ("ft-resume-none-there", "finetune.py", FT + ["--resume_from_checkpoint", "True"], ["_step"]),
+    ("ft-resume-weights-file", "finetune.py", FT + ["--resume_from_checkpoint", "{weights}"], ["weights.ckpt"]),
+    ("ft-resume-other-config", "finetune.py", _with(FT, config_path="{cfg_other}") + ["--resume_from_checkpoint",
+                                                                                     "{train_ckpt}"], ["d_model", "48"]),
+    ("ft-init-other-config", "finetune.py", _with(FT, config_path="{cfg_other}"), ["weights.ckpt"]),
+    # data
+    ("ft-data-missing", "finetune.py", _with(FT, data_dir="{base}/nodata"), ["nodata"]),
+    ("ft-predict-no-test", "finetune.py", _with(FT, data_dir="{data_no_test}") + ["--do_predict"], ["test.source"]),
+    ("ft-predict-empty-test", "finetune.py", _with(FT, data_dir="{data_empty_test}") + ["--do_predict"], ["test.source"]),
+    ("ft-blank-line", "finetune.py", _with(FT, data_dir="{data_blank_line}"), ["train.source", "empty"]),
+    ("ev-empty-split", "run_eval.py", ["{weights}", "{cfg}", "{data_empty_test}", "{out}", "--tokenizer", "{tok}"],
+     ["test.source"]),
+    ("ev-missing-split", "run_eval.py", EV + ["--type_path", "dev"], ["dev.source"]),
+    ("pt-data-missing", "pretrain.py", _with(PT, data_dir="{base}/noshards"), ["noshards"]),
+    ("pt-data-no-parquet", "pretrain.py", _with(PT, data_dir="{no_shards}"), ["no_shards"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line(case, world, tmp_path, capsys):
+    name, script, argv, words = case
+    values = dict(world, out=str(tmp_path / "out"))
+    argv = [a.format(**values) for a in argv]
+    code = _main(script, argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if not line.startswith(("note:", "[checkpoint]"))]
+    assert code == 2, f"exit {code}, stderr:\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"{script}: error:"), err[-3000:]
+    for word in words:
+        assert word.format(**values) in lines[0], (word, lines[0])
+    out = tmp_path / "out"  # nothing half-made: no checkpoint, no log
+    assert not out.exists() or not [f for f in os.listdir(out) if f.endswith((".ckpt", ".partial"))]
