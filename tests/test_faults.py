@@ -1,0 +1,219 @@
+"""Faults a long run meets, injected into the real entry point: SIGTERM (pre-emption), SIGKILL during a
+checkpoint write, a damaged newest checkpoint, a hung rank; and the fp16 loss-scale floor. After each,
+the run either stops with one line and its exit code, or resumes and ends exactly where an
+uninterrupted run ends."""
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from utils.dllogger_compat import read_dllogger
+from utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, small_tokenizer_dir):
+    base = tmp_path_factory.mktemp("faults")
+    values = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
+                  decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
+                  vocab_size=SMALL_VOCAB_SIZE)
+    (base / "config.json").write_text(json.dumps(values))
+    shards = os.path.dirname(write_shards(str(base / "shards"), [24, 24])[0])
+    argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--data_dir", shards, "--tokenizer",
+            small_tokenizer_dir, "--max_steps", str(STEPS), "--train_batch_size", "4", "--max_source_length", "48",
+            "--num_workers", "0", "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7"]
+    straight = base / "straight"
+    done = _run(argv + ["--output_dir", str(straight)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {"argv": argv, "straight": _losses(straight), "base": base}
+
+
+def _env(**extra):
+    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **extra)
+
+
+def _run(argv, timeout=300):
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _losses(out_dir) -> dict:
+    records = [r for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
+               if r["type"] == "LOG" and isinstance(r["step"], int) and "loss" in r["data"]]
+    steps = [r["step"] for r in records]
+    assert steps == sorted(set(steps)), f"steps logged twice or out of order: {steps}"
+    return {r["step"]: r["data"]["loss"] for r in records}
+
+
+def _wait_for(predicate, proc, what, timeout=180):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1][-2000:]}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def _logged_step(out_dir) -> int:
+    try:
+        return max([r["step"] for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
+                    if r["type"] == "LOG" and isinstance(r["step"], int)] or [0])
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _assert_same_run(setup, out_dir):
+    got = _losses(out_dir)
+    assert sorted(got) == list(range(1, STEPS + 1)), sorted(got)
+    for step, loss in setup["straight"].items():
+        assert got[step] == pytest.approx(loss, abs=1e-6), (step, got[step], loss)
+
+
+def test_sigterm_writes_a_checkpoint_and_the_resumed_run_is_exact(setup):
+    out = setup["base"] / "sigterm"
+    argv = setup["argv"] + ["--output_dir", str(out)]  # default --save_checkpoint_steps 0: no periodic checkpoint
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: _logged_step(out) >= 3, proc, "update 3")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    assert "Traceback" not in err and "pretrain.py: stopped: SIGTERM received" in err, err[-2000:]
+    saved = [name for name in os.listdir(out) if name.startswith("_step")]
+    assert len(saved) == 1 and saved[0] != f"_step{STEPS}.ckpt", saved
+    mode = stat.S_IMODE(os.stat(out / saved[0]).st_mode)
+    assert mode == 0o666 & ~_umask(), oct(mode)  # readable by the team where the umask allows, not 0600
+    resumed = _run(argv + ["--resume_from_checkpoint", "True"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _assert_same_run(setup, out)
+
+
+def test_sigkill_mid_checkpoint_write_and_a_damaged_checkpoint_then_resume_is_exact(setup):
+    """Killed while a checkpoint is being written: the partial file is removed at the next start, the
+    checkpoints under real names are whole, and the resumed run ends where the straight one does."""
+    out = setup["base"] / "sigkill"
+    argv = setup["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "1", "--keep_checkpoints", "2"]
+    caught = False
+    for attempt in range(3):  # the write window is short: try to land the kill inside it
+        proc = subprocess.Popen([sys.executable, *argv, *(["--resume_from_checkpoint", "True"] if attempt else [])],
+                                cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        partial = lambda: any(n.endswith(".partial") for n in os.listdir(out)) if out.exists() else False  # noqa: E731
+        try:
+            _wait_for(lambda: partial() and _logged_step(out) >= 2, proc, "a checkpoint write", timeout=120)
+            proc.send_signal(signal.SIGKILL)
+        except AssertionError:
+            proc.kill()
+        proc.wait()
+        if partial() and any(n.startswith("_step") for n in os.listdir(out)):
+            caught = True
+            break
+    if not caught:  # the kill never landed inside a write on this machine: leave what a killed write leaves
+        (out / ".tmp-killed.partial").write_bytes(os.urandom(4096))
+    resumed = _run(argv + ["--resume_from_checkpoint", "True"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "left by a write that was killed midway" in resumed.stderr
+    assert not [n for n in os.listdir(out) if n.endswith(".partial")]
+    _assert_same_run(setup, out)
+    # then the newest checkpoint is damaged (a copy cut short): resuming skips it, loudly, and takes the
+    # one before; the run still ends as the straight one
+    newest = out / f"_step{STEPS}.ckpt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    again = _run(argv + ["--resume_from_checkpoint", "True"])
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"skipping {newest}" in again.stderr and f"_step{STEPS - 1}.ckpt" in again.stderr, again.stderr[-2000:]
+    _assert_same_run(setup, out)
+
+
+def _with_steps(argv, steps):
+    argv = list(argv)
+    argv[argv.index("--max_steps") + 1] = str(steps)
+    return argv
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_hung_rank_ends_the_job_within_dist_timeout(setup):
+    """Two gloo processes; one is frozen (SIGSTOP) mid-run. The other stops after --dist_timeout with one
+    line naming itself and the cause, exit code 4, instead of waiting for torch's 30 minutes."""
+    out = setup["base"] / "hung"
+    argv = _with_steps(setup["argv"], 400)[1:] + ["--output_dir", str(out), "--dist_timeout", "0.1"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+           "pretrain.py", *argv]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(TORCH_ELASTIC_SHUTDOWN_TIMEOUT="3"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _logged_step(out) >= 2, proc, "update 2")
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2, workers
+        os.kill(int(workers[1]), signal.SIGSTOP)
+        stopped = time.time()
+        _, err = proc.communicate(timeout=120)
+        waited = time.time() - stopped
+    finally:
+        for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        proc.kill()
+    assert f"exitcode  : {EXIT_DIST_TIMEOUT}" in err or f"exit code {EXIT_DIST_TIMEOUT}" in err or \
+        "pretrain.py: stopped: rank" in err, err[-3000:]
+    assert "pretrain.py: stopped: rank" in err and "--dist_timeout" in err, err[-3000:]
+    assert waited < 90, waited
+
+
+def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
+    from bart.modeling import BartForConditionalGeneration
+    from bart.optim import build_optimizer, build_scheduler
+    from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
+    from tests.helpers.synthetic import SyntheticBatches, tiny_config
+
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(dropout=0.0))
+    optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)
+    config = TrainerConfig(output_dir=str(tmp_path), max_steps=50, precision="fp16", progress_bar=False,
+                           min_loss_scale=2.0 ** 12)  # 65536 halves to 4096 after 4 skipped updates
+    trainer = Trainer(model, optimizer, build_scheduler(optimizer, "linear", 0, 50), SyntheticBatches(4, 4), config,
+                      clips_internally=clips)
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    with pytest.raises(NonFiniteLossError, match="--min_loss_scale"):
+        trainer.fit()
+    assert trainer.step == 0  # no skipped update was counted as applied
+    assert not list(tmp_path.glob("*.ckpt"))  # and no checkpoint of a broken run
+
+
+def test_best_checkpoints_survive_a_resume(tmp_path):
+    from bart.training.checkpoint import BestCheckpoints
+    from tests.helpers.synthetic import tiny_config
+    from bart.modeling import BartForConditionalGeneration
+
+    model = BartForConditionalGeneration(tiny_config())
+    best = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=False)
+    best.consider(10.0, 2, model, {"rouge2": 10.0})
+    best.consider(12.0, 4, model, {"rouge2": 12.0})
+    (tmp_path / "best_rouge2_step6.ckpt").write_bytes(b"killed before it was ranked")
+    again = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=False)  # the resumed run
+    assert [v for v, _ in again.restore()] == [12.0]
+    assert again.consider(11.0, 6, model, {"rouge2": 11.0}) is None  # worse than the kept best: not written
+    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step4.ckpt"]
+    again.consider(13.0, 8, model, {"rouge2": 13.0})
+    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step8.ckpt"]
