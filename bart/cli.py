@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import sys
 
+from bart.data import DataError
 from bart.hub import HubResolutionError
 from utils.checkpoint_io import CheckpointError
+from utils.metric_writers import MetricWriterError
 
-USER_ERRORS = (HubResolutionError, CheckpointError, FileNotFoundError, IsADirectoryError, NotADirectoryError)
+USER_ERRORS = (HubResolutionError, CheckpointError, DataError, MetricWriterError, FileNotFoundError,
+               IsADirectoryError, NotADirectoryError)
 
 
 def run_main(main, script: str) -> None:
