@@ -108,6 +108,10 @@ class Progress:
         self._last_print = time.perf_counter()
 
     # -- the interface ----------------------------------------------------------------------
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self._start
+
     def update(self, n: int = 1, **postfix) -> None:
         self.n += n
         if postfix:
