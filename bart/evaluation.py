@@ -24,9 +24,10 @@ from utils.progress import Progress
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
                    gen_kwargs: dict, dtype: Optional[torch.dtype] = None,
-                   desc: str = "generate") -> tuple[list[str], list[float]]:
+                   desc: str = "generate", nested: bool = False) -> tuple[list[str], list[float]]:
     """(generated text per source in input order, per-batch seconds on this rank). Rank 0 shows its
-    progress in examples (ranks share the work evenly)."""
+    progress in examples (ranks share the work evenly); ``nested``: inside other work (validation
+    during training), so a log gets only its final line."""
     world, rank = dist_utils.world_size(), dist_utils.rank()
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -34,7 +35,7 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     device = next(model.parameters()).device
     results, latencies = [], []
     model.eval()
-    progress = Progress(sum(len(b) for b in mine), desc, unit="example", enabled=rank == 0, leave=False)
+    progress = Progress(sum(len(b) for b in mine), desc, unit="example", enabled=rank == 0, leave=not nested)
     for batch in mine:
         encoded = tokenizer([sources[i] for i in batch], max_length=max_source_length, truncation=True,
                             padding=True, return_tensors="pt")

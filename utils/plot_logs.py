@@ -40,15 +40,16 @@ def series(records: Iterable[dict], names: tuple[str, ...]) -> tuple[list[float]
     return [], []
 
 
-def smooth(values: list[float], weight: float | None = None) -> list[float]:
-    """Exponential moving average with bias correction (TensorBoard's smoothing); the weight
-    follows the length (about 1/10 of the points contribute)."""
-    if weight is None:
-        weight = min(0.9, max(0.0, 1 - 10 / max(len(values), 1)))
-    out, average = [], 0.0
-    for i, value in enumerate(values, 1):
-        average = weight * average + (1 - weight) * value
-        out.append(average / (1 - weight ** i) if weight else value)
+def smooth(values: list[float], window: int | None = None) -> list[float]:
+    """Centred moving average (about a tenth of the points, odd; narrower at the ends), so the
+    smoothed curve does not lag behind a falling loss as an exponential average would."""
+    window = window or max(3, len(values) // 10 | 1)
+    half = window // 2
+    out = []
+    for i in range(len(values)):
+        reach = min(half, i, len(values) - 1 - i)
+        part = values[i - reach:i + reach + 1]
+        out.append(sum(part) / len(part))
     return out
 
 

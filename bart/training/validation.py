@@ -56,7 +56,8 @@ class Validation:
         if self.metric_name == "loss":
             return {"loss": self._loss(trainer)}
         predictions, _ = generate_texts(trainer.model, self.tokenizer, self.sources, self.batch_size,
-                                        self.max_source_length, self.gen_kwargs, self.dtype, desc="validate")
+                                        self.max_source_length, self.gen_kwargs, self.dtype, desc="validate",
+                                        nested=True)
         trainer.model.train()
         return score(self.task, predictions, self.targets)
 
