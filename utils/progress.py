@@ -163,6 +163,8 @@ def track(iterable: Iterable, desc: str, total: Optional[int] = None, unit: str 
 def _plural(unit: str) -> str:
     if unit.endswith("s"):
         return unit
+    if unit.endswith("y") and unit[-2:-1] not in tuple("aeiou"):
+        return unit[:-1] + "ies"  # story → stories
     return unit + ("es" if unit.endswith(("x", "ch", "sh")) else "s")
 
 
