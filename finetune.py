@@ -33,6 +33,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.init_checkpoint and not args.from_scratch and not args.resume_from_checkpoint:
         parser.error("give the starting weights (--init_checkpoint / --model_name_or_path), or --from_scratch")
     args.val_metric = args.val_metric or ("bleu" if args.task == "translation" else "rouge2")
+    if args.early_stopping_patience and (args.n_val == 0 or not args.val_check_interval):
+        parser.error("--early_stopping_patience needs validation during training: --val_check_interval N, --n_val not 0")
     return args
 
 
@@ -60,7 +62,8 @@ def main(argv=None) -> dict:
     batch_size = args.eval_batch_size or 8
     validation = None if args.n_val == 0 else Validation(
         args.data_dir, tokenizer, args.task, args.val_metric, args.n_val, args.max_source_length,
-        args.max_target_length, batch_size, gen_kwargs, dtype, args.output_dir, args.save_top_k)
+        args.max_target_length, batch_size, gen_kwargs, dtype, args.output_dir, args.save_top_k,
+        args.early_stopping_patience)
     if validation is not None and args.resume_from_checkpoint and env.is_main:
         validation.best.restore()  # the top-k of the interrupted run goes on
     if env.is_main:

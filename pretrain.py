@@ -12,6 +12,7 @@ from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
 from bart.training.args import FINETUNE_ONLY, ArgumentParser, add_shared_args, check_args, reject_unused
+from bart.training.validation import PretrainingValidation
 from utils import distributed as dist_utils
 
 
@@ -25,6 +26,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     reject_unused(args, parser, FINETUNE_ONLY, "pretrain.py", "fine-tuning (finetune.py)")
     if args.max_target_length not in (None, args.max_source_length):
         parser.error("pretraining reconstructs the source: --max_target_length must equal --max_source_length")
+    if args.val_check_interval and not args.n_val:
+        parser.error("--val_check_interval needs held-out rows: add --n_val N")
     return args
 
 
@@ -40,10 +43,12 @@ def main(argv=None) -> dict:
     model = builder.build_model(args, config, init_from=init)
     torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
     loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
-                                      noise_config_from_args(args), args.seed, args.num_workers, env.local_rank)
+                                      noise_config_from_args(args), args.seed, args.num_workers, env.local_rank,
+                                      n_val=args.n_val or 0)
+    validation = PretrainingValidation.from_loader(loader, args.train_batch_size)
     if env.is_main:
         builder.save_run_files(args, tokenizer, config, env.world_size)
-    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps)
+    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation)
     summary = trainer.fit()
     if env.is_main:
         print(f"pretraining done: {summary}")

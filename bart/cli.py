@@ -8,11 +8,13 @@ from __future__ import annotations
 import errno
 import sys
 
+from bart.data import DataError
 from bart.hub import HubResolutionError
 from utils.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR, RunStopped, UserError
+from utils.metric_writers import MetricWriterError
 
-USER_ERRORS = (UserError, HubResolutionError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
-               PermissionError)
+USER_ERRORS = (UserError, HubResolutionError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
+               NotADirectoryError, PermissionError)
 # OS errors that are the machine's state, not a bug: a full disk or quota, a read-only file system
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 

@@ -19,11 +19,15 @@ from bart.data.summarization import read_split
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
 from utils.metrics import calculate_bleu, calculate_rouge
+from utils.progress import Progress
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
-                   gen_kwargs: dict, dtype: Optional[torch.dtype] = None) -> tuple[list[str], list[float]]:
-    """(generated text per source in input order, per-batch seconds on this rank)."""
+                   gen_kwargs: dict, dtype: Optional[torch.dtype] = None,
+                   desc: str = "generate", nested: bool = False) -> tuple[list[str], list[float]]:
+    """(generated text per source in input order, per-batch seconds on this rank). Rank 0 shows its
+    progress in examples (ranks share the work evenly); ``nested``: inside other work (validation
+    during training), so a log gets only its final line."""
     world, rank = dist_utils.world_size(), dist_utils.rank()
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -31,6 +35,7 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     device = next(model.parameters()).device
     results, latencies = [], []
     model.eval()
+    progress = Progress(sum(len(b) for b in mine), desc, unit="example", enabled=rank == 0, leave=not nested)
     for batch in mine:
         encoded = tokenizer([sources[i] for i in batch], max_length=max_source_length, truncation=True,
                             padding=True, return_tensors="pt")
@@ -47,6 +52,8 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
         texts = tokenizer.batch_decode(out, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         for j, index in enumerate(batch):
             results.append((index, [t.strip() for t in texts[j * per_source:(j + 1) * per_source]]))
+        progress.update(len(batch))
+    progress.close()
     gathered = dist_utils.all_gather_objects(results)
     by_index = {i: t for part in gathered for i, t in part}
     if len(by_index) != len(sources):

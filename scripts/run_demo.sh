@@ -44,13 +44,14 @@ CONFIG="$DATA/config_demo.json"
 
 step "LDDL preprocessing and balancing for lengths 128 and 512 (local dask cluster)"
 "$PYTHON" -m bart.data.preprocess --common_crawl "$DATA/corpus" --out "$DATA" --seq_lengths 128 512 \
-  --num_shards 4 --workers 1 2>&1 | grep -E "^\[preprocess\]|Done|Error|error" || true
+  --num_shards 4 --workers 1 2>&1 | grep -E "^\[(preprocess|balance)|Error|error" || true
 ls "$DATA/pretrain_lddl_128" "$DATA/pretrain_lddl_512" > /dev/null
 
 step "pretraining phase 1 (length 128) and phase 2 (length 512) with scripts/run_pretraining.sh"
-DATA_DIR="$DATA" OUTPUT_DIR="$OUT/pretraining" NUM_WORKERS=1 LOG_FREQ=10 \
+# 16 rows of each length held out of training: their reconstruction loss is val_loss (every 50 updates, and at the end)
+DATA_DIR="$DATA" OUTPUT_DIR="$OUT/pretraining" NUM_WORKERS=1 LOG_FREQ=10 EXTRA_ARGS="--n_val 16 --val_check_interval 50" \
   bash scripts/run_pretraining.sh 16 4 1e-2 5e-3 fp32 true 1 10 5 ${DEMO_PHASE1_STEPS:-100} ${DEMO_PHASE2_STEPS:-20} 1000 1 1 "$CONFIG" \
-  2>&1 | grep -E "^==|final_loss|rror" || true
+  2>&1 | grep -E "^==|val_loss|final_loss|rror" | sed 's/^DLL [^-]*- //' || true
 PRETRAINED=$(ls -t "$OUT"/pretraining/phase_2/_step*.ckpt | head -n 1)
 
 step "summarization data: a document's first sentence is its summary (250/25/25 documents; each training
@@ -98,7 +99,8 @@ Done in $(( $(date +%s) - START ))s. Everything is under $OUT:
   pretraining/phase_{1,2}/   checkpoints, dllogger.json, run_config.json
   finetuning/                fine-tuned checkpoint (_epoch*_step*.ckpt), best validation checkpoint, logs
   eval_*/                    test_generations.txt, test_rouge.json, latency log
-  plots/                     loss.png, learning_rate.png, throughput.png
+  plots/                     training_curves.png (a row per phase: loss, learning rate, throughput, validation ROUGE)
+  */tensorboard/             TensorBoard events (tensorboard --logdir $OUT)
 Next, on a GPU machine: bash scripts/docker/build.sh && bash scripts/docker/launch.sh, then follow the
 README's Quick Start (get_pretraining_data.sh, preprocess_pretrain_data.sh, run_pretraining.sh, ...).
 DONE

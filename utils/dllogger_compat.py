@@ -2,7 +2,10 @@
 
 JSON lines look like ``DLLL {"timestamp": ..., "datetime": ..., "elapsedtime": ..., "type": "LOG",
 "step": ..., "data": {...}}`` (and ``"type": "METADATA"`` lines); stdout lines like
-``DLL 2026-01-01 12:00:00.000000 - 10 loss : 2.5 lr : 0.001``. Only rank 0 writes.
+``DLL 2026-01-01 12:00:00.000000 - 10 loss : 2.5 lr : 0.001``. Only rank 0 writes. Every line
+reaches the file as it is logged (the real package's JSON backend buffers; it is flushed after each
+record), and records with a step also go to the metric writers (TensorBoard, W&B) added with
+:meth:`Logger.add_writers`.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class Logger:
         self._dll = None
         self._json = None
         self.stdout = stdout
+        self.writers: list = []
         if not self.enabled:
             return
         if use_dllogger is None:
@@ -64,8 +68,13 @@ class Logger:
         if not self.enabled:
             return
         data = {k: (v.item() if hasattr(v, "item") else v) for k, v in data.items()}
+        if isinstance(step, int):
+            for writer in self.writers:
+                writer.scalars(step, data)
         if self._dll is not None:
             self._dll.log(step=step, data=data)
+            self._dll.flush()  # its JSON backend buffers: a killed run would lose the last lines
+            sys.stdout.flush()
             return
         if self._json is not None:
             self._json.write({"type": "LOG", "step": step, "data": data})
@@ -74,11 +83,22 @@ class Logger:
             items = " ".join(f"{k} : {_format(v)}" for k, v in data.items())
             print(f"DLL {datetime.now()} - {step_text} {items}", file=sys.stdout, flush=True)
 
+    def add_writers(self, writers: list) -> None:
+        """Metric writers (see :mod:`utils.metric_writers`) that receive every record with a step."""
+        if self.enabled:
+            self.writers.extend(writers)
+
+    def text(self, name: str, text: str) -> None:
+        """A block of text (the run's configuration) for the metric writers."""
+        for writer in self.writers:
+            writer.text(name, text)
+
     def metadata(self, name: str, meta: dict) -> None:
         if not self.enabled:
             return
         if self._dll is not None:
             self._dll.metadata(name, meta)
+            self._dll.flush()
         elif self._json is not None:
             self._json.write({"type": "METADATA", "metric": name, "metadata": meta})
 
@@ -87,6 +107,9 @@ class Logger:
             self._dll.flush()
 
     def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        self.writers = []
         if self._json is not None:
             self._json.close()
             self._json = None

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 
+from utils.progress import track
+
 SPLIT_LISTS = {"train": "all_train.txt", "val": "all_val.txt", "test": "all_test.txt"}
 # A line ending in one of these is a complete sentence already.
 END_TOKENS = (".", "!", "?", "...", "'", "`", '"', "\u2019", "\u201d", ")")
@@ -68,7 +70,7 @@ def find_story(name: str, story_dirs: list[str]) -> str | None:
 def convert_split(url_list: str, story_dirs: list[str]) -> tuple[list[str], list[str], list[str]]:
     """Return (articles, summaries, skipped urls) of one split, in the list's order."""
     articles, summaries, skipped = [], [], []
-    for url in read_url_list(url_list):
+    for url in track(read_url_list(url_list), os.path.basename(url_list), unit="story"):
         name = story_name(url)
         path = find_story(name, story_dirs)
         if path is None:

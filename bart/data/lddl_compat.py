@@ -77,27 +77,35 @@ def _split_largest(files: list[str]) -> list[str]:
     return [f for f in files if f != largest] + [first, second]
 
 
-def _exact_progress_class():
+def _exact_progress_class(on_ready=None):
     from lddl.dask.load_balance import Progress
 
     class ExactProgress(Progress):
-        """lddl's Progress without targets of zero shards (fix (f))."""
+        """lddl's Progress without targets of zero shards (fix (f)); tells ``on_ready`` how many
+        shards are finished after each balancing round."""
 
         def __init__(self, shards) -> None:
             super().__init__(shards)
             self._targets = {size: count for size, count in self._targets.items() if count > 0}
 
+        def report(self, shards):
+            result = super().report(shards)
+            if on_ready is not None:
+                on_ready(len(self.ready_shards))
+            return result
+
     return ExactProgress
 
 
-def balance_shards(indir: str, outdir: str, num_shards: int, keep_orig: bool = False) -> dict[str, int]:
+def balance_shards(indir: str, outdir: str, num_shards: int, keep_orig: bool = False, on_ready=None) -> dict[str, int]:
     """lddl's balancer (in this process; MPI singleton) into ``num_shards`` shards; returns
-    ``{shard name: rows}`` as written to ``.num_samples.json``."""
+    ``{shard name: rows}`` as written to ``.num_samples.json``. ``on_ready(n)``: called with the number
+    of finished shards after each balancing round."""
     ensure_numpy_nan()
     from lddl.dask import load_balance
 
     original = load_balance.Progress
-    load_balance.Progress = _exact_progress_class()  # fix (f), for this run only
+    load_balance.Progress = _exact_progress_class(on_ready)  # fix (f), for this run only
     try:
         return _run_balancer(load_balance, indir, outdir, num_shards, keep_orig)
     finally:

@@ -24,6 +24,8 @@ import os
 import sys
 import tarfile
 
+from utils.progress import track
+
 SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "valid": "val", "dev": "val", "test": "test"}
 COLUMN_PAIRS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
 
@@ -70,7 +72,7 @@ def convert_hf(input_path: str, out_dir: str, source_column: str | None, target_
         by_split.setdefault(split, []).append(path)
     for split, paths in by_split.items():
         sources, targets = [], []
-        for path in paths:
+        for path in track(paths, f"read {split}", unit="file"):
             rows = _rows(path)
             columns = set(rows[0]) if rows else set()
             src, tgt = source_column, target_column
@@ -129,7 +131,7 @@ def convert_lead(input_path: str, out_dir: str, sizes: list[int], train_passages
         docs = documents[start:start + size]
         start += size
         sources, targets = [], []
-        for doc in docs:
+        for doc in track(docs, f"lead {split}", unit="document"):
             sentences = sent_tokenize(doc)
             last = len(sentences) - 1 if (split == "train" and train_passages) else 1
             for k in range(max(1, last)):

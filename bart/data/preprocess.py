@@ -12,6 +12,10 @@ a local dask cluster. ``--schedule mpi`` runs the dask pipeline on MPI (start wi
 dask-mpi) and only that step, for one length per mpirun: dask-mpi's scheduler and worker ranks
 never reach the balancer, whose MPI collectives would wait for them forever. Balance afterwards in
 a plain process with ``--stage balance`` (scripts/preprocess_pretrain_data.sh does both).
+
+Progress (utils/progress.py: a bar in a terminal, lines with rate and ETA in a log): the dask
+pipeline counts the partitions written to the sink (and their rows), the balancer its finished
+shards.
 """
 from __future__ import annotations
 
@@ -20,7 +24,10 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
+
+from utils.progress import Progress
 
 
 def output_complete(folder: str) -> bool:
@@ -42,18 +49,67 @@ def _offline_nltk() -> None:
     nltk.download = lambda *args, **kwargs: True
 
 
+class PartitionWatcher:
+    """Progress of a dask ``to_parquet``: polls the sink for finished ``*.parquet`` partitions (a
+    file whose footer cannot be read yet is still being written) and counts their rows."""
+
+    def __init__(self, sink: str, partitions: int, desc: str, poll_s: float = 2.0) -> None:
+        self.sink, self.poll_s = sink, poll_s
+        self.rows: dict[str, int] = {}
+        self.progress = Progress(partitions, desc, unit="partition")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def poll(self) -> None:
+        import pyarrow.parquet as pq
+
+        names = sorted(n for n in os.listdir(self.sink) if n.endswith(".parquet")) if os.path.isdir(self.sink) else []
+        for name in names:
+            if name not in self.rows:
+                try:
+                    self.rows[name] = pq.ParquetFile(os.path.join(self.sink, name)).metadata.num_rows
+                except Exception:  # noqa: BLE001 - not complete yet
+                    continue
+        rows = sum(self.rows.values())
+        elapsed = max(self.progress.elapsed_s, 1e-9)
+        self.progress.update(len(self.rows) - self.progress.n, rows=rows, rows_per_s=round(rows / elapsed, 1))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.poll()
+
+    def __enter__(self) -> "PartitionWatcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.poll()
+        self.progress.close()
+
+
 def run_lddl_preprocess(corpora: dict, sink: str, seq_length: int, workers: int, schedule: str,
                         num_blocks: int | None) -> None:
     from lddl.dask.bart import pretrain as lddl_pretrain
 
     _offline_nltk()
+    save = lddl_pretrain.save
+
+    def save_with_progress(pairs, path, output_format="parquet"):
+        with PartitionWatcher(path, pairs.npartitions, f"preprocess {seq_length}"):
+            return save(pairs, path, output_format=output_format)
     argv = ["--schedule", schedule, "--sink", sink, "--target-seq-length", str(seq_length),
             "--local-n-workers", str(workers)]
     for name, path in corpora.items():
         argv += [f"--{name.replace('_', '-')}", path]
     if num_blocks:
         argv += ["--num-blocks", str(num_blocks)]
-    lddl_pretrain.main(lddl_pretrain.attach_args(argparse.ArgumentParser()).parse_args(argv))
+    lddl_pretrain.save = save_with_progress  # lddl's main looks it up at call time
+    try:
+        lddl_pretrain.main(lddl_pretrain.attach_args(argparse.ArgumentParser()).parse_args(argv))
+    finally:
+        lddl_pretrain.save = save
 
 
 STAGES = ("all", "preprocess", "balance")
@@ -117,7 +173,8 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
         log(f"[preprocess] length {length}: balancing into {num_shards} shards → {final}")
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
-        counts = balance_shards(raw, staging, num_shards)
+        with Progress(num_shards, f"balance {length}", unit="shard") as progress:
+            counts = balance_shards(raw, staging, num_shards, on_ready=lambda ready: progress.update(ready - progress.n))
         shutil.rmtree(raw, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(staging, final)

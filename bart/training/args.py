@@ -21,10 +21,10 @@ from bart.optim.schedulers import SCHEDULES
 from bart.training.strategy import STRATEGIES
 from utils.precision import add_precision_args
 
-FINETUNE_ONLY = ("n_val", "n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
+FINETUNE_ONLY = ("n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
                  "max_tokens_per_batch", "freeze_encoder", "freeze_embeds", "label_smoothing", "do_predict",
                  "val_max_target_length", "test_max_target_length", "eval_max_gen_length", "eval_batch_size",
-                 "val_check_interval", "task", "do_train")
+                 "task", "early_stopping_patience", "do_train")
 
 
 def _bool_or_path(value: str):
@@ -222,6 +222,11 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
     ckpt.add_argument("--log_freq", type=POSITIVE, default=10, help="log every N updates")
     ckpt.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
                       help="dllogger JSON log (default: OUTPUT_DIR/dllogger.json)")
+    ckpt.add_argument("--tensorboard_dir", default=None,
+                      help="TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
+    ckpt.add_argument("--no_tensorboard", action="store_true", help="write no TensorBoard events")
+    ckpt.add_argument("--wandb_project", default=None,
+                      help="also log to this Weights & Biases project (needs the wandb package)")
     ckpt.add_argument("--seed", type=NON_NEGATIVE, default=42)
 
 
@@ -229,12 +234,17 @@ def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
     ft = parser.add_argument_group("fine-tuning and evaluation (finetune.py)")
     ft.add_argument("--task", choices=("summarization", "translation"), default="summarization")
     ft.add_argument("--n_train", type=POSITIVE, default=None, help="use only the first N training examples")
-    ft.add_argument("--n_val", type=NON_NEGATIVE, default=None, help="validation examples per evaluation")
+    ft.add_argument("--n_val", type=NON_NEGATIVE, default=None,
+                    help="finetune.py: validation examples per evaluation (default all); pretrain.py: rows held "
+                         "out of training for the validation loss (default none)")
     ft.add_argument("--n_test", type=POSITIVE, default=None, help="test examples for --do_predict")
     ft.add_argument("--val_max_target_length", type=POSITIVE, default=None)
     ft.add_argument("--test_max_target_length", type=POSITIVE, default=None)
     ft.add_argument("--val_metric", choices=("rouge2", "bleu", "loss"), default=None)
-    ft.add_argument("--val_check_interval", type=NON_NEGATIVE, default=0, help="validate every N updates (0: at the end)")
+    ft.add_argument("--val_check_interval", type=NON_NEGATIVE, default=0,
+                    help="validate every N updates (0: at the end; pretrain.py: needs --n_val)")
+    ft.add_argument("--early_stopping_patience", type=NON_NEGATIVE, default=0,
+                    help="stop after N validations in a row without improvement of --val_metric (0: never)")
     ft.add_argument("--save_top_k", type=NON_NEGATIVE, default=1, help="keep the K best validation checkpoints")
     ft.add_argument("--label_smoothing", type=PROBABILITY, default=0.0)
     ft.add_argument("--freeze_encoder", action="store_true")

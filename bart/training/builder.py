@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -19,6 +20,7 @@ from utils import distributed as dist_utils
 from utils.checkpoint_io import remove_stale_partials
 from utils.dllogger_compat import Logger, drop_records_after
 from utils.errors import UserError
+from utils.metric_writers import build_writers, config_text
 from utils.precision import Precision
 
 
@@ -123,6 +125,8 @@ def freeze_parameters(model: BartForConditionalGeneration, encoder: bool = False
 
 def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps: int, eval_hook=None,
                   final_checkpoint_name: str | None = None, label_smoothing: float = 0.0) -> Trainer:
+    """The trainer, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
+    banner (printed, in run_config.json, in TensorBoard)."""
     device = device_for(env)
     model.to(device)
     config = TrainerConfig(
@@ -157,6 +161,78 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
     trainer.logger = logger = Logger(json_path, rank=env.rank, append=bool(resumed_from))
     logger.metadata("loss", {"unit": "nat/token"})
     logger.metadata("seq/s", {"unit": "sequences/s"})
+    resume_step = None
     if resumed_from:
         logger.log(step=trainer.global_step, data={"resumed_from": resumed_from})
+        resume_step = trainer.global_step
+    if env.is_main:
+        banner = run_banner(args, trainer, env.world_size, data_rows(train_data, eval_hook))
+        print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)
+        config_path = write_run_config(args, args.output_dir, {"world_size": env.world_size, "run_banner": banner,
+                                                                "model_config": model.config.to_dict()})
+        tensorboard_dir = None if args.no_tensorboard else args.tensorboard_dir or os.path.join(args.output_dir,
+                                                                                                  "tensorboard")
+        with open(config_path, encoding="utf-8") as f:
+            resolved = json.load(f)
+        logger.add_writers(build_writers(tensorboard_dir, args.wandb_project, args.output_dir, resolved, resume_step))
+        logger.text("run_config", config_text(resolved))
     return trainer
+
+
+def data_rows(train_data, eval_hook) -> dict:
+    """Row counts of the training data (pretraining: the shards' rows less the held-out ones) and of validation."""
+    dataset, rows = getattr(train_data, "dataset", None), {}
+    if hasattr(dataset, "num_rows"):
+        rows.update(train=dataset.num_rows - len(dataset.held_out), held_out=len(dataset.held_out))
+    elif dataset is not None:
+        rows["train"] = len(dataset)
+    if hasattr(eval_hook, "sources"):
+        rows["val"] = len(eval_hook.sources)
+    return rows
+
+
+def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data_rows: dict) -> dict:
+    """The implementation choices in effect for this run (what ran, not only what was asked)."""
+    optimizer = type(trainer.optimizer)
+    if optimizer.__name__ == "FusedLAMB":
+        optimizer_text = f"LAMB: apex {optimizer.__module__}.FusedLAMB"
+    elif optimizer.__name__ == "Lamb":
+        why = "not on CUDA" if trainer.device.type != "cuda" else "apex FusedLAMB not importable"
+        optimizer_text = f"LAMB: the project's multi-tensor bart.optim.Lamb ({why})"
+    else:
+        defaults = trainer.optimizer.defaults
+        kernel = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "for-loop"
+        optimizer_text = f"{optimizer.__name__} (torch, {kernel})"
+    if trainer.device.type == "cuda":
+        kernels = [name for name, on in (("flash", torch.backends.cuda.flash_sdp_enabled()),
+                                         ("mem_efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
+                                         ("cudnn", torch.backends.cuda.cudnn_sdp_enabled()),
+                                         ("math", torch.backends.cuda.math_sdp_enabled())) if on]
+        attention = f"torch scaled_dot_product_attention, CUDA kernels enabled: {', '.join(kernels)}"
+    else:
+        attention = f"torch scaled_dot_product_attention on {trainer.device.type} (flash-attention CPU kernel or math)"
+    precision = trainer.precision
+    tf32 = torch.backends.cuda.matmul.allow_tf32 if trainer.device.type == "cuda" else "n/a (no CUDA)"
+    per_update = args.train_batch_size * args.gradient_accumulation_steps * world_size
+    max_tokens = getattr(args, "max_tokens_per_batch", None)
+    if max_tokens:
+        batch = f"token budget {max_tokens * args.gradient_accumulation_steps * world_size} source tokens per update"
+    else:
+        batch = (f"{per_update} sequences per update (at most {per_update * args.max_source_length} source tokens: "
+                 f"{args.train_batch_size} x {args.gradient_accumulation_steps} accumulation x {world_size} processes)")
+    return {
+        "optimizer": optimizer_text,
+        "attention": attention + (", gradient checkpointing" if trainer.model.config.gradient_checkpointing else ""),
+        "precision": (f"{precision.name} (autocast {precision.autocast_dtype or 'off'}, loss scaling "
+                      f"{'on' if trainer.scaler is not None else 'off'}, TF32 matmul {tf32})"),
+        "compile": bool(args.compile),
+        "device": str(trainer.device),
+        "world_size": world_size,
+        "distribution": trainer.strategy.name,
+        "global_batch": batch,
+        "steps": (f"{trainer.config.max_steps} updates (numbered from {trainer.config.step_offset + 1}), warmup "
+                  f"{args.warmup_steps}, {args.lr_scheduler} schedule"
+                  + (f", resumed after {trainer.step}" if trainer.step else "")),
+        "data_rows": data_rows,
+    }
+

@@ -10,7 +10,7 @@ exactly ``max_steps`` updates. Everything a resumed run needs is in ``state_dict
 from __future__ import annotations
 
 import contextlib
-import sys
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
@@ -26,6 +26,7 @@ from utils.checkpoint_io import CheckpointError, first_line
 from utils.errors import Preempted, RunStopped
 from utils.signals import StopRequest
 from utils.precision import Precision
+from utils.progress import Progress
 
 
 @dataclass
@@ -102,6 +103,11 @@ class Trainer:
         self.forward_model = self.strategy.wrap(model, torch.compile(model) if config.compile else model)
         self.history: list[dict] = []
         self._sequences_seen = 0
+        self.stop_reason: Optional[str] = None  # set by request_stop (early stopping): fit ends after this step
+
+    def request_stop(self, reason: str) -> None:
+        """End fit() after the current update (final evaluation skipped if done at this step, checkpoint saved)."""
+        self.stop_reason = reason
 
     @property
     def global_step(self) -> int:
@@ -264,19 +270,20 @@ class Trainer:
         window = {"loss_sum": torch.zeros((), device=self.device), "tokens": torch.zeros((), device=self.device),
                   "sequences": 0, "start": time.perf_counter(), "steps": 0}
         run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
-        progress = _progress(cfg.max_steps, self.step, cfg.progress_bar and self.rank == 0)
+        progress = Progress(cfg.max_steps, "train", unit="step", initial=self.step,
+                            enabled=cfg.progress_bar and self.rank == 0)
         with StopRequest() as stop:
-            while self.step < cfg.max_steps:
+            while self.step < cfg.max_steps and self.stop_reason is None:
                 if self._stop_agreed(stop):
-                    if progress:
-                        progress.close()
+                    progress.close()
                     self._stop_for_signal(stop.received or "a stop signal on another rank")
                 loss = self._one_update(batches, window, progress)
                 if loss is not None:
                     final_loss = loss
             total_sequences = self._sequences_seen
-        if progress:
-            progress.close()
+        progress.close()
+        if self.stop_reason is not None and self.rank == 0:
+            print(f"stopping early at step {self.global_step}: {self.stop_reason}", flush=True)
         if self.eval_hook and not (cfg.val_check_interval and self.step % cfg.val_check_interval == 0):
             self._evaluate()
         path = self.save(cfg.final_checkpoint_name)
@@ -284,7 +291,7 @@ class Trainer:
         # total_loss and avg_train_time: the reference recipe's names for the same figures
         summary = {"final_loss": final_loss, "total_loss": final_loss, "total_time_s": elapsed,
                    "avg_train_time": elapsed, "avg_train_throughput": total_sequences / max(elapsed, 1e-9),
-                   "steps": self.step}
+                   "steps": self.step, "stopped_early": self.stop_reason is not None}
         self.logger.log(step=(), data=summary)
         self.logger.flush()
         return {**summary, "checkpoint": path}
@@ -303,12 +310,14 @@ class Trainer:
         window["sequences"] += out["sequences"]
         window["steps"] += 1
         self._sequences_seen += out["sequences"] * self.world_size
-        if progress:
-            progress.update(1)
+        progress.update(1)
         if self.step % cfg.log_freq == 0 or self.step == cfg.max_steps:
             logged = self._log(window, out)
+            progress.set_postfix(loss=logged)
         if cfg.val_check_interval and self.eval_hook and self.step % cfg.val_check_interval == 0:
             self._evaluate()
+            if self.stop_reason is not None:
+                return logged
         if cfg.save_checkpoint_steps and self.step % cfg.save_checkpoint_steps == 0 and self.step < cfg.max_steps:
             self.save()
         return logged
@@ -337,7 +346,7 @@ class Trainer:
         record = {"loss": loss, "learning_rate": self.scheduler.get_last_lr()[0],
                   "grad_norm": float(last["grad_norm"]), "loss_scale": self.scaler.get_scale() if self.scaler else 1.0,
                   "seq/s": stats[2] / elapsed, "tokens/s": stats[1] / elapsed,
-                  "step_time_s": elapsed / max(window["steps"], 1)}
+                  "step_time_s": elapsed / max(window["steps"], 1), **_memory(self.device)}
         self.history.append({"step": self.global_step, **record})
         self.logger.log(step=self.global_step, data=record)
         window.update(loss_sum=torch.zeros((), device=self.device), tokens=torch.zeros((), device=self.device),
@@ -376,14 +385,14 @@ def _plain(value):
     return str(value)
 
 
-def _progress(total: int, start: int, enabled: bool):
-    if not enabled or not sys.stderr.isatty():
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
+def _memory(device: torch.device) -> dict:
+    """Peak memory in GiB: the GPU's allocated memory since the last log (CUDA), the host RSS of this
+    process since it started."""
+    values = {"host_mem_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}  # KiB on Linux
+    if device.type == "cuda":
+        values["gpu_mem_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
+        torch.cuda.reset_peak_memory_stats(device)
+    return values
 
 
 __all__ = ["Trainer", "TrainerConfig", "NonFiniteLossError", "strategy_for"]

@@ -1,6 +1,12 @@
-"""Validation during fine-tuning: a metric on the first ``n_val`` validation examples (generation +
-ROUGE/BLEU, or the token loss), logged by the trainer, with the best ``save_top_k`` weights kept
-(:class:`bart.training.checkpoint.BestCheckpoints`)."""
+"""Validation during training, run by the trainer every ``val_check_interval`` updates and at the end.
+
+Fine-tuning (:class:`Validation`): a metric on the first ``n_val`` validation examples (generation +
+ROUGE/BLEU, or the token loss), the best ``save_top_k`` weights kept
+(:class:`bart.training.checkpoint.BestCheckpoints`), and early stopping after
+``early_stopping_patience`` validations without improvement. Pretraining
+(:class:`PretrainingValidation`): the reconstruction loss on the rows held out of training
+(``--n_val``), their noise drawn once so that every validation sees the same inputs.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -11,45 +17,99 @@ from bart.data.summarization import Seq2SeqDataset, read_split
 from bart.evaluation import generate_texts, score
 from bart.training.checkpoint import BestCheckpoints
 from utils import distributed as dist_utils
+from utils.progress import track
+
+
+def token_loss(trainer, batches: list[dict]) -> float:
+    """Mean cross-entropy per target token (nat/token) of the model over ``batches``, under the
+    run's autocast. Every rank evaluates every batch (FSDP needs the same forwards on all ranks)."""
+    total, tokens = 0.0, 0
+    trainer.model.eval()
+    with torch.no_grad():
+        for batch in track(batches, "validate", unit="batch", enabled=dist_utils.is_main_process(), leave=False):
+            batch = {k: v.to(trainer.device) for k, v in batch.items() if k != "index" and v is not None}
+            with trainer.precision.autocast(trainer.device.type):
+                total += float(trainer.model(**batch, reduction="sum").loss)
+            tokens += int((batch["labels"] != -100).sum())
+    trainer.model.train()
+    return total / max(tokens, 1)
 
 
 class Validation:
     def __init__(self, data_dir: str, tokenizer, task: str, metric: str, n_val: Optional[int],
                  max_source_length: int, max_target_length: int, batch_size: int, gen_kwargs: dict,
-                 autocast_dtype: Optional[torch.dtype], output_dir: str, save_top_k: int) -> None:
+                 autocast_dtype: Optional[torch.dtype], output_dir: str, save_top_k: int,
+                 early_stopping_patience: int = 0) -> None:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
         self.batch_size, self.gen_kwargs, self.dtype = batch_size, gen_kwargs, autocast_dtype
         self.sources, self.targets = read_split(data_dir, "val", n_val)
-        self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=metric == "loss")
+        self.lower_is_better = metric == "loss"
+        self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=self.lower_is_better)
+        self.patience = early_stopping_patience
+        self.best_value: Optional[float] = None
+        self.best_step: Optional[int] = None
+        self.without_improvement = 0
         self.history: list[dict] = []
 
     def metric(self, trainer) -> dict:
         if self.metric_name == "loss":
             return {"loss": self._loss(trainer)}
         predictions, _ = generate_texts(trainer.model, self.tokenizer, self.sources, self.batch_size,
-                                        self.max_source_length, self.gen_kwargs, self.dtype)
+                                        self.max_source_length, self.gen_kwargs, self.dtype, desc="validate",
+                                        nested=True)
         trainer.model.train()
         return score(self.task, predictions, self.targets)
 
     def _loss(self, trainer) -> float:
         dataset = Seq2SeqDataset(self.data_dir, "val", self.tokenizer, self.max_source_length,
                                  self.max_target_length, n_obs=self.n_val)
-        total, tokens = 0.0, 0
-        trainer.model.eval()
-        with torch.no_grad():
-            for start in range(0, len(dataset), 8):
-                batch = dataset.collate([dataset[i] for i in range(start, min(start + 8, len(dataset)))])
-                batch.pop("index")
-                batch = {k: v.to(trainer.device) for k, v in batch.items()}
-                total += float(trainer.model(**batch, reduction="sum").loss)
-                tokens += int((batch["labels"] != -100).sum())
-        trainer.model.train()
-        return total / max(tokens, 1)
+        batches = [dataset.collate([dataset[i] for i in range(start, min(start + 8, len(dataset)))])
+                   for start in range(0, len(dataset), 8)]
+        return token_loss(trainer, batches)
 
     def __call__(self, trainer) -> dict:
         metrics = self.metric(trainer)
         self.history.append({"step": trainer.global_step, **metrics})
         if dist_utils.is_main_process():
             self.best.consider(metrics[self.metric_name], trainer.global_step, trainer.model, metrics)
+        self._early_stopping(trainer, float(metrics[self.metric_name]))
         return metrics
+
+    def _early_stopping(self, trainer, value: float) -> None:
+        """Every rank gets the same metric (generations are gathered; the loss is computed in full)."""
+        improved = self.best_value is None or (value < self.best_value if self.lower_is_better else value > self.best_value)
+        if improved:
+            self.best_value, self.best_step, self.without_improvement = value, trainer.global_step, 0
+            return
+        self.without_improvement += 1
+        if self.patience and self.without_improvement >= self.patience:
+            trainer.request_stop(f"val_{self.metric_name} has not improved for {self.without_improvement} validations "
+                                 f"(--early_stopping_patience {self.patience}; best {self.best_value:.4g} at step "
+                                 f"{self.best_step})")
+
+
+class PretrainingValidation:
+    """Reconstruction (denoising) loss on held-out rows; ``samples`` from
+    :meth:`bart.data.pretraining_dataset.BartPretrainingDataset.samples`, noised by ``collator``."""
+
+    def __init__(self, samples: list[dict], collator, batch_size: int) -> None:
+        if not samples:
+            raise ValueError("pretraining validation needs at least one held-out sample")
+        self.batches = [collator(samples[i:i + batch_size]) for i in range(0, len(samples), batch_size)]
+        self.num_samples = len(samples)
+        self.history: list[dict] = []
+
+    @classmethod
+    def from_loader(cls, loader, batch_size: int) -> Optional["PretrainingValidation"]:
+        """The held-out rows of a :class:`~bart.data.pretraining_dataset.PretrainingLoader` (None: none held out)."""
+        dataset = loader.dataset
+        if not dataset.held_out:
+            return None
+        samples = [s for row in dataset.samples(dataset.held_out, epoch=0) for s in row]
+        return cls(samples, loader.collator, batch_size)
+
+    def __call__(self, trainer) -> dict:
+        loss = token_loss(trainer, self.batches)
+        self.history.append({"step": trainer.global_step, "loss": loss})
+        return {"loss": loss}

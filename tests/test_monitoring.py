@@ -1,0 +1,186 @@
+"""Watching runs: progress lines in a log file, TensorBoard events (read back with tensorboard's own
+reader), pretraining's held-out loss, the run banner, early stopping, dllogger flushed per line, plots."""
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.summaries import write_summarization_data
+from utils.dllogger_compat import Logger, read_dllogger
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(script, *args, log_path, env=None):
+    """The script with stdout and stderr going to a file, as under SLURM (not a terminal)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", PROGRESS_INTERVAL_S="3600", **(env or {}))
+    env.pop("PROGRESS", None)
+    with open(log_path, "w") as log:
+        code = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=300).returncode
+    return code, open(log_path).read()
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    values.update(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
+                  vocab_size=SMALL_VOCAB_SIZE, dropout=0.0)
+    path = tmp_path_factory.mktemp("cfg") / "config.json"
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, tiny_config, small_tokenizer_dir):
+    base = tmp_path_factory.mktemp("pretrain")
+    data = os.path.dirname(write_shards(str(base / "shards"), [30, 30])[0])
+    code, log = _run("pretrain.py", "--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+                     "--max_steps", "20", "--train_batch_size", "8", "--max_source_length", "64", "--lamb",
+                     "--learning_rate", "2e-2", "--warmup_steps", "2", "--log_freq", "5", "--num_workers", "0",
+                     "--n_val", "6", "--val_check_interval", "10", "--output_dir", str(base / "out"),
+                     log_path=str(base / "log.txt"))
+    assert code == 0, log[-3000:]
+    return base / "out", log
+
+
+def test_progress_lines_in_a_log_file(pretrained):
+    _, log = pretrained
+    assert "\r" not in log and "\x1b" not in log
+    lines = [line for line in log.splitlines() if line.startswith("[train] ")]
+    assert [line.split(" ")[1] for line in lines] == [f"{n}/20" for n in range(0, 21, 2)]
+    assert all("steps/s" in line and "elapsed" in line and "ETA" in line for line in lines[1:])
+    assert any(line.startswith("[validate] 1/1 batch") for line in log.splitlines())
+
+
+def test_pretraining_held_out_loss_and_banner(pretrained):
+    out, log = pretrained
+    records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
+    val = [(r["step"], r["data"]["val_loss"]) for r in records if "val_loss" in r["data"]]
+    assert [s for s, _ in val] == [10, 20] and all(0 < v < 20 for _, v in val)
+    banner = json.load(open(out / "run_config.json"))["run_banner"]
+    assert banner["data_rows"] == {"train": 54, "held_out": 6}
+    assert banner["optimizer"].startswith("LAMB: the project's multi-tensor bart.optim.Lamb")
+    assert banner["world_size"] == 1 and banner["global_batch"].startswith("8 sequences per update")
+    assert "== run ==" in log and "  optimizer: LAMB" in log
+
+
+def test_tensorboard_events_read_back(pretrained):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(pretrained[0] / "tensorboard"))
+    events.Reload()
+    counts = {tag: len(events.Scalars(tag)) for tag in events.Tags()["scalars"]}
+    print(counts)
+    for tag in ("train/loss", "train/learning_rate", "train/grad_norm", "train/loss_scale", "train/seq_per_s",
+                "train/tokens_per_s", "train/host_mem_peak_gib"):
+        assert counts[tag] == 4, (tag, counts)
+    assert counts["val/loss"] == 2 and [e.step for e in events.Scalars("val/loss")] == [10, 20]
+    dll = [r["data"]["loss"] for r in read_dllogger(str(pretrained[0] / "dllogger.json"))
+           if r["type"] == "LOG" and "loss" in r["data"]]
+    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(dll, rel=1e-6)
+    assert "run_config/text_summary" in events.Tags()["tensors"]
+
+
+def test_n_val_mistakes_are_one_line(tiny_config, small_tokenizer_dir, tmp_path):
+    data = os.path.dirname(write_shards(str(tmp_path / "shards"), [4, 4])[0])
+    common = ["--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "1",
+              "--num_workers", "0", "--output_dir", str(tmp_path / "out")]
+    code, log = _run("pretrain.py", *common, "--n_val", "8", log_path=str(tmp_path / "a.txt"))
+    assert code == 2 and log.strip().splitlines()[-1] == \
+        "pretrain.py: error: --n_val 8: the data holds only 8 rows; hold out fewer" and "Traceback" not in log
+
+
+def test_flag_mistakes(capsys, monkeypatch, tmp_path):
+    import pretrain
+    from bart.cli import USER_ERRORS
+    from utils.metric_writers import build_writers
+
+    with pytest.raises(SystemExit):
+        pretrain.parse_args(["--config_path", "c", "--data_dir", "d", "--max_steps", "1", "--val_check_interval", "5"])
+    assert "--val_check_interval needs held-out rows: add --n_val N" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    with pytest.raises(USER_ERRORS) as err:
+        build_writers(None, "my-project", str(tmp_path))
+    assert str(err.value).startswith("--wandb_project my-project: the wandb package is not installed")
+
+
+def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir):
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 32), ("val", 4), ("test", 4)))
+    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    values.update(max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE)
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    # learning rate 0: the validation loss never improves, so patience 2 stops at the second check after step 0
+    code, log = _run("finetune.py", "--config_path", str(tmp_path / "config.json"), "--data_dir", data,
+                     "--tokenizer", small_tokenizer_dir, "--from_scratch", "--max_steps", "50", "--learning_rate", "0",
+                     "--train_batch_size", "8", "--max_source_length", "32", "--max_target_length", "16",
+                     "--val_metric", "loss", "--val_check_interval", "2", "--early_stopping_patience", "2",
+                     "--log_freq", "2", "--num_workers", "0", "--no_tensorboard", "--output_dir", str(tmp_path / "out"),
+                     log_path=str(tmp_path / "log.txt"))
+    assert code == 0, log[-3000:]
+    assert "stopping early at step 4: val_loss has not improved for 2 validations (--early_stopping_patience 2" in log
+    records = [r for r in read_dllogger(str(tmp_path / "out" / "dllogger.json")) if r["type"] == "LOG"]
+    assert [r["step"] for r in records if "val_loss" in r["data"]] == [0, 2, 4]
+    assert [r["data"]["steps"] for r in records if "stopped_early" in r["data"]] == [4]
+    assert any(n.endswith("_step4.ckpt") for n in os.listdir(tmp_path / "out"))
+    assert not os.path.exists(tmp_path / "out" / "tensorboard")  # --no_tensorboard
+
+
+class _BufferedBackend:
+    """The real dllogger's JSONStreamBackend keeps lines in its file buffer until flushed."""
+
+    def __init__(self, verbosity, path, append=False):
+        self.file = open(path, "a" if append else "w", buffering=1 << 20)
+
+    def log(self, step, data):
+        self.file.write("DLLL " + json.dumps({"type": "LOG", "step": step, "data": data}) + "\n")
+
+    def flush(self):
+        self.file.flush()
+
+
+def _fake_dllogger():
+    module = types.ModuleType("dllogger")
+    module.backends = []
+    module.JSONStreamBackend = _BufferedBackend
+    module.StdOutBackend = lambda verbosity: None
+    module.Verbosity = types.SimpleNamespace(VERBOSE=1)
+    module.init = lambda backends: module.backends.extend(b for b in backends if b is not None)
+    module.log = lambda step, data: [b.log(step, data) for b in module.backends]
+    module.flush = lambda: [b.flush() for b in module.backends]
+    module.metadata = lambda name, meta: None
+    return module
+
+
+@pytest.mark.parametrize("use_dllogger", [True, False])
+def test_dllogger_lines_reach_the_file_as_logged(tmp_path, monkeypatch, use_dllogger):
+    monkeypatch.setitem(sys.modules, "dllogger", _fake_dllogger())
+    path = str(tmp_path / "dllogger.json")
+    logger = Logger(path, stdout=False, use_dllogger=use_dllogger)
+    logger.log(step=1, data={"loss": 2.5})
+    logger.log(step=2, data={"loss": 2.0})
+    # read while the logger is still open, as a reader would after a SIGKILL
+    assert [r["data"]["loss"] for r in read_dllogger(path)] == [2.5, 2.0]
+
+
+def test_plot_has_a_row_per_phase(tmp_path, pretrained):
+    from utils.plot_logs import _panels, plot_logs, read_log
+
+    finetuning = tmp_path / "ft.json"
+    logger = Logger(str(finetuning), stdout=False, use_dllogger=False)
+    for step in range(10, 101, 10):
+        logger.log(step=step, data={"loss": 5.0 / step ** 0.3, "learning_rate": 1e-3, "seq/s": 100.0})
+    for step in (0, 50, 100):
+        logger.log(step=step, data={"val_rouge1": step / 3, "val_rouge2": step / 10, "val_rougeL": step / 4})
+    logger.close()
+    kinds = [p[0] for p in _panels(read_log(str(finetuning)))]
+    assert kinds == ["loss", "learning rate", "throughput", "metrics"]
+    pre = _panels(read_log(str(pretrained[0] / "dllogger.json")))
+    assert [name for _, _, name, _ in pre[0][3]] == ["training (raw)", "training (smoothed)", "validation"]
+    written = plot_logs([str(pretrained[0] / "dllogger.json"), str(finetuning)], str(tmp_path / "plots"),
+                        ["pretraining", "fine-tuning"])
+    assert written == [str(tmp_path / "plots" / "training_curves.png")] and os.path.getsize(written[0]) > 10000

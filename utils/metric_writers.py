@@ -1,0 +1,88 @@
+"""Scalars and text for TensorBoard (the real ``tensorboard`` package through
+``torch.utils.tensorboard.SummaryWriter``) and, when asked for, Weights & Biases.
+
+:class:`utils.dllogger_compat.Logger` hands every record it logs with a step to these writers, so
+whatever reaches dllogger (training loss, learning rate, validation metrics...) reaches TensorBoard
+too. Tags: ``train/<name>`` for training values, ``val/<name>`` for ``val_<name>`` values; ``/`` in
+a name becomes ``_per_`` (``seq/s`` → ``train/seq_per_s``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Optional
+
+
+class MetricWriterError(RuntimeError):
+    """A writer the user asked for cannot be used (package missing)."""
+
+
+def scalar_tag(name: str) -> str:
+    group = "val" if name.startswith("val_") else "train"
+    name = name[4:] if group == "val" else name
+    return f"{group}/{name.replace('/', '_per_')}"
+
+
+def _scalars(data: dict) -> dict:
+    return {k: float(v) for k, v in data.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+class TensorBoardWriter:
+    def __init__(self, log_dir: str, purge_step: Optional[int] = None) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as err:
+            raise MetricWriterError(f"TensorBoard logging needs the tensorboard package ({err}); "
+                                    f"pip install tensorboard, or pass --no_tensorboard") from err
+        # purge_step: a resumed run drops the events the interrupted one wrote after its checkpoint
+        self.writer = SummaryWriter(log_dir=log_dir, purge_step=purge_step or None)
+        self.log_dir = log_dir
+
+    def scalars(self, step: int, data: dict) -> None:
+        for name, value in _scalars(data).items():
+            self.writer.add_scalar(scalar_tag(name), value, global_step=step)
+        self.writer.flush()
+
+    def text(self, name: str, text: str) -> None:
+        self.writer.add_text(name, text)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbWriter:
+    def __init__(self, project: str, run_dir: str, config: Optional[dict] = None, resume: bool = False) -> None:
+        try:
+            import wandb
+        except ImportError as err:
+            raise MetricWriterError(f"--wandb_project {project}: the wandb package is not installed "
+                                    f"(pip install wandb), or leave the flag out") from err
+        self.wandb = wandb
+        self.run = wandb.init(project=project, dir=run_dir, config=config or {}, resume="allow" if resume else None)
+
+    def scalars(self, step: int, data: dict) -> None:
+        self.run.log({scalar_tag(k): v for k, v in _scalars(data).items()}, step=step)
+
+    def text(self, name: str, text: str) -> None:
+        self.run.summary[name] = text
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def build_writers(tensorboard_dir: Optional[str] = None, wandb_project: Optional[str] = None,
+                  run_dir: str = ".", config: Optional[dict] = None, resume_step: Optional[int] = None) -> list:
+    writers = []
+    if tensorboard_dir:
+        writers.append(TensorBoardWriter(tensorboard_dir, purge_step=resume_step))
+    if wandb_project:
+        writers.append(WandbWriter(wandb_project, run_dir, config, resume=resume_step is not None))
+    return writers
+
+
+def config_text(values: dict) -> str:
+    """A configuration as TensorBoard text (markdown code block)."""
+    body = json.dumps(values, indent=2, sort_keys=True, default=str)
+    return "\n".join("    " + line for line in body.splitlines())
