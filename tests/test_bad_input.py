@@ -196,7 +196,7 @@ def test_bad_input_is_one_line(case, world, tmp_path, capsys):
     argv = [a.format(**values) for a in argv]
     code = _main(script, argv)
     err = capsys.readouterr().err
-    lines = [line for line in err.strip().splitlines() if not line.startswith(("note:", "[checkpoint]"))]
+    lines = [line for line in err.strip().splitlines() if not line.startswith(("note:", "[checkpoint]", "[generate]"))]
     assert code == 2, f"exit {code}, stderr:\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
     assert len(lines) == 1 and lines[0].startswith(f"{script}: error:"), err[-3000:]
