@@ -165,7 +165,7 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
 
 def add_optimization_args(parser: argparse.ArgumentParser) -> None:
     optim = parser.add_argument_group("optimization")
-    optim.add_argument("--learning_rate", type=POSITIVE_FLOAT, default=5e-5)
+    optim.add_argument("--learning_rate", type=NON_NEGATIVE_FLOAT, default=5e-5)
     optim.add_argument("--lamb", action="store_true", help="LAMB (multi-tensor; apex FusedLAMB if installed) "
                                                            "instead of AdamW")
     optim.add_argument("--use_nvlamb", action="store_true", help="LAMB trust ratio on every tensor (NVLAMB)")
