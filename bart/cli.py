@@ -10,7 +10,7 @@ import sys
 
 from bart.data import DataError
 from bart.hub import HubResolutionError
-from utils.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR, RunStopped, UserError
+from utils.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR, RunStopped, UserError, one_line
 from utils.metric_writers import MetricWriterError
 
 USER_ERRORS = (UserError, HubResolutionError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
@@ -19,19 +19,15 @@ USER_ERRORS = (UserError, HubResolutionError, DataError, MetricWriterError, File
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
-
-
-def is_collective_timeout(err: BaseException) -> bool:
-    """A torch.distributed collective that gave up waiting for another rank (gloo or NCCL)."""
+def is_collective_timeout(err: RuntimeError) -> bool:
+    """A torch.distributed collective (gloo or NCCL; DistBackendError is a RuntimeError) that gave up
+    waiting for another rank."""
     import torch.distributed as dist
 
     text = str(err).lower()
     timeout_words = ("timed out", "timeout", "connection closed by peer", "connection reset by peer",
                      "broken pipe", "watchdog")
-    dist_error = isinstance(err, getattr(dist, "DistBackendError", ())) or isinstance(err, RuntimeError)
-    return dist_error and dist.is_available() and dist.is_initialized() and any(w in text for w in timeout_words)
+    return dist.is_available() and dist.is_initialized() and any(w in text for w in timeout_words)
 
 
 def run_main(main, script: str) -> None:
@@ -40,15 +36,15 @@ def run_main(main, script: str) -> None:
     try:
         main()
     except (*USER_ERRORS, GenerationOptionError) as err:
-        print(f"{script}: error: {_one_line(err)}", file=sys.stderr)
+        print(f"{script}: error: {one_line(err)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except RunStopped as err:
-        print(f"{script}: stopped: {_one_line(err)}", file=sys.stderr)
+        print(f"{script}: stopped: {one_line(err)}", file=sys.stderr)
         sys.exit(err.exit_code)
     except OSError as err:
         if err.errno not in _ENVIRONMENT_ERRNOS:
             raise
-        print(f"{script}: error: {_one_line(err)} (free space or write access is needed; nothing half-written "
+        print(f"{script}: error: {one_line(err)} (free space or write access is needed; nothing half-written "
               f"was left under a checkpoint's name)", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except RuntimeError as err:
@@ -56,6 +52,6 @@ def run_main(main, script: str) -> None:
             raise
         from utils import distributed as dist_utils
         print(f"{script}: stopped: rank {dist_utils.rank()} of {dist_utils.world_size()}: a collective operation "
-              f"failed waiting for the other ranks ({_one_line(err)[:300]}); another rank hung or died: see its "
+              f"failed waiting for the other ranks ({one_line(err)[:300]}); another rank hung or died: see its "
               f"log; raise --dist_timeout if a step legitimately takes longer", file=sys.stderr)
         sys.exit(EXIT_DIST_TIMEOUT)

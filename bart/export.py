@@ -30,6 +30,8 @@ import sys
 import tempfile
 from typing import Optional
 
+from utils.errors import one_line
+
 DEFAULT_TOKENIZER = "facebook/bart-large"
 EXIT_USAGE = 2
 
@@ -171,8 +173,7 @@ def main(argv=None) -> int:
                         args.overwrite, args.verify)
     except (ExportError, HubResolutionError, CheckpointError, FileNotFoundError, IsADirectoryError,
             NotADirectoryError, PermissionError, ValueError) as err:
-        message = " ".join(str(err).split("\n")).strip() or type(err).__name__
-        print(f"bart.export: error: {message}", file=sys.stderr)
+        print(f"bart.export: error: {one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     check = ("" if result["verify_max_abs_diff"] is None else
              f"; transformers loads it (max logit difference {result['verify_max_abs_diff']:.2g})")

@@ -34,6 +34,11 @@ class Preempted(RunStopped):
     exit_code = EXIT_PREEMPTED
 
 
+def one_line(err: BaseException) -> str:
+    """An error's message on one line (line breaks and runs of spaces become one space), or its type."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def did_you_mean(name: str, known, cutoff: float = 0.75) -> str:
     """' (did you mean 'x'?)' for the closest of ``known`` to ``name``, or ''."""
     import difflib

@@ -17,6 +17,8 @@ from typing import Optional
 
 import torch
 
+from utils.errors import UserError
+
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -41,7 +43,7 @@ class Precision:
     @classmethod
     def from_flags(cls, fp16: bool = False, bf16: bool = False, tf32: bool = True) -> "Precision":
         if fp16 and bf16:
-            raise SystemExit("choose one of --fp16 and --bf16")
+            raise UserError("choose one of --fp16 and --bf16")
         return cls("fp16" if fp16 else "bf16" if bf16 else "tf32" if tf32 else "fp32", allow_tf32=tf32)
 
     @classmethod

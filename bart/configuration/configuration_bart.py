@@ -167,7 +167,8 @@ class BartConfig:
                 values[key] = copy.deepcopy(_DEFAULTS[key])
         for key, value in values.items():
             object.__setattr__(self, key, value)
-        self.set_pre_ln(self.pre_ln) if isinstance(self.pre_ln, bool) else None  # 'pre_ln' wins over the older names
+        if isinstance(self.pre_ln, bool):  # 'pre_ln' wins over the older names (normalize_before, ...)
+            self.set_pre_ln(self.pre_ln)
         self.validate()
 
     # -- aliases (transformers' attribute_map); a key stored in the file wins ---------

@@ -19,7 +19,8 @@ import sys
 
 from bart.optim.schedulers import SCHEDULES
 from bart.training.strategy import STRATEGIES
-from utils.precision import add_precision_args
+from utils.errors import UserError
+from utils.precision import Precision, add_precision_args
 
 FINETUNE_ONLY = ("n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
                  "max_tokens_per_batch", "freeze_encoder", "freeze_embeds", "label_smoothing", "do_predict",
@@ -262,8 +263,10 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=N
     argv = sys.argv[1:] if argv is None else list(argv)
     args._given = {action.dest for action in parser._actions for option in action.option_strings
                    if any(token == option or token.startswith(option + "=") for token in argv)}
-    if getattr(args, "fp16", False) and getattr(args, "bf16", False):
-        parser.error("choose one of --fp16 and --bf16")
+    try:
+        Precision.from_args(args)  # its rules (one of --fp16/--bf16), at parse time
+    except UserError as err:
+        parser.error(str(err))
     if getattr(args, "lr_scheduler", None) == "polynomial" and args.lr_end > args.learning_rate:
         parser.error(f"--lr_end {args.lr_end:g} exceeds --learning_rate {args.learning_rate:g}: the polynomial "
                      f"schedule decays from the learning rate down to --lr_end; lower --lr_end")
@@ -279,14 +282,16 @@ def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, nam
             parser.error(f"--{name} is a {other} flag and has no effect in {script}; remove it")
 
 
-def write_run_config(args: argparse.Namespace, output_dir: str, extra: dict | None = None) -> str:
-    """The resolved run configuration next to the results."""
+def write_run_config(args: argparse.Namespace, output_dir: str, extra: dict | None = None) -> dict:
+    """The resolved run configuration next to the results (run_config.json); returns it as written
+    (plain JSON values)."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "run_config.json")
     values = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     values.update(extra or {})
+    text = json.dumps(values, indent=2, sort_keys=True, default=str)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2, sort_keys=True, default=str)
+        f.write(text)
     os.replace(tmp, path)
-    return path
+    return json.loads(text)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -168,12 +167,10 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
     if env.is_main:
         banner = run_banner(args, trainer, env.world_size, data_rows(train_data, eval_hook))
         print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)
-        config_path = write_run_config(args, args.output_dir, {"world_size": env.world_size, "run_banner": banner,
-                                                                "model_config": model.config.to_dict()})
+        resolved = write_run_config(args, args.output_dir, {"world_size": env.world_size, "run_banner": banner,
+                                                             "model_config": model.config.to_dict()})
         tensorboard_dir = None if args.no_tensorboard else args.tensorboard_dir or os.path.join(args.output_dir,
                                                                                                   "tensorboard")
-        with open(config_path, encoding="utf-8") as f:
-            resolved = json.load(f)
         logger.add_writers(build_writers(tensorboard_dir, args.wandb_project, args.output_dir, resolved, resume_step))
         logger.text("run_config", config_text(resolved))
     return trainer
