@@ -116,6 +116,15 @@ def _unreadable_message(path: str, err: BaseException) -> str:
 
 
 
+def atomic_write_text(path: str, text: str) -> None:
+    """A small text file (JSON, a log) written under a temporary name and renamed into place, so a
+    reader never sees half of it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def remove_stale_partials(folder: str) -> list[tuple[str, int]]:
     """Delete the temporary files of writes that were killed midway (``.tmp-*.partial``, left by a
     process that died inside :func:`atomic_save`); (path, bytes) of each. Call it only where no other

@@ -161,8 +161,7 @@ def drop_records_after(path: str, step: int) -> int:
                     continue
             kept.append(line if line.endswith("\n") else line + "\n")
     if dropped:
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(kept)
-        os.replace(tmp, path)
+        from utils.checkpoint_io import atomic_write_text  # imports torch: only when there is work
+
+        atomic_write_text(path, "".join(kept))
     return dropped

@@ -19,6 +19,7 @@ import sys
 
 from bart.optim.schedulers import SCHEDULES
 from bart.training.strategy import STRATEGIES
+from utils.checkpoint_io import atomic_write_text
 from utils.errors import UserError
 from utils.precision import Precision, add_precision_args
 
@@ -290,8 +291,5 @@ def write_run_config(args: argparse.Namespace, output_dir: str, extra: dict | No
     values = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     values.update(extra or {})
     text = json.dumps(values, indent=2, sort_keys=True, default=str)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
     return json.loads(text)

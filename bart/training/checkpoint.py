@@ -25,7 +25,7 @@ import torch
 
 import sys
 
-from utils.checkpoint_io import CheckpointError, atomic_save, safe_load
+from utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
@@ -126,11 +126,9 @@ class BestCheckpoints:
         return self.best
 
     def _write_ranking(self) -> None:
-        tmp = self.ranking_path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"metric": self.metric, "lower_is_better": self.lower_is_better,
-                       "best": [[value, os.path.basename(path)] for value, path in self.best]}, f, indent=1)
-        os.replace(tmp, self.ranking_path)
+        atomic_write_text(self.ranking_path, json.dumps(
+            {"metric": self.metric, "lower_is_better": self.lower_is_better,
+             "best": [[value, os.path.basename(path)] for value, path in self.best]}, indent=1))
 
     def _better(self, a: float, b: float) -> bool:
         return a < b if self.lower_is_better else a > b
