@@ -119,7 +119,7 @@ class _NoiseBatch:
 
 class PretrainingLoader:
     """Batches for the training loop: ``set_epoch``, iteration, and ``position`` / ``seek`` (where
-    the batches taken so far leave the epoch, and starting there)."""
+    the batches taken so far leave the epoch; iterations of the epoch then start there)."""
 
     def __init__(self, dataset: BartPretrainingDataset, collator: DenoisingCollator, batch_size: int,
                  num_workers: int, seed: int) -> None:
@@ -127,15 +127,14 @@ class PretrainingLoader:
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.epoch = 0
         self.skipped_rows = 0  # over the whole run (a resumed run continues the count)
-        self._rows, self._next_worker = self._start(), 0
-
-    def _start(self) -> list:
-        return [[0, 0] for _ in range(max(self.num_workers, 1))]
+        self._start = ([[0, 0] for _ in range(max(num_workers, 1))], 0)  # where an iteration starts
+        self._rows, self._next_worker = self._start[0], 0  # where the batches taken so far leave the epoch
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self.dataset.set_epoch(epoch)
-        self._rows, self._next_worker = self._start(), 0
+        self._start = ([[0, 0] for _ in range(max(self.num_workers, 1))], 0)
+        self._rows, self._next_worker = self._start[0], 0
 
     def _layout(self) -> dict:
         """What a position depends on besides the epoch: a resumed run must match it."""
@@ -158,10 +157,13 @@ class PretrainingLoader:
                                 if not layout or layout.get(k) != v)
             raise ValueError(f"the saved data position does not fit this run's data ({changed}): resume with the "
                              f"same shards, --train_batch_size, --num_workers, --max_source_length and processes")
-        self._rows = [list(r) for r in position["rows"]]
-        self._next_worker, self.skipped_rows = int(position["next_worker"]), int(position["skipped_rows"])
+        self._start = ([list(r) for r in position["rows"]], int(position["next_worker"]))
+        self._rows, self._next_worker = self._start
+        self.skipped_rows = int(position["skipped_rows"])
 
     def __iter__(self):
+        """The epoch from its start, or from the position of the last ``seek``."""
+        self._rows, self._next_worker = [list(r) for r in self._start[0]], self._start[1]
         self.dataset.set_epoch(self.epoch)
         self.dataset.start_rows = [tuple(r) for r in self._rows]
         self.dataset.worker_offset = self._next_worker
