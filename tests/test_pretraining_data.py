@@ -17,6 +17,7 @@ from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import Trainer, TrainerConfig
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus, write_wikipedia_dump
 from tests.helpers.synthetic import tiny_config
+from utils.checkpoint_io import CheckpointError
 from utils.dllogger_compat import Logger, read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,6 +168,10 @@ def test_resume_seeks_without_reading_or_noising_the_rows_before(shards, small_t
     assert resumed["noised"] == straight["noised"][5:8]
     assert resumed["decoded"] == straight["decoded"][row:row + len(resumed["decoded"])]
     assert resumed["read"][0] == row // 16 * 16 > 0 and straight["read"][0] == 0
+    other = build_pretraining_loader(folder, small_tokenizer, batch_size=16, max_source_length=64,
+                                     noise_config=NoiseConfig(), seed=1, num_workers=0, shuffle_buffer_size=16)
+    with pytest.raises(CheckpointError, match=r"_step5.ckpt: the saved data position .*batch_size 8 → 16"):
+        _tiny_trainer(tmp_path / "other", other, max_steps=8).resume(str(tmp_path / "straight" / "_step5.ckpt"))
 
 
 def test_loader_workers_resume_at_every_position(shards, tokenizer):
