@@ -96,11 +96,13 @@ def main() -> None:
     torch.set_num_threads(1)
     work = tempfile.mkdtemp(prefix="bench_resume_")
     try:
-        tokenizer = BartTokenizer.from_pretrained(train_tokenizer([write_tokenizer_corpus(os.path.join(work, "tc"))],
-                                                                  os.path.join(work, "tok"), SMALL_VOCAB_SIZE)["folder"])
+        corpus = write_tokenizer_corpus(os.path.join(work, "tc"))
+        tokenizer = BartTokenizer.from_pretrained(
+            train_tokenizer([corpus], os.path.join(work, "tok"), SMALL_VOCAB_SIZE)["folder"])
         start = time.perf_counter()
         folder = make_corpus(work, args.rows, args.shards)
-        print(f"[setup] {args.rows:,} rows balanced into {args.shards} LDDL shards ({time.perf_counter() - start:.0f} s)")
+        print(f"[setup] {args.rows:,} rows balanced into {args.shards} LDDL shards "
+              f"({time.perf_counter() - start:.0f} s)")
 
         # setup: the position after the batch at --at of the epoch, in a checkpoint at update 1
         start = time.perf_counter()

@@ -147,9 +147,9 @@ def test_resume_seeks_without_reading_or_noising_the_rows_before(shards, small_t
         calls = {"read": [], "decoded": [], "noised": []}
         dataset, noise = loader.dataset, loader.collator.noise
         read, decode, batch = dataset._read_rows, dataset._decode_rows, noise.batch
-        dataset._read_rows = lambda files, start, stop, cache: calls["read"].append(start) or read(files, start, stop, cache)
+        dataset._read_rows = lambda files, start, *rest: calls["read"].append(start) or read(files, start, *rest)
         dataset._decode_rows = lambda texts: calls["decoded"].extend(texts) or decode(texts)
-        noise.batch = lambda docs, epochs, indices: calls["noised"].append(list(indices)) or batch(docs, epochs, indices)
+        noise.batch = lambda docs, epochs, ids: calls["noised"].append(list(ids)) or batch(docs, epochs, ids)
         return loader, calls
 
     loader, straight = counted_loader()
