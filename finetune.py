@@ -56,7 +56,7 @@ def main(argv=None) -> dict:
         read_split(args.data_dir, "test", args.n_test)  # a missing or empty test split fails now, not after training
     train = build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
                                     args.train_batch_size, env.world_size, env.rank, args.seed, args.n_train,
-                                    args.sortish_sampler, args.max_tokens_per_batch)
+                                    args.sortish_sampler, args.max_tokens_per_batch, args.num_workers)
     gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
     dtype = Precision.from_args(args).autocast_dtype
     batch_size = args.eval_batch_size or 8

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bart.configuration import BartConfig
-from bart.data.summarization import SortishSampler, read_split
+from bart.data.summarization import SortishSampler, build_finetuning_loader, read_split
 from bart.modeling import BartForConditionalGeneration
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.summaries import write_summarization_data
@@ -120,6 +120,43 @@ def test_bad_inputs_are_explained(tmp_path, finetuned):
     out = subprocess.run([sys.executable, "finetune.py", "--config_path", config, "--data_dir", data, "--max_steps",
                           "1", "--init_checkpoint", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True)
     assert out.returncode != 0 and "holds no checkpoint" in out.stderr
+
+
+@pytest.mark.parametrize("mode", ["random", "sortish", "max_tokens"])
+def test_finetuning_loader_seeks_to_its_position(tmp_path, small_tokenizer_dir, mode):
+    """Each fine-tuning loader (random batches, sortish, token budget), two ranks of it, with and
+    without loader workers: started at the position saved after k batches it yields the rest of the
+    epoch exactly, and never collates (tokenizes) a batch it skips."""
+    from bart.tokenization.tokenization_bart import BartTokenizer
+
+    data = write_summarization_data(str(tmp_path), sizes=(("train", 90),))
+    tokenizer = BartTokenizer.from_pretrained(small_tokenizer_dir)
+    options = {"random": {}, "sortish": {"sortish": True}, "max_tokens": {"max_tokens": 160}}[mode]
+
+    def loader(rank, workers=0):
+        made = build_finetuning_loader(data, tokenizer, 64, 24, 8, world_size=2, rank=rank, seed=3,
+                                       num_workers=workers, **options)
+        made.set_epoch(1)
+        return made
+
+    for rank in (0, 1):
+        straight, positions = [], []
+        for batch in (first := loader(rank)):
+            straight.append(batch["input_ids"].tolist())
+            positions.append(first.position())
+        assert len(straight) >= 5
+        for k, workers in ((0, 0), (2, 2), (len(straight) - 2, 0), (len(straight) - 1, 0)):
+            resumed = loader(rank, workers)
+            collated = []
+            if not workers:  # in this process: the collations can be counted
+                collate = resumed.dataset.collate
+                resumed.dataset.collate = lambda items: collated.append([i["index"] for i in items]) or collate(items)
+            resumed.seek(positions[k])
+            assert [b["input_ids"].tolist() for b in resumed] == straight[k + 1:]
+            if not workers:
+                assert len(collated) == len(straight) - k - 1
+    with pytest.raises(ValueError, match="batch_size 8 → 4"):
+        build_finetuning_loader(data, tokenizer, 64, 24, 4, world_size=2, rank=0, seed=3, **options).seek(positions[1])
 
 
 def test_sortish_sampler_covers_every_example_once():

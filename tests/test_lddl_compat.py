@@ -14,9 +14,8 @@ from tests.helpers.corpus import write_shards
 
 
 class _Rows(BalancedParquetDataset):
-    def _decode_record_batch(self, batch):
-        for text in batch.column("sentences").to_pylist():
-            yield [text]
+    def _decode_rows(self, texts):
+        return [[text] for text in texts]
 
 
 def test_a_numpy_nan_alias(monkeypatch):
@@ -78,14 +77,14 @@ def test_e_each_epoch_reshuffles_with_fresh_workers(tmp_path):
     files = write_shards(str(tmp_path), [6, 6, 6, 6])
     orders = []
     for epoch in (0, 1):
-        dataset = _Rows(files, num_workers=2, shuffle_buffer_size=4, shuffle_buffer_warmup_factor=1)
+        dataset = _Rows(files, num_workers=2, shuffle_buffer_size=4)
         dataset.set_epoch(epoch)
         orders.append(list(DataLoader(dataset, batch_size=None, num_workers=2)))
     assert sorted(orders[0]) == sorted(orders[1]) and orders[0] != orders[1]
     # lddl alone: a fresh worker copy starts at epoch 0 again, so epochs repeat
     from lddl.torch.datasets import ParquetDataset
     ParquetDataset.__init__  # noqa: B018 (the original, for the record)
-    same = _Rows(files, num_workers=2, shuffle_buffer_size=4, shuffle_buffer_warmup_factor=1)
+    same = _Rows(files, num_workers=2, shuffle_buffer_size=4)
     first = list(DataLoader(same, batch_size=None, num_workers=2))
     second = list(DataLoader(same, batch_size=None, num_workers=2))  # no set_epoch: lddl's behaviour
     assert first == second

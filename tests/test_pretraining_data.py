@@ -1,24 +1,39 @@
 """Text files → LDDL preprocessing and balancing → streaming dataset → noise → batches."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from bart.data.noise import NoiseConfig
 from bart.data.preprocess import output_complete, preprocess
-from bart.data.pretraining_dataset import build_pretraining_loader, split_ids
-from tests.helpers.corpus import write_corpus, write_wikipedia_dump
+from bart.data.pretraining_dataset import build_pretraining_loader, is_blank, split_ids
+from bart.modeling import BartForConditionalGeneration
+from bart.optim import build_optimizer, build_scheduler
+from bart.training.trainer import Trainer, TrainerConfig
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus, write_wikipedia_dump
+from tests.helpers.synthetic import tiny_config
+from utils.checkpoint_io import CheckpointError
+from utils.dllogger_compat import Logger, read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# documents with nothing to learn from, as web corpora hold them: LDDL's reader drops the blank
+# lines, the one of a byte-order mark and zero-width spaces becomes a shard row
+DEGENERATE_DOCUMENTS = ["", "   \t", "\ufeff\u200b\u200b"]
 
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory, punkt_dir):
     base = tmp_path_factory.mktemp("lddl")
     corpus = write_corpus(str(base / "corpus"), documents=160)
+    with open(os.path.join(corpus, "part0.txt"), "a", encoding="utf-8") as f:
+        f.write("\n".join(DEGENERATE_DOCUMENTS) + "\n")
     messages = []
     folders = preprocess({"common_crawl": corpus}, str(base / "data"), [64], num_shards=4, workers=1,
                          log=messages.append)
@@ -55,10 +70,135 @@ def test_loader_yields_noised_batches_covering_every_row(shards, tokenizer):
     import pyarrow.parquet as pq
     rows = [t for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
             for t in pq.read_table(os.path.join(folder, f)).column("sentences").to_pylist()]
-    expected = sum(len(split_ids(ids, 64)) for ids in tokenizer.encode_batch_fast(rows, add_special_tokens=False))
+    good = [t for t in rows if not is_blank(t)]
+    assert len(rows) - len(good) == loader.skipped_rows == 1  # the invisible document, skipped and counted
+    expected = sum(len(split_ids(ids, 64)) for ids in tokenizer.encode_batch_fast(good, add_special_tokens=False))
     assert sum(b["labels"].shape[0] for b in batches) == expected > len(rows)
     loader.set_epoch(1)
     assert [_labels(b) for b in loader][:3] != [_labels(b) for b in batches][:3]
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer(small_tokenizer_dir):
+    from bart.tokenization.tokenization_bart import BartTokenizer
+
+    return BartTokenizer.from_pretrained(small_tokenizer_dir)
+
+
+def _tiny_trainer(out_dir, loader, max_steps, save_every=0, logger=None):
+    """A tiny BART (the small tokenizer's vocabulary) trained by the real Trainer."""
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(vocab_size=SMALL_VOCAB_SIZE, max_position_embeddings=66))
+    optimizer, clips = build_optimizer(model, "adamw", lr=3e-3, weight_decay=0.01, max_grad_norm=1.0)
+    scheduler = build_scheduler(optimizer, "linear", 2, max_steps)
+    config = TrainerConfig(output_dir=str(out_dir), max_steps=max_steps, log_freq=1, save_checkpoint_steps=save_every,
+                           progress_bar=False)
+    return Trainer(model, optimizer, scheduler, loader, config, clips_internally=clips,
+                   logger=logger or Logger(None, stdout=False))
+
+
+def test_degenerate_rows_are_skipped_and_counted(shards, small_tokenizer, tmp_path):
+    """An empty and a null row (written into an LDDL shard with its own schema: LDDL's reader drops
+    blank lines, other writers of the layout need not) and the invisible document that LDDL kept:
+    no crash, every other row trained on, and each skipped row counted in the log, every epoch."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = str(tmp_path / "shards")
+    shutil.copytree(shards[0], folder)
+    shard = os.path.join(folder, "shard-0.parquet")
+    table = pq.read_table(shard)
+    texts = table.column("sentences").to_pylist()
+    assert not any(t.strip() == "" for t in texts)  # LDDL dropped the blank documents
+    texts[:2] = ["", None]
+    pq.write_table(table.set_column(0, "sentences", pa.array(texts, pa.string())), shard)
+    rows = [t for f in sorted(os.listdir(folder)) if f.endswith(".parquet")
+            for t in pq.read_table(os.path.join(folder, f)).column("sentences").to_pylist()]
+    good = [t for t in rows if not is_blank(t)]
+    assert len(rows) - len(good) == 3
+    samples = sum(len(split_ids(ids, 64)) for ids in small_tokenizer.encode_batch_fast(good, add_special_tokens=False))
+
+    def loader():
+        return build_pretraining_loader(folder, small_tokenizer, batch_size=32, max_source_length=64,
+                                        noise_config=NoiseConfig(), seed=1, num_workers=0)
+    epoch = loader()
+    epoch.set_epoch(0)
+    batches = list(epoch)
+    assert sum(b["labels"].shape[0] for b in batches) == samples and epoch.skipped_rows == 3
+    log = str(tmp_path / "dllogger.json")
+    logger = Logger(log, stdout=False)
+    _tiny_trainer(tmp_path / "run", loader(), max_steps=len(batches) + 1, logger=logger).fit()
+    logger.close()
+    counts = [r["data"]["skipped_rows"] for r in read_dllogger(log) if isinstance(r["step"], int)]
+    assert counts[len(batches) - 1] == 3  # the whole first epoch: each skipped row once
+    assert counts == sorted(counts) and counts[-1] >= 3
+
+
+def test_resume_seeks_without_reading_or_noising_the_rows_before(shards, small_tokenizer, tmp_path):
+    """A run saved after 5 updates and resumed in a fresh trainer equals the straight run update for
+    update (losses, learning rates), noises exactly the straight run's batches 6-8, and decodes
+    (tokenizes) rows from the saved row on: nothing before it; of the files, only the window of 16
+    rows that holds the saved row is read again."""
+    folder, _ = shards
+
+    def counted_loader():
+        loader = build_pretraining_loader(folder, small_tokenizer, batch_size=8, max_source_length=64,
+                                          noise_config=NoiseConfig(), seed=1, num_workers=0, shuffle_buffer_size=16)
+        calls = {"read": [], "decoded": [], "noised": []}
+        dataset, noise = loader.dataset, loader.collator.noise
+        read, decode, batch = dataset._read_rows, dataset._decode_rows, noise.batch
+        dataset._read_rows = lambda files, start, *rest: calls["read"].append(start) or read(files, start, *rest)
+        dataset._decode_rows = lambda texts: calls["decoded"].extend(texts) or decode(texts)
+        noise.batch = lambda docs, epochs, ids: calls["noised"].append(list(ids)) or batch(docs, epochs, ids)
+        return loader, calls
+
+    loader, straight = counted_loader()
+    first = _tiny_trainer(tmp_path / "straight", loader, max_steps=8, save_every=5)
+    first.fit()
+    checkpoint = torch.load(tmp_path / "straight" / "_step5.ckpt", weights_only=True)
+    [[row, piece]] = checkpoint["data_position"][0]["rows"]
+    assert row >= 16  # past the first window
+
+    loader, resumed = counted_loader()
+    second = _tiny_trainer(tmp_path / "resumed", loader, max_steps=8)
+    second.resume(str(tmp_path / "straight" / "_step5.ckpt"))
+    second.fit()
+    assert [(h["step"], h["loss"], h["learning_rate"]) for h in second.history] == \
+        [(h["step"], h["loss"], h["learning_rate"]) for h in first.history[5:]]
+    assert resumed["noised"] == straight["noised"][5:8]
+    assert resumed["decoded"] == straight["decoded"][row:row + len(resumed["decoded"])]
+    assert resumed["read"][0] == row // 16 * 16 > 0 and straight["read"][0] == 0
+    other = build_pretraining_loader(folder, small_tokenizer, batch_size=16, max_source_length=64,
+                                     noise_config=NoiseConfig(), seed=1, num_workers=0, shuffle_buffer_size=16)
+    with pytest.raises(CheckpointError, match=r"_step5.ckpt: the saved data position .*batch_size 8 → 16"):
+        _tiny_trainer(tmp_path / "other", other, max_steps=8).resume(str(tmp_path / "straight" / "_step5.ckpt"))
+
+
+def test_loader_workers_resume_at_every_position(shards, tokenizer):
+    """Two loader workers (each its own files and batches, taken in turn): started at the position
+    saved after any batch, including after one worker has run out, the epoch goes on exactly."""
+    folder, _ = shards
+
+    def loader():
+        made = build_pretraining_loader(folder, tokenizer, batch_size=8, max_source_length=64,
+                                        noise_config=NoiseConfig(), seed=2, num_workers=2, shuffle_buffer_size=32)
+        made.set_epoch(1)
+        return made
+
+    def content(batch):
+        return batch["input_ids"].tolist(), batch["labels"].tolist()
+
+    straight, positions = [], []
+    for batch in (first := loader()):
+        straight.append(content(batch))
+        positions.append(first.position())
+    ends = [sum(f.num_samples for f in first.dataset.worker_files(w, 2)) for w in (0, 1)]
+    one_done = [k for k, p in enumerate(positions) if sum(r[0] == e for r, e in zip(p["rows"], ends)) == 1]
+    assert one_done and one_done[-1] < len(straight) - 1  # one worker ends before the other
+    for k in (0, len(straight) // 2, one_done[0], one_done[-1], len(straight) - 1):
+        resumed = loader()
+        resumed.seek(positions[k])
+        assert [content(b) for b in resumed] == straight[k + 1:], k
 
 
 def _free_port():
@@ -68,7 +208,7 @@ def _free_port():
 
 
 @pytest.mark.slow
-def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch(shards, tokenizer_dir, tmp_path):
+def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch_and_resume(shards, tokenizer_dir, tmp_path):
     folder, _ = shards
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
@@ -84,6 +224,10 @@ def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch(shards, tokenize
         assert not a & b
         assert sorted(map(tuple, r0[epoch] + r1[epoch])) == sorted(map(tuple, single[epoch]))
     assert r0[0] != r0[1] and r1[0] != r1[1]
+    # each rank resumes at its own position (its rows, not the other's) and goes on exactly
+    resumed = [json.load(open(tmp_path / f"rank{r}_resume.json")) for r in (0, 1)]
+    assert all(all(r["equal"].values()) and len(r["equal"]) == 3 for r in resumed)
+    assert resumed[0]["rows"] != resumed[1]["rows"]
 
 
 def test_mpi_schedule_needs_the_preprocess_stage(tmp_path):

@@ -22,6 +22,11 @@ def test_matches_transformers_fast_tokenizer(tokenizer, tokenizer_dir):
     reference = BartTokenizerFast.from_pretrained(tokenizer_dir)
     assert tokenizer(TEXTS)["input_ids"] == reference(TEXTS)["input_ids"]
     assert tokenizer.encode_batch_fast(TEXTS) == reference(TEXTS)["input_ids"]
+    # a truncating, padding call (the fine-tuning collator's) leaves the fast path untouched, and its own settings
+    truncated = tokenizer(TEXTS, max_length=4, truncation=True, padding=True)["input_ids"]
+    assert tokenizer.encode_batch_fast(TEXTS) == reference(TEXTS)["input_ids"]
+    assert tokenizer(TEXTS, max_length=4, truncation=True, padding=True)["input_ids"] == truncated
+    assert {len(ids) for ids in truncated} == {4}
     for text in TEXTS:
         ids = tokenizer(text)["input_ids"]
         assert ids[0] == 0 and ids[-1] == 2

@@ -45,3 +45,11 @@ class StopRequest:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+def ignore_stop_signals(_worker_id: int = 0) -> None:
+    """A data loader worker's ``worker_init_fn``: the stop signals are the main process's to handle.
+    A SIGTERM or Ctrl-C sent to the whole process group (SLURM, a terminal) would otherwise kill the
+    workers mid-batch, and the main process would die of a DataLoader error instead of saving."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)

@@ -12,7 +12,14 @@
     persistent workers each epoch repeats epoch 0's shuffle, and up to one sample per file is
     dropped. :class:`BalancedParquetDataset` accepts any balance, checks the divisions with errors
     that say what to change, takes its epoch from :meth:`set_epoch`, yields every row, and lets a
-    row decode into several samples (``_decode_record_batch`` yields a list per row).
+    row decode into several samples (``_decode_rows`` returns a list per row).
+(g) LDDL's shuffle buffer makes the order at row k depend on every row before it, so a resumed run
+    had to read and decode the epoch up to its position. :class:`BalancedParquetDataset` keeps
+    LDDL's file split (files shuffled per epoch, then dealt to ranks and workers) but shuffles a
+    worker's rows in windows of ``shuffle_buffer_size`` rows, each permuted by its own seed (base
+    seed, epoch, rank, worker, window): row k of a worker's epoch is found from k alone, so
+    :meth:`BalancedParquetDataset.worker_rows` starts at any row reading only that window's row
+    groups and decoding nothing before k.
 """
 from __future__ import annotations
 
@@ -131,21 +138,24 @@ def _base_dataset():
 
 
 class BalancedParquetDataset(_base_dataset()):
-    """``lddl.torch.datasets.ParquetDataset`` with fixes (c), (d), (e); subclasses implement
-    ``_decode_record_batch`` like lddl's own datasets."""
+    """``lddl.torch.datasets.ParquetDataset``'s file split with fixes (c), (d), (e) and seekable
+    windows (g); subclasses implement ``_decode_rows(texts)`` (one list of samples per text)."""
+
+    decode_chunk_rows = 1024  # rows tokenized per call of _decode_rows
 
     def __init__(self, file_paths: list[str], transform=lambda x: x, local_rank: int = 0,
-                 shuffle_buffer_size: int = 16384, shuffle_buffer_warmup_factor: int = 16,
-                 base_seed: int = 12345, logger=None, start_epoch: int = 0, num_workers: int = 1) -> None:
+                 shuffle_buffer_size: int = 16384, base_seed: int = 12345, logger=None, start_epoch: int = 0,
+                 num_workers: int = 1) -> None:
         from lddl.torch.datasets import IterableDataset
         from lddl.torch.log import DatasetLogger
         from lddl.torch.utils import get_num_nodes, get_node_rank, get_nproc_per_node, get_rank, get_world_size
 
         IterableDataset.__init__(self)  # lddl's own __init__ holds the asserts this class replaces
+        if shuffle_buffer_size < 1:
+            raise ValueError(f"shuffle_buffer_size must be positive, got {shuffle_buffer_size}")
         self._transform = transform
         self._local_rank = local_rank
         self._shuffle_buffer_size = shuffle_buffer_size
-        self._shuffle_buffer_warmup_factor = shuffle_buffer_warmup_factor
         self._base_seed = base_seed
         self._rank, self._world_size = get_rank(), get_world_size()
         self._nproc_per_node = get_nproc_per_node(local_rank)
@@ -154,8 +164,7 @@ class BalancedParquetDataset(_base_dataset()):
         self._epoch = start_epoch - 1
         self._logger = logger or DatasetLogger(log_dir=None, node_rank=self._node_rank, local_rank=local_rank,
                                                log_level=logging.WARNING)
-        for path in file_paths:
-            check_shard(path)
+        rows = {path: check_shard(path) for path in file_paths}
         per_process = len(file_paths) // self._world_size
         if len(file_paths) % self._world_size or per_process % max(num_workers, 1):
             raise ValueError(
@@ -164,6 +173,11 @@ class BalancedParquetDataset(_base_dataset()):
                 f"{self._world_size * max(num_workers, 1)} shards, or change --num_workers "
                 f"(see usable_workers())")
         self._files = self._get_files(file_paths)
+        for f in self._files:  # rows are found by number: the counts must be the files' own
+            if f.num_samples != rows[f.path]:
+                raise ValueError(f"{os.path.join(os.path.dirname(f.path), '.num_samples.json')} gives "
+                                 f"{f.num_samples} rows for {os.path.basename(f.path)}, the file holds "
+                                 f"{rows[f.path]}: delete the .json (it is rebuilt from the files) or balance again")
         counts = [f.num_samples for f in self._files]
         if max(counts) - min(counts) > 1:
             raise ValueError(f"shards are not balanced ({min(counts)}..{max(counts)} samples per file); run "
@@ -173,29 +187,87 @@ class BalancedParquetDataset(_base_dataset()):
         self._worker_rng_state = None
 
     def __iter__(self):
-        """lddl's iteration (same file order and shuffle buffer) without its per-file cap, with rows
-        expanded into their samples after the shuffle buffer."""
-        from lddl.torch.datasets import ShuffleBuffer
-
+        """Every row of this worker's share of the epoch, expanded into its samples."""
         self._epoch += 1
-        worker_rank, num_workers = self._init_worker()
-        self._init_rng_states(worker_rank, num_workers)
-        files = self._world_identical_sample(self._files, k=len(self._files))
-        worker_files = files[self._rank::self._world_size][worker_rank::num_workers]
-        buffer = ShuffleBuffer(worker_files, sum(f.num_samples for f in worker_files),
-                               self._decode_record_batch, self._shuffle_buffer_size,
-                               self._shuffle_buffer_warmup_factor, self._logger, self._worker_rng_state)
-        for row in buffer:
-            for sample in row:
+        worker, num_workers = self._init_worker()
+        for _, _, samples in self.worker_rows(worker, num_workers):
+            for sample in samples:
                 yield self._transform(sample)
 
     def set_epoch(self, epoch: int) -> None:
         """Fix (e): the epoch travels with the dataset object that workers receive."""
-        self._epoch = epoch - 1  # lddl increments it when an iterator starts
+        self._epoch = epoch - 1  # incremented when an iterator starts, as lddl does
 
     @property
     def epoch(self) -> int:
         return self._epoch
+
+    def worker_files(self, worker: int, num_workers: int) -> list:
+        """LDDL's split: the files shuffled alike on every rank (seed: base seed + epoch), then
+        dealt to ranks and to each rank's workers."""
+        self._init_rng_states(worker, num_workers)
+        files = self._world_identical_sample(self._files, k=len(self._files))
+        return files[self._rank::self._world_size][worker::num_workers]
+
+    def worker_rows(self, worker: int, num_workers: int, start: int = 0):
+        """``(row number, text, samples)`` for a worker's rows of the epoch in order, from row
+        ``start``: the rows of its files one after another, cut in windows of shuffle_buffer_size
+        rows, each window permuted. Rows before ``start`` are neither decoded nor, outside
+        ``start``'s window, read."""
+        files = self.worker_files(worker, num_workers)
+        total, size = sum(f.num_samples for f in files), self._shuffle_buffer_size
+        cache: dict = {}
+        for window in range(start // size, -(-total // size)):
+            low, high = window * size, min(total, (window + 1) * size)
+            texts = self._read_rows(files, low, high, cache)
+            order = self._window_order(high - low, worker, num_workers, window)
+            for first in range(max(start - low, 0), high - low, self.decode_chunk_rows):
+                picked = order[first:first + self.decode_chunk_rows]
+                chunk = [texts[i] for i in picked]
+                for offset, (text, samples) in enumerate(zip(chunk, self._decode_rows(chunk))):
+                    yield low + first + offset, text, samples
+
+    def _window_order(self, rows: int, worker: int, num_workers: int, window: int) -> np.ndarray:
+        seed = [self._base_seed % 2**63, self._epoch, self._world_size, self._rank, num_workers, worker, window]
+        return np.random.default_rng(seed).permutation(rows)
+
+    def _read_rows(self, files: list, start: int, stop: int, cache: dict) -> list:
+        """The texts of rows [start, stop) of ``files`` read one after another; only the row groups
+        holding them are read (``cache`` keeps the last row groups read of each file in use)."""
+        texts, offset, used = [], 0, set()
+        for f in files:
+            low, high = max(start - offset, 0), min(stop - offset, f.num_samples)
+            if low < high:
+                texts += _read_file_rows(f.path, low, high, cache)
+                used.add(f.path)
+            offset += f.num_samples
+            if offset >= stop:
+                break
+        for path in set(cache) - used:  # files are read in order: one left behind is done
+            del cache[path]
+        return texts
+
+    def _decode_rows(self, texts: list) -> list:
+        raise NotImplementedError
+
+
+def _read_file_rows(path: str, start: int, stop: int, cache: dict) -> list:
+    """Rows [start, stop) of one parquet file from the row groups that hold them."""
+    if path not in cache:
+        cache[path] = {"file": pq.ParquetFile(path), "groups": None, "column": None}
+    entry = cache[path]
+    metadata = entry["file"].metadata
+    groups, first, begin = [], 0, 0
+    for group in range(metadata.num_row_groups):
+        rows = metadata.row_group(group).num_rows
+        if begin < stop and begin + rows > start:
+            first = first if groups else begin
+            groups.append(group)
+        begin += rows
+    if entry["groups"] != groups:
+        entry["groups"] = groups
+        entry["column"] = entry["file"].read_row_groups(groups, columns=[EXPECTED_COLUMN]).column(EXPECTED_COLUMN)
+    return entry["column"].slice(start - first, stop - start).to_pylist()
 
 
 def usable_workers(num_files: int, world_size: int, requested: int) -> int:

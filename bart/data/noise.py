@@ -26,6 +26,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+MIN_DOCUMENT_TOKENS = 1  # tokens a document needs between <s> and </s> to be noised
+
 
 @dataclass
 class NoiseConfig:
@@ -212,8 +214,8 @@ class DenoisingNoise:
 
     def flatten(self, documents: list[np.ndarray], epochs, indices) -> FlatBatch:
         lengths = np.array([len(d) - 2 for d in documents], dtype=np.int64)
-        if (lengths < 1).any():
-            raise ValueError("every document needs <s>, at least one token and </s>")
+        if (lengths < MIN_DOCUMENT_TOKENS).any():
+            raise ValueError(f"every document needs <s>, at least {MIN_DOCUMENT_TOKENS} token(s) and </s>")
         tokens = np.concatenate([np.asarray(d[1:-1], dtype=np.int64) for d in documents])
         return FlatBatch(tokens, lengths, sample_keys(self.seed, epochs, indices))
 

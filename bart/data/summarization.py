@@ -3,7 +3,9 @@
 One example per line, UTF-8. Bad input stops with a message naming the file: a missing split, line
 counts that differ, a line that is not UTF-8, an empty line. Batches are tokenized in the collator
 (truncated to the max lengths); the samplers group examples of similar length and split every
-epoch over the ranks with each example exactly once.
+epoch over the ranks with each example exactly once. An epoch's batches are a pure function of
+(seed, epoch), so a resumed run starts at its batch (``EpochLoader.seek``) without going through
+the batches before it.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 
 from bart.modeling.modeling_bart import shift_tokens_right
 from utils.errors import UserError
+from utils.signals import ignore_stop_signals
 
 SPLITS = ("train", "val", "test")
 
@@ -101,9 +104,11 @@ class SortishSampler:
         self.lengths, self.batch_size, self.max_tokens = lengths, batch_size, max_tokens
         self.num_replicas, self.rank, self.seed, self.shuffle = num_replicas, rank, seed, shuffle
         self.epoch = 0
+        self.start = 0  # this rank's first batch of the epoch (a resumed run's position)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        self.start = 0
 
     def _batches(self) -> list[list[int]]:
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
@@ -139,7 +144,7 @@ class SortishSampler:
         return batches + ([current] if current else [])
 
     def __iter__(self):
-        return iter(self._batches()[self.rank::self.num_replicas])
+        return iter(self._batches()[self.rank::self.num_replicas][self.start:])
 
     def __len__(self) -> int:
         return len(self._batches()) // self.num_replicas
@@ -147,25 +152,62 @@ class SortishSampler:
 
 
 class EpochLoader:
-    """DataLoader over a batch sampler whose epoch follows the training loop (``set_epoch``)."""
+    """DataLoader over a batch sampler whose epoch follows the training loop (``set_epoch``);
+    ``position`` (batches taken this epoch) and ``seek`` (start there) resume an epoch."""
 
-    def __init__(self, dataset: Seq2SeqDataset, sampler: SortishSampler) -> None:
-        self.dataset, self.sampler = dataset, sampler
+    def __init__(self, dataset: Seq2SeqDataset, sampler: SortishSampler, num_workers: int = 0) -> None:
+        self.dataset, self.sampler, self.num_workers = dataset, sampler, num_workers
+        self.batches = 0  # taken this epoch
+        self._dataloader = None
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
+        self.batches = 0
+
+    def _layout(self) -> dict:
+        sampler = self.sampler
+        return {"examples": len(sampler.lengths), "batch_size": sampler.batch_size, "max_tokens": sampler.max_tokens,
+                "processes": sampler.num_replicas}
+
+    def position(self) -> dict:
+        return {"epoch": self.sampler.epoch, "batches": self.batches, "layout": self._layout()}
+
+    def seek(self, position: dict) -> None:
+        layout, batches = position.get("layout"), int(position["batches"])
+        if layout != self._layout():
+            changed = ", ".join(f"{k} {layout.get(k)} → {v}" for k, v in self._layout().items()
+                                if not layout or layout.get(k) != v)
+            raise ValueError(f"the saved data position does not fit this run's data ({changed}): resume with the "
+                             f"same training split, --n_train, batch sizes and processes")
+        if position.get("epoch") != self.sampler.epoch or batches > len(self.sampler):
+            raise ValueError(f"the saved data position (epoch {position.get('epoch')}, batch {batches}) is not in "
+                             f"this run's epoch {self.sampler.epoch} of {len(self.sampler)} batches")
+        self.sampler.start = self.batches = batches
+
+    def _loader(self) -> torch.utils.data.DataLoader:
+        """One DataLoader for the run: its workers (if any) stay up across epochs; the batch sampler,
+        read in this process, gives each epoch's order and start."""
+        if self._dataloader is None:
+            workers = self.num_workers
+            if workers:
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            self._dataloader = torch.utils.data.DataLoader(
+                self.dataset, batch_sampler=self.sampler, collate_fn=self.dataset.collate, num_workers=workers,
+                persistent_workers=workers > 0, worker_init_fn=ignore_stop_signals if workers else None)
+        return self._dataloader
 
     def __iter__(self):
-        loader = torch.utils.data.DataLoader(self.dataset, batch_sampler=self.sampler, collate_fn=self.dataset.collate)
-        for batch in loader:
+        self.batches = self.sampler.start
+        for batch in self._loader():
             batch.pop("index")
+            self.batches += 1
             yield batch
 
 
 def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, max_target_length: int,
                             batch_size: int, world_size: int = 1, rank: int = 0, seed: int = 0,
                             n_obs: Optional[int] = None, sortish: bool = False,
-                            max_tokens: Optional[int] = None) -> EpochLoader:
+                            max_tokens: Optional[int] = None, num_workers: int = 0) -> EpochLoader:
     """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget
     (``max_tokens``, lengths in tokens rather than words)."""
     train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs)
@@ -174,4 +216,4 @@ def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, ma
         lengths = [min(len(ids), max_source_length) for ids in tokenizer.encode_batch_fast(train.sources)]
     sampler = SortishSampler(lengths, batch_size, world_size, rank, seed, shuffle=True, max_tokens=max_tokens,
                              group_by_length=bool(sortish or max_tokens))
-    return EpochLoader(train, sampler)
+    return EpochLoader(train, sampler, num_workers)

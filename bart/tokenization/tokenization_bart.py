@@ -67,7 +67,13 @@ class BartTokenizer:
     # -- additions for the data pipeline -------------------------------------------------------
     def encode_batch_fast(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         """Token ids of many texts at once (Rust, parallel), never truncated."""
-        encodings = self.backend.backend_tokenizer.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        backend = self.backend.backend_tokenizer
+        # a call with truncation/padding (the collators') leaves them set on the shared Rust tokenizer
+        if backend.truncation is not None:
+            backend.no_truncation()
+        if backend.padding is not None:
+            backend.no_padding()
+        encodings = backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return [e.ids for e in encodings]
 
     def _token_texts(self) -> list[str]:

@@ -21,8 +21,8 @@ from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, read_tra
                                       write_training_checkpoint)
 from bart.training.strategy import Strategy, build_strategy, full_tensor
 from utils import distributed as dist_utils
-from utils.dllogger_compat import Logger
 from utils.checkpoint_io import CheckpointError, first_line
+from utils.dllogger_compat import Logger
 from utils.errors import Preempted, RunStopped
 from utils.signals import StopRequest
 from utils.precision import Precision
@@ -90,6 +90,7 @@ class Trainer:
         self.step = 0            # optimizer updates applied in this run's phase
         self.epoch = 0
         self.batches_in_epoch = 0
+        self._data_position = None  # where a seekable loader resumes (see _batches)
         self._bad_steps = 0
         self.precision = Precision(config.precision)
         self.scaler = self.precision.grad_scaler(self.device.type)
@@ -191,23 +192,38 @@ class Trainer:
 
     # -- data ---------------------------------------------------------------------------------
     def _batches(self):
-        """Endless micro-batches; epochs advance when the data runs out. Resumes mid-epoch."""
+        """Endless micro-batches; epochs advance when the data runs out. Resumes mid-epoch: a loader
+        with ``position``/``seek`` starts at the saved position, any other is replayed up to it
+        (the loaders are deterministic per epoch)."""
         while True:
             if hasattr(self.train_data, "set_epoch"):
                 self.train_data.set_epoch(self.epoch)
-            iterator = iter(self.train_data)
-            skip = self.batches_in_epoch
-            for _ in range(skip):  # the loaders are deterministic per epoch: replay to the saved position
-                next(iterator)
+            resumed = self.batches_in_epoch > 0
+            if self._data_position is not None:
+                self.train_data.seek(self._data_position)
+                self._data_position = None
+                iterator = iter(self.train_data)
+            else:
+                iterator = iter(self.train_data)
+                for _ in range(self.batches_in_epoch):
+                    next(iterator)
             produced = False
             for batch in iterator:
                 produced = True
                 self.batches_in_epoch += 1
                 yield batch
-            if not produced and skip == 0:
+            if not produced and not resumed:
                 raise RuntimeError("the training data produced no batch in a whole epoch")
             self.epoch += 1
             self.batches_in_epoch = 0
+
+    def _data_counts(self) -> dict:
+        """Counts the loader keeps (rows skipped as empty or degenerate), summed over the ranks."""
+        skipped = getattr(self.train_data, "skipped_rows", None)
+        if skipped is None:
+            return {}
+        total = dist_utils.all_reduce_sum(torch.tensor(float(skipped), device=self.device))
+        return {"skipped_rows": int(total.item())}
 
     # -- checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -222,6 +238,8 @@ class Trainer:
             "global_step": self.global_step,
             "epoch": self.epoch,
             "batches_in_epoch": self.batches_in_epoch,
+            "data_position": (dist_utils.all_gather_objects(self.train_data.position())
+                              if hasattr(self.train_data, "position") else None),
             "rng": rng,
             "config": self.model.config.to_dict(),
             "args": _plain(self.config.run_args),
@@ -262,6 +280,14 @@ class Trainer:
             raise CheckpointError(f"{path} was written by {len(rng)} processes, this run has {self.world_size}: "
                              f"exact resume needs the same number")
         restore_rng_state(rng[self.rank])
+        positions = state.get("data_position")  # absent from older checkpoints: replayed instead
+        if positions and hasattr(self.train_data, "seek"):
+            self._data_position = positions[self.rank]
+            try:  # checked now, used when the epoch starts
+                self.train_data.set_epoch(self.epoch)
+                self.train_data.seek(self._data_position)
+            except ValueError as err:
+                raise CheckpointError(f"{path}: {err}") from err
 
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
@@ -347,6 +373,7 @@ class Trainer:
                   "grad_norm": float(last["grad_norm"]), "loss_scale": self.scaler.get_scale() if self.scaler else 1.0,
                   "seq/s": stats[2] / elapsed, "tokens/s": stats[1] / elapsed,
                   "step_time_s": elapsed / max(window["steps"], 1), **_memory(self.device)}
+        record.update(self._data_counts())
         self.history.append({"step": self.global_step, **record})
         self.logger.log(step=self.global_step, data=record)
         window.update(loss_sum=torch.zeros((), device=self.device), tokens=torch.zeros((), device=self.device),

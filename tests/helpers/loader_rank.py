@@ -1,5 +1,7 @@
 """Run under torchrun: each rank iterates two epochs of the pretraining loader and writes the
-sample indices it saw (per epoch, in order) to OUT/rank{r}.json."""
+sample indices it saw (per epoch, in order) to OUT/rank{r}.json; then, as resumed runs would, fresh
+loaders start epoch 1 at positions saved after some batches, and OUT/rank{r}_resume.json says
+whether each went on exactly as the straight epoch."""
 import json
 import os
 import sys
@@ -26,6 +28,19 @@ def main() -> None:
                      for row, mask in zip(batch["labels"].clamp(min=0), batch["labels"] != -100)])
     with open(os.path.join(out, f"rank{env.rank}.json"), "w") as f:
         json.dump(seen, f)
+    straight, positions = [], []
+    for batch in loader:  # epoch 1 again
+        straight.append(batch["labels"].tolist())
+        positions.append(loader.position())
+    resumed = {}
+    for k in (0, len(straight) // 2, len(straight) - 2):  # the same number of loaders on every rank
+        fresh = build_pretraining_loader(data_dir, tokenizer, batch_size=4, max_source_length=64,
+                                         noise_config=NoiseConfig(), seed=3, num_workers=int(sys.argv[4]))
+        fresh.set_epoch(1)
+        fresh.seek(positions[k])
+        resumed[k] = [batch["labels"].tolist() for batch in fresh] == straight[k + 1:]
+    with open(os.path.join(out, f"rank{env.rank}_resume.json"), "w") as f:
+        json.dump({"equal": resumed, "rows": positions[len(straight) // 2]["rows"]}, f)
     dist_utils.cleanup()
 
 
