@@ -6,8 +6,8 @@ set -euo pipefail
 PYTHON=${PYTHON:-python3}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if "$PYTHON" -c "import torch" 2>/dev/null; then
-  echo "[install] torch $("$PYTHON" -c 'import torch; print(torch.__version__)') already present: kept"
+if TORCH_VERSION=$("$PYTHON" -c "import torch; print(torch.__version__)" 2>/dev/null); then
+  echo "[install] torch $TORCH_VERSION already present: kept"
 else
   # Without an NVIDIA GPU, PyTorch's CPU wheel index (about 200 MB instead of several GB of CUDA
   # libraries); TORCH_INDEX_URL chooses another index, TORCH_INDEX_URL=pypi the default one.

@@ -179,7 +179,7 @@ def hub_50k(tmp_path_factory, tokenizer_dir):
 
 
 def _script(args, cache, timeout=300):
-    env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="2")
+    env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="1")
     env.pop("TOKENIZER", None)
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -116,7 +116,7 @@ def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
     add_to_hub_cache(cache, "facebook/bart-large", str(tmp_path / "hub_model"))
 
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache,
-               NLTK_DATA=str(punkt_dir), OMP_NUM_THREADS="2", NPROC="2", NUM_SHARDS="2", CPU_PROCESSES="1",
+               NLTK_DATA=str(punkt_dir), OMP_NUM_THREADS="1", NPROC="1", NUM_SHARDS="2", CPU_PROCESSES="1",
                NUM_WORKERS="1", CONFIG_PATH="configs/config_tiny.json", N_VAL="2",
                CNN_DM_MIRROR=f"file://{tmp_path / 'mirror'}", XSUM_URL=f"file://{tmp_path / 'mirror' / 'xsum.tar.gz'}",
                CORPORA="wikipedia", WIKIPEDIA_DUMP=str(tmp_path / "enwiki.xml.bz2"))
@@ -130,9 +130,14 @@ def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
     _run(steps[2], repo, env)
     for corpus in ("cnn_dm", "xsum"):
         assert all((repo / "data" / corpus / f"{s}.source").is_file() for s in ("train", "val", "test"))
-    assert list((repo / "data" / "wikipedia" / "source" / "en").glob("*.txt"))
-    _run(steps[3], repo, env)
-    assert (repo / "data" / "pretrain_lddl_128" / ".num_samples.json").is_file()
+    # LDDL's download_wikipedia extracted the dump with the installed wikiextractor: one article a line
+    [extracted] = (repo / "data" / "wikipedia" / "source" / "en").glob("*.txt")
+    articles = extracted.read_text(encoding="utf-8").splitlines()
+    assert len(articles) == 24 and all(a.startswith("wiki-") for a in articles)
+    _run(steps[3], repo, env)  # the preprocessing takes download_wikipedia's --outdir as the README says
+    for length in (128, 512):
+        counts = json.load(open(repo / "data" / f"pretrain_lddl_{length}" / ".num_samples.json"))
+        assert len(counts) == 2 and sum(counts.values()) >= 24
     pretrain = dict(env, EXTRA_ARGS="--config_path configs/config_tiny.json --train_batch_size 2 "
                                     "--gradient_accumulation_steps 1 --max_steps 2 --warmup_steps 1 --log_freq 1")
     _run(steps[4], repo, pretrain)

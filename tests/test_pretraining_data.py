@@ -15,7 +15,7 @@ from bart.data.pretraining_dataset import build_pretraining_loader, is_blank, sp
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import Trainer, TrainerConfig
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus, write_wikipedia_dump
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
 from tests.helpers.synthetic import tiny_config
 from utils.checkpoint_io import CheckpointError
 from utils.dllogger_compat import Logger, read_dllogger
@@ -287,23 +287,3 @@ def test_preprocess_script_reads_the_layouts_lddl_downloaders_write(tmp_path, pu
     bad = subprocess.run([sys.executable, "-m", "bart.data.preprocess", "--wikipedia", str(tmp_path / "empty"),
                           "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "download_wikipedia" in bad.stderr and "Traceback" not in bad.stderr
-
-
-def test_download_wikipedia_extracts_with_the_installed_wikiextractor(tmp_path, punkt_dir):
-    """LDDL's download_wikipedia (its dump already in place: --no-download) extracts with the
-    wikiextractor that the install step puts in, then the preprocessing script takes its --outdir."""
-    out = tmp_path / "wikipedia"
-    out.mkdir()
-    write_wikipedia_dump(str(out / "wikicorpus-en.xml.bz2"))
-    run = subprocess.run(["download_wikipedia", "--outdir", str(out), "--langs", "en", "--no-download",
-                          "--num-processes", "1"], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    articles = open(next((out / "source" / "en").glob("*.txt")), encoding="utf-8").read().splitlines()
-    assert len(articles) == 8 and all(a.startswith("wiki-") for a in articles)
-    env = dict(os.environ, NPROC="2", NUM_SHARDS="2", NLTK_DATA=str(punkt_dir))
-    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(out), str(tmp_path / "none"),
-                          str(tmp_path / "none"), str(tmp_path / "data")], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=400)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    counts = json.load(open(tmp_path / "data" / "pretrain_lddl_128" / ".num_samples.json"))
-    assert sum(counts.values()) >= 8

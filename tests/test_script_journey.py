@@ -43,7 +43,7 @@ def test_public_weights_to_finetune_eval_and_export(tmp_path, tokenizer_dir):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
-    env = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="2",
+    env = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="1",
                OUTPUT_DIR=str(tmp_path / "ft"), N_VAL="2", PYTHONPATH=ROOT)
     env.pop("TOKENIZER", None)
     # the 16 positional values (PRELN false: this is a post-LN model), then finetune.py flags passed through
