@@ -98,6 +98,26 @@ def test_sigterm_writes_a_checkpoint_and_the_resumed_run_is_exact(setup):
     _assert_same_run(setup, out)
 
 
+def test_sigterm_to_the_process_group_with_loader_workers(setup):
+    """SLURM and a terminal's Ctrl-C signal the whole process group, data loader workers included:
+    the workers ignore it, the main process finishes its update, saves and exits 75; the resumed run
+    (its workers seeking to their rows) logs each step once."""
+    out = setup["base"] / "group"
+    argv = [a if a != "0" or setup["argv"][i - 1] != "--num_workers" else "2" for i, a in enumerate(setup["argv"])]
+    argv += ["--output_dir", str(out)]
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for(lambda: _logged_step(out) >= 3, proc, "update 3")
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    assert "Traceback" not in err and "DataLoader worker" not in err, err[-2000:]
+    assert [n for n in os.listdir(out) if n.startswith("_step")]
+    resumed = _run(argv + ["--resume_from_checkpoint", "True"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert sorted(_losses(out)) == list(range(1, STEPS + 1))
+
+
 def test_sigkill_mid_checkpoint_write_and_a_damaged_checkpoint_then_resume_is_exact(setup):
     """Killed while a checkpoint is being written: the partial file is removed at the next start, the
     checkpoints under real names are whole, and the resumed run ends where the straight one does."""
