@@ -44,9 +44,9 @@ def world(tmp_path_factory, small_tokenizer_dir):
     w["data_no_test"] = write_summarization_data(str(base / "no_test"), sizes=(("train", 16), ("val", 4)))
     w["data_empty_test"] = write_summarization_data(str(base / "empty_test"), sizes=(("train", 16), ("val", 4), ("test", 0)))
     w["data_blank_line"] = write_summarization_data(str(base / "blank"), sizes=(("train", 16), ("val", 4), ("test", 4)))
-    with open(os.path.join(w["data_blank_line"], "train.source"), "a") as f:
+    with open(os.path.join(w["data_blank_line"], "val.source"), "a") as f:  # training's would be skipped, counted
         f.write("\n")
-    with open(os.path.join(w["data_blank_line"], "train.target"), "a") as f:
+    with open(os.path.join(w["data_blank_line"], "val.target"), "a") as f:
         f.write("Something.\n")
     w["shards"] = os.path.dirname(write_shards(str(base / "shards"), [8, 8])[0])
     os.makedirs(base / "no_shards")
@@ -180,7 +180,7 @@ CASES = [
     ("ft-data-missing", "finetune.py", _with(FT, data_dir="{base}/nodata"), ["nodata"]),
     ("ft-predict-no-test", "finetune.py", _with(FT, data_dir="{data_no_test}") + ["--do_predict"], ["test.source"]),
     ("ft-predict-empty-test", "finetune.py", _with(FT, data_dir="{data_empty_test}") + ["--do_predict"], ["test.source"]),
-    ("ft-blank-line", "finetune.py", _with(FT, data_dir="{data_blank_line}"), ["train.source", "empty"]),
+    ("ft-blank-line", "finetune.py", _with(FT, data_dir="{data_blank_line}", n_val=5), ["val.source:5", "empty"]),
     ("ev-empty-split", "run_eval.py", ["{weights}", "{cfg}", "{data_empty_test}", "{out}", "--tokenizer", "{tok}"],
      ["test.source"]),
     ("ev-missing-split", "run_eval.py", EV + ["--type_path", "dev"], ["dev.source"]),

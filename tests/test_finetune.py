@@ -122,6 +122,26 @@ def test_bad_inputs_are_explained(tmp_path, finetuned):
     assert out.returncode != 0 and "holds no checkpoint" in out.stderr
 
 
+def test_empty_training_examples_are_skipped_and_counted(tmp_path, tokenizer, capsys):
+    """An empty source or target line in the training split leaves that example out, says which lines,
+    and the count reaches the log (skipped_rows); --n_train counts usable examples."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.source").write_text("one two\n\nthree four\n \t \nfive six\nseven\n")
+    (folder / "train.target").write_text("one\ntwo\nthree\nfour\n\nsix\n")
+    loader = build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2)
+    assert loader.dataset.sources == ["one two", "three four", "seven"] and loader.dataset.targets == ["one", "three", "six"]
+    assert loader.skipped_rows == 3 and loader.dataset.skipped_lines == [2, 4, 5]
+    assert "3 example(s) with an empty source or target skipped (line 2, 4, 5)" in capsys.readouterr().out
+    first_two = build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2, n_obs=2)
+    assert first_two.dataset.sources == ["one two", "three four"] and first_two.skipped_rows == 1
+    assert sum(len(b["input_ids"]) for b in loader) == 3
+    (folder / "train.source").write_text("\n \n")
+    (folder / "train.target").write_text("a\nb\n")
+    with pytest.raises(ValueError, match="train.source has no examples \\(all lines empty\\)"):
+        build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2)
+
+
 @pytest.mark.parametrize("mode", ["random", "sortish", "max_tokens"])
 def test_finetuning_loader_seeks_to_its_position(tmp_path, small_tokenizer_dir, mode):
     """Each fine-tuning loader (random batches, sortish, token budget), two ranks of it, with and

@@ -36,32 +36,50 @@ def _read_lines(path: str) -> list[str]:
             except UnicodeDecodeError as err:
                 raise UserError(f"{path}:{number} is not UTF-8 ({err.reason} at byte {err.start}); re-encode "
                                  f"the file as UTF-8") from err
-            if not line.strip():
-                raise UserError(f"{path}:{number} is empty; every line must hold one example (remove the "
-                                 f"line in both .source and .target)")
             lines.append(line)
     return lines
 
 
-def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None) -> tuple[list[str], list[str]]:
+def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None,
+               skipped: Optional[list] = None) -> tuple[list[str], list[str]]:
+    """The split's (sources, targets), the first ``n_obs`` if given. An example whose source or target
+    line is empty (or only whitespace) is an error naming the line, unless a ``skipped`` list is
+    given (the training split): then it is left out and its line number appended there."""
     source_path = os.path.join(data_dir, f"{type_path}.source")
     target_path = os.path.join(data_dir, f"{type_path}.target")
     sources, targets = _read_lines(source_path), _read_lines(target_path)
     if len(sources) != len(targets):
         raise UserError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
                          f"every source needs exactly one target")
+    if skipped is None:  # every line counts: the first empty one is an error
+        if n_obs is not None and n_obs > 0:
+            sources, targets = sources[:n_obs], targets[:n_obs]
+        for i, (s, t) in enumerate(zip(sources, targets)):
+            if not s.strip() or not t.strip():
+                raise UserError(f"{source_path if not s.strip() else target_path}:{i + 1} is empty; every line must "
+                                f"hold one example (remove the line in both .source and .target)")
+    else:  # the first n_obs usable examples; the empty ones met on the way are left out and their lines noted
+        kept = []
+        for i, (s, t) in enumerate(zip(sources, targets)):
+            if n_obs is not None and 0 < n_obs <= len(kept):
+                break
+            if s.strip() and t.strip():
+                kept.append(i)
+            else:
+                skipped.append(i + 1)
+        sources, targets = [sources[i] for i in kept], [targets[i] for i in kept]
     if not sources:
-        raise UserError(f"{source_path} has no examples; the {type_path} split needs at least one line "
-                        f"(and {target_path} as many)")
-    if n_obs is not None and n_obs > 0:
-        sources, targets = sources[:n_obs], targets[:n_obs]
+        raise UserError(f"{source_path} has no examples{' (all lines empty)' if skipped else ''}; the {type_path} "
+                        f"split needs at least one line (and {target_path} as many)")
     return sources, targets
 
 
 class Seq2SeqDataset(torch.utils.data.Dataset):
     def __init__(self, data_dir: str, type_path: str, tokenizer, max_source_length: int, max_target_length: int,
-                 n_obs: Optional[int] = None, prefix: str = "") -> None:
-        self.sources, self.targets = read_split(data_dir, type_path, n_obs)
+                 n_obs: Optional[int] = None, prefix: str = "", skip_empty: bool = False) -> None:
+        self.skipped_lines: list[int] = []  # with skip_empty: the 1-based lines of empty examples left out
+        self.sources, self.targets = read_split(data_dir, type_path, n_obs,
+                                                self.skipped_lines if skip_empty else None)
         self.tokenizer, self.prefix = tokenizer, prefix
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
         self.source_lengths = [len(s.split()) for s in self.sources]  # cheap proxy for sorting
@@ -159,6 +177,7 @@ class EpochLoader:
         self.dataset, self.sampler, self.num_workers = dataset, sampler, num_workers
         self.batches = 0  # taken this epoch
         self._dataloader = None
+        self.skipped_rows = len(dataset.skipped_lines)  # empty examples left out (logged as skipped_rows)
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
@@ -210,7 +229,12 @@ def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, ma
                             max_tokens: Optional[int] = None, num_workers: int = 0) -> EpochLoader:
     """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget
     (``max_tokens``, lengths in tokens rather than words)."""
-    train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs)
+    train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs,
+                           skip_empty=True)
+    if train.skipped_lines and rank == 0:
+        lines = ", ".join(map(str, train.skipped_lines[:10])) + (", ..." if len(train.skipped_lines) > 10 else "")
+        print(f"[data] {os.path.join(data_dir, 'train')}.source/.target: {len(train.skipped_lines)} example(s) with "
+              f"an empty source or target skipped (line {lines})", flush=True)
     lengths = train.source_lengths
     if max_tokens:
         lengths = [min(len(ids), max_source_length) for ids in tokenizer.encode_batch_fast(train.sources)]
