@@ -206,3 +206,25 @@ def test_two_torchrun_nodes_train_together(tmp_path):
     for name in single:
         assert torch.equal(together[name], other[name]), name  # the nodes agree exactly
         torch.testing.assert_close(together[name], single[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("flags, allowed", [([], True), (["--bf16"], True), (["--bf16", "--no-tf32"], False),
+                                            (["--fp16", "--no-tf32"], False), (["--no-tf32"], False)])
+def test_no_tf32_reaches_the_training_loop(tmp_path, flags, allowed):
+    """--no-tf32 keeps the fp32 parts of a bf16/fp16 run strict fp32: the builder hands it to the trainer."""
+    import pretrain
+    from bart.training import builder
+    from utils.distributed import read_env
+
+    args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path), "--output_dir",
+                                str(tmp_path / "out"), "--max_steps", "1",
+                                *flags])
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = not allowed
+        trainer = builder.build_trainer(args, BartForConditionalGeneration(tiny_config()), SyntheticBatches(1, 2),
+                                        read_env({}), total_steps=1)
+        assert trainer.precision.allow_tf32 is allowed
+        assert torch.backends.cuda.matmul.allow_tf32 is allowed and torch.backends.cudnn.allow_tf32 is allowed
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

@@ -128,9 +128,10 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
     banner (printed, in run_config.json, in TensorBoard)."""
     device = device_for(env)
     model.to(device)
+    precision = Precision.from_args(args)
     config = TrainerConfig(
         output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
-        precision=Precision.from_args(args).name, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
+        precision=precision.name, allow_tf32=precision.allow_tf32, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
         log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
         max_consecutive_nonfinite=args.max_consecutive_nonfinite, min_loss_scale=args.min_loss_scale, step_offset=args.phase1_end_step,
         val_check_interval=getattr(args, "val_check_interval", 0),

@@ -35,6 +35,7 @@ class TrainerConfig:
     max_steps: int
     gradient_accumulation_steps: int = 1
     precision: str = "tf32"
+    allow_tf32: bool = True                 # False (--no-tf32): bf16/fp16 runs keep their fp32 parts strict fp32
     gradient_clip_val: float = 1.0
     label_smoothing: float = 0.0
     log_freq: int = 10
@@ -92,7 +93,7 @@ class Trainer:
         self.batches_in_epoch = 0
         self._data_position = None  # where a seekable loader resumes (see _batches)
         self._bad_steps = 0
-        self.precision = Precision(config.precision)
+        self.precision = Precision(config.precision, allow_tf32=config.allow_tf32)
         self.scaler = self.precision.grad_scaler(self.device.type)
         self.precision.configure()
         self.strategy = strategy or strategy_for(config, self.world_size, self.device)
