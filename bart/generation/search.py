@@ -2,7 +2,15 @@
 
 The encoder runs once per source and each decoder layer projects the encoder output to keys and
 values once; beams share them (the decoder folds beams into the query length), so nothing of the
-source is repeated ``num_beams`` times. Per step only the self-attention cache is reordered. The
+source is repeated ``num_beams`` times. The self-attention cache is a preallocated
+:class:`~bart.modeling.modeling_bart.StaticCache`: a step writes its position in place, and beam
+search reorders the filled positions with one ``index_select(out=)`` into a second buffer. The
+logits and log-probs of a step go to buffers made once per call and the score processors work in
+place, so a decode step allocates nothing of size rows x vocab or rows x cache (on a machine where
+fresh memory is expensive, e.g. page faults in a VM, those allocations were most of the time).
+Sources that are done (greedy: a row that produced EOS) leave the running batch: their decoder
+rows, cache rows and bookkeeping are compacted away, so finished rows stop costing work; their
+results are kept. One host sync per step (the stopping check, which also says who is done). The
 beam bookkeeping is tensor-shaped over (batch, beams) and follows transformers' vectorised beam
 search step for step, so the same weights give the same sequences. Sampling draws with
 ``torch.multinomial`` on the same processed scores, in the same order and shapes as transformers'
