@@ -472,8 +472,8 @@ def test_group_reference_with_one_group_is_transformers_beam_search(one_thread):
 
 def test_static_cache_equals_dynamic_cache(one_thread):
     """Step by step, with a beam reorder and sources leaving in between, the static cache gives the
-    logits of the concatenating cache (the same kernels on the same values: equal) and those of a full
-    forward without a cache (to tolerance)."""
+    logits of the concatenating cache (the same kernels on the same values, the same LM head: equal)
+    and those of a full forward without a cache (to tolerance)."""
     from bart.generation.search import _Decoder
     from bart.modeling.modeling_bart import StaticCache
     ours, _ = _pair(16, 0.3)
@@ -491,7 +491,7 @@ def test_static_cache_equals_dynamic_cache(one_thread):
             got = static.next_logits(tokens).clone()
             hidden, dynamic = decoder(tokens[:, -1:] if dynamic else tokens, encoder_hidden[live], mask[live],
                                       past_key_values=dynamic, use_cache=True)
-            assert torch.equal(got, ours.lm_logits(hidden[:, -1]))
+            assert torch.equal(got, static.lm_head(hidden[:, -1]))
             full, _ = decoder(tokens, encoder_hidden[live], mask[live])
             torch.testing.assert_close(got, ours.lm_logits(full[:, -1]), atol=1e-5, rtol=1e-5)
             # a beam takes the history of a beam of its own source (as in beam search)
