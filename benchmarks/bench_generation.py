@@ -1,15 +1,20 @@
 """Beam-search speed: this project's generate vs transformers' generate, same weights and inputs.
 
-bart-base geometry (configs/config_base.json) with random weights, beams 4, 512-token sources, up to
-64 new tokens, no-repeat 3, at batch sizes 1, 8 and 32. EOS is suppressed until the last step
-(min_length) so both sides decode the full length. At every batch size the outputs are checked to be
-identical before the timings count. Reported per implementation and batch: median seconds,
+bart-base geometry (configs/config_base.json; --config configs/config_large.json for bart-large) with
+random weights, beams 4, 512-token sources, up to 64 new tokens, no-repeat 3, at batch sizes 1, 8, 32
+and 64 (--batch_sizes for a reduced set on CPU; the table says which were run). Two workloads:
+``full`` suppresses EOS until the last step (min_length), so every row decodes every step (pure
+decode cost); ``ragged`` makes EOS likely (a bias on its logit, --eos_bias) so that, as in real
+summarization, sources finish at different steps (what finished rows still cost shows there). At every
+batch size the outputs are checked to be token-identical before the timings count; the two
+implementations run in turn (ours, transformers, ours, ...) and medians are reported. Reported per implementation and batch: median seconds,
 summaries/s, new tokens/s (generated tokens of the returned sequences, start token excluded) and
 peak memory during generate (CUDA: max allocated above the level before the call; CPU: peak resident
 set size above the level before the call, sampled every 5 ms, after freed memory is handed back to
 the system with malloc_trim so that one run does not reuse what the previous one left).
 
-    python benchmarks/bench_generation.py [--batch_sizes 1 8 32] [--threads 2] [--repeats 1] [--device cpu]
+    python benchmarks/bench_generation.py [--batch_sizes 1 8 32 64] [--workload full|ragged] [--threads 2]
+        [--repeats 1] [--source_length 512] [--new_tokens 64] [--config configs/config_large.json] [--device cpu]
 """
 import argparse
 import ctypes
@@ -82,7 +87,9 @@ class PeakMemory:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/config_base.json")
-    parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--workload", choices=["full", "ragged"], default="full")
+    parser.add_argument("--eos_bias", type=float, default=12.0, help="ragged: added to the EOS logit")
     parser.add_argument("--source_length", type=int, default=512)
     parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--num_beams", type=int, default=4)
@@ -97,9 +104,13 @@ def main() -> None:
     hf_values = {k: v for k, v in values.items() if k not in ("pre_ln", "dtype")}
     hf = transformers.BartForConditionalGeneration(transformers.BartConfig(**hf_values, attn_implementation="sdpa"))
     ours = BartForConditionalGeneration(BartConfig(**values))
+    if args.workload == "ragged":
+        with torch.no_grad():
+            hf.final_logits_bias[0, values["eos_token_id"]] = args.eos_bias
     ours.load_state_dict(hf.state_dict())
     hf, ours = hf.to(args.device).eval(), ours.to(args.device).eval()
-    settings = dict(num_beams=args.num_beams, max_length=args.new_tokens + 1, min_length=args.new_tokens,
+    settings = dict(num_beams=args.num_beams, max_length=args.new_tokens + 1,
+                    min_length=args.new_tokens if args.workload == "full" else 0,
                     no_repeat_ngram_size=3, length_penalty=1.0, early_stopping=True)
     pad = values.get("pad_token_id", 1)
     rows = []
@@ -133,10 +144,13 @@ def main() -> None:
                                      ("ours", "this project", ours_s)):
             rows.append(f"| {batch} | {label} | {seconds:.2f} | {batch / seconds:.3f} | {new_tokens / seconds:.1f} | "
                         f"{peaks[name] / 2**20:.0f} | {hf_s / seconds:.2f}x |")
-        print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, identical outputs", flush=True)
+        print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, {new_tokens} new tokens, identical "
+              f"outputs", flush=True)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
-    print(f"\nbeam search, {device}, torch {torch.__version__}: bart-base geometry, beams {args.num_beams}, source "
-          f"{args.source_length}, {args.new_tokens} new tokens, no-repeat 3, identical outputs at every batch size: yes")
+    shape = os.path.splitext(os.path.basename(args.config))[0].replace("config_", "bart-")
+    print(f"\nbeam search, {device}, torch {torch.__version__}: {shape} geometry, beams {args.num_beams}, source "
+          f"{args.source_length}, up to {args.new_tokens} new tokens, no-repeat 3, workload {args.workload}, batch sizes "
+          f"{args.batch_sizes}, medians of {args.repeats}, identical outputs at every batch size: yes")
     print("| batch | implementation | median s | summaries/s | new tokens/s | peak memory MiB | speedup |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))

@@ -233,7 +233,8 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     model.eval()
     try:
         encoder_hidden = model.model.encoder(input_ids, attention_mask)
-        decoder = _Decoder(model, encoder_hidden, attention_mask, opts.use_cache)
+        rows_per_source = opts.num_beams if opts.num_beams > 1 else (opts.num_return_sequences if opts.do_sample else 1)
+        decoder = _Decoder(model, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
         search = greedy_search if opts.num_beams == 1 else beam_search
         sequences, sequence_scores, scores = search(decoder, opts, input_ids)
     finally:

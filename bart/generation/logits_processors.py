@@ -1,8 +1,11 @@
 """Score processors for generation, vectorised over all hypotheses (no per-hypothesis Python loop).
 
 Each function takes the decoder tokens so far ``tokens`` (N, L), including the decoder start
-token, and the next-token scores ``scores`` (N, V), and returns the modified scores. The semantics
-match transformers' processors of the same names, so outputs agree token for token.
+token, and the next-token scores ``scores`` (N, V), and returns the modified scores. The processors
+(everything above the sampling warpers) modify ``scores`` IN PLACE and return it: generation owns a
+preallocated scores buffer per call, and a (N, V) copy per processor and step would be the largest
+allocations of a decode step. The semantics match transformers' processors of the same names, so
+outputs agree token for token.
 """
 from __future__ import annotations
 
@@ -14,12 +17,12 @@ NEG_INF = float("-inf")
 
 
 def _ban(scores: torch.Tensor, tokens: torch.Tensor, hit: torch.Tensor) -> torch.Tensor:
-    """Set scores[n, tokens[n, j]] to -inf wherever hit[n, j]."""
+    """Set scores[n, tokens[n, j]] to -inf wherever hit[n, j], in place. A minimum with -inf (hit) or
+    +inf (no hit): a token listed twice, once hit and once not, is banned whatever the order."""
     if tokens.numel() == 0:
         return scores
-    banned = torch.zeros_like(scores, dtype=torch.float32).scatter_reduce_(
-        1, tokens, hit.to(torch.float32), reduce="amax")
-    return scores.masked_fill(banned.bool(), NEG_INF)
+    bound = torch.full(hit.shape, float("inf"), dtype=scores.dtype, device=scores.device).masked_fill_(hit, NEG_INF)
+    return scores.scatter_reduce_(1, tokens, bound, reduce="amin")
 
 
 def no_repeat_ngram(tokens: torch.Tensor, scores: torch.Tensor, n: int) -> torch.Tensor:
@@ -57,7 +60,7 @@ def repetition_penalty(tokens: torch.Tensor, scores: torch.Tensor, penalty: floa
     negative scores are multiplied by ``penalty``, positive ones divided, once per token."""
     picked = scores.gather(1, tokens)
     picked = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return scores.scatter(1, tokens, picked)
+    return scores.scatter_(1, tokens, picked)
 
 
 class BadWords:
@@ -78,7 +81,7 @@ class BadWords:
 
 def bad_words(tokens: torch.Tensor, scores: torch.Tensor, words: BadWords) -> torch.Tensor:
     if words.single.numel():
-        scores = scores.index_fill(1, words.single, NEG_INF)
+        scores = scores.index_fill_(1, words.single, NEG_INF)
     length = tokens.shape[1]
     for n, group in words.longer:                         # group (K, n)
         if n > length:
@@ -91,15 +94,17 @@ def bad_words(tokens: torch.Tensor, scores: torch.Tensor, words: BadWords) -> to
 
 def min_length(tokens: torch.Tensor, scores: torch.Tensor, minimum: int, eos_token_id: int) -> torch.Tensor:
     if tokens.shape[1] < minimum:
-        scores = scores.clone()
         scores[:, eos_token_id] = NEG_INF
     return scores
 
 
 def force_token(scores: torch.Tensor, token_id: int) -> torch.Tensor:
-    forced = torch.full_like(scores, NEG_INF)
-    forced[:, token_id] = 0
-    return forced
+    scores.fill_(NEG_INF)
+    scores[:, token_id] = 0
+    return scores
+
+
+# --- not in place: diversity and the sampling warpers return new tensors ---------------------------
 
 
 def hamming_diversity(scores: torch.Tensor, previous_tokens: torch.Tensor, penalty: float,

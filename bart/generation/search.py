@@ -2,7 +2,15 @@
 
 The encoder runs once per source and each decoder layer projects the encoder output to keys and
 values once; beams share them (the decoder folds beams into the query length), so nothing of the
-source is repeated ``num_beams`` times. Per step only the self-attention cache is reordered. The
+source is repeated ``num_beams`` times. The self-attention cache is a preallocated
+:class:`~bart.modeling.modeling_bart.StaticCache`: a step writes its position in place, and beam
+search reorders the filled positions with one ``index_select(out=)`` into a second buffer. The
+logits and log-probs of a step go to buffers made once per call and the score processors work in
+place, so a decode step allocates nothing of size rows x vocab or rows x cache (on a machine where
+fresh memory is expensive, e.g. page faults in a VM, those allocations were most of the time).
+Sources that are done (greedy: a row that produced EOS) leave the running batch: their decoder
+rows, cache rows and bookkeeping are compacted away, so finished rows stop costing work; their
+results are kept. One host sync per step (the stopping check, which also says who is done). The
 beam bookkeeping is tensor-shaped over (batch, beams) and follows transformers' vectorised beam
 search step for step, so the same weights give the same sequences. Sampling draws with
 ``torch.multinomial`` on the same processed scores, in the same order and shapes as transformers'
@@ -17,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from bart.generation import logits_processors as lp
+from bart.modeling.modeling_bart import StaticCache
 
 NEG = -1.0e9
 
@@ -64,32 +73,85 @@ class GenerateOutput:
 
 
 class _Decoder:
-    """One incremental decoder over the shared encoder output; the cache lives here."""
+    """One incremental decoder over the shared encoder output; the cache lives here.
 
-    def __init__(self, model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor, use_cache: bool):
+    With ``use_cache`` the cache is a :class:`StaticCache` made once for the whole call: cross
+    K/V projected once per source, self K/V written in place. The logits and log-probs of a step
+    go to two buffers made at the first step (the one with the most rows), so a step allocates
+    nothing of size rows x vocab. The tensors ``next_logits`` / ``log_softmax`` return are those
+    buffers: valid until the next step (clone what must outlive it)."""
+
+    def __init__(self, model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor, use_cache: bool,
+                 rows_per_source: int = 1, max_length: int = 0):
         self.model, self.encoder_hidden, self.encoder_mask = model, encoder_hidden, encoder_mask
-        self.use_cache, self.cache = use_cache, None
+        self.cache = None
+        if use_cache:
+            layers = model.model.decoder.layers
+            cross = [layer.encoder_attn.project_kv(encoder_hidden) for layer in layers]
+            attention = layers[0].self_attn
+            self.cache = StaticCache(len(layers), encoder_hidden.shape[0] * rows_per_source, attention.num_heads,
+                                     attention.head_dim, max_length, cross, cross[0][0].dtype, encoder_hidden.device)
+        self.logits_buffer: Optional[torch.Tensor] = None
+        self.log_probs_buffer: Optional[torch.Tensor] = None
+        self.transposed_buffer: Optional[torch.Tensor] = None  # CPU: the (V, N) product of lm_head
 
     def next_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """float32 logits of the next token for every row of ``tokens`` (N, L)."""
         decoder = self.model.model.decoder
-        if self.use_cache:
-            step_input = tokens if self.cache is None else tokens[:, -1:]
-            hidden, self.cache = decoder(step_input, self.encoder_hidden, self.encoder_mask,
-                                         past_key_values=self.cache, use_cache=True)
+        if self.cache is not None:
+            hidden, _ = decoder(tokens[:, self.cache.length:], self.encoder_hidden, self.encoder_mask,
+                                past_key_values=self.cache)
         else:
             hidden, _ = decoder(tokens, self.encoder_hidden, self.encoder_mask)
-        return self.model.lm_logits(hidden[:, -1]).float()
+        return self.lm_head(hidden[:, -1])
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits (N, V) of the last hidden states ``hidden`` (N, D), into the logits buffer.
+
+        On CPU in float32 the product is taken as weight @ hidden^T (vocab rows, the few decoder rows
+        as columns) into a (V, N) buffer and transposed once into the logits: MKL runs this
+        orientation 1.2-2x faster for the small N of a decode step (the transposing copy costs a
+        pass over the logits). From 16 rows on the values were bit-identical to hidden @ weight^T
+        (MKL 2024.2); below, MKL takes another kernel and they differ by float rounding, as the
+        fused bias already made them differ from transformers' linear-then-add."""
+        rows, vocab = hidden.shape[0], self.model.lm_head.weight.shape[0]
+        if self.logits_buffer is None:
+            self.logits_buffer = torch.empty(rows, vocab, dtype=torch.float32, device=hidden.device)
+        out = self.logits_buffer[:rows]
+        weight, bias = self.model.lm_head.weight, self.model.final_logits_bias[0]
+        if hidden.dtype == weight.dtype == bias.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type):
+            if hidden.device.type != "cpu":
+                return torch.addmm(bias, hidden, weight.t(), out=out)  # what F.linear computes, into the buffer
+            if self.transposed_buffer is None:
+                self.transposed_buffer = torch.empty(self.logits_buffer.numel(), dtype=torch.float32)
+            transposed = self.transposed_buffer[:vocab * rows].view(vocab, rows)
+            return out.copy_(torch.addmm(bias[:, None], weight, hidden.t(), out=transposed).t())
+        return out.copy_(self.model.lm_logits(hidden))
+
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.log_probs_buffer is None:
+            self.log_probs_buffer = torch.empty_like(logits)
+        return torch._log_softmax(logits, -1, False, out=self.log_probs_buffer[:logits.shape[0]])
 
     def reorder(self, rows: torch.Tensor) -> None:
         if self.cache is not None:
-            self.cache = [(k.index_select(0, rows), v.index_select(0, rows), ck, cv)
-                          for k, v, ck, cv in self.cache]
+            self.cache.reorder(rows)
+
+    def keep_sources(self, sources: list[int], rows: torch.Tensor) -> None:
+        """Only ``sources`` (increasing indices into the live sources) stay; ``rows``: the decoder rows
+        that stay, in their next order (indices into the live rows)."""
+        index = torch.tensor(sources, device=self.encoder_mask.device)
+        self.encoder_mask = self.encoder_mask.index_select(0, index)
+        if self.cache is not None:
+            self.cache.keep_sources(sources, rows)
+        else:
+            self.encoder_hidden = self.encoder_hidden.index_select(0, index)
 
 
 def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.Tensor,
                    encoder_ids: torch.Tensor) -> torch.Tensor:
-    """The configured processors in transformers' order (``_get_logits_processor``)."""
+    """The configured processors in transformers' order (``_get_logits_processor``); ``scores`` is
+    modified in place (see :mod:`bart.generation.logits_processors`)."""
     if opts.repetition_penalty != 1.0:
         scores = lp.repetition_penalty(tokens, scores, opts.repetition_penalty)
     scores = lp.no_repeat_ngram(tokens, scores, opts.no_repeat_ngram_size)
@@ -123,10 +185,22 @@ def _is_eos(tokens: torch.Tensor, opts: GenerationOptions) -> torch.Tensor:
     return tokens == opts.eos_token_id
 
 
+def _drops_finished(opts: GenerationOptions) -> bool:
+    """Whether finished sources leave the running batch. Not when sampling (the draws over fewer rows
+    would differ from transformers', which draws for every row) nor with ``output_scores`` (the
+    scores of finished rows are part of the output)."""
+    return not opts.do_sample and not opts.output_scores
+
+
 def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
-    """Greedy decoding, or with ``do_sample`` multinomial sampling (num_return_sequences rows per source)."""
+    """Greedy decoding, or with ``do_sample`` multinomial sampling (num_return_sequences rows per source).
+    A finished row stops costing work (greedy only): it leaves the running batch and its tokens wait,
+    padded, in the output."""
     rows = encoder_ids.shape[0] * (opts.num_return_sequences if opts.do_sample else 1)
     device = encoder_ids.device
+    drop = _drops_finished(opts)
+    output = torch.full((rows, opts.max_length), opts.pad_token_id, dtype=torch.long, device=device)
+    live = list(range(rows))  # output rows of the running rows
     tokens = torch.full((rows, 1), opts.decoder_start_token_id, dtype=torch.long, device=device)
     unfinished = torch.ones(rows, dtype=torch.bool, device=device)
     all_scores = []
@@ -138,13 +212,29 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
         else:
             next_tokens = scores.argmax(-1)
         if opts.output_scores:
-            all_scores.append(scores)
+            all_scores.append(scores.clone())  # scores may be the decoder's buffer
         next_tokens = next_tokens.masked_fill_(~unfinished, opts.pad_token_id)
         tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
         unfinished &= ~_is_eos(next_tokens, opts)
-        if not bool(unfinished.any()):  # the one host sync per step
+        if not drop:
+            if not bool(unfinished.any()):  # the one host sync per step
+                break
+            continue
+        flags = unfinished.tolist()  # the one host sync per step
+        if all(flags) or tokens.shape[1] >= opts.max_length:
+            continue
+        gone = [i for i, flag in enumerate(flags) if not flag]
+        output[[live[i] for i in gone], :tokens.shape[1]] = tokens[gone]
+        keep = [i for i, flag in enumerate(flags) if flag]
+        if not keep:
             break
-    return tokens, None, tuple(all_scores) if opts.output_scores else None
+        index = torch.tensor(keep, device=device)
+        tokens, unfinished, encoder_ids = tokens[index], unfinished[index], encoder_ids[index]
+        decoder.keep_sources(keep, index)
+        live = [live[i] for i in keep]
+    length = tokens.shape[1]
+    output[live, :length] = tokens
+    return output[:, :length], None, tuple(all_scores) if opts.output_scores else None
 
 
 def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -174,7 +264,8 @@ class _BeamState:
         """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams)."""
         batch, beams, vocab = log_probs.shape
         keep = 2 * beams
-        totals = (log_probs + self.running_scores[:, :, None]).view(batch, beams * vocab)
+        # in place: log_probs is the decoder's step buffer (or a copy of it), not needed after this
+        totals = log_probs.add_(self.running_scores[:, :, None]).view(batch, beams * vocab)
         if opts.do_sample:  # beam sampling: draw the candidates (without replacement), unsorted
             top_index = torch.multinomial(F.softmax(totals, dim=-1), keep, generator=opts.generator)
             top_scores = totals.gather(1, top_index)
@@ -215,6 +306,20 @@ class _BeamState:
         self._update_improvable(cur_len + 1, opts, best)
         return chosen_source
 
+    _FIELDS = ("running", "finished", "running_scores", "finished_scores", "is_finished", "improvable",
+               "hits_stop", "generated")
+
+    def select(self, sources: torch.Tensor) -> "_BeamState":
+        """The state of ``sources`` only (indices into this state's sources)."""
+        picked = object.__new__(_BeamState)
+        picked.beams = self.beams
+        for name in self._FIELDS:
+            setattr(picked, name, getattr(self, name).index_select(0, sources))
+        return picked
+
+    def results(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.finished, self.finished_scores, self.generated
+
     def done(self, opts: GenerationOptions) -> torch.Tensor:
         """(batch, 1) bool: sources for which this group takes no further part (classic ``_done``)."""
         return ~self.improvable | (self.is_finished.all(-1, keepdim=True) & (opts.early_stopping is True))
@@ -238,22 +343,30 @@ class _BeamState:
 def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
     """Beam search; with ``num_beam_groups`` > 1, diverse (group) beam search: each group of
     num_beams / groups beams runs its own search and is penalised (Hamming diversity) for tokens
-    that earlier groups chose at the same step."""
+    that earlier groups chose at the same step.
+
+    A source whose groups are all done (no running beam can still improve its finished ones, or all
+    are finished with ``early_stopping=True``) keeps its finished hypotheses as they are, in
+    transformers as here: it leaves the running batch (its decoder rows, cache rows and bookkeeping)
+    so that it stops costing work; its results wait in ``results``."""
     batch, device = encoder_ids.shape[0], encoder_ids.device
     groups = opts.num_beam_groups
     group_size = opts.num_beams // groups
     states = [_BeamState(batch, group_size, opts.max_length, opts.decoder_start_token_id,
                          opts.pad_token_id, device) for _ in range(groups)]
+    results = [tuple(t.clone() for t in state.results()) for state in states]  # (finished, scores, generated) of every source, by group
+    drop = _drops_finished(opts)
+    live = list(range(batch))  # original indices of the running sources
     all_scores = []
     cur_len = 1
     while True:
+        batch = len(live)
         # rows of the decoder batch: source-major, then group, then beam
         tokens = torch.stack([s.running[:, :, :cur_len] for s in states], 1).view(-1, cur_len)
-        logits = decoder.next_logits(tokens)
-        log_probs = F.log_softmax(logits, dim=-1).view(batch, groups, group_size, -1)
+        log_probs = decoder.log_softmax(decoder.next_logits(tokens)).view(batch, groups, group_size, -1)
         step_scores, sources, chosen = [], [], []
         for g, state in enumerate(states):
-            group_log_probs = log_probs[:, g].reshape(batch * group_size, -1)
+            group_log_probs = log_probs[:, g].reshape(batch * group_size, -1)  # a view with one group
             if groups > 1:
                 previous = torch.stack(chosen, 1).view(batch, -1) if chosen else tokens.new_zeros(batch, 0)
                 group_log_probs = lp.hamming_diversity(group_log_probs, previous, opts.diversity_penalty, batch)
@@ -261,7 +374,8 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
             group_log_probs = process_scores(opts, group_tokens, group_log_probs, encoder_ids)
             if opts.do_sample:  # one group only (checked in generate)
                 group_log_probs = warp_scores(opts, group_log_probs, min_tokens_to_keep=2)
-            step_scores.append(group_log_probs.view(batch, group_size, -1))
+            if opts.output_scores:  # a copy: step() adds the running scores in place
+                step_scores.append(group_log_probs.view(batch, group_size, -1).clone())
             done = state.done(opts)  # a group already done for a source idles on pad tokens
             source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts)
             sources.append(source + g * group_size)
@@ -269,19 +383,45 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
         if opts.output_scores:
             all_scores.append(torch.stack(step_scores, 1).view(batch * opts.num_beams, -1))
         offsets = torch.arange(batch, device=device)[:, None] * opts.num_beams
-        decoder.reorder((torch.cat(sources, 1) + offsets).view(-1))
+        rows = torch.cat(sources, 1) + offsets  # (batch, num_beams) decoder rows of the next step
         cur_len += 1
         still_open = torch.stack([s.open(opts) for s in states]).any()
-        if cur_len >= opts.max_length or not bool(still_open):  # the one host sync per step
+        if not drop:
+            if cur_len >= opts.max_length or not bool(still_open):  # the one host sync per step
+                break
+            decoder.reorder(rows.view(-1))
+            continue
+        done = torch.stack([s.done(opts).view(-1) for s in states]).all(0)
+        flags = torch.cat([still_open.view(1), done]).tolist()  # the one host sync per step
+        if cur_len >= opts.max_length or not flags[0]:
             break
-    return _finalize(states, opts, all_scores)
+        keep = [i for i, finished in enumerate(flags[1:]) if not finished]
+        if len(keep) == batch:
+            decoder.reorder(rows.view(-1))
+            continue
+        if not keep:
+            break
+        gone = [i for i, finished in enumerate(flags[1:]) if finished]
+        for state, stored in zip(states, results):
+            for full, part in zip(stored, state.results()):
+                full[[live[i] for i in gone]] = part[gone]
+        index = torch.tensor(keep, device=device)
+        states = [state.select(index) for state in states]
+        encoder_ids = encoder_ids[index]
+        decoder.keep_sources(keep, rows[index].view(-1))  # rows of the cache before compaction
+        live = [live[i] for i in keep]
+    for state, stored in zip(states, results):
+        for full, part in zip(stored, state.results()):
+            full[live] = part
+    return _finalize(results, opts, all_scores)
 
 
-def _finalize(states: list[_BeamState], opts: GenerationOptions, all_scores):
-    finished = torch.cat([s.finished for s in states], 1)
-    scores = torch.cat([s.finished_scores for s in states], 1)
-    generated = torch.cat([s.generated for s in states], 1)
-    if len(states) > 1:  # best hypotheses over all groups
+def _finalize(results: list, opts: GenerationOptions, all_scores):
+    """``results``: (finished, finished_scores, generated) of every source, one triple per group."""
+    finished = torch.cat([r[0] for r in results], 1)
+    scores = torch.cat([r[1] for r in results], 1)
+    generated = torch.cat([r[2] for r in results], 1)
+    if len(results) > 1:  # best hypotheses over all groups
         order = scores.topk(scores.shape[1], dim=1).indices
         finished, scores, generated = _gather(finished, order), _gather(scores, order), _gather(generated, order)
     count = opts.num_return_sequences

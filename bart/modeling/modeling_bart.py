@@ -22,6 +22,89 @@ from bart.modeling.cross_entropy import cross_entropy, linear_cross_entropy
 # One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
 LayerCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
+
+class StaticCache:
+    """The decoder's KV cache for incremental decoding, allocated once per ``generate`` call.
+
+    Self-attention keys and values live in one preallocated buffer (layers, 2, rows, H, max_length,
+    Dh): a step writes its position in place (no ``torch.cat`` growth, no allocation per step) and
+    attends over a view of the filled positions. Cross-attention keys and values are projected once
+    per source (not per beam; the decoder folds beams into the query length) and stay as they are.
+
+    ``reorder(rows)`` (beam search) gathers the filled positions of the chosen rows with ONE
+    ``index_select(out=)`` into a second buffer of the same shape and swaps the two: the cache never
+    reallocates, so memory is touched once. ``keep_sources(sources, rows)`` drops finished sources
+    (their cross K/V are compacted in place, the self K/V with the reorder) so that finished rows
+    stop costing work. Only the live rows ``[:rows]`` and positions ``[:length]`` are ever read.
+
+    For a captured decode step (CUDA graphs) the buffers have fixed addresses; a capture would
+    write at a device-side position and attend over all ``max_length`` positions with a mask, one
+    graph per buffer of the pair. Nothing here is CUDA-specific.
+    """
+
+    def __init__(self, num_layers: int, rows: int, heads: int, head_dim: int, max_length: int,
+                 cross_kv: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype, device) -> None:
+        self.shape = (num_layers, 2, rows, heads, max_length, head_dim)
+        self.dtype, self.device = dtype, device
+        self.buffer = torch.empty(self.shape, dtype=dtype, device=device)
+        self.spare: Optional[torch.Tensor] = None  # the second buffer, made at the first reorder
+        self.cross = list(cross_kv)
+        self.rows, self.sources, self.length = rows, cross_kv[0][0].shape[0], 0
+        self.max_length = max_length
+
+    def layer(self, index: int) -> "StaticLayerCache":
+        return StaticLayerCache(self, index)
+
+    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``key``/``value`` (rows, H, q, Dh) at positions [length, length + q); return the
+        keys/values of positions [0, length + q) of the live rows (views of the buffer)."""
+        rows, end = key.shape[0], self.length + key.shape[2]
+        if end > self.max_length:
+            raise ValueError(f"StaticCache holds {self.max_length} positions, step needs {end}")
+        if rows != self.rows:
+            raise ValueError(f"StaticCache has {self.rows} live rows, the step has {rows}")
+        kv = self.buffer[layer, :, :rows]
+        kv[0, :, :, self.length:end].copy_(key)
+        kv[1, :, :, self.length:end].copy_(value)
+        return kv[0, :, :, :end], kv[1, :, :, :end]
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """The live rows become ``rows`` (indices into the current live rows; fewer when sources left)."""
+        if self.spare is None:
+            self.spare = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        count = rows.shape[0]
+        if self.length:
+            torch.index_select(self.buffer[:, :, :self.rows, :, :self.length], 2, rows,
+                               out=self.spare[:, :, :count, :, :self.length])
+        self.buffer, self.spare = self.spare, self.buffer
+        self.rows = count
+
+    def keep_sources(self, sources: list[int], rows: torch.Tensor) -> None:
+        """Only ``sources`` (increasing indices into the live sources) stay; ``rows`` are the decoder
+        rows that stay (indices into the live rows, in their new order)."""
+        for key, value in self.cross:  # in place: row i takes row sources[i] >= i
+            for i, source in enumerate(sources):
+                if source != i:
+                    key[i].copy_(key[source])
+                    value[i].copy_(value[source])
+        self.cross = [(key[:len(sources)], value[:len(sources)]) for key, value in self.cross]
+        self.sources = len(sources)
+        self.reorder(rows)
+
+
+class StaticLayerCache:
+    """One decoder layer's view of a :class:`StaticCache`."""
+
+    def __init__(self, cache: StaticCache, index: int) -> None:
+        self.cache, self.index = cache, index
+
+    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.write(self.index, key, value)
+
+    @property
+    def cross(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.cross[self.index]
+
 _ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_python": F.gelu,
@@ -200,19 +283,27 @@ class BartDecoderLayer(_Layer):
 
     def _self_attention(self, h, self_mask, past, new_cache: list):
         query, key, value = self.self_attn.project_qkv(h)
-        if past is not None:
+        if isinstance(past, StaticLayerCache):
+            key, value = past.append(key, value)
+        elif past is not None:
             key, value = torch.cat([past[0], key], dim=2), torch.cat([past[1], value], dim=2)
         new_cache.extend((key, value))
         # A single new query over a cache sees every key: no causal mask needed.
         causal = self_mask is None and h.shape[1] > 1
         return self.self_attn(h, key_value=(key, value), attn_mask=self_mask, is_causal=causal, query=query)
 
-    def forward(self, hidden, encoder_hidden, cross_mask, self_mask=None, past: Optional[LayerCache] = None,
-                use_cache: bool = False):
+    def forward(self, hidden, encoder_hidden, cross_mask, self_mask=None, past=None, use_cache: bool = False):
+        """``past``: a :data:`LayerCache` (grown by concatenation, returned anew) or a
+        :class:`StaticLayerCache` (written in place; then no cache is returned)."""
         new_cache: list[torch.Tensor] = []
         hidden = self._residual(hidden, self.self_attn_layer_norm,
                                 lambda h: self._self_attention(h, self_mask, past, new_cache))
-        cross_kv = (past[2], past[3]) if past is not None else self.encoder_attn.project_kv(encoder_hidden)
+        if isinstance(past, StaticLayerCache):
+            cross_kv, use_cache = past.cross, False
+        elif past is not None:
+            cross_kv = (past[2], past[3])
+        else:
+            cross_kv = self.encoder_attn.project_kv(encoder_hidden)
         hidden = self._residual(hidden, self.encoder_attn_layer_norm,
                                 lambda h: self.encoder_attn(h, key_value=cross_kv, attn_mask=cross_mask))
         hidden = self._residual(hidden, self.final_layer_norm, self._ffn)
@@ -292,7 +383,10 @@ class BartDecoder(_Stack):
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, attention_mask=None,
                 past_key_values: Optional[list[LayerCache]] = None, use_cache: bool = False,
                 token_embeddings: Optional[torch.Tensor] = None):
-        """Returns (hidden_states, new cache or None). The cache holds each layer's self and cross K/V."""
+        """Returns (hidden_states, new cache or None). The cache holds each layer's self and cross K/V.
+        ``past_key_values`` may be a :class:`StaticCache`: it is written in place and returned."""
+        if isinstance(past_key_values, StaticCache):
+            return self._forward_static(input_ids, encoder_hidden_states, encoder_attention_mask, past_key_values)
         past_length = 0 if past_key_values is None else past_key_values[0][0].shape[2]
         hidden = self.embed(input_ids, past_length, token_embeddings)
         cross_mask = None if encoder_attention_mask is None else padding_mask_to_bool(encoder_attention_mask)
@@ -305,6 +399,16 @@ class BartDecoder(_Stack):
                 if use_cache:
                     caches.append(cache)
         return self.final_norm(hidden), (caches if use_cache else None)
+
+    def _forward_static(self, input_ids, encoder_hidden_states, encoder_attention_mask, cache: StaticCache):
+        """Incremental decoding on a preallocated cache (inference: no layer drop, no checkpointing)."""
+        hidden = self.embed(input_ids, cache.length)
+        cross_mask = None if encoder_attention_mask is None else padding_mask_to_bool(encoder_attention_mask)
+        self_mask = self._self_mask(None, input_ids.shape[1], cache.length, hidden.device)
+        for i, layer in enumerate(self.layers):
+            hidden, _ = layer(hidden, encoder_hidden_states, cross_mask, self_mask, cache.layer(i))
+        cache.length += input_ids.shape[1]
+        return self.final_norm(hidden), cache
 
 
 class BartPreTrainedModel(nn.Module):
