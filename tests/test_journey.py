@@ -8,8 +8,9 @@ with the installed wikiextractor). "facebook/bart-large" is resolved by huggingf
 offline hub cache that the test writes in the hub's own layout (a tiny model and its tokenizer).
 If a Quick Start command changes, EXPECTED below must change with it, or this test fails.
 The model is config_tiny.json with the small trained tokenizer's vocabulary (the hub cache's
-"facebook/bart-large" tokenizer): the journey is about the commands, not GPT-2's 50k softmax, which
-dominated its steps (the phase-2 length of 512 in bf16 on CPU above all).
+"facebook/bart-large" tokenizer): the journey is about the commands, not GPT-2's 50k vocabulary,
+whose softmax made each training and generation step dearer (phase 2's 512 tokens in bf16 on CPU
+above all). Most of what the test still costs is the start-up of its ~25 Python processes.
 """
 import json
 import os
