@@ -85,9 +85,8 @@ def test_export_loads_in_transformers_and_summarizes_as_the_project(pre_ln, tmp_
 
 
 def test_export_from_a_folder_uses_its_tokenizer_and_replaces_only_with_overwrite(tmp_path, tokenizer_dir):
-    # transformers' check of an export is the test above's: here only the one from a folder is checked
     _checkpoint(tmp_path / "m.ckpt", False, 4)
-    assert _export(tmp_path / "m.ckpt", tmp_path / "first", "--tokenizer", tokenizer_dir, "--no-verify").returncode == 0
+    assert _export(tmp_path / "m.ckpt", tmp_path / "first", "--tokenizer", tokenizer_dir).returncode == 0
     done = _export(tmp_path / "first", tmp_path / "second")  # no --tokenizer: the folder's own
     assert done.returncode == 0, done.stderr
     assert f"tokenizer from {tmp_path / 'first'}" in done.stdout
@@ -95,7 +94,7 @@ def test_export_from_a_folder_uses_its_tokenizer_and_replaces_only_with_overwrit
     done = _export(tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer", tokenizer_dir)
     assert done.returncode == 2 and "exists and is not empty; pass --overwrite" in done.stderr
     assert (tmp_path / "second" / "model.safetensors").read_bytes() == before
-    done = _export(tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer", tokenizer_dir, "--overwrite", "--no-verify")
+    done = _export(tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer", tokenizer_dir, "--overwrite")
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path)) == ["first", "m.ckpt", "second"]  # no staging or backup folder left
 
