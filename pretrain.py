@@ -6,7 +6,6 @@ import os
 import torch
 
 from bart.data.noise import add_noise_args, noise_config_from_args
-from bart.data.pretraining_dataset import build_pretraining_loader
 from bart.cli import run_main
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
@@ -33,6 +32,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    # LDDL imports transformers (seconds): after the flags are parsed, so --help and flag mistakes answer at once
+    from bart.data.pretraining_dataset import build_pretraining_loader
+
     env = builder.setup_distributed(args)
     builder.seed_everything(args.seed, env.rank)
     init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)

@@ -107,7 +107,6 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
            pre_ln: Optional[bool] = None, overwrite: bool = False, verify: bool = True) -> dict:
     """Write the Hugging Face folder ``out_dir``; returns what was written (paths, tokenizer, check)."""
     from bart.hub import resolve_model_path, resolve_tokenizer_path
-    from bart.modeling.weights import write_model_files
 
     out_dir = os.path.abspath(os.path.expanduser(out_dir))
     if os.path.isfile(out_dir):
@@ -120,6 +119,8 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
         model_path = resolve_weights(model_path)  # a run's output folder: its newest checkpoint
     if os.path.abspath(model_path) == out_dir:
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
+    from bart.modeling.weights import write_model_files  # torch: imported once the cheap checks passed
+
     model = _load_model(model_path, config_path, pre_ln)
     stored_with = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
     tokenizer_path = resolve_tokenizer_path(tokenizer or os.environ.get("TOKENIZER") or None, stored_with,
@@ -166,13 +167,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from bart.hub import HubResolutionError
-    from bart.modeling.weights import CheckpointError
 
     try:
         result = export(args.checkpoint, args.out_dir, args.tokenizer, args.config_path, args.pre_ln,
                         args.overwrite, args.verify)
-    except (ExportError, HubResolutionError, CheckpointError, FileNotFoundError, IsADirectoryError,
-            NotADirectoryError, PermissionError, ValueError) as err:
+    except (ExportError, HubResolutionError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+            PermissionError, ValueError) as err:  # ValueError: CheckpointError too (not imported: it imports torch)
         print(f"bart.export: error: {one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     check = ("" if result["verify_max_abs_diff"] is None else

@@ -18,7 +18,7 @@ ARGS=()
 [ -d "$OWT" ] && ARGS+=(--open_webtext "$OWT") || echo "openwebtext: $OWT not found, skipped"
 [ ${#ARGS[@]} -gt 0 ] || { echo "preprocess_pretrain_data.sh: none of the three corpora exists" >&2; exit 2; }
 mkdir -p "$DATA"
-if command -v mpirun >/dev/null && "$PYTHON" -c "import dask_mpi" 2>/dev/null && [ "$NPROC" -ge 3 ]; then
+if [ "$NPROC" -ge 3 ] && command -v mpirun >/dev/null && "$PYTHON" -c "import dask_mpi" 2>/dev/null; then
   echo "running the dask pipeline on MPI with $NPROC ranks, then balancing in one process"
   for LENGTH in 128 512; do  # dask-mpi starts once per mpirun: one length per run
     mpirun -np "$NPROC" "$PYTHON" -m bart.data.preprocess "${ARGS[@]}" --out "$DATA" --seq_lengths "$LENGTH" \

@@ -7,6 +7,10 @@ CONFIG_PATH, N_VAL) or point the downloads at local copies laid out as the origi
 with the installed wikiextractor). "facebook/bart-large" is resolved by huggingface_hub from an
 offline hub cache that the test writes in the hub's own layout (a tiny model and its tokenizer).
 If a Quick Start command changes, EXPECTED below must change with it, or this test fails.
+The model is config_tiny.json with the small trained tokenizer's vocabulary (the hub cache's
+"facebook/bart-large" tokenizer): the journey is about the commands, not GPT-2's 50k vocabulary,
+whose softmax made each training and generation step dearer (phase 2's 512 tokens in bf16 on CPU
+above all). Most of what the test still costs is the start-up of its ~25 Python processes.
 """
 import json
 import os
@@ -20,7 +24,7 @@ import pytest
 import torch
 import transformers
 
-from tests.helpers.corpus import write_wikipedia_dump
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_wikipedia_dump
 from tests.helpers.hub_cache import add_to_hub_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,7 +98,7 @@ def _run(block: list[str], cwd, env, timeout=900):
 
 
 @pytest.mark.slow
-def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
+def test_quick_start_journey(tmp_path, small_tokenizer_dir, punkt_dir):
     from bart.data.cnn_dm_stories import story_name
     steps = quick_start_steps()
     repo = tmp_path / "bart"  # a copy of the checkout: data/ and results/ are written inside it
@@ -105,19 +109,23 @@ def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
             shutil.copy2(os.path.join(ROOT, name), repo / name)
     _mirror(tmp_path / "mirror", story_name)
     write_wikipedia_dump(str(tmp_path / "enwiki.xml.bz2"), pages=24)
+    # the model config of every command: config_tiny.json with the small tokenizer's vocabulary
+    tiny = dict(json.load(open(repo / "configs" / "config_tiny.json")), vocab_size=SMALL_VOCAB_SIZE)
+    config_path = str(tmp_path / "config_tiny_small_vocab.json")
+    with open(config_path, "w") as f:
+        json.dump(tiny, f)
     # public weights: a tiny post-LN BART saved by transformers, under facebook/bart-large in a hub cache
-    tiny = json.load(open(repo / "configs" / "config_tiny.json"))
     torch.manual_seed(0)
     hf_config = transformers.BartConfig(**{k: v for k, v in tiny.items() if k not in ("pre_ln", "dtype")})
     transformers.BartForConditionalGeneration(hf_config).save_pretrained(tmp_path / "hub_model")
-    for name in os.listdir(tokenizer_dir):
-        shutil.copy(os.path.join(tokenizer_dir, name), tmp_path / "hub_model" / name)
+    for name in os.listdir(small_tokenizer_dir):
+        shutil.copy(os.path.join(small_tokenizer_dir, name), tmp_path / "hub_model" / name)
     cache = str(tmp_path / "hf_home" / "hub")
     add_to_hub_cache(cache, "facebook/bart-large", str(tmp_path / "hub_model"))
 
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache,
                NLTK_DATA=str(punkt_dir), OMP_NUM_THREADS="1", NPROC="1", NUM_SHARDS="2", CPU_PROCESSES="1",
-               NUM_WORKERS="1", CONFIG_PATH="configs/config_tiny.json", N_VAL="2",
+               NUM_WORKERS="1", CONFIG_PATH=config_path, N_VAL="2",
                CNN_DM_MIRROR=f"file://{tmp_path / 'mirror'}", XSUM_URL=f"file://{tmp_path / 'mirror' / 'xsum.tar.gz'}",
                CORPORA="wikipedia", WIKIPEDIA_DUMP=str(tmp_path / "enwiki.xml.bz2"))
     for name in ("TOKENIZER", "OUTPUT_DIR", "CKPT_PATH", "EXTRA_ARGS", "EVAL_EXTRA_ARGS", "PRELN"):
@@ -138,7 +146,7 @@ def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
     for length in (128, 512):
         counts = json.load(open(repo / "data" / f"pretrain_lddl_{length}" / ".num_samples.json"))
         assert len(counts) == 2 and sum(counts.values()) >= 24
-    pretrain = dict(env, EXTRA_ARGS="--config_path configs/config_tiny.json --train_batch_size 2 "
+    pretrain = dict(env, EXTRA_ARGS=f"--config_path {config_path} --train_batch_size 2 "
                                     "--gradient_accumulation_steps 1 --max_steps 2 --warmup_steps 1 --log_freq 1")
     _run(steps[4], repo, pretrain)
     assert (repo / "results" / "bart_pyt_pretraining" / "phase_2" / "_step4.ckpt").is_file()
@@ -164,7 +172,7 @@ def test_quick_start_journey(tmp_path, tokenizer_dir, punkt_dir):
     summarize = transformers.pipeline("summarization", model=str(repo / "results" / "cnn_dm_hf"))
     sources = open(repo / "data" / "cnn_dm" / "test.source").read().splitlines()
     texts = [r["summary_text"].strip() for r in summarize(sources, num_beams=4, max_length=12, batch_size=1)]
-    step6 = subprocess.run([sys.executable, "run_eval.py", "results/cnn_dm", "configs/config_tiny.json", "data/cnn_dm",
+    step6 = subprocess.run([sys.executable, "run_eval.py", "results/cnn_dm", config_path, "data/cnn_dm",
                             "results/cnn_dm_eval_run", "--num_beams", "4", "--max_target_length", "12",
                             "--max_source_length", "64", "--bs", "1"], cwd=repo, env=env, capture_output=True,
                            text=True, timeout=300)

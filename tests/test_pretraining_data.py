@@ -241,48 +241,59 @@ def test_mpi_schedule_needs_the_preprocess_stage(tmp_path):
         preprocess({}, str(tmp_path / "data"), [64], 2, 1, stage="balance")
 
 
+@pytest.fixture(scope="module")
+def downloaded(tmp_path_factory, punkt_dir):
+    """Corpora laid out as LDDL's downloaders write them (download_wikipedia: <outdir>/source/en/*.txt,
+    download_open_webtext: <outdir>/source/*.txt), and the rows per length of a local preprocess (one
+    dask worker) of the readers' own layout given directly: what the script's runs below must equal."""
+    base = tmp_path_factory.mktemp("downloaded")
+    write_corpus(str(base / "wikipedia" / "source" / "en"), documents=30, seed=1)
+    write_corpus(str(base / "openwebtext" / "source"), documents=30, seed=2)
+    direct = preprocess({"wikipedia": str(base / "wikipedia" / "source"),
+                         "open_webtext": str(base / "openwebtext" / "source")}, str(base / "direct"), [128, 512],
+                        num_shards=2, workers=1, log=lambda _: None)
+    rows = {length: sum(json.load(open(os.path.join(folder, ".num_samples.json"))).values())
+            for length, folder in zip((128, 512), direct)}
+    assert all(rows.values()), rows
+    return base, rows
+
+
 @pytest.mark.skipif(subprocess.run(["which", "mpirun"], capture_output=True).returncode != 0,
                     reason="needs mpirun (the mpich package of requirements.txt provides it)")
-def test_preprocess_script_on_mpi(tmp_path, punkt_dir):
+def test_preprocess_script_on_mpi(tmp_path, punkt_dir, downloaded):
     """scripts/preprocess_pretrain_data.sh with 3 MPI ranks: the dask pipeline on dask-mpi for each
     length, then balancing in one process; the shards equal a local run's row count."""
     pytest.importorskip("dask_mpi", reason="dask-mpi is in requirements.txt")
-    corpus = write_corpus(str(tmp_path / "cc"), documents=60)
+    corpora, local_rows = downloaded
     env = dict(os.environ, NPROC="3", NUM_SHARDS="2", NLTK_DATA=str(punkt_dir))
-    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(tmp_path / "none"), corpus,
-                          str(tmp_path / "none"), str(tmp_path / "data")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(corpora / "wikipedia"),
+                          str(tmp_path / "none"), str(corpora / "openwebtext"), str(tmp_path / "data")], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "on MPI with 3 ranks" in run.stdout
-    local = preprocess({"common_crawl": corpus}, str(tmp_path / "local"), [128, 512], num_shards=2, workers=1,
-                       log=lambda _: None)
-    for length, local_folder in zip((128, 512), local):
+    for length in (128, 512):
         folder = tmp_path / "data" / f"pretrain_lddl_{length}"
         assert output_complete(str(folder))
         assert not (tmp_path / "data" / f"pretrain_lddl_{length}.raw.tmp").exists()
         counts = json.load(open(folder / ".num_samples.json"))
         assert len(counts) == 2 and max(counts.values()) - min(counts.values()) <= 1
-        assert sum(counts.values()) == sum(json.load(open(os.path.join(local_folder, ".num_samples.json"))).values())
+        assert sum(counts.values()) == local_rows[length]
 
 
-def test_preprocess_script_reads_the_layouts_lddl_downloaders_write(tmp_path, punkt_dir):
-    """download_wikipedia writes <outdir>/source/en/*.txt, download_open_webtext <outdir>/source/*.txt:
-    the script takes the downloaders' --outdir folders as the README says, and the rows equal those
-    of the readers' own layout given directly."""
-    write_corpus(str(tmp_path / "wikipedia" / "source" / "en"), documents=30, seed=1)
-    write_corpus(str(tmp_path / "openwebtext" / "source"), documents=30, seed=2)
+def test_preprocess_script_reads_the_layouts_lddl_downloaders_write(tmp_path, punkt_dir, downloaded):
+    """The script takes the downloaders' --outdir folders as the README says (on a local dask cluster
+    of two workers), and the rows equal those of the readers' own layout given directly."""
+    corpora, direct_rows = downloaded
     env = dict(os.environ, NPROC="2", NUM_SHARDS="2", NLTK_DATA=str(punkt_dir))
-    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(tmp_path / "wikipedia"),
-                          str(tmp_path / "common_crawl"), str(tmp_path / "openwebtext"), str(tmp_path / "data")],
+    run = subprocess.run(["bash", "scripts/preprocess_pretrain_data.sh", str(corpora / "wikipedia"),
+                          str(tmp_path / "common_crawl"), str(corpora / "openwebtext"), str(tmp_path / "data")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    direct = preprocess({"wikipedia": str(tmp_path / "wikipedia" / "source"),
-                         "open_webtext": str(tmp_path / "openwebtext" / "source")}, str(tmp_path / "direct"), [128, 512],
-                        num_shards=2, workers=1, log=lambda _: None)
-    for length, folder in zip((128, 512), direct):
+    assert "on a local dask cluster with 2 workers" in run.stdout
+    for length in (128, 512):
         counts = json.load(open(tmp_path / "data" / f"pretrain_lddl_{length}" / ".num_samples.json"))
         assert sum(counts.values()) > 0
-        assert sum(counts.values()) == sum(json.load(open(os.path.join(folder, ".num_samples.json"))).values())
+        assert sum(counts.values()) == direct_rows[length]
     (tmp_path / "empty" / "source").mkdir(parents=True)
     bad = subprocess.run([sys.executable, "-m", "bart.data.preprocess", "--wikipedia", str(tmp_path / "empty"),
                           "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, timeout=60)

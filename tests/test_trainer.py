@@ -138,14 +138,23 @@ def test_exact_resume_after_sigkill(tmp_path):
         assert b[step]["learning_rate"] == pytest.approx(a[step]["learning_rate"], abs=1e-12), step
 
 
+# the one-process run that the data-parallel runs below are compared with (the same run for each)
+ONE_PROCESS = ["--max_steps", "3", "--dropout", "0", "--save_every", "0", "--optimizer", "adamw"]
+
+
+@pytest.fixture(scope="module")
+def one_process_params(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("one_process")
+    _run_driver(folder / "one", *ONE_PROCESS, "--dump_params", str(folder / "one.pt"))
+    return torch.load(folder / "one.pt")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("half", [False, True])
-def test_two_gloo_processes_equal_one_process(tmp_path, half):
-    extra = ["--max_steps", "3", "--dropout", "0", "--save_every", "0", "--optimizer", "adamw"]
-    _run_driver(tmp_path / "one", *extra, "--dump_params", str(tmp_path / "one.pt"))
-    _run_driver(tmp_path / "two", *extra, *(["--half_allreduce"] if half else []),
+def test_two_gloo_processes_equal_one_process(tmp_path, half, one_process_params):
+    _run_driver(tmp_path / "two", *ONE_PROCESS, *(["--half_allreduce"] if half else []),
                 "--dump_params", str(tmp_path / "two.pt"), nproc=2)
-    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    one, two = one_process_params, torch.load(tmp_path / "two.pt")
     tol = dict(atol=2e-2, rtol=2e-2) if half else dict(atol=1e-5, rtol=1e-5)
     for name in one:
         torch.testing.assert_close(two[name], one[name], msg=name, **tol)
@@ -174,20 +183,21 @@ def test_fsdp_trains_like_ddp(tmp_path, optimizer):
 
 @pytest.mark.slow
 def test_fsdp_resume_is_exact(tmp_path):
+    """A second FSDP run resumed from the straight run's step-2 checkpoint (as after a crash there)
+    continues it exactly."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     common = ["--max_steps", "4", "--strategy", "fsdp", "--optimizer", "adamw"]
-    _run_driver(straight, *common, nproc=2)
-    _run_driver(resumed, "--max_steps", "2", "--strategy", "fsdp", "--optimizer", "adamw", nproc=2)
-    state = torch.load(resumed / "_step2.ckpt", weights_only=True)
+    _run_driver(straight, *common, nproc=2)  # a checkpoint after every update
+    state = torch.load(straight / "_step2.ckpt", weights_only=True)
     assert all(type(v) is torch.Tensor for v in state["model"].values())  # full tensors, not shards
-    _run_driver(resumed, *common, "--resume", str(resumed / "_step2.ckpt"), nproc=2)
+    _run_driver(resumed, *common, "--resume", str(straight / "_step2.ckpt"), nproc=2)
     a, b = _steps(straight / "log.json"), _steps(resumed / "log.json")
     for step in (3, 4):
         assert b[step]["loss"] == pytest.approx(a[step]["loss"], abs=1e-6), step
 
 
 @pytest.mark.slow
-def test_two_torchrun_nodes_train_together(tmp_path):
+def test_two_torchrun_nodes_train_together(tmp_path, one_process_params):
     """Two "nodes" (separate torchrun agents, --nnodes 2) on 127.0.0.1, one process each."""
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
@@ -195,14 +205,13 @@ def test_two_torchrun_nodes_train_together(tmp_path):
     for node in (0, 1):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
                "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}",
-               "-m", "tests.helpers.train_driver", str(tmp_path / "out"), "--max_steps", "3", "--dropout", "0",
-               "--save_every", "0", "--optimizer", "adamw", "--dump_params", str(tmp_path / f"node{node}.pt")]
+               "-m", "tests.helpers.train_driver", str(tmp_path / "out"), *ONE_PROCESS,
+               "--dump_params", str(tmp_path / f"node{node}.pt")]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     for proc in procs:
         assert proc.wait(timeout=240) == 0, proc.stderr.read()[-2000:]
-    _run_driver(tmp_path / "single", "--max_steps", "3", "--dropout", "0", "--save_every", "0", "--optimizer",
-                "adamw", "--dump_params", str(tmp_path / "single.pt"))
-    together, other, single = (torch.load(tmp_path / f"{n}.pt") for n in ("node0", "node1", "single"))
+    together, other = (torch.load(tmp_path / f"{n}.pt") for n in ("node0", "node1"))
+    single = one_process_params  # the same flags in one process
     for name in single:
         assert torch.equal(together[name], other[name]), name  # the nodes agree exactly
         torch.testing.assert_close(together[name], single[name], atol=1e-5, rtol=1e-5, msg=name)

@@ -142,8 +142,6 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
                schedule: str = "local", log=print, stage: str = "all") -> list[str]:
     """``stage``: "all" (preprocess then balance), "preprocess" (leaves ``pretrain_lddl_{L}.raw.tmp``)
     or "balance" (turns that folder into ``pretrain_lddl_{L}``)."""
-    from bart.data.lddl_compat import balance_shards
-
     if schedule == "mpi" and (stage != "preprocess" or len(seq_lengths) != 1):
         raise ValueError("--schedule mpi runs only the dask pipeline, for one length per mpirun: pass "
                          "--stage preprocess and one --seq_lengths value, then balance in a plain process "
@@ -152,6 +150,8 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
         if not corpora:
             raise ValueError("no corpus given: pass at least one of --wikipedia, --common_crawl, --open_webtext")
         corpora = {kind: corpus_folder(kind, path) for kind, path in corpora.items()}
+    from bart.data.lddl_compat import balance_shards  # LDDL imports transformers: after the checks above
+
     written = []
     for length in seq_lengths:
         final = os.path.join(out_dir, f"pretrain_lddl_{length}")
