@@ -136,6 +136,8 @@ def test_empty_training_examples_are_skipped_and_counted(tmp_path, tokenizer, ca
     first_two = build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2, n_obs=2)
     assert first_two.dataset.sources == ["one two", "three four"] and first_two.skipped_rows == 1
     assert sum(len(b["input_ids"]) for b in loader) == 3
+    ranks = [build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=1, world_size=2, rank=r) for r in (0, 1)]
+    assert sum(r.skipped_rows for r in ranks) == 3  # the trainer's sum over ranks counts each skipped line once
     (folder / "train.source").write_text("\n \n")
     (folder / "train.target").write_text("a\nb\n")
     with pytest.raises(ValueError, match="train.source has no examples \\(all lines empty\\)"):

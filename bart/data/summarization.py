@@ -177,7 +177,9 @@ class EpochLoader:
         self.dataset, self.sampler, self.num_workers = dataset, sampler, num_workers
         self.batches = 0  # taken this epoch
         self._dataloader = None
-        self.skipped_rows = len(dataset.skipped_lines)  # empty examples left out (logged as skipped_rows)
+        # empty examples left out, logged as skipped_rows: the trainer sums ranks, and every rank read the whole
+        # split, so rank 0 carries the count
+        self.skipped_rows = len(dataset.skipped_lines) if sampler.rank == 0 else 0
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)

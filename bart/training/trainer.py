@@ -200,14 +200,13 @@ class Trainer:
             if hasattr(self.train_data, "set_epoch"):
                 self.train_data.set_epoch(self.epoch)
             resumed = self.batches_in_epoch > 0
+            replay = self.batches_in_epoch
             if self._data_position is not None:
                 self.train_data.seek(self._data_position)
-                self._data_position = None
-                iterator = iter(self.train_data)
-            else:
-                iterator = iter(self.train_data)
-                for _ in range(self.batches_in_epoch):
-                    next(iterator)
+                self._data_position, replay = None, 0
+            iterator = iter(self.train_data)
+            for _ in range(replay):
+                next(iterator)
             produced = False
             for batch in iterator:
                 produced = True
