@@ -5,4 +5,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/params/python_env.sh
 bash scripts/install.sh
-exec "$PYTHON" -m pytest tests "$@"
+# Test files run in parallel, one per CPU core up to 4 (TEST_WORKERS=N to choose, 1 for one process),
+# each worker with one thread; the tests of one file stay in one worker (their module fixtures are
+# built once).
+WORKERS=${TEST_WORKERS:-$(nproc)}
+[ "$WORKERS" -le 4 ] || WORKERS=4
+PARALLEL=()
+if [ "$WORKERS" -gt 1 ]; then
+  PARALLEL=(-n "$WORKERS" --dist loadfile -p no:benchmark)  # pytest-benchmark, where installed, only warns under xdist
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fi
+exec "$PYTHON" -m pytest tests "${PARALLEL[@]}" "$@"
