@@ -69,7 +69,7 @@ case "$use_preln" in
   *) echo "run_pretraining.sh: use_preln must be true or false, got '$use_preln'" >&2; exit 2 ;;
 esac
 [ -f "$config_path" ] || { echo "run_pretraining.sh: config file $config_path not found" >&2; exit 2; }
-GPUS_PRESENT=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")
+GPUS_PRESENT=$(gpus_present)
 if [ "$GPUS_PRESENT" -eq 0 ] && [ -n "${CPU_PROCESSES:-}" ]; then num_gpus=$CPU_PROCESSES; fi
 if [ "$GPUS_PRESENT" -gt 0 ] && [ "$num_gpus" -gt "$GPUS_PRESENT" ]; then
   echo "run_pretraining.sh: $num_gpus GPUs requested, this machine has $GPUS_PRESENT" >&2; exit 2

@@ -1,7 +1,7 @@
 # What the benchmark scripts sweep (sourced): GPU counts and precisions this machine supports.
 sweep_settings() {
   local present bf16
-  present=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")
+  present=$(gpus_present)
   if [ "$present" -gt 0 ]; then
     DEVICE_KIND=gpu
     if [ -n "${NUM_GPUS:-}" ]; then read -r -a GPU_COUNTS <<< "$NUM_GPUS"; else

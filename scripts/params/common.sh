@@ -7,6 +7,30 @@ split_positional() {  # MAX args...: POSITIONAL = the first MAX values before an
     else POSITIONAL+=("$arg"); fi
   done
 }
+gpus_present() {  # the number of GPUs a training process here would see, without starting Python
+  # nvidia-smi -L lists the GPUs; CUDA_VISIBLE_DEVICES, when set, limits them to its entries up to the
+  # first invalid one (as CUDA counts them: "" and "-1" hide all). No nvidia-smi: torch is asked when
+  # /dev/nvidia* devices exist, else there is no GPU.
+  local listed visible=0 entry entries
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    listed=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  elif compgen -G "/dev/nvidia[0-9]*" >/dev/null; then
+    "${PYTHON:-python3}" -c "import torch; print(torch.cuda.device_count())"; return
+  else
+    echo 0; return
+  fi
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    IFS=, read -r -a entries <<< "$CUDA_VISIBLE_DEVICES"
+    for entry in "${entries[@]}"; do
+      entry=${entry// /}
+      [[ -n "$entry" && "$entry" != -* ]] || break
+      visible=$((visible + 1))
+    done
+    [ "$visible" -lt "$listed" ] && listed=$visible
+  fi
+  echo "${listed:-0}"
+}
+
 check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
   local data=$1 config=$2 gpus=$3 prec=$4 preln=$5; shift 5
   [ -d "$data" ] || { echo "error: data folder $data not found (scripts/get_data.sh prepares it)" >&2; exit 2; }
@@ -26,7 +50,7 @@ check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
     *) echo "error: PRELN must be true or false, got '$preln'" >&2; exit 2 ;;
   esac
   local present
-  present=$("${PYTHON:-python3}" -c "import torch; print(torch.cuda.device_count())")
+  present=$(gpus_present)
   GPUS_PRESENT=$present
   if [ "$present" -gt 0 ] && [ "$gpus" -gt "$present" ]; then
     echo "error: $gpus GPUs requested, this machine has $present" >&2; exit 2
