@@ -108,23 +108,23 @@ def _copy_bandwidth(device: str) -> float:
 
 
 def _least_bytes(model, sequences: torch.Tensor, source_length: int, pad: int, beams: int) -> float:
-    """A lower bound of the bytes one generate call reads: the encoder's weights once; per decode step
-    the decoder's weights (cross-attention K/V projections aside: they run once) and the LM head, the
-    cross K/V of every source still running (a source runs until its returned sequence ends) and the
-    filled self K/V cache of its beams."""
+    """A lower bound of the bytes one generate call reads: the encoder's weights once (the token
+    embedding aside: a lookup reads only the source's rows); per decode step the decoder's weights
+    (cross-attention K/V projections aside: they run once) and the LM head (the whole shared
+    embedding), the cross K/V of every source still running (a source runs until its returned
+    sequence ends) and the filled self K/V cache of its beams."""
     config, size = model.config, next(model.parameters()).element_size()
     params = dict(model.named_parameters())
-    encoder = sum(p.numel() for n, p in params.items() if ".encoder." in n) + params["model.shared.weight"].numel()
-    decoder = sum(p.numel() for n, p in params.items() if ".decoder." in n and "encoder_attn.kv" not in n
+    encoder = sum(p.numel() for n, p in params.items() if ".encoder." in n)
+    decoder = sum(p.numel() for n, p in params.items() if ".decoder." in n
                   and "encoder_attn.k_proj" not in n and "encoder_attn.v_proj" not in n)
     decoder += params["model.shared.weight"].numel()  # the LM head
     lengths = (sequences[:, 1:] != pad).sum(1).tolist()  # steps each source ran
     kv_per_token = 2 * config.decoder_layers * config.d_model * size
-    total = encoder * size
+    total = encoder * size + max(lengths) * decoder * size
     for steps in lengths:
         total += steps * source_length * kv_per_token  # cross K/V, read every step
-        total += sum(beams * t * kv_per_token for t in range(1, steps + 1))  # self K/V
-    total += max(lengths) * decoder * size
+        total += beams * kv_per_token * steps * (steps + 1) // 2  # self K/V: positions 1..steps
     return float(total)
 
 
@@ -200,8 +200,8 @@ def main() -> None:
             share = f" {least / bandwidth / seconds:.1%} |" if bandwidth else ""
             rows.append(f"| {batch} | {label} | {seconds:.3f} | {batch / seconds:.2f} | {new_tokens / seconds:.0f} | "
                         f"{peaks[name] / 2**20:.0f} | {hf_s / seconds:.2f}x |{share}")
-        print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, {new_tokens} new tokens, identical "
-              f"outputs", flush=True)
+        print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, {new_tokens} new tokens, "
+              f"{identical}/{batch} rows token-identical", flush=True)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
     shape = os.path.splitext(os.path.basename(args.config))[0].replace("config_", "bart-")
     same = ", ".join(f"{n}/{b}" for n, b in zip(identical_rows, args.batch_sizes))

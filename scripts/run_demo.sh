@@ -5,7 +5,7 @@
 # lead-sentence summarization → ROUGE before and after fine-tuning → PNG charts of the loss curves.
 # usage: bash scripts/run_demo.sh [output folder (default results/demo)]
 # Environment: DEMO_VOCAB_SIZE (tokenizer, 4096), DEMO_PHASE1_STEPS (60), DEMO_PHASE2_STEPS (20),
-# DEMO_FINETUNE_STEPS (400; the model starts copying after some 200-300 of them), OMP_NUM_THREADS
+# DEMO_FINETUNE_STEPS (400; the model starts copying after some 200-400 of them), OMP_NUM_THREADS
 # (all cores; 1 on a machine shared with other work).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -36,8 +36,8 @@ fi
 wc -l < "$DATA/corpus/lee.txt" | xargs echo "documents:"
 
 # The from-scratch path: a tokenizer of the corpus's own, 4096 tokens (GPT-2's 50,265-way softmax
-# would be most of a tiny model's cost; this one cuts the corpus into about 16% more tokens than
-# GPT-2's does), and the tiny config with that vocab_size.
+# would be most of a tiny model's cost; this one cuts the corpus into about 16% more tokens than an
+# 8192-token one, which matches GPT-2's count), and the tiny config with that vocab_size.
 step "tokenizer trained on the corpus (byte-level BPE, ${DEMO_VOCAB_SIZE:-4096} tokens) and sentence-split data"
 "$PYTHON" -m bart.tokenization.train_tokenizer "$DATA/corpus" --vocab_size ${DEMO_VOCAB_SIZE:-4096} \
   --out "$DATA/tokenizer" --config configs/config_tiny.json --config_out "$DATA/config_demo.json"
@@ -66,7 +66,7 @@ step "ROUGE of the pretrained model before fine-tuning"
 "$PYTHON" run_eval.py "$PRETRAINED" "$CONFIG" "$DATA/summarization" "$OUT/eval_pretrained" \
   --tokenizer "$TOKENIZER" --bs 8 --eval_beams 2 --max_source_length 64 --max_target_length 64 2> /dev/null
 
-# A tiny model learns to copy from its source only after some 13-20k examples, whatever the steps:
+# A tiny model learns to copy from its source only after some 13-26k examples, whatever the steps:
 # large batches of short examples (40 source tokens hold the lead sentence's first 24 target tokens)
 # at a constant learning rate buy the most examples per second.
 step "fine-tuning from the phase-2 checkpoint (finetune.py)"

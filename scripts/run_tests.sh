@@ -4,12 +4,18 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/params/python_env.sh
+# Test files run in parallel, one per CPU core up to 4 (TEST_WORKERS=N to choose any number, 1 for one
+# process), each worker with one thread; the tests of one file stay in one worker (their module
+# fixtures are built once).
+source scripts/params/common.sh  # require_int
+if [ -n "${TEST_WORKERS:-}" ]; then
+  require_int run_tests.sh TEST_WORKERS "$TEST_WORKERS" 1
+  WORKERS=$TEST_WORKERS
+else
+  WORKERS=$(nproc)
+  [ "$WORKERS" -le 4 ] || WORKERS=4
+fi
 bash scripts/install.sh
-# Test files run in parallel, one per CPU core up to 4 (TEST_WORKERS=N to choose, 1 for one process),
-# each worker with one thread; the tests of one file stay in one worker (their module fixtures are
-# built once).
-WORKERS=${TEST_WORKERS:-$(nproc)}
-[ "$WORKERS" -le 4 ] || WORKERS=4
 PARALLEL=()
 if [ "$WORKERS" -gt 1 ]; then
   PARALLEL=(-n "$WORKERS" --dist loadfile -p no:benchmark)  # pytest-benchmark, where installed, only warns under xdist
