@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # BART pretraining, phase 1 (length 128) then phase 2 (length 512, from phase 1's last checkpoint,
-# weights only), launched with torchrun on one node or many.
+# weights only), launched with torchrun on one node or many (one process on one node: python alone).
 #
 # usage: bash scripts/run_pretraining.sh [train_batch_size_phase1 train_batch_size_phase2
 #   learning_rate_phase1 learning_rate_phase2 precision use_preln num_gpus warmup_steps_phase1
@@ -48,7 +48,7 @@ MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 PHASES=${PHASES:-"1 2"}
 PYTHON=${PYTHON:-python3}
 
-source scripts/params/common.sh  # checks, rendezvous_port, signal forwarding
+source scripts/params/common.sh  # checks, launch_command, signal forwarding
 for pair in "train_batch_size_phase1:$train_batch_size_phase1" "train_batch_size_phase2:$train_batch_size_phase2" \
             "num_gpus:$num_gpus" "train_steps_phase1:$train_steps_phase1" "train_steps_phase2:$train_steps_phase2" \
             "num_accumulation_phase1:$num_accumulation_phase1" "num_accumulation_steps_phase2:$num_accumulation_steps_phase2"; do
@@ -83,8 +83,7 @@ for phase in $PHASES; do
   [ -d "$folder" ] || { echo "run_pretraining.sh: $folder not found (run scripts/preprocess_pretrain_data.sh)" >&2; exit 2; }
 done
 
-LAUNCH=("$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$num_gpus"
-        --master_addr="$MASTER_ADDR" --master_port="$(rendezvous_port)")
+launch_command "$num_gpus"  # LAUNCH: torchrun, or python alone for one process on one node
 COMMON=(--config_path "$config_path" --tokenizer "$TOKENIZER" --lamb --lr_scheduler polynomial --weight_decay 0.1
         --dropout 0.1 --gradient_clip_val 0.1 "$PRELN_FLAG" "${PREC_FLAGS[@]}" --seed "$SEED"
         --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")

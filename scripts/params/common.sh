@@ -106,17 +106,24 @@ rendezvous_port() {  # MASTER_PORT, else 29500 across nodes (every node must agr
   else free_port; fi
 }
 
+launch_command() {  # N: LAUNCH = the command that starts N processes per node (NNODES, NODE_RANK, MASTER_ADDR,
+  # MASTER_PORT: multi-node): torchrun, or the interpreter alone for one process on one node (torchrun's agent
+  # would only add a second torch import and its own error report; the script runs as one process either way)
+  [[ "${NNODES:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "error: NNODES must be a positive whole number, got '${NNODES}'" >&2; exit 2; }
+  if [ "$1" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ]; then
+    LAUNCH=("${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}"
+            --nproc_per_node="$1" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)")
+  else
+    LAUNCH=("${PYTHON:-python3}")
+  fi
+}
+
 launcher() {  # NUM_PROCESSES_PER_NODE script args...; NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT: multi-node
   local n=$1; shift
   if [ "${GPUS_PRESENT:-1}" = "0" ] && [ -n "${CPU_PROCESSES:-}" ]; then n=$CPU_PROCESSES; fi  # CPU-only machines
-  [[ "${NNODES:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "error: NNODES must be a positive whole number, got '${NNODES}'" >&2; exit 2; }
+  launch_command "$n"
   local rc=0
-  if [ "$n" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ]; then
-    run_forwarding_signals "${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" \
-      --nproc_per_node="$n" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)" "$@" || rc=$?
-  else
-    run_forwarding_signals "${PYTHON:-python3}" "$@" || rc=$?
-  fi
+  run_forwarding_signals "${LAUNCH[@]}" "$@" || rc=$?
   [ "$rc" -eq 0 ] || stopped_exit "launcher" "$rc"
   return "$rc"
 }
