@@ -115,12 +115,12 @@ def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir):
     values.update(max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE)
     (tmp_path / "config.json").write_text(json.dumps(values))
     # learning rate 0: the validation loss never improves, so patience 2 stops at the second check after step 0
-    code, log = _run("finetune.py", "--config_path", str(tmp_path / "config.json"), "--data_dir", data,
-                     "--tokenizer", small_tokenizer_dir, "--from_scratch", "--max_steps", "50", "--learning_rate", "0",
-                     "--train_batch_size", "8", "--max_source_length", "32", "--max_target_length", "16",
-                     "--val_metric", "loss", "--val_check_interval", "2", "--early_stopping_patience", "2",
-                     "--log_freq", "2", "--num_workers", "0", "--no_tensorboard", "--output_dir", str(tmp_path / "out"),
-                     log_path=str(tmp_path / "log.txt"))
+    args = ["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+            "--from_scratch", "--max_steps", "50", "--learning_rate", "0", "--train_batch_size", "8",
+            "--max_source_length", "32", "--max_target_length", "16", "--val_metric", "loss", "--val_check_interval",
+            "2", "--early_stopping_patience", "2", "--save_checkpoint_steps", "2", "--log_freq", "2", "--num_workers",
+            "0", "--no_tensorboard"]
+    code, log = _run("finetune.py", *args, "--output_dir", str(tmp_path / "out"), log_path=str(tmp_path / "log.txt"))
     assert code == 0, log[-3000:]
     assert "stopping early at step 4: val_loss has not improved for 2 validations (--early_stopping_patience 2" in log
     records = [r for r in read_dllogger(str(tmp_path / "out" / "dllogger.json")) if r["type"] == "LOG"]
@@ -128,6 +128,14 @@ def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir):
     assert [r["data"]["steps"] for r in records if "stopped_early" in r["data"]] == [4]
     assert any(n.endswith("_step4.ckpt") for n in os.listdir(tmp_path / "out"))
     assert not os.path.exists(tmp_path / "out" / "tensorboard")  # --no_tensorboard
+    # a run resumed from the step-2 checkpoint (as after a crash there) has already counted one validation
+    # without improvement: it stops at step 4 too, not two validations after the resume
+    code, log = _run("finetune.py", *args, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint",
+                     str(tmp_path / "out" / "_step2.ckpt"), log_path=str(tmp_path / "resumed.txt"))
+    assert code == 0, log[-3000:]
+    assert "stopping early at step 4: val_loss has not improved for 2 validations" in log, log[-3000:]
+    records = [r for r in read_dllogger(str(tmp_path / "resumed" / "dllogger.json")) if r["type"] == "LOG"]
+    assert [r["step"] for r in records if "val_loss" in r["data"]] == [4]
 
 
 class _BufferedBackend:

@@ -243,6 +243,8 @@ class Trainer:
             "rng": rng,
             "config": self.model.config.to_dict(),
             "args": _plain(self.config.run_args),
+            # the validation hook's own counts (early stopping's best value and patience), where it keeps any
+            "eval_hook": _plain(self.eval_hook.state_dict()) if hasattr(self.eval_hook, "state_dict") else None,
         }
 
     def save(self, name: Optional[str] = None) -> Optional[str]:
@@ -280,6 +282,8 @@ class Trainer:
             raise CheckpointError(f"{path} was written by {len(rng)} processes, this run has {self.world_size}: "
                              f"exact resume needs the same number")
         restore_rng_state(rng[self.rank])
+        if state.get("eval_hook") is not None and hasattr(self.eval_hook, "load_state_dict"):
+            self.eval_hook.load_state_dict(state["eval_hook"])
         positions = state.get("data_position")  # absent from older checkpoints: replayed instead
         if positions and hasattr(self.train_data, "seek"):
             self._data_position = positions[self.rank]

@@ -52,6 +52,17 @@ class Validation:
         self.without_improvement = 0
         self.history: list[dict] = []
 
+    def state_dict(self) -> dict:
+        """What early stopping has counted so far (kept in training checkpoints: a resumed run stops where
+        the uninterrupted run would have)."""
+        return {"best_value": self.best_value, "best_step": self.best_step,
+                "without_improvement": self.without_improvement, "history": list(self.history)}
+
+    def load_state_dict(self, state: dict) -> None:
+        best = state["best_value"]
+        self.best_value, self.best_step = (None if best is None else float(best)), state["best_step"]
+        self.without_improvement, self.history = int(state["without_improvement"]), list(state["history"])
+
     def metric(self, trainer) -> dict:
         if self.metric_name == "loss":
             return {"loss": self._loss(trainer)}
