@@ -36,8 +36,9 @@ def _run(script, *args, nproc=1, timeout=600):
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory, small_tokenizer_dir):
     # The small trained vocabulary (1024 tokens, not GPT-2's 50,265): the softmax no longer dominates
-    # a step, so batches of 32 cost less than batches of 16 did, and by step 300 the model starts to
-    # copy the first sentence (validation ROUGE-1 about 1 → 40, not just the unigram guess of ~10).
+    # a step, so batches of 32 cost less than batches of 16 did. At a constant 3e-3 validation ROUGE-1
+    # climbs steadily (about 1 → 11 → 23 at steps 0, 100, 200: words of the first sentence, not
+    # just the unigram guess); 300 decaying steps at 2e-3 reached about 40 for half again the time.
     base = tmp_path_factory.mktemp("ft")
     data = write_summarization_data(str(base / "data"))
     values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
@@ -45,9 +46,9 @@ def finetuned(tmp_path_factory, small_tokenizer_dir):
     config = base / "config.json"
     config.write_text(json.dumps(values))
     _run("finetune.py", "--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
-         "--from_scratch", "--max_steps", "300", "--train_batch_size", "32", "--learning_rate", "2e-3",
-         "--warmup_steps", "30", "--max_source_length", "64", "--max_target_length", "24",
-         "--val_check_interval", "150", "--n_val", "16", "--eval_beams", "2", "--eval_max_gen_length", "24",
+         "--from_scratch", "--max_steps", "200", "--train_batch_size", "32", "--learning_rate", "3e-3",
+         "--lr_scheduler", "constant", "--warmup_steps", "20", "--max_source_length", "64", "--max_target_length", "24",
+         "--val_check_interval", "100", "--n_val", "16", "--eval_beams", "2", "--eval_max_gen_length", "24",
          "--sortish_sampler", "--label_smoothing", "0.1", "--log_freq", "50", "--save_top_k", "1",
          "--output_dir", str(base / "out"))
     return base, data, str(config)
@@ -63,10 +64,10 @@ def _val_rouge(out_dir):
 def test_validation_rouge_rises_and_checkpoints_are_named(finetuned):
     base, _, _ = finetuned
     rouge = _val_rouge(str(base / "out"))
-    assert [s for s, _ in rouge] == [0, 150, 300]
+    assert [s for s, _ in rouge] == [0, 100, 200]
     assert rouge[-1][1] > rouge[0][1] + 5.0, rouge
     names = os.listdir(base / "out")
-    assert any(n.startswith("_epoch") and n.endswith("_step300.ckpt") for n in names)
+    assert any(n.startswith("_epoch") and n.endswith("_step200.ckpt") for n in names)
     assert sum(n.startswith("best_rouge2_step") for n in names) == 1
 
 
