@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the environment (scripts/install.sh) and runs the whole test suite on CPU.
-# GPU-only tests skip themselves where CUDA is absent. Extra arguments go to pytest.
+# GPU-only tests skip themselves where CUDA is absent. Extra arguments go to pytest; test files or
+# folders among them (tests/test_x.py, tests/test_x.py::test_y) run instead of the whole suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/params/python_env.sh
@@ -21,4 +22,5 @@ if [ "$WORKERS" -gt 1 ]; then
   PARALLEL=(-n "$WORKERS" --dist loadfile -p no:benchmark)  # pytest-benchmark, where installed, only warns under xdist
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 fi
-exec "$PYTHON" -m pytest tests "${PARALLEL[@]}" "$@"
+# no path given: pytest.ini's testpaths (tests/) is the whole suite; a path among the arguments runs only that
+exec "$PYTHON" -m pytest "${PARALLEL[@]}" "$@"

@@ -37,7 +37,19 @@ def shards(tmp_path_factory, punkt_dir):
     messages = []
     folders = preprocess({"common_crawl": corpus}, str(base / "data"), [64], num_shards=4, workers=1,
                          log=messages.append)
-    return folders[0], messages
+    return folders[0], messages, _dask_workers()
+
+
+def _dask_workers() -> list[str]:
+    """This process's children that are dask worker processes (multiprocessing spawns)."""
+    kids = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout.split()
+    commands = []
+    for pid in kids:
+        try:
+            commands.append(open(f"/proc/{pid}/cmdline").read().replace("\0", " "))
+        except FileNotFoundError:
+            pass
+    return [c for c in commands if "multiprocessing.spawn" in c]
 
 
 def _labels(batch):
@@ -45,7 +57,8 @@ def _labels(batch):
 
 
 def test_preprocess_writes_balanced_shards_and_skips_when_complete(shards, tmp_path):
-    folder, messages = shards
+    folder, messages, workers_left = shards
+    assert workers_left == []  # the local dask cluster LDDL started was closed, its worker processes ended
     assert output_complete(folder)
     counts = json.load(open(os.path.join(folder, ".num_samples.json")))
     assert len(counts) == 4 and max(counts.values()) - min(counts.values()) <= 1
@@ -56,7 +69,7 @@ def test_preprocess_writes_balanced_shards_and_skips_when_complete(shards, tmp_p
 
 
 def test_loader_yields_noised_batches_covering_every_row(shards, tokenizer):
-    folder, _ = shards
+    folder = shards[0]
     loader = build_pretraining_loader(folder, tokenizer, batch_size=8, max_source_length=64,
                                       noise_config=NoiseConfig(), seed=1, num_workers=0)
     loader.set_epoch(0)
@@ -139,7 +152,7 @@ def test_resume_seeks_without_reading_or_noising_the_rows_before(shards, small_t
     update (losses, learning rates), noises exactly the straight run's batches 6-8, and decodes
     (tokenizes) rows from the saved row on: nothing before it; of the files, only the window of 16
     rows that holds the saved row is read again."""
-    folder, _ = shards
+    folder = shards[0]
 
     def counted_loader():
         loader = build_pretraining_loader(folder, small_tokenizer, batch_size=8, max_source_length=64,
@@ -177,7 +190,7 @@ def test_resume_seeks_without_reading_or_noising_the_rows_before(shards, small_t
 def test_loader_workers_resume_at_every_position(shards, tokenizer):
     """Two loader workers (each its own files and batches, taken in turn): started at the position
     saved after any batch, including after one worker has run out, the epoch goes on exactly."""
-    folder, _ = shards
+    folder = shards[0]
 
     def loader():
         made = build_pretraining_loader(folder, tokenizer, batch_size=8, max_source_length=64,
@@ -209,7 +222,7 @@ def _free_port():
 
 @pytest.mark.slow
 def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch_and_resume(shards, tokenizer_dir, tmp_path):
-    folder, _ = shards
+    folder = shards[0]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                     f"--master_port={_free_port()}", "-m", "tests.helpers.loader_rank", folder, tokenizer_dir,

@@ -110,6 +110,21 @@ def run_lddl_preprocess(corpora: dict, sink: str, seq_length: int, workers: int,
         lddl_pretrain.main(lddl_pretrain.attach_args(argparse.ArgumentParser()).parse_args(argv))
     finally:
         lddl_pretrain.save = save
+        if schedule == "local":
+            _close_local_cluster()
+
+
+def _close_local_cluster() -> None:
+    """LDDL's main starts a local dask cluster (scheduler, dashboard, worker processes) for each call and
+    never closes it: each length would leave its workers running beside the next length's for as long
+    as this process lives. Closing the client that started the cluster closes the cluster."""
+    import dask.distributed
+
+    try:
+        client = dask.distributed.default_client()
+    except ValueError:  # no client: nothing was started
+        return
+    client.close()
 
 
 STAGES = ("all", "preprocess", "balance")
