@@ -165,10 +165,11 @@ def test_two_gloo_processes_equal_one_process(tmp_path, half, one_process_params
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
 def test_fsdp_trains_like_ddp(tmp_path, optimizer):
-    """The distribution seam: FSDP2 (fully_shard, gloo on CPU) gives DDP's parameters after 3 updates
-    with gradient accumulation, and its checkpoints hold full, plain tensors."""
+    """The distribution seam: FSDP2 (fully_shard, gloo on CPU) on two processes gives the parameters of one
+    process taking the whole batch (which two DDP processes give: see above) after 3 updates with gradient
+    accumulation, and its checkpoints hold full, plain tensors."""
     extra = ["--max_steps", "3", "--dropout", "0", "--save_every", "0", "--optimizer", optimizer, "--grad_accum", "2"]
-    _run_driver(tmp_path / "ddp", *extra, "--dump_params", str(tmp_path / "ddp.pt"), nproc=2)
+    _run_driver(tmp_path / "ddp", *extra, "--dump_params", str(tmp_path / "ddp.pt"))  # one process, batch 8
     _run_driver(tmp_path / "fsdp", *extra, "--strategy", "fsdp", "--dump_params", str(tmp_path / "fsdp.pt"), nproc=2)
     ddp, fsdp = torch.load(tmp_path / "ddp.pt"), torch.load(tmp_path / "fsdp.pt")
     assert set(fsdp) >= {k for k in ddp if k not in ("model.encoder.embed_tokens.weight",
