@@ -169,15 +169,15 @@ def test_fsdp_trains_like_ddp(tmp_path, optimizer):
     process taking the whole batch (which two DDP processes give: see above) after 3 updates with gradient
     accumulation, and its checkpoints hold full, plain tensors."""
     extra = ["--max_steps", "3", "--dropout", "0", "--save_every", "0", "--optimizer", optimizer, "--grad_accum", "2"]
-    _run_driver(tmp_path / "ddp", *extra, "--dump_params", str(tmp_path / "ddp.pt"))  # one process, batch 8
+    _run_driver(tmp_path / "one", *extra, "--dump_params", str(tmp_path / "one.pt"))  # one process, batch 8
     _run_driver(tmp_path / "fsdp", *extra, "--strategy", "fsdp", "--dump_params", str(tmp_path / "fsdp.pt"), nproc=2)
-    ddp, fsdp = torch.load(tmp_path / "ddp.pt"), torch.load(tmp_path / "fsdp.pt")
-    assert set(fsdp) >= {k for k in ddp if k not in ("model.encoder.embed_tokens.weight",
+    one, fsdp = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "fsdp.pt")
+    assert set(fsdp) >= {k for k in one if k not in ("model.encoder.embed_tokens.weight",
                                                       "model.decoder.embed_tokens.weight", "lm_head.weight")}
     for name in fsdp:
-        assert type(fsdp[name]) is torch.Tensor and fsdp[name].shape == ddp[name].shape, name
-        torch.testing.assert_close(fsdp[name], ddp[name], msg=name, atol=1e-5, rtol=1e-5)
-    a, b = _steps(tmp_path / "ddp" / "log.json"), _steps(tmp_path / "fsdp" / "log.json")
+        assert type(fsdp[name]) is torch.Tensor and fsdp[name].shape == one[name].shape, name
+        torch.testing.assert_close(fsdp[name], one[name], msg=name, atol=1e-5, rtol=1e-5)
+    a, b = _steps(tmp_path / "one" / "log.json"), _steps(tmp_path / "fsdp" / "log.json")
     for step in (1, 2, 3):
         assert b[step]["loss"] == pytest.approx(a[step]["loss"], abs=1e-6)
 
