@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from bart.data.summarization import read_split
+from bart.tokenization.tokenization_bart import model_inputs
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
 from utils.metrics import calculate_bleu, calculate_rouge
@@ -37,8 +38,7 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     model.eval()
     progress = Progress(sum(len(b) for b in mine), desc, unit="example", enabled=rank == 0, leave=not nested)
     for batch in mine:
-        encoded = tokenizer([sources[i] for i in batch], max_length=max_source_length, truncation=True,
-                            padding=True, return_tensors="pt")
+        encoded = model_inputs(tokenizer, [sources[i] for i in batch], max_source_length)
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()

@@ -68,3 +68,142 @@ def test_saved_copy_loads(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path / "copy")
     again = BartTokenizer.from_pretrained(str(tmp_path / "copy"))
     assert again(TEXTS)["input_ids"] == tokenizer(TEXTS)["input_ids"]
+
+
+# -- the native path (Rust tokenizer without transformers) against transformers' BartTokenizerFast ----------
+PARITY_TEXTS = TEXTS + ["", "Café naïve façade — “quoted” 中文 🙂 ok?", "a <mask> b<mask>c  <mask>", "<s> literal </s> <pad>",
+                        "tab\there\r\nand  double  spaces ", "Don't stop , please ! It 's fine .", " ".join(["word"] * 300)]
+
+
+def _hub_snapshot(tmp_path, tokenizer_dir):
+    """The layout facebook/bart-large has in a hub cache: symlinked blobs, tokenizer.json beside the BPE
+    pair, a tokenizer_config.json holding only model_max_length, no special_tokens_map.json."""
+    from tests.helpers.hub_cache import add_to_hub_cache
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("tokenizer.json", "vocab.json", "merges.txt"):
+        (repo / name).write_bytes(open(os.path.join(tokenizer_dir, name), "rb").read())
+    (repo / "tokenizer_config.json").write_text('{"model_max_length": 1024}')
+    (repo / "config.json").write_text('{"model_type": "bart"}')
+    return add_to_hub_cache(str(tmp_path / "hub"), "facebook/bart-large", str(repo))
+
+
+@pytest.fixture(params=["built", "trained", "hub_snapshot"])
+def plain_folder(request, tokenizer_dir, small_tokenizer_dir, tmp_path):
+    return {"built": lambda: tokenizer_dir, "trained": lambda: small_tokenizer_dir,
+            "hub_snapshot": lambda: _hub_snapshot(tmp_path, tokenizer_dir)}[request.param]()
+
+
+def _assert_same_as_transformers(ours, reference):
+    for max_length in (6, 64, 1024):
+        encoded = ours.encode_for_model(PARITY_TEXTS, max_length)
+        expected = reference(PARITY_TEXTS, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+        assert encoded["input_ids"].tolist() == expected["input_ids"].tolist()
+        assert encoded["attention_mask"].tolist() == expected["attention_mask"].tolist()
+        assert encoded["input_ids"].dtype == expected["input_ids"].dtype == torch.long
+    assert ours.encode_batch_fast(PARITY_TEXTS) == reference(PARITY_TEXTS)["input_ids"]
+    generator = torch.Generator().manual_seed(0)
+    sequences = [reference(PARITY_TEXTS)["input_ids"][:8],
+                 torch.randint(0, len(reference), (12, 24), generator=generator).tolist()]
+    for ids in sequences:
+        for skip in (True, False):
+            for clean_up in (None, False, True):
+                kwargs = dict(skip_special_tokens=skip, clean_up_tokenization_spaces=clean_up)
+                assert ours.batch_decode(ids, **kwargs) == reference.batch_decode(ids, **kwargs)
+                assert [ours.decode(s, **kwargs) for s in ids] == [reference.decode(s, **kwargs) for s in ids]
+    tensor = torch.tensor(sequences[1])
+    assert ours.batch_decode(tensor, skip_special_tokens=True) == reference.batch_decode(tensor, skip_special_tokens=True)
+    assert ours.decode(tensor[0]) == reference.decode(tensor[0]) and ours.decode(5) == reference.decode(5)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "mask_token_id", "all_special_ids",
+                 "model_max_length"):
+        assert getattr(ours, name) == getattr(reference, name), name
+    assert len(ours) == len(reference)
+    every = list(range(len(reference)))
+    assert ours.convert_ids_to_tokens(every) == reference.convert_ids_to_tokens(every)
+
+
+def test_native_path_gives_transformers_ids_and_texts(plain_folder, tmp_path):
+    ours, reference = BartTokenizer.from_pretrained(plain_folder), BartTokenizerFast.from_pretrained(plain_folder)
+    assert ours.native
+    _assert_same_as_transformers(ours, reference)
+    through_transformers = BartTokenizer(reference)
+    assert ours.word_start_mask().tolist() == through_transformers.word_start_mask().tolist()
+    assert ours.sentence_end_mask().tolist() == through_transformers.sentence_end_mask().tolist()
+    # the saved copy (what training writes next to its checkpoints) loads as the original, in AutoTokenizer too
+    from transformers import AutoTokenizer
+    ours.save_pretrained(tmp_path / "copy")
+    copy = AutoTokenizer.from_pretrained(str(tmp_path / "copy"))
+    assert isinstance(copy, BartTokenizerFast) and copy(PARITY_TEXTS)["input_ids"] == reference(PARITY_TEXTS)["input_ids"]
+    assert copy.model_max_length == reference.model_max_length
+    assert BartTokenizer.from_pretrained(str(tmp_path / "copy")).native
+
+
+def _variant(tmp_path, source, name, change):
+    import shutil
+    folder = tmp_path / name
+    shutil.copytree(source, folder)
+    change(folder)
+    return str(folder)
+
+
+def _edit_json(path, edit):
+    value = json.load(open(path))
+    edit(value)
+    json.dump(value, open(path, "w"))
+
+
+def test_folders_the_native_path_does_not_mirror_go_to_transformers(small_tokenizer_dir, tmp_path):
+    def extra_added_token(folder):
+        from tokenizers import AddedToken, Tokenizer
+        rust = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        rust.add_special_tokens([AddedToken("<sep2>", special=True)])
+        rust.save(str(folder / "tokenizer.json"))
+
+    variants = {
+        "prefix_space": lambda f: _edit_json(f / "tokenizer_config.json", lambda c: c.update(add_prefix_space=True)),
+        "additional_specials": lambda f: _edit_json(f / "tokenizer_config.json",
+                                                    lambda c: c.update(additional_special_tokens=["<extra>"])),
+        "unknown_key": lambda f: _edit_json(f / "tokenizer_config.json", lambda c: c.update(do_lower_case=True)),
+        "added_tokens_json": lambda f: (f / "added_tokens.json").write_text('{"<new>": 5000}'),
+        "bpe_pair_only": lambda f: (f / "tokenizer.json").unlink(),
+        "extra_added_token": extra_added_token,
+        "clean_up_on": lambda f: _edit_json(f / "tokenizer_config.json",
+                                            lambda c: c.update(clean_up_tokenization_spaces=True)),
+    }
+    for name, change in variants.items():
+        folder = _variant(tmp_path, small_tokenizer_dir, name, change)
+        ours, reference = BartTokenizer.from_pretrained(folder), BartTokenizerFast.from_pretrained(folder)
+        assert ours.native == (name == "clean_up_on"), name  # a clean-up default is honoured natively by delegating
+        _assert_same_as_transformers(ours, reference)
+    # the prefix-space folder really tokenizes differently: the fallback is what keeps it right
+    plain = BartTokenizer.from_pretrained(small_tokenizer_dir).encode_batch_fast(["river"])
+    spaced = BartTokenizer.from_pretrained(str(tmp_path / "prefix_space")).encode_batch_fast(["river"])
+    assert plain != spaced
+
+
+def test_a_training_process_runs_its_tokenizer_and_loader_without_transformers(small_tokenizer_dir, tmp_path):
+    """transformers costs a process ~3 s of start-up; the recipe's own tokenizer calls and LDDL's
+    dataset classes do not need it (LDDL's package __init__ imports it for its BERT loader)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = f"""
+import sys
+from bart.data.pretraining_dataset import build_pretraining_loader
+from bart.data.summarization import Seq2SeqDataset
+from bart.evaluation import generate_texts
+from bart.tokenization.tokenization_bart import BartTokenizer
+tok = BartTokenizer.from_pretrained({small_tokenizer_dir!r})
+tok.word_start_mask(); tok.sentence_end_mask()
+ids = tok.encode_for_model(["a river city", "b"], 8)["input_ids"]
+text = tok.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+tok.save_pretrained({str(tmp_path / 'saved')!r})
+assert "transformers" not in sys.modules, "transformers was imported"
+import lddl.torch
+assert callable(lddl.torch.get_bert_pretrain_data_loader)  # LDDL's own package, once asked for
+print(text)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=root))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "['a river city', 'b']"

@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from bart.modeling.modeling_bart import shift_tokens_right
+from bart.tokenization.tokenization_bart import model_inputs
 from utils.errors import UserError
 from utils.signals import ignore_stop_signals
 
@@ -92,10 +93,8 @@ class Seq2SeqDataset(torch.utils.data.Dataset):
 
     def collate(self, items: list[dict]) -> dict:
         tok = self.tokenizer
-        source = tok([i["source"] for i in items], max_length=self.max_source_length, truncation=True,
-                     padding=True, return_tensors="pt")
-        target = tok([i["target"] for i in items], max_length=self.max_target_length, truncation=True,
-                     padding=True, return_tensors="pt")
+        source = model_inputs(tok, [i["source"] for i in items], self.max_source_length)
+        target = model_inputs(tok, [i["target"] for i in items], self.max_target_length)
         labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
         return {"input_ids": source["input_ids"], "attention_mask": source["attention_mask"], "labels": labels,
                 "decoder_input_ids": shift_tokens_right(labels, tok.pad_token_id, 2),
