@@ -179,31 +179,3 @@ def test_folders_the_native_path_does_not_mirror_go_to_transformers(small_tokeni
     plain = BartTokenizer.from_pretrained(small_tokenizer_dir).encode_batch_fast(["river"])
     spaced = BartTokenizer.from_pretrained(str(tmp_path / "prefix_space")).encode_batch_fast(["river"])
     assert plain != spaced
-
-
-def test_a_training_process_runs_its_tokenizer_and_loader_without_transformers(small_tokenizer_dir, tmp_path):
-    """transformers costs a process ~3 s of start-up; the recipe's own tokenizer calls and LDDL's
-    dataset classes do not need it (LDDL's package __init__ imports it for its BERT loader)."""
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = f"""
-import sys
-from bart.data.pretraining_dataset import build_pretraining_loader
-from bart.data.summarization import Seq2SeqDataset
-from bart.evaluation import generate_texts
-from bart.tokenization.tokenization_bart import BartTokenizer
-tok = BartTokenizer.from_pretrained({small_tokenizer_dir!r})
-tok.word_start_mask(); tok.sentence_end_mask()
-ids = tok.encode_for_model(["a river city", "b"], 8)["input_ids"]
-text = tok.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-tok.save_pretrained({str(tmp_path / 'saved')!r})
-assert "transformers" not in sys.modules, "transformers was imported"
-import lddl.torch
-assert callable(lddl.torch.get_bert_pretrain_data_loader)  # LDDL's own package, once asked for
-print(text)
-"""
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=root))
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "['a river city', 'b']"

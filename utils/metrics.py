@@ -31,6 +31,9 @@ def calculate_rouge(predictions: Sequence[str], references: Sequence[str], rouge
                     use_stemmer: bool = True, bootstrap: bool = True, seed: int = 0) -> dict[str, float]:
     """F1 x 100 per ROUGE type (bootstrap mid value when ``bootstrap``), rounded to 4 decimals."""
     import numpy as np
+
+    from utils.lazy_package import defer_package_init
+    defer_package_init("nltk", "nltk.stem")  # rouge-score needs nltk.stem.porter, not nltk's scipy (~1.4 s)
     from rouge_score import rouge_scorer, scoring
 
     _check_lengths(predictions, references)

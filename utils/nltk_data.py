@@ -16,6 +16,8 @@ import shutil
 import sys
 import tempfile
 
+from utils.lazy_package import defer_package_init
+
 _FILES = ("abbrev_types.txt", "sent_starters.txt", "collocations.tab", "ortho_context.tab")
 
 
@@ -45,7 +47,8 @@ def ensure_punkt(data_dir: str | None = None) -> str:
 
     Idempotent: a complete folder is left as it is. The files are written to a temporary folder
     and moved into place, so a killed run never leaves a half-written model behind."""
-    import nltk
+    defer_package_init("nltk")  # nltk's __init__ imports scipy (~1.4 s); Punkt needs nltk.data only
+    import nltk.data
 
     data_dir = os.path.abspath(data_dir or default_data_dir())
     lang_dir = os.path.join(data_dir, "tokenizers", "punkt_tab", "english")
@@ -73,10 +76,9 @@ def ensure_punkt(data_dir: str | None = None) -> str:
 
 def sent_tokenize(text: str) -> list[str]:
     """English sentences of ``text`` (nltk Punkt, offline data)."""
-    import nltk
-
     ensure_punkt()
-    return nltk.sent_tokenize(text, language="english")
+    from nltk.tokenize import sent_tokenize as punkt_sentences
+    return punkt_sentences(text, language="english")
 
 
 if __name__ == "__main__":

@@ -22,21 +22,21 @@
     groups and decoding nothing before k.
 (h) ``lddl/torch/__init__.py`` imports LDDL's BERT loader, which imports transformers (about 3 s of a
     process's start-up) although BART's loader uses only ``lddl.torch.datasets``, ``.log`` and
-    ``.utils``: :func:`_import_lddl_torch` registers the ``lddl.torch`` package with its ``__init__``
-    deferred until an attribute of the package itself is asked for.
+    ``.utils``: the ``lddl.torch`` package is registered with its ``__init__`` deferred until an
+    attribute of the package itself is asked for (:func:`utils.lazy_package.defer_package_init`).
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import os
-import sys
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from utils.lazy_package import defer_package_init
 
 EXPECTED_COLUMN = "sentences"
 
@@ -138,30 +138,8 @@ def _run_balancer(load_balance, indir: str, outdir: str, num_shards: int, keep_o
         return json.load(f)
 
 
-def _import_lddl_torch() -> None:
-    """Fix (h): make ``lddl.torch`` importable without running its ``__init__`` (and so transformers);
-    the first access to an attribute of the package itself (``lddl.torch.get_bert_pretrain_data_loader``)
-    runs that ``__init__`` then, so other users of LDDL in the process see the whole package."""
-    if "lddl.torch" in sys.modules:
-        return
-    import lddl
-    spec = importlib.util.find_spec("lddl.torch")
-    package = importlib.util.module_from_spec(spec)
-
-    def deferred_init(name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        del package.__getattr__  # runs once: afterwards the package is LDDL's own
-        spec.loader.exec_module(package)
-        return getattr(package, name)
-
-    package.__getattr__ = deferred_init
-    sys.modules["lddl.torch"] = package
-    lddl.torch = package
-
-
 def _base_dataset():
-    _import_lddl_torch()
+    defer_package_init("lddl.torch")  # fix (h)
     from lddl.torch.datasets import ParquetDataset
     return ParquetDataset
 
