@@ -92,7 +92,7 @@ def _plain_config(folder: str) -> Optional[dict]:
     if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or dec.get("type") != "ByteLevel":
         return None
     if post.get("type") != "RobertaProcessing" or post.get("add_prefix_space") or not post.get("trim_offsets", True) \
-            or list(post.get("sep", [])) [:1] != ["</s>"] or list(post.get("cls", []))[:1] != ["<s>"]:
+            or list(post.get("sep", []))[:1] != ["</s>"] or list(post.get("cls", []))[:1] != ["<s>"]:
         return None
     if (spec.get("model") or {}).get("type") != "BPE":
         return None
