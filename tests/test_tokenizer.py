@@ -135,6 +135,10 @@ def test_native_path_gives_transformers_ids_and_texts(plain_folder, tmp_path):
     copy = AutoTokenizer.from_pretrained(str(tmp_path / "copy"))
     assert isinstance(copy, BartTokenizerFast) and copy(PARITY_TEXTS)["input_ids"] == reference(PARITY_TEXTS)["input_ids"]
     assert copy.model_max_length == reference.model_max_length
+    umask = os.umask(0)
+    os.umask(umask)  # the copy's files get a new file's permissions (transformers' too), never mkstemp's 0600
+    assert {oct(os.stat(tmp_path / "copy" / n).st_mode & 0o777) for n in os.listdir(tmp_path / "copy")} \
+        == {oct(0o666 & ~umask)}
     assert BartTokenizer.from_pretrained(str(tmp_path / "copy")).native
 
 

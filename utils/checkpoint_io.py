@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import tempfile
 import zipfile
 
@@ -122,6 +123,14 @@ def atomic_write_text(path: str, text: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
+    os.replace(tmp, path)
+
+
+def atomic_copy(source: str, path: str) -> None:
+    """A copy of the file ``source`` (symlinks followed) written under a temporary name and renamed
+    into place, with the permissions any new file gets here (as :func:`atomic_write_text`'s)."""
+    tmp = path + ".tmp"
+    shutil.copyfile(source, tmp)
     os.replace(tmp, path)
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from typing import Any, Optional
 
 import torch
+
+from bart.hub import TOKENIZER_FILES
+from utils.checkpoint_io import atomic_copy, atomic_write_text
 
 _SENTENCE_END = (".", "!", "?")
 _CLOSERS = "\"')]}’”»"
@@ -30,15 +31,13 @@ _CLOSERS = "\"')]}’”»"
 _SPECIALS = (("bos_token", "<s>", False), ("eos_token", "</s>", False), ("unk_token", "<unk>", False),
              ("sep_token", "</s>", False), ("pad_token", "<pad>", False), ("cls_token", "<s>", False),
              ("mask_token", "<mask>", True))
-_SPECIAL_TEXTS = {"<s>": False, "<pad>": False, "</s>": False, "<unk>": False, "<mask>": True}
+_SPECIAL_TEXTS = {text: lstrip for _, text, lstrip in _SPECIALS}  # the five distinct tokens, in transformers' order
 # tokenizer_config.json keys that are metadata or that the native path honours; any other key (or
 # another value of these, see _plain_config) sends the folder to transformers.
 _CONFIG_KEYS = {"model_max_length", "tokenizer_class", "add_prefix_space", "trim_offsets", "errors",
                 "clean_up_tokenization_spaces", "added_tokens_decoder", "extra_special_tokens",
                 "additional_special_tokens", "name_or_path", "special_tokens_map_file", "tokenizer_file",
                 "padding_side", "truncation_side", "model_input_names", "use_fast"} | {n for n, _, _ in _SPECIALS}
-# files a tokenizer folder may hold (what transformers reads); save_pretrained copies them
-_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
 _LARGE = int(1e30)  # transformers' "no limit" model_max_length
 
 
@@ -181,28 +180,15 @@ class BartTokenizer:
         os.makedirs(folder, exist_ok=True)
         # tokenizer_config.json names the class, as transformers writes it, so AutoTokenizer loads the copy
         config = dict(self._config, tokenizer_class=self._config.get("tokenizer_class") or "BartTokenizer")
-        fd, staging = tempfile.mkstemp(prefix=".tokenizer_config.json.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2, sort_keys=True, ensure_ascii=False)
-            f.write("\n")
-        os.replace(staging, os.path.join(folder, "tokenizer_config.json"))
         written = [os.path.join(folder, "tokenizer_config.json")]
-        for name in _FILES + ("added_tokens.json",):
+        atomic_write_text(written[0], json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        for name in TOKENIZER_FILES:
             source, target = os.path.join(self._folder, name), os.path.join(folder, name)
             if name == "tokenizer_config.json":
                 continue
             if os.path.isfile(source):
-                if os.path.exists(target) and os.path.samefile(source, target):
-                    written.append(target)
-                    continue
-                fd, staging = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-                os.close(fd)
-                try:
-                    shutil.copyfile(source, staging)
-                    os.replace(staging, target)
-                finally:
-                    if os.path.exists(staging):
-                        os.remove(staging)
+                if not (os.path.exists(target) and os.path.samefile(source, target)):
+                    atomic_copy(source, target)
                 written.append(target)
             elif os.path.isfile(target) and name in ("special_tokens_map.json", "added_tokens.json"):
                 os.remove(target)  # an earlier tokenizer's: it would change what the folder loads as
@@ -211,34 +197,23 @@ class BartTokenizer:
         return tuple(written)
 
     # -- the recipe's calls, natively where possible ----------------------------------------------
-    def _id(self, text: str) -> int:
-        return self._rust.token_to_id(text)
+    def _special_id(text: str, name: str):  # noqa: N805 - builds a property in the class body
+        def get(self) -> int:
+            return self._rust.token_to_id(text) if self._rust is not None else getattr(self.backend, name)
+        return property(get, doc=f"id of {text}")
 
-    @property
-    def bos_token_id(self) -> int:
-        return self._id("<s>") if self._rust is not None else self.backend.bos_token_id
-
-    @property
-    def eos_token_id(self) -> int:
-        return self._id("</s>") if self._rust is not None else self.backend.eos_token_id
-
-    @property
-    def pad_token_id(self) -> int:
-        return self._id("<pad>") if self._rust is not None else self.backend.pad_token_id
-
-    @property
-    def unk_token_id(self) -> int:
-        return self._id("<unk>") if self._rust is not None else self.backend.unk_token_id
-
-    @property
-    def mask_token_id(self) -> int:
-        return self._id("<mask>") if self._rust is not None else self.backend.mask_token_id
+    bos_token_id = _special_id("<s>", "bos_token_id")
+    eos_token_id = _special_id("</s>", "eos_token_id")
+    pad_token_id = _special_id("<pad>", "pad_token_id")
+    unk_token_id = _special_id("<unk>", "unk_token_id")
+    mask_token_id = _special_id("<mask>", "mask_token_id")
+    del _special_id
 
     @property
     def all_special_ids(self) -> list[int]:
         if self._rust is None:
             return self.backend.all_special_ids
-        return [self._id(t) for t in ("<s>", "</s>", "<unk>", "<pad>", "<mask>")]
+        return [self._rust.token_to_id(t) for t in _SPECIAL_TEXTS]
 
     @property
     def model_max_length(self) -> int:
