@@ -127,9 +127,26 @@ def test_unknown_arguments_fail_loudly():
 
 
 @pytest.mark.parametrize("settings,named", [
-    (dict(min_p=0.1), "min_p"),                                   # transformers options not implemented here
-    (dict(typical_p=0.9, sequence_bias={(5,): -1.0}), "sequence_bias"),
+    (dict(penalty_alpha=0.6), "penalty_alpha"),                   # transformers options not implemented here
+    (dict(typical_p=0.9, force_words_ids=[[5]]), "force_words_ids"),
     (dict(logits_processor=[]), "logits_processor"),
+    (dict(generation_config={"num_beams": 2, "constraints": ["x"]}), "constraints"),
+    (dict(generation_config=[("num_beams", 2)]), "generation_config"),  # neither a GenerationConfig nor a dict
+    (dict(encoder_repetition_penalty=1.5, num_beams=2), "encoder_repetition_penalty"),  # invalid values
+    (dict(encoder_repetition_penalty=0.0), "encoder_repetition_penalty"),
+    (dict(suppress_tokens=[3, 99]), "suppress_tokens"),
+    (dict(begin_suppress_tokens=5), "begin_suppress_tokens"),
+    (dict(sequence_bias={(5, 99): 1.0}), "sequence_bias"),
+    (dict(sequence_bias={(5,): "high"}), "sequence_bias"),
+    (dict(sequence_bias={}), "sequence_bias"),
+    (dict(exponential_decay_length_penalty=(-1, 1.5)), "exponential_decay_length_penalty"),
+    (dict(exponential_decay_length_penalty=(2, 1.5), eos_token_id=None), "exponential_decay_length_penalty"),
+    (dict(do_sample=True, typical_p=0.0), "typical_p"),
+    (dict(do_sample=True, min_p=1.5), "min_p"),
+    (dict(do_sample=True, epsilon_cutoff=1.0), "epsilon_cutoff"),
+    (dict(do_sample=True, eta_cutoff=-0.1), "eta_cutoff"),
+    (dict(max_time=-1), "max_time"),
+    (dict(max_time="1s"), "max_time"),
     (dict(output_attentions=True), "output_attentions"),
     (dict(do_sample=True, num_beams=4, num_beam_groups=2, diversity_penalty=1.0), "num_beam_groups"),
     (dict(do_sample=True, temperature=0.0), "temperature"),         # invalid values
@@ -572,3 +589,130 @@ def test_batch_of_one_equals_batched(one_thread):
             expected = batched[row * count:(row + 1) * count]
             width = max(alone.shape[1], expected.shape[1])
             assert torch.equal(_pad_to(alone, width), _pad_to(expected, width)), (settings, row)
+
+
+# --- the rest of transformers' processors and warpers, max_time, generation_config ------------------
+
+
+def _processor_grid(baseline: torch.Tensor, num_beams: int):
+    """Settings built from the unconstrained output, so that each one has something to act on."""
+    row, other = baseline[0, 1:].tolist(), baseline[2, 1:].tolist()
+    grid = [dict(sequence_bias={(row[0],): -100.0}),                       # one token, pushed out
+            dict(sequence_bias={(7,): 8.0}),                                # one token, pulled in
+            dict(sequence_bias={tuple(row[1:3]): -50.0, (other[3],): -3.0}),  # a two-token sequence and a token
+            dict(sequence_bias=[[[row[2], row[3]], -40.0], [[9, 10, 11], 5.0]]),  # transformers' list form
+            dict(suppress_tokens=[row[0], other[1], row[4]]),
+            dict(begin_suppress_tokens=[row[0], other[0]]),
+            dict(begin_suppress_tokens=[row[1]], forced_bos_token_id=row[0]),  # the second position then
+            dict(exponential_decay_length_penalty=(2, 1.6)),
+            dict(exponential_decay_length_penalty=(0, 0.7), min_new_tokens=3),
+            dict(remove_invalid_values=True, no_repeat_ngram_size=1, bad_words_ids=[[row[0]]]),
+            dict(renormalize_logits=True, repetition_penalty=1.4),
+            dict(sequence_bias={(row[0],): -100.0}, suppress_tokens=[other[0]], begin_suppress_tokens=[row[1]],
+                 exponential_decay_length_penalty=(3, 1.3), renormalize_logits=True, no_repeat_ngram_size=2,
+                 forced_eos_token_id=2)]
+    if num_beams == 1:
+        grid += [dict(encoder_repetition_penalty=p) for p in (3.0, 0.4)]
+    return grid
+
+
+@pytest.mark.parametrize("seed,init_std,eos_bias", [(20, 0.3, 1.5), (21, 0.2, 3.0)])
+def test_more_processors_match_transformers(one_thread, seed, init_std, eos_bias):
+    """sequence_bias, encoder_repetition_penalty, suppress_tokens, begin_suppress_tokens,
+    exponential_decay_length_penalty, remove_invalid_values and renormalize_logits: the same tokens as
+    transformers' generate, for greedy and beam search, and the options really act."""
+    ours, hf = _pair(seed, init_std)
+    with torch.no_grad():
+        for model in (ours, hf):
+            model.final_logits_bias[0, 2] = eos_bias  # EOS competes, so the length penalties matter
+    ids, mask = _inputs(seed)
+    problems, total, changed = [], 0, 0
+    for num_beams in (1, 4):
+        base = dict(num_beams=num_beams, max_length=16)
+        baseline = hf.generate(ids, attention_mask=mask, **base)
+        for case in _processor_grid(baseline, num_beams):
+            settings = dict(base, **case)
+            got, expected = run_both(ours, hf, ids, mask, settings)
+            total += 1
+            problems += [p for p in [difference(got, expected, settings)] if p]
+            changed += expected.shape != baseline.shape or not torch.equal(expected, baseline)
+    assert not problems, report(problems, total)
+    assert total == 26 and changed >= 20, changed
+
+
+def test_processed_scores_match_transformers(one_thread):
+    """remove_invalid_values and renormalize_logits change scores, not only choices: compare them."""
+    ours, hf = _pair(22, 0.3)
+    ids, mask = _inputs(22)
+    for num_beams in (1, 3):
+        settings = dict(num_beams=num_beams, max_length=10, return_dict_in_generate=True, output_scores=True,
+                        remove_invalid_values=True, renormalize_logits=True, no_repeat_ngram_size=1,
+                        sequence_bias={(5,): 2.0, (6, 7): -1.0})
+        got, expected = run_both(ours, hf, ids, mask, settings)
+        assert torch.equal(got.sequences, expected.sequences)
+        assert len(got.scores) == len(expected.scores)
+        for mine, theirs in zip(got.scores, expected.scores):
+            torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+        assert all(bool(torch.isfinite(step).all()) for step in got.scores)  # remove_invalid_values acted
+        if num_beams == 1:  # renormalized: each row is a log-distribution
+            torch.testing.assert_close(got.scores[0].exp().sum(-1), torch.ones(3), atol=1e-4, rtol=0)
+
+
+NEW_WARPERS = [dict(min_p=0.2), dict(min_p=0.05, temperature=1.4), dict(typical_p=0.6), dict(typical_p=0.9, top_k=0),
+               dict(epsilon_cutoff=0.02), dict(eta_cutoff=0.05, top_k=0), dict(min_p=0.1, typical_p=0.8, top_p=0.9),
+               dict(epsilon_cutoff=0.01, eta_cutoff=0.02, renormalize_logits=True, suppress_tokens=[4, 5])]
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_more_warpers_match_transformers_under_the_same_seed(one_thread, num_beams):
+    ours, hf = _pair(23, 0.1)  # a flat model: the cut-offs have many tokens to drop
+    ids, mask = _inputs(23)
+    problems, total, distinct = [], 0, set()
+    for index, warpers in enumerate(NEW_WARPERS):
+        settings = dict(warpers, do_sample=True, num_beams=num_beams, max_length=14)
+        for seed, use_generator in ((index, False), (50 + index, True)):
+            got, expected = run_both(ours, hf, ids, mask, settings, seed=seed, use_generator=use_generator)
+            total += 1
+            problems += [p for p in [difference(got, expected, dict(settings, seed=seed))] if p]
+            distinct.add(tuple(got.flatten().tolist()))
+    assert not problems, report(problems, total)
+    assert total == 16 and len(distinct) >= 14
+    if num_beams == 1:  # the warpers act: min_p=1 keeps only the most probable token, which is greedy decoding
+        greedy = ours.generate(ids, attention_mask=mask, max_length=14)
+        assert torch.equal(ours.generate(ids, attention_mask=mask, do_sample=True, min_p=1.0, top_k=0,
+                                         max_length=14), greedy)
+
+
+def test_max_time_like_transformers(one_thread):
+    """max_time=0: the first step is the last (its candidates stop as at max_length); a long max_time
+    changes nothing."""
+    ours, hf = _pair(24, 0.3)
+    ids, mask = _inputs(24)
+    for num_beams in (1, 4):
+        full, _ = run_both(ours, hf, ids, mask, dict(num_beams=num_beams, max_length=12))
+        got, expected = run_both(ours, hf, ids, mask, dict(num_beams=num_beams, max_length=12, max_time=0.0))
+        assert torch.equal(got, expected) and got.shape[1] == 2, (got, expected)
+        assert torch.equal(ours.generate(ids, attention_mask=mask, num_beams=num_beams, max_length=12,
+                                         max_time=3600.0), full)
+
+
+def test_generation_config_argument_like_transformers(one_thread):
+    """generate(generation_config=...): its values beat the model's config, the call's keywords beat
+    it, and values left at transformers' defaults fall back to the model's (transformers >= 4.50)."""
+    ours, hf = _pair(25, 0.3, num_beams=4, no_repeat_ngram_size=2, max_length=14, forced_bos_token_id=0)
+    ids, mask = _inputs(25)
+    configs = [transformers.GenerationConfig(num_beams=2, length_penalty=2.0),
+               transformers.GenerationConfig(max_new_tokens=6, suppress_tokens=[7, 8]),
+               transformers.GenerationConfig(num_beams=1, do_sample=True, top_k=5, temperature=0.8),
+               transformers.GenerationConfig(forced_bos_token_id=None, min_length=5)]  # None = default: the model's
+    baseline = ours.generate(ids, attention_mask=mask)
+    for index, config in enumerate(configs):
+        for extra in ({}, {"max_length": 9, "num_beams": 3}):
+            settings = dict(extra, generation_config=config)
+            got, expected = run_both(ours, hf, ids, mask, settings, seed=index)
+            assert torch.equal(got, expected), (config, extra, got, expected)
+    assert bool((got[:, 1] == 0).all())  # the model's forced BOS stayed
+    # a plain dict works like the GenerationConfig of the same values
+    as_dict = ours.generate(ids, attention_mask=mask, generation_config={"num_beams": 2, "length_penalty": 2.0})
+    assert torch.equal(as_dict, ours.generate(ids, attention_mask=mask, generation_config=configs[0]))
+    assert not torch.equal(as_dict, baseline)

@@ -319,3 +319,47 @@ def test_fairseq_untied_output_projection_is_refused(tmp_path):
                                                   "decoder_attention_heads": 4}}}, tmp_path / "model.pt")
     with pytest.raises(CheckpointError, match="decoder.output_projection.weight differs"):
         BartForConditionalGeneration.from_pretrained(str(tmp_path / "model.pt"))
+
+
+def test_every_generation_setting_of_a_saved_folder_is_used_or_refused(tmp_path):
+    """A generation_config.json written by transformers' save_pretrained with settings beyond the classic
+    ones (repetition_penalty, sampling, suppress_tokens, sequence_bias, ...): generate uses all of them,
+    as transformers' generate from the same folder does; a setting this project does not implement
+    (penalty_alpha: contrastive search) makes generate refuse, naming it, instead of decoding otherwise."""
+    torch.manual_seed(3)
+    hf = transformers.BartForConditionalGeneration(transformers.BartConfig(**dict(TINY, init_std=0.3))).eval()
+    ids, mask = IDS, (IDS != 1).long()
+    plain = hf.generate(ids, attention_mask=mask, max_length=12)
+    settings = [dict(repetition_penalty=1.6, no_repeat_ngram_size=2, num_beams=3),
+                dict(suppress_tokens=[int(plain[0, 1]), int(plain[1, 2])], begin_suppress_tokens=[int(plain[1, 1])]),
+                dict(sequence_bias=[[[int(plain[0, 1])], -10.0]], exponential_decay_length_penalty=(2, 1.5),
+                     renormalize_logits=True),
+                dict(do_sample=True, top_k=0, typical_p=0.8, temperature=0.9),
+                dict(max_new_tokens=5, min_new_tokens=4, bad_words_ids=[[int(plain[0, 2])]])]
+    for index, values in enumerate(settings):
+        folder = str(tmp_path / f"case{index}")
+        hf.generation_config = transformers.GenerationConfig(**values, max_length=12, bos_token_id=0, eos_token_id=2,
+                                                             pad_token_id=1, decoder_start_token_id=2)
+        hf.save_pretrained(folder)
+        reloaded = transformers.BartForConditionalGeneration.from_pretrained(folder).eval()
+        model = BartForConditionalGeneration.from_pretrained(folder)
+        torch.manual_seed(index)
+        expected = reloaded.generate(ids, attention_mask=mask)
+        torch.manual_seed(index)
+        got = model.generate(ids, attention_mask=mask)
+        assert torch.equal(got, expected), (values, got, expected)
+        assert not torch.equal(expected, plain[:, :expected.shape[1]]) or expected.shape != plain.shape, values
+        model.save_pretrained(folder + "_saved")  # and written back, transformers decodes the same
+        torch.manual_seed(index)
+        again = transformers.BartForConditionalGeneration.from_pretrained(folder + "_saved").eval().generate(
+            ids, attention_mask=mask)
+        assert torch.equal(again, expected), (values, again, expected)
+    hf.generation_config = transformers.GenerationConfig(max_length=12)
+    hf.save_pretrained(str(tmp_path / "contrastive"))
+    path = tmp_path / "contrastive" / "generation_config.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), penalty_alpha=0.6, top_k=4)))  # edited by hand
+    model = BartForConditionalGeneration.from_pretrained(str(tmp_path / "contrastive"))
+    with pytest.raises(ValueError, match="penalty_alpha=0.6.*does not implement"):
+        model.generate(ids, attention_mask=mask)
+    model.config.penalty_alpha = None  # the fix the message names
+    assert model.generate(ids, attention_mask=mask).shape[0] == 2

@@ -109,6 +109,9 @@ _KNOWN_EXTRAS = {
     "num_attention_heads", "initializer_range", "layer_norm_eps", "vocab_file", "merges_file",
     "normalize_before", "add_final_layer_norm", "add_bias_logits", "normalize_embedding",
     "static_position_embeddings", "extra_pos_embeddings", "gradient_checkpointing", "output_scores",
+    # further generate options (generation_config.json; bart.generation reads them from the config)
+    "sequence_bias", "encoder_repetition_penalty", "renormalize_logits", "min_p", "epsilon_cutoff", "eta_cutoff",
+    "max_time", "penalty_alpha", "guidance_scale", "forced_decoder_ids", "constraints", "force_words_ids",
 }
 # Keys of older BART/mBART configs that change the architecture: their value must be one this model
 # implements (normalize_before/add_final_layer_norm are Pre-LN, see _layer_norm_keys).

@@ -2,9 +2,12 @@
 (no transformers import), with transformers' options and semantics.
 
 Every option is resolved as transformers resolves it: a value passed to ``generate`` wins, ``None``
-included (``forced_eos_token_id=None`` turns the forced EOS off even where the config sets one); an
-option not passed comes from the model's config, and one the config does not set takes the default
-of transformers' ``GenerationConfig`` (``top_k=50``, ``temperature=1.0``, ...). An unknown keyword,
+included (``forced_eos_token_id=None`` turns the forced EOS off even where the config sets one); then
+a value a passed ``generation_config=`` sets (one that differs from ``GenerationConfig()``'s); then
+the model's config (from config.json and generation_config.json), and an option nothing sets takes
+the default of transformers' ``GenerationConfig`` (``top_k=50``, ``temperature=1.0``, ...). An
+option of transformers' generate that is not implemented here is refused whether it is passed, in
+the ``generation_config`` passed, or in the model's config. An unknown keyword,
 or an option of transformers' ``generate`` this project does not implement, is an error naming it:
 run_eval.py passes extra ``--key value`` pairs through, and a typo must not be ignored.
 
@@ -14,6 +17,8 @@ from torch's global generator: after ``torch.manual_seed(s)`` the tokens are tho
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from typing import Optional
 
 import torch
@@ -39,35 +44,75 @@ _DEFAULTS = {
     "decoder_start_token_id": None, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
     "forced_bos_token_id": None, "forced_eos_token_id": None,
     "output_scores": False, "return_dict_in_generate": False, "use_cache": True,
+    "sequence_bias": None, "encoder_repetition_penalty": 1.0, "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None,
+    "renormalize_logits": False, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "max_time": None,
 }
 # an explicit None turns these off (the value that means "off")
 _OFF_WHEN_NONE = {"min_length": 0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
                   "diversity_penalty": 0.0, "repetition_penalty": 1.0, "temperature": 1.0, "top_k": 0,
-                  "top_p": 1.0}
+                  "top_p": 1.0, "encoder_repetition_penalty": 1.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+                  "eta_cutoff": 0.0}
 # flags: an explicit None is False, as in transformers
-_FLAGS = ("do_sample", "output_scores", "return_dict_in_generate", "use_cache")
+_FLAGS = ("do_sample", "output_scores", "return_dict_in_generate", "use_cache", "remove_invalid_values",
+          "renormalize_logits")
 # options without an "off" value: an explicit None is an error, as it is in transformers
 _REQUIRED = ("num_beams", "num_beam_groups", "length_penalty", "early_stopping", "num_return_sequences")
 # accepted, no effect in one process; output_attentions / output_hidden_states only when false
-_OTHER = {"synced_gpus", "output_attentions", "output_hidden_states", "generator"}
+_OTHER = {"synced_gpus", "output_attentions", "output_hidden_states", "generator", "generation_config"}
 _ACCEPTED = set(_DEFAULTS) | _OTHER
 # options of transformers' generate that are not implemented here
 _NOT_IMPLEMENTED = {
-    "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "penalty_alpha", "top_h", "dola_layers",
-    "encoder_repetition_penalty", "force_words_ids", "constraints", "sequence_bias", "suppress_tokens",
-    "begin_suppress_tokens", "exponential_decay_length_penalty", "renormalize_logits", "remove_invalid_values",
+    "penalty_alpha", "top_h", "dola_layers", "force_words_ids", "constraints",
     "guidance_scale", "negative_prompt_ids", "negative_prompt_attention_mask", "logits_processor",
     "stopping_criteria", "prefix_allowed_tokens_fn", "streamer", "assistant_model", "prompt_lookup_num_tokens",
-    "max_time", "stop_strings", "output_logits", "low_memory", "cache_implementation", "watermarking_config",
-    "generation_config", "token_healing", "num_assistant_tokens", "max_matching_ngram_size", "decoder_input_ids",
+    "stop_strings", "output_logits", "low_memory", "cache_implementation", "watermarking_config",
+    "token_healing", "num_assistant_tokens", "max_matching_ngram_size", "decoder_input_ids",
     "forced_decoder_ids", "use_model_defaults", "custom_generate", "tokenizer", "inputs_embeds",
 }
+# the not-implemented options whose GenerationConfig default is neither None nor False
+_NOT_IMPLEMENTED_DEFAULTS = {"num_assistant_tokens": 20, "token_healing": False, "low_memory": None}
+# every option generate() reads from the model's config (and from a generation_config.json)
+OPTION_NAMES = tuple(_DEFAULTS)
+OPTION_DEFAULTS = dict(_DEFAULTS)
 
 
-def _resolve(config, kwargs: dict) -> dict:
+def set_unimplemented(values: Mapping) -> dict:
+    """The entries of ``values`` (a config or generation_config.json) that set an option of
+    transformers' generate this project does not implement to something other than its default."""
+    return {k: v for k, v in values.items() if k in _NOT_IMPLEMENTED and v is not None and v is not False
+            and v != _NOT_IMPLEMENTED_DEFAULTS.get(k)}
+
+
+# keys of a GenerationConfig that describe it rather than set an option
+_METADATA = {"transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash"}
+
+
+def _generation_config_values(generation_config) -> dict:
+    """The options a ``generation_config=`` argument sets: a transformers ``GenerationConfig`` (its
+    values that differ from ``GenerationConfig()``'s, as transformers takes them) or a mapping (its
+    entries that differ from those defaults). transformers' rule: these beat the model's config, and
+    the keyword arguments of the call beat them."""
+    if generation_config is None:
+        return {}
+    if hasattr(generation_config, "to_diff_dict"):
+        values = dict(generation_config.to_diff_dict())
+    elif isinstance(generation_config, Mapping):
+        values = {k: v for k, v in generation_config.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
+    else:
+        raise GenerationOptionError(f"generate: generation_config must be a transformers GenerationConfig or a dict, "
+                                    f"got {type(generation_config).__name__}")
+    values = {k: v for k, v in values.items() if k not in _METADATA}
+    if values.get("temperature") == 0.0:  # transformers: temperature 0 means greedy
+        values["do_sample"] = False
+    return values
+
+
+def _resolve(config, kwargs: dict, passed_config: dict) -> dict:
     values = {}
     for key, default in _DEFAULTS.items():
-        value = kwargs.get(key, _NOT_PASSED)
+        value = kwargs.get(key, passed_config.get(key, _NOT_PASSED))
         if value is _NOT_PASSED:  # not passed: the config's value, else transformers' default
             value = getattr(config, key, None)
             if value is None:
@@ -88,7 +133,8 @@ _INTEGERS = ("max_length", "max_new_tokens", "min_length", "min_new_tokens", "nu
              "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "num_return_sequences", "top_k",
              "decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id", "forced_bos_token_id",
              "forced_eos_token_id")
-_NUMBERS = ("length_penalty", "diversity_penalty", "repetition_penalty", "temperature", "top_p")
+_NUMBERS = ("length_penalty", "diversity_penalty", "repetition_penalty", "temperature", "top_p",
+            "encoder_repetition_penalty", "typical_p", "epsilon_cutoff", "eta_cutoff")
 
 
 def _check_types(values: dict) -> None:
@@ -101,6 +147,10 @@ def _check_types(values: dict) -> None:
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise GenerationOptionError(f"generate: {key} must be a number, got {value!r}")
+    for key in ("min_p", "max_time"):
+        value = values[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise GenerationOptionError(f"generate: {key} must be a number or None, got {value!r}")
 
 
 def _bad_words_ids(value, vocab_size: int):
@@ -116,21 +166,71 @@ def _bad_words_ids(value, vocab_size: int):
     return [list(word) for word in value]
 
 
+def _token_list(key: str, value, vocab_size: int) -> Optional[list]:
+    if value is None:
+        return None
+    ok = isinstance(value, (list, tuple)) and all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in value)
+    if not ok:
+        raise GenerationOptionError(f"generate: {key} must be a list of token ids in [0, {vocab_size}), got {value!r}")
+    return list(value)
+
+
+def _sequence_bias(value, vocab_size: int) -> Optional[dict]:
+    """transformers' two forms, {(ids...): bias} or [[[ids...], bias], ...], as one dict in their order."""
+    if value is None:
+        return None
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
+    ok = isinstance(pairs, (list, tuple)) and len(pairs) > 0 and all(
+        isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], (list, tuple)) and len(pair[0]) > 0
+        and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in pair[0])
+        and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool) for pair in pairs)
+    if not ok:
+        raise GenerationOptionError(f"generate: sequence_bias must map non-empty sequences of token ids in "
+                                    f"[0, {vocab_size}) to a bias ({{(5, 6): -2.0}} or [[[5, 6], -2.0]]), got {value!r}")
+    return {tuple(ids): float(bias) for ids, bias in pairs}
+
+
+def _decay(value) -> Optional[tuple]:
+    if value is None:
+        return None
+    ok = (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], int)
+          and not isinstance(value[0], bool) and value[0] >= 0 and isinstance(value[1], (int, float))
+          and not isinstance(value[1], bool))
+    if not ok:
+        raise GenerationOptionError(f"generate: exponential_decay_length_penalty must be (start_index, decay_factor) "
+                                    f"with start_index >= 0, got {value!r}")
+    return int(value[0]), float(value[1])
+
+
 def _options(config, kwargs: dict) -> GenerationOptions:
-    not_implemented = sorted(set(kwargs) & _NOT_IMPLEMENTED)
-    if not_implemented:
-        raise GenerationOptionError(f"generate: option(s) {not_implemented} of transformers' generate are not "
-                                    "implemented in this project")
-    unknown = sorted(set(kwargs) - _ACCEPTED)
-    if unknown:
-        raise GenerationOptionError(f"generate() got unknown argument(s) {unknown}; accepted: {sorted(_ACCEPTED)}")
+    passed_config = _generation_config_values(kwargs.get("generation_config"))
+    for source, names in (("", set(kwargs)), (" (in generation_config)", set(passed_config))):
+        not_implemented = sorted(names & _NOT_IMPLEMENTED)
+        if not_implemented:
+            raise GenerationOptionError(f"generate: option(s) {not_implemented}{source} of transformers' generate are "
+                                        "not implemented in this project")
+        unknown = sorted(names - _ACCEPTED)
+        if unknown:
+            raise GenerationOptionError(f"generate() got unknown argument(s) {unknown}{source}; accepted: "
+                                        f"{sorted(_ACCEPTED)}")
+    in_config = sorted(set(set_unimplemented(vars(config))) - set(passed_config))
+    if in_config:
+        key = in_config[0]
+        raise GenerationOptionError(f"generate: the model's config sets {key}={getattr(config, key)!r} (from its "
+                                    f"generation_config.json or config.json), an option of transformers' generate "
+                                    f"this project does not implement, so its outputs would differ; remove it there "
+                                    f"or set model.config.{key} = None")
+    kwargs = dict(kwargs)
+    for flag in ("output_attentions", "output_hidden_states"):
+        kwargs.setdefault(flag, passed_config.get(flag))
     for flag in ("output_attentions", "output_hidden_states"):
         if kwargs.get(flag):
             raise GenerationOptionError(f"generate({flag}=True) is not supported")
     generator = kwargs.get("generator")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise GenerationOptionError(f"generate: generator must be a torch.Generator, got {type(generator).__name__}")
-    values = _resolve(config, kwargs)
+    values = _resolve(config, kwargs, passed_config)
     if values["max_new_tokens"] is not None:  # max_new_tokens wins over max_length, as in transformers
         if isinstance(values["max_new_tokens"], int) and values["max_new_tokens"] < 1:
             raise GenerationOptionError(f"generate: max_new_tokens must be >= 1, got {values['max_new_tokens']}")
@@ -151,6 +251,13 @@ def _options(config, kwargs: dict) -> GenerationOptions:
     if values["pad_token_id"] is None:  # transformers pads with EOS then
         values["pad_token_id"] = values["eos_token_id"]
     values["bad_words_ids"] = _bad_words_ids(values["bad_words_ids"], config.vocab_size)
+    values["sequence_bias"] = _sequence_bias(values["sequence_bias"], config.vocab_size)
+    values["suppress_tokens"] = _token_list("suppress_tokens", values["suppress_tokens"], config.vocab_size)
+    values["begin_suppress_tokens"] = _token_list("begin_suppress_tokens", values["begin_suppress_tokens"],
+                                                  config.vocab_size)
+    values["exponential_decay_length_penalty"] = _decay(values["exponential_decay_length_penalty"])
+    values["remove_invalid_values"] = bool(values["remove_invalid_values"])
+    values["renormalize_logits"] = bool(values["renormalize_logits"])
     values["do_sample"], values["use_cache"] = bool(values["do_sample"]), bool(values["use_cache"])
     values["output_scores"], values["return_dict_in_generate"] = (bool(values["output_scores"]),
                                                                   bool(values["return_dict_in_generate"]))
@@ -188,6 +295,17 @@ def _check(opts: GenerationOptions) -> None:
                                     "must be >= 0")
     if opts.repetition_penalty <= 0:
         raise GenerationOptionError(f"generate: repetition_penalty must be > 0, got {opts.repetition_penalty}")
+    if opts.encoder_repetition_penalty <= 0:
+        raise GenerationOptionError(f"generate: encoder_repetition_penalty must be > 0, got "
+                                    f"{opts.encoder_repetition_penalty}")
+    if opts.encoder_repetition_penalty != 1.0 and (opts.num_beams > 1 or opts.num_return_sequences > 1):
+        raise GenerationOptionError("generate: encoder_repetition_penalty works with one hypothesis per source "
+                                    "(num_beams=1, num_return_sequences=1): transformers applies it to the first "
+                                    "batch-size rows of the beams, not to each source's hypotheses")
+    if opts.exponential_decay_length_penalty is not None and opts.eos_token_id is None:
+        raise GenerationOptionError("generate: exponential_decay_length_penalty needs an eos_token_id")
+    if opts.max_time is not None and opts.max_time < 0:
+        raise GenerationOptionError(f"generate: max_time must be >= 0 seconds, got {opts.max_time}")
     if opts.do_sample:  # the warpers exist only when sampling (transformers ignores them otherwise)
         if opts.temperature <= 0:
             raise GenerationOptionError(f"generate: temperature must be > 0 with do_sample=True, got "
@@ -196,6 +314,13 @@ def _check(opts: GenerationOptions) -> None:
             raise GenerationOptionError(f"generate: top_k must be >= 0, got {opts.top_k}")
         if not 0.0 <= opts.top_p <= 1.0:
             raise GenerationOptionError(f"generate: top_p must be in [0, 1], got {opts.top_p}")
+        if opts.min_p is not None and not 0.0 <= opts.min_p <= 1.0:
+            raise GenerationOptionError(f"generate: min_p must be in [0, 1], got {opts.min_p}")
+        if not 0.0 < opts.typical_p <= 1.0:
+            raise GenerationOptionError(f"generate: typical_p must be in (0, 1] (1: off), got {opts.typical_p}")
+        for key in ("epsilon_cutoff", "eta_cutoff"):
+            if not 0.0 <= getattr(opts, key) < 1.0:
+                raise GenerationOptionError(f"generate: {key} must be in [0, 1) (0: off), got {getattr(opts, key)}")
     for key in ("decoder_start_token_id", "pad_token_id"):
         if getattr(opts, key) is None:
             raise GenerationOptionError(f"generate: {key} is not set in the call nor in the config"
@@ -220,7 +345,9 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     (``do_sample=True, num_beams > 1``). Returns a LongTensor (B * num_return_sequences, L) padded
     with pad_token_id, or with ``return_dict_in_generate=True`` a :class:`GenerateOutput`
     (sequences, sequences_scores for beam search, scores per step when ``output_scores``)."""
+    start = time.monotonic()
     opts = _options(model.config, kwargs)
+    opts.start_time = start
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
     input_ids = input_ids.to(model.device)
@@ -229,6 +356,11 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     attention_mask = attention_mask.to(model.device)
     if opts.bad_words_ids is not None:
         opts.bad_words = lp.BadWords(opts.bad_words_ids, opts.eos_token_id, model.device)
+    if opts.sequence_bias is not None:
+        opts.biases = lp.SequenceBias(opts.sequence_bias, model.config.vocab_size, model.device)
+    for key in ("suppress_tokens", "begin_suppress_tokens"):
+        if getattr(opts, key) is not None:
+            setattr(opts, key + "_tensor", torch.tensor(getattr(opts, key), dtype=torch.long, device=model.device))
     was_training = model.training
     model.eval()
     try:

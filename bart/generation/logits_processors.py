@@ -104,6 +104,62 @@ def force_token(scores: torch.Tensor, token_id: int) -> torch.Tensor:
     return scores
 
 
+class SequenceBias:
+    """``sequence_bias`` prepared once per call (transformers' SequenceBiasLogitsProcessor): a bias for
+    a single token is always added; a longer sequence's bias is added to its last token when the
+    hypothesis ends with the rest. The biases of a step are summed first and added to the scores once,
+    in transformers' order, so the sums round alike."""
+
+    def __init__(self, sequence_bias: dict, vocab_size: int, device):
+        self.single = torch.zeros(vocab_size, dtype=torch.float, device=device)
+        single = [(ids[0], bias) for ids, bias in sequence_bias.items() if len(ids) == 1]
+        if single:
+            self.single[[i for i, _ in single]] = torch.tensor([b for _, b in single], device=device)
+        self.longer = [(torch.tensor(ids[:-1], dtype=torch.long, device=device), ids[-1], torch.tensor(bias, device=device))
+                       for ids, bias in sequence_bias.items() if len(ids) > 1]
+
+
+def sequence_bias(tokens: torch.Tensor, scores: torch.Tensor, biases: SequenceBias) -> torch.Tensor:
+    bias = torch.zeros_like(scores).add_(biases.single)
+    zero = torch.zeros((), device=scores.device)
+    for prefix, last, value in biases.longer:
+        if prefix.numel() + 1 > tokens.shape[1]:  # longer than the hypothesis: not checked yet
+            continue
+        matching = (tokens[:, tokens.shape[1] - prefix.numel():] == prefix).all(1)
+        bias[:, last] += torch.where(matching, value, zero)
+    return scores.add_(bias)
+
+
+def encoder_repetition_penalty(scores: torch.Tensor, penalty: float, encoder_ids: torch.Tensor) -> torch.Tensor:
+    """The penalty in reverse on tokens of the source (one hypothesis row per source): source tokens
+    become more likely for a penalty above 1."""
+    inverse = 1 / penalty
+    picked = scores.gather(1, encoder_ids)
+    picked = torch.where(picked < 0, picked * inverse, picked / inverse)
+    return scores.scatter_(1, encoder_ids, picked)
+
+
+def remove_invalid_values(scores: torch.Tensor) -> torch.Tensor:
+    """NaN to 0 and +-inf to the largest finite values of the dtype (transformers' InfNanRemove)."""
+    finfo = torch.finfo(scores.dtype)
+    return torch.nan_to_num_(scores, nan=0.0, posinf=finfo.max, neginf=finfo.min)
+
+
+def exponential_decay_length_penalty(tokens: torch.Tensor, scores: torch.Tensor, start: int, factor: float,
+                                     eos_token_id: int) -> torch.Tensor:
+    """After ``start`` generated tokens, the EOS score grows by |score| * (factor^k - 1) at the k-th
+    further step. ``tokens`` include the decoder start token."""
+    length = tokens.shape[1]
+    if length > start + 1:
+        eos = scores[:, eos_token_id]
+        scores[:, eos_token_id] = eos + eos.abs() * (pow(factor, length - start - 1) - 1)
+    return scores
+
+
+def suppress_tokens(scores: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    return scores.index_fill_(1, token_ids, NEG_INF) if token_ids.numel() else scores
+
+
 # --- not in place: diversity and the sampling warpers return new tensors ---------------------------
 
 
@@ -140,3 +196,46 @@ def top_p(scores: torch.Tensor, p: float, min_tokens_to_keep: int = 1) -> torch.
     remove = cumulative <= (1 - p)
     remove[..., -min_tokens_to_keep:] = False
     return scores.masked_fill(remove.scatter(1, order, remove), NEG_INF)
+
+
+def min_p(scores: torch.Tensor, p: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Drop tokens less probable than ``p`` times the most probable one."""
+    probs = scores.softmax(dim=-1)
+    remove = probs < p * probs.max(dim=-1, keepdim=True).values
+    order = scores.argsort(dim=-1, descending=True)
+    sorted_remove = remove.gather(-1, order)
+    sorted_remove[..., :min_tokens_to_keep] = False
+    return scores.masked_fill(sorted_remove.scatter(1, order, sorted_remove), NEG_INF)
+
+
+def typical_p(scores: torch.Tensor, mass: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Locally typical sampling: keep the tokens whose surprisal is closest to the entropy, up to ``mass``."""
+    normalized = scores.log_softmax(dim=-1)
+    probs = normalized.exp()
+    entropy = -(normalized * probs).nansum(-1, keepdim=True)
+    shifted = (-normalized - entropy).abs()
+    sorted_shifted, order = shifted.sort(descending=False)
+    cumulative = scores.gather(-1, order).softmax(dim=-1).cumsum(dim=-1)
+    last = (cumulative < mass).sum(dim=1).clamp_(max=sorted_shifted.shape[-1] - 1)
+    remove = sorted_shifted > sorted_shifted.gather(1, last.view(-1, 1))
+    remove[..., :min_tokens_to_keep] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), NEG_INF)
+
+
+def _cutoff(scores: torch.Tensor, remove: torch.Tensor, min_tokens_to_keep: int) -> torch.Tensor:
+    keep = min(min_tokens_to_keep, scores.shape[-1])
+    remove = remove & (scores < scores.topk(keep)[0][..., -1, None])
+    return scores.masked_fill(remove, NEG_INF)
+
+
+def epsilon_cutoff(scores: torch.Tensor, epsilon: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Drop tokens with probability below ``epsilon``."""
+    return _cutoff(scores, scores.softmax(dim=-1) < epsilon, min_tokens_to_keep)
+
+
+def eta_cutoff(scores: torch.Tensor, epsilon: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """Drop tokens with probability below min(epsilon, sqrt(epsilon) * exp(-entropy))."""
+    epsilon_t = torch.tensor(epsilon, device=scores.device)
+    entropy = torch.distributions.Categorical(logits=scores).entropy()
+    eta = torch.min(epsilon_t, epsilon_t.sqrt() * torch.exp(-entropy))[..., None]
+    return _cutoff(scores, scores.softmax(dim=-1) < eta, min_tokens_to_keep)

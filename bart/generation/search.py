@@ -18,6 +18,7 @@ search step for step, so the same weights give the same sequences. Sampling draw
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -57,8 +58,27 @@ class GenerationOptions:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    sequence_bias: Optional[dict] = None  # {(token ids): bias}
+    encoder_repetition_penalty: float = 1.0
+    remove_invalid_values: bool = False
+    exponential_decay_length_penalty: Optional[tuple] = None  # (start_index, decay_factor)
+    suppress_tokens: Optional[list] = None
+    begin_suppress_tokens: Optional[list] = None
+    renormalize_logits: bool = False
+    min_p: Optional[float] = None
+    typical_p: float = 1.0
+    epsilon_cutoff: float = 0.0
+    eta_cutoff: float = 0.0
+    max_time: Optional[float] = None  # seconds from the call; the step that passes it is the last
     generator: Optional[torch.Generator] = None  # for sampling; None: torch's global generator
     bad_words: Optional[lp.BadWords] = None  # bad_words_ids prepared on the device
+    biases: Optional[lp.SequenceBias] = None  # sequence_bias prepared on the device
+    suppress_tokens_tensor: Optional[torch.Tensor] = None
+    begin_suppress_tokens_tensor: Optional[torch.Tensor] = None
+    start_time: float = 0.0  # time.monotonic() when generate was called
+
+    def time_is_up(self) -> bool:
+        return self.max_time is not None and time.monotonic() - self.start_time > self.max_time
 
 
 @dataclass
@@ -152,6 +172,10 @@ def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.
                    encoder_ids: torch.Tensor) -> torch.Tensor:
     """The configured processors in transformers' order (``_get_logits_processor``); ``scores`` is
     modified in place (see :mod:`bart.generation.logits_processors`)."""
+    if opts.biases is not None:
+        scores = lp.sequence_bias(tokens, scores, opts.biases)
+    if opts.encoder_repetition_penalty != 1.0:  # one hypothesis row per source (checked in generate)
+        scores = lp.encoder_repetition_penalty(scores, opts.encoder_repetition_penalty, encoder_ids)
     if opts.repetition_penalty != 1.0:
         scores = lp.repetition_penalty(tokens, scores, opts.repetition_penalty)
     scores = lp.no_repeat_ngram(tokens, scores, opts.no_repeat_ngram_size)
@@ -165,17 +189,40 @@ def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.
         scores = lp.force_token(scores, opts.forced_bos_token_id)
     if opts.forced_eos_token_id is not None and length == opts.max_length - 1:
         scores = lp.force_token(scores, opts.forced_eos_token_id)
+    if opts.remove_invalid_values:
+        scores = lp.remove_invalid_values(scores)
+    if opts.exponential_decay_length_penalty is not None:
+        start, factor = opts.exponential_decay_length_penalty
+        scores = lp.exponential_decay_length_penalty(tokens, scores, start, factor, opts.eos_token_id)
+    if opts.suppress_tokens_tensor is not None:
+        scores = lp.suppress_tokens(scores, opts.suppress_tokens_tensor)
+    # transformers suppresses at the first generated position, the second when a BOS token is forced
+    begin = 2 if opts.forced_bos_token_id is not None else 1
+    if opts.begin_suppress_tokens_tensor is not None and length == begin:
+        scores = lp.suppress_tokens(scores, opts.begin_suppress_tokens_tensor)
     return scores
 
 
 def warp_scores(opts: GenerationOptions, scores: torch.Tensor, min_tokens_to_keep: int) -> torch.Tensor:
-    """Sampling only: temperature, then top-k, then top-p (transformers' warper order)."""
-    if opts.temperature != 1.0:
-        scores = lp.temperature(scores, opts.temperature)
-    if opts.top_k != 0:
-        scores = lp.top_k(scores, opts.top_k, min_tokens_to_keep)
-    if opts.top_p < 1.0:
-        scores = lp.top_p(scores, opts.top_p, min_tokens_to_keep)
+    """After the processors: when sampling, the warpers in transformers' order (temperature, top-k,
+    top-p, min-p, typical, epsilon, eta); then, sampling or not, ``renormalize_logits``."""
+    if opts.do_sample:
+        if opts.temperature != 1.0:
+            scores = lp.temperature(scores, opts.temperature)
+        if opts.top_k != 0:
+            scores = lp.top_k(scores, opts.top_k, min_tokens_to_keep)
+        if opts.top_p < 1.0:
+            scores = lp.top_p(scores, opts.top_p, min_tokens_to_keep)
+        if opts.min_p is not None:
+            scores = lp.min_p(scores, opts.min_p, min_tokens_to_keep)
+        if opts.typical_p < 1.0:
+            scores = lp.typical_p(scores, opts.typical_p, min_tokens_to_keep)
+        if 0.0 < opts.epsilon_cutoff < 1.0:
+            scores = lp.epsilon_cutoff(scores, opts.epsilon_cutoff, min_tokens_to_keep)
+        if 0.0 < opts.eta_cutoff < 1.0:
+            scores = lp.eta_cutoff(scores, opts.eta_cutoff, min_tokens_to_keep)
+    if opts.renormalize_logits:
+        scores = scores.log_softmax(dim=-1)
     return scores
 
 
@@ -206,8 +253,8 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
     all_scores = []
     while tokens.shape[1] < opts.max_length:
         scores = process_scores(opts, tokens, decoder.next_logits(tokens), encoder_ids)
+        scores = warp_scores(opts, scores, min_tokens_to_keep=1)
         if opts.do_sample:
-            scores = warp_scores(opts, scores, min_tokens_to_keep=1)
             next_tokens = torch.multinomial(F.softmax(scores, dim=-1), 1, generator=opts.generator).squeeze(1)
         else:
             next_tokens = scores.argmax(-1)
@@ -216,6 +263,8 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
         next_tokens = next_tokens.masked_fill_(~unfinished, opts.pad_token_id)
         tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
         unfinished &= ~_is_eos(next_tokens, opts)
+        if opts.time_is_up():  # max_time: this step's tokens are the last
+            break
         if not drop:
             if not bool(unfinished.any()):  # the one host sync per step
                 break
@@ -260,8 +309,9 @@ class _BeamState:
         self.hits_stop = torch.zeros(batch, beams, dtype=torch.bool, device=device)
         self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after start
 
-    def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions) -> torch.Tensor:
-        """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams)."""
+    def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions, last: bool) -> torch.Tensor:
+        """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams).
+        ``last``: every candidate of this step stops (max_length reached, or max_time passed)."""
         batch, beams, vocab = log_probs.shape
         keep = 2 * beams
         # in place: log_probs is the decoder's step buffer (or a copy of it), not needed after this
@@ -275,7 +325,7 @@ class _BeamState:
         candidates = _gather(self.running, source_beam)
         candidates[:, :, cur_len] = token
         is_eos = _is_eos(token, opts)
-        hits_stop = is_eos | (cur_len + 1 >= opts.max_length)
+        hits_stop = is_eos | last
         # continue with the best candidates that did not stop; rank them before adding NEG to all of
         # them at max_length (-1e9 + x rounds to a multiple of 64 in float32: the order would be lost,
         # and with beam groups the tokens of this last step feed the diversity penalty of later groups)
@@ -365,6 +415,7 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
         tokens = torch.stack([s.running[:, :, :cur_len] for s in states], 1).view(-1, cur_len)
         log_probs = decoder.log_softmax(decoder.next_logits(tokens)).view(batch, groups, group_size, -1)
         step_scores, sources, chosen = [], [], []
+        last = cur_len + 1 >= opts.max_length or opts.time_is_up()
         for g, state in enumerate(states):
             group_log_probs = log_probs[:, g].reshape(batch * group_size, -1)  # a view with one group
             if groups > 1:
@@ -372,12 +423,11 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
                 group_log_probs = lp.hamming_diversity(group_log_probs, previous, opts.diversity_penalty, batch)
             group_tokens = state.running[:, :, :cur_len].reshape(batch * group_size, cur_len)
             group_log_probs = process_scores(opts, group_tokens, group_log_probs, encoder_ids)
-            if opts.do_sample:  # one group only (checked in generate)
-                group_log_probs = warp_scores(opts, group_log_probs, min_tokens_to_keep=2)
+            group_log_probs = warp_scores(opts, group_log_probs, min_tokens_to_keep=2)
             if opts.output_scores:  # a copy: step() adds the running scores in place
                 step_scores.append(group_log_probs.view(batch, group_size, -1).clone())
             done = state.done(opts)  # a group already done for a source idles on pad tokens
-            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts)
+            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts, last)
             sources.append(source + g * group_size)
             chosen.append(state.running[:, :, cur_len].masked_fill(done, opts.pad_token_id))
         if opts.output_scores:
@@ -387,13 +437,13 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
         cur_len += 1
         still_open = torch.stack([s.open(opts) for s in states]).any()
         if not drop:
-            if cur_len >= opts.max_length or not bool(still_open):  # the one host sync per step
+            if last or not bool(still_open):  # the one host sync per step
                 break
             decoder.reorder(rows.view(-1))
             continue
         done = torch.stack([s.done(opts).view(-1) for s in states]).all(0)
         flags = torch.cat([still_open.view(1), done]).tolist()  # the one host sync per step
-        if cur_len >= opts.max_length or not flags[0]:
+        if last or not flags[0]:
             break
         keep = [i for i, finished in enumerate(flags[1:]) if not finished]
         if len(keep) == batch:

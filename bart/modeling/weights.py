@@ -113,20 +113,33 @@ def _single_id(value, key: str, path: str):
     return value
 
 
-def generation_defaults(folder: str) -> dict:
-    """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys."""
+def generation_defaults(folder: str, config_values: Optional[dict] = None) -> dict:
+    """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys:
+    every option ``generate`` takes (repetition_penalty, do_sample, suppress_tokens, ... as well as
+    the classic ones), and the options of transformers' generate that this project does not
+    implement when the file sets them, so that ``generate`` refuses them instead of decoding
+    differently from transformers. As in transformers, the file is the whole generation config: a
+    setting it leaves out takes transformers' default (None here, which the config reads as its
+    default), not the value config.json may still carry; only the token ids (bos/eos/pad/decoder
+    start) fall back to config.json's."""
+    from bart.generation import OPTION_NAMES, set_unimplemented  # here: bart.generation imports the model
+
     path = os.path.join(folder, "generation_config.json")
     if not os.path.isfile(path):
         return {}
     values = read_json_object(path)
     out = {}
-    for key in GENERATION_KEYS + TOKEN_KEYS:
+    for key in dict.fromkeys(GENERATION_KEYS + TOKEN_KEYS + OPTION_NAMES):
         if key not in values:
+            if key in (config_values or {}) and key not in ("bos_token_id", "eos_token_id", "pad_token_id",
+                                                            "decoder_start_token_id"):
+                out[key] = None  # config.json's value does not apply
             continue
-        value = _single_id(values[key], key, path)
-        if value is None and key not in ("forced_bos_token_id", "forced_eos_token_id"):
-            continue  # unset: the config's value stays
+        value = _single_id(values[key], key, path) if key in TOKEN_KEYS else values[key]
+        if value is None and key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+            continue  # unset: config.json's id stays
         out[key] = value
+    out.update(set_unimplemented(values))
     return out
 
 
@@ -155,7 +168,7 @@ def config_from_folder(folder: str) -> BartConfig:
     for key in TOKEN_KEYS:
         if key in values:
             values[key] = _single_id(values[key], key, path)
-    values.update(generation_defaults(folder))
+    values.update(generation_defaults(folder, values))
     try:
         return BartConfig(**values)
     except ValueError as err:
@@ -252,12 +265,6 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
     return model.eval()
 
 
-# transformers' GenerationConfig defaults: keys at these values are left out of generation_config.json.
-_HF_GENERATION_DEFAULTS = {"max_length": 20, "min_length": 0, "num_beams": 1, "num_beam_groups": 1,
-                           "diversity_penalty": 0.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0,
-                           "encoder_no_repeat_ngram_size": 0, "early_stopping": False, "num_return_sequences": 1}
-
-
 def hf_config_dict(config: BartConfig) -> dict:
     """The model's config as transformers expects it (BART, or mBART for Pre-LN).
 
@@ -265,10 +272,13 @@ def hf_config_dict(config: BartConfig) -> dict:
     transformers >= 4.41 keeps them; the token ids stay here too. ``tokenizer_class`` says which
     tokenizer AutoTokenizer builds: for a Pre-LN model typed mBART it would otherwise pick mBART's
     SentencePiece tokenizer, which BART's byte-level BPE files cannot feed."""
+    from bart.generation import OPTION_NAMES
+
     values = config.to_dict()
     values.pop("dtype", None)
-    for key in GENERATION_KEYS:
-        values.pop(key, None)
+    for key in dict.fromkeys(GENERATION_KEYS + OPTION_NAMES):
+        if key not in TOKEN_KEYS and key != "use_cache":
+            values.pop(key, None)
     values.setdefault("tokenizer_class", "BartTokenizer")
     if config.pre_ln:
         values.update(model_type="mbart", architectures=["MBartForConditionalGeneration"])
@@ -280,11 +290,13 @@ def hf_config_dict(config: BartConfig) -> dict:
 def generation_config_dict(config: BartConfig) -> dict:
     """generation_config.json for transformers: the token ids and every generation setting of ``config``
     that differs from transformers' default, so ``model.generate()`` there decodes as ours does."""
+    from bart.generation import OPTION_DEFAULTS
+
     values: dict = {key: getattr(config, key) for key in TOKEN_KEYS if getattr(config, key, None) is not None}
-    for key in GENERATION_KEYS:
+    for key, default in OPTION_DEFAULTS.items():
         value = getattr(config, key, None)
-        if value is not None and value != _HF_GENERATION_DEFAULTS[key]:
-            values[key] = value
+        if key not in TOKEN_KEYS and value is not None and value != default:
+            values[key] = [[list(ids), bias] for ids, bias in value.items()] if isinstance(value, dict) else value
     values["_from_model_config"] = False
     return values
 
