@@ -129,7 +129,8 @@ def test_unknown_arguments_fail_loudly():
 @pytest.mark.parametrize("settings,named", [
     (dict(penalty_alpha=0.6), "penalty_alpha"),                   # transformers options not implemented here
     (dict(typical_p=0.9, force_words_ids=[[5]]), "force_words_ids"),
-    (dict(logits_processor=[]), "logits_processor"),
+    (dict(prefix_allowed_tokens_fn=lambda batch, ids: [5]), "prefix_allowed_tokens_fn"),
+    (dict(stopping_criteria=[3]), "stopping_criteria"),
     (dict(generation_config={"num_beams": 2, "constraints": ["x"]}), "constraints"),
     (dict(generation_config=[("num_beams", 2)]), "generation_config"),  # neither a GenerationConfig nor a dict
     (dict(encoder_repetition_penalty=1.5, num_beams=2), "encoder_repetition_penalty"),  # invalid values
@@ -716,3 +717,55 @@ def test_generation_config_argument_like_transformers(one_thread):
     as_dict = ours.generate(ids, attention_mask=mask, generation_config={"num_beams": 2, "length_penalty": 2.0})
     assert torch.equal(as_dict, ours.generate(ids, attention_mask=mask, generation_config=configs[0]))
     assert not torch.equal(as_dict, baseline)
+
+
+class _BanAfter:
+    """A caller's processor: bans ``token`` once the hypothesis has ``length`` tokens."""
+
+    def __init__(self, token: int, length: int):
+        self.token, self.length = token, length
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[1] >= self.length:
+            scores = scores.clone()
+            scores[:, self.token] = -float("inf")
+        return scores
+
+
+class _StopOn(transformers.StoppingCriteria):
+    """A caller's criterion: a row stops when its last token is ``token``."""
+
+    def __init__(self, token: int):
+        self.token = token
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return input_ids[:, -1] == self.token
+
+
+def test_callers_processors_and_criteria_like_transformers(one_thread):
+    """logits_processor= and stopping_criteria= (transformers' list classes, or plain lists of callables):
+    applied after the built-in processors, rows stop where transformers stops them."""
+    ours, hf = _pair(26, 0.3)
+    ids, mask = _inputs(26)
+    problems, total, changed = [], 0, 0
+    for num_beams in (1, 4):
+        base = dict(num_beams=num_beams, max_length=14)
+        baseline = hf.generate(ids, attention_mask=mask, **base)
+        row = baseline[0, 1:].tolist()
+        cases = [dict(logits_processor=transformers.LogitsProcessorList([_BanAfter(row[2], 3)])),
+                 dict(logits_processor=[transformers.NoRepeatNGramLogitsProcessor(2), _BanAfter(row[0], 1)],
+                      repetition_penalty=1.3),
+                 dict(stopping_criteria=transformers.StoppingCriteriaList([_StopOn(row[3])])),
+                 dict(stopping_criteria=[_StopOn(row[1]), _StopOn(baseline[2, 4].item())],
+                      logits_processor=[_BanAfter(row[5], 2)], no_repeat_ngram_size=3)]
+        for case in cases:
+            settings = dict(base, **case)
+            got, expected = run_both(ours, hf, ids, mask, settings)
+            total += 1
+            problems += [p for p in [difference(got, expected, settings)] if p]
+            changed += expected.shape != baseline.shape or not torch.equal(expected, baseline)
+    assert not problems, report(problems, total)
+    assert total == 8 and changed == 8, changed
+    for bad in (_BanAfter(5, 2), [5]):
+        with pytest.raises(ValueError, match="logits_processor must be a list of callables"):
+            ours.generate(ids, logits_processor=bad)

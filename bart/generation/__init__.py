@@ -60,13 +60,13 @@ _FLAGS = ("do_sample", "output_scores", "return_dict_in_generate", "use_cache", 
 # options without an "off" value: an explicit None is an error, as it is in transformers
 _REQUIRED = ("num_beams", "num_beam_groups", "length_penalty", "early_stopping", "num_return_sequences")
 # accepted, no effect in one process; output_attentions / output_hidden_states only when false
-_OTHER = {"synced_gpus", "output_attentions", "output_hidden_states", "generator", "generation_config"}
+_OTHER = {"synced_gpus", "output_attentions", "output_hidden_states", "generator", "generation_config",
+          "logits_processor", "stopping_criteria"}
 _ACCEPTED = set(_DEFAULTS) | _OTHER
 # options of transformers' generate that are not implemented here
 _NOT_IMPLEMENTED = {
     "penalty_alpha", "top_h", "dola_layers", "force_words_ids", "constraints",
-    "guidance_scale", "negative_prompt_ids", "negative_prompt_attention_mask", "logits_processor",
-    "stopping_criteria", "prefix_allowed_tokens_fn", "streamer", "assistant_model", "prompt_lookup_num_tokens",
+    "guidance_scale", "negative_prompt_ids", "negative_prompt_attention_mask", "prefix_allowed_tokens_fn", "streamer", "assistant_model", "prompt_lookup_num_tokens",
     "stop_strings", "output_logits", "low_memory", "cache_implementation", "watermarking_config",
     "token_healing", "num_assistant_tokens", "max_matching_ngram_size", "decoder_input_ids",
     "forced_decoder_ids", "use_model_defaults", "custom_generate", "tokenizer", "inputs_embeds",
@@ -230,6 +230,14 @@ def _options(config, kwargs: dict) -> GenerationOptions:
     generator = kwargs.get("generator")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise GenerationOptionError(f"generate: generator must be a torch.Generator, got {type(generator).__name__}")
+    custom = {}
+    for key in ("logits_processor", "stopping_criteria"):
+        value = kwargs.get(key) or ()
+        if not isinstance(value, (list, tuple)) or not all(callable(item) for item in value):
+            kind = "LogitsProcessorList" if key == "logits_processor" else "StoppingCriteriaList"
+            raise GenerationOptionError(f"generate: {key} must be a list of callables (input_ids, scores) -> ..., "
+                                        f"as transformers' {kind}, got {value!r}")
+        custom[key] = tuple(value)
     values = _resolve(config, kwargs, passed_config)
     if values["max_new_tokens"] is not None:  # max_new_tokens wins over max_length, as in transformers
         if isinstance(values["max_new_tokens"], int) and values["max_new_tokens"] < 1:
@@ -262,7 +270,7 @@ def _options(config, kwargs: dict) -> GenerationOptions:
     values["output_scores"], values["return_dict_in_generate"] = (bool(values["output_scores"]),
                                                                   bool(values["return_dict_in_generate"]))
     del values["max_new_tokens"], values["min_new_tokens"]
-    opts = GenerationOptions(**values, generator=generator)
+    opts = GenerationOptions(**values, generator=generator, **custom)
     _check(opts)
     return opts
 

@@ -70,6 +70,8 @@ class GenerationOptions:
     epsilon_cutoff: float = 0.0
     eta_cutoff: float = 0.0
     max_time: Optional[float] = None  # seconds from the call; the step that passes it is the last
+    logits_processor: tuple = ()  # the caller's processors: (input_ids, scores) -> scores, after the built-in ones
+    stopping_criteria: tuple = ()  # the caller's criteria: (input_ids, scores) -> bool per row, or one bool
     generator: Optional[torch.Generator] = None  # for sampling; None: torch's global generator
     bad_words: Optional[lp.BadWords] = None  # bad_words_ids prepared on the device
     biases: Optional[lp.SequenceBias] = None  # sequence_bias prepared on the device
@@ -79,6 +81,16 @@ class GenerationOptions:
 
     def time_is_up(self) -> bool:
         return self.max_time is not None and time.monotonic() - self.start_time > self.max_time
+
+    def custom_stop(self, tokens: torch.Tensor, scores: Optional[tuple]) -> Optional[torch.Tensor]:
+        """The caller's stopping criteria on ``tokens`` (N, L): (N,) bool, True where a row stops."""
+        if not self.stopping_criteria:
+            return None
+        stop = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        for criterion in self.stopping_criteria:
+            result = criterion(tokens, scores)
+            stop |= torch.as_tensor(result, dtype=torch.bool, device=tokens.device).expand_as(stop)
+        return stop
 
 
 @dataclass
@@ -200,6 +212,8 @@ def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.
     begin = 2 if opts.forced_bos_token_id is not None else 1
     if opts.begin_suppress_tokens_tensor is not None and length == begin:
         scores = lp.suppress_tokens(scores, opts.begin_suppress_tokens_tensor)
+    for processor in opts.logits_processor:  # transformers appends the caller's after its own
+        scores = processor(tokens, scores)
     return scores
 
 
@@ -234,9 +248,10 @@ def _is_eos(tokens: torch.Tensor, opts: GenerationOptions) -> torch.Tensor:
 
 def _drops_finished(opts: GenerationOptions) -> bool:
     """Whether finished sources leave the running batch. Not when sampling (the draws over fewer rows
-    would differ from transformers', which draws for every row) nor with ``output_scores`` (the
-    scores of finished rows are part of the output)."""
-    return not opts.do_sample and not opts.output_scores
+    would differ from transformers', which draws for every row), with ``output_scores`` (the scores
+    of finished rows are part of the output) nor with the caller's processors or criteria (they see
+    every row, as in transformers)."""
+    return not (opts.do_sample or opts.output_scores or opts.logits_processor or opts.stopping_criteria)
 
 
 def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
@@ -263,6 +278,9 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
         next_tokens = next_tokens.masked_fill_(~unfinished, opts.pad_token_id)
         tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
         unfinished &= ~_is_eos(next_tokens, opts)
+        stop = opts.custom_stop(tokens, tuple(all_scores) if opts.output_scores else None)
+        if stop is not None:
+            unfinished &= ~stop
         if opts.time_is_up():  # max_time: this step's tokens are the last
             break
         if not drop:
@@ -309,9 +327,11 @@ class _BeamState:
         self.hits_stop = torch.zeros(batch, beams, dtype=torch.bool, device=device)
         self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after start
 
-    def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions, last: bool) -> torch.Tensor:
+    def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions, last: bool,
+             scores: Optional[tuple] = None) -> torch.Tensor:
         """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams).
-        ``last``: every candidate of this step stops (max_length reached, or max_time passed)."""
+        ``last``: every candidate of this step stops (max_length reached, or max_time passed);
+        ``scores``: what the caller's stopping criteria get (the scores so far with output_scores)."""
         batch, beams, vocab = log_probs.shape
         keep = 2 * beams
         # in place: log_probs is the decoder's step buffer (or a copy of it), not needed after this
@@ -324,7 +344,10 @@ class _BeamState:
         source_beam, token = top_index // vocab, top_index % vocab
         candidates = _gather(self.running, source_beam)
         candidates[:, :, cur_len] = token
-        is_eos = _is_eos(token, opts)
+        is_eos = _is_eos(token, opts)  # below: ended by EOS or by the caller's criteria
+        stop = opts.custom_stop(candidates[:, :, :cur_len + 1].reshape(batch * keep, cur_len + 1), scores)
+        if stop is not None:
+            is_eos = is_eos | stop.view(batch, keep)
         hits_stop = is_eos | last
         # continue with the best candidates that did not stop; rank them before adding NEG to all of
         # them at max_length (-1e9 + x rounds to a multiple of 64 in float32: the order would be lost,
@@ -427,7 +450,9 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
             if opts.output_scores:  # a copy: step() adds the running scores in place
                 step_scores.append(group_log_probs.view(batch, group_size, -1).clone())
             done = state.done(opts)  # a group already done for a source idles on pad tokens
-            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts, last)
+            so_far = tuple(all_scores) + (torch.stack(step_scores, 1).view(batch * group_size, -1),) \
+                if opts.output_scores and opts.stopping_criteria and groups == 1 else None
+            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts, last, so_far)
             sources.append(source + g * group_size)
             chosen.append(state.running[:, :, cur_len].masked_fill(done, opts.pad_token_id))
         if opts.output_scores:
