@@ -719,6 +719,22 @@ def test_generation_config_argument_like_transformers(one_thread):
     assert not torch.equal(as_dict, baseline)
 
 
+def test_generation_config_path(one_thread, tmp_path):
+    """A path (run_eval.py --generation_config PATH): a generation_config.json as transformers' save_pretrained
+    writes it, or its folder, acts as the GenerationConfig it holds; a bad path is one error naming it."""
+    ours, _ = _pair(25, 0.3, num_beams=4, no_repeat_ngram_size=2, max_length=14)
+    ids, mask = _inputs(25)
+    config = transformers.GenerationConfig(num_beams=2, length_penalty=2.0, suppress_tokens=[7, 8])
+    config.save_pretrained(str(tmp_path))
+    expected = ours.generate(ids, attention_mask=mask, generation_config=config)
+    for path in (tmp_path, tmp_path / "generation_config.json", str(tmp_path)):
+        assert torch.equal(ours.generate(ids, attention_mask=mask, generation_config=path), expected)
+    (tmp_path / "broken.json").write_text("{not json")
+    for bad, named in ((tmp_path / "missing.json", "missing.json"), (tmp_path / "broken.json", "broken.json")):
+        with pytest.raises(ValueError, match=named):
+            ours.generate(ids, attention_mask=mask, generation_config=bad)
+
+
 class _BanAfter:
     """A caller's processor: bans ``token`` once the hypothesis has ``length`` tokens."""
 

@@ -17,6 +17,8 @@ from torch's global generator: after ``torch.manual_seed(s)`` the tokens are tho
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Mapping
 from typing import Optional
@@ -96,13 +98,27 @@ def _generation_config_values(generation_config) -> dict:
     the keyword arguments of the call beat them."""
     if generation_config is None:
         return {}
+    if isinstance(generation_config, (str, os.PathLike)):  # run_eval.py --generation_config PATH
+        path = os.fspath(generation_config)
+        if os.path.isdir(path):
+            path = os.path.join(path, "generation_config.json")
+        if not os.path.isfile(path):
+            raise GenerationOptionError(f"generate: generation_config {os.fspath(generation_config)!r} is not a "
+                                        f"generation_config.json file nor a folder with one")
+        try:
+            with open(path) as f:
+                generation_config = json.load(f)
+        except (OSError, ValueError) as err:
+            raise GenerationOptionError(f"generate: generation_config {path}: not readable JSON ({err})") from None
+        if not isinstance(generation_config, Mapping):
+            raise GenerationOptionError(f"generate: generation_config {path}: a JSON object is needed")
     if hasattr(generation_config, "to_diff_dict"):
         values = dict(generation_config.to_diff_dict())
     elif isinstance(generation_config, Mapping):
         values = {k: v for k, v in generation_config.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
     else:
-        raise GenerationOptionError(f"generate: generation_config must be a transformers GenerationConfig or a dict, "
-                                    f"got {type(generation_config).__name__}")
+        raise GenerationOptionError(f"generate: generation_config must be a transformers GenerationConfig, a dict or "
+                                    f"the path of a generation_config.json, got {type(generation_config).__name__}")
     values = {k: v for k, v in values.items() if k not in _METADATA}
     if values.get("temperature") == 0.0:  # transformers: temperature 0 means greedy
         values["do_sample"] = False
