@@ -90,6 +90,14 @@ def test_final_checkpoint_loads_in_snippet_and_run_eval(finetuned, small_tokeniz
          "--n_obs", "8", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2",
          nproc=2)
     assert (tmp_path / "two" / "test_generations.txt").read_text().splitlines() == one
+    # the same settings from a generation_config.json (as transformers writes it) passed through to generate
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "generation_config.json").write_text(json.dumps(
+        {"num_beams": 2, "no_repeat_ngram_size": 2, "transformers_version": "4.57.6"}))
+    _run("run_eval.py", ckpt, config, data, str(tmp_path / "four"), "--tokenizer", small_tokenizer_dir, "--bs", "3",
+         "--n_obs", "8", "--max_target_length", "24", "--max_source_length", "64",
+         "--generation_config", str(tmp_path / "gen"))
+    assert (tmp_path / "four" / "test_generations.txt").read_text().splitlines() == one
     # more ranks than examples (a rank with none)
     _run("run_eval.py", ckpt, config, data, str(tmp_path / "three"), "--tokenizer", small_tokenizer_dir, "--bs", "1",
          "--n_obs", "1", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", nproc=2)
