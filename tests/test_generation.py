@@ -785,3 +785,39 @@ def test_callers_processors_and_criteria_like_transformers(one_thread):
     for bad in (_BanAfter(5, 2), [5]):
         with pytest.raises(ValueError, match="logits_processor must be a list of callables"):
             ours.generate(ids, logits_processor=bad)
+
+
+def test_decoder_input_ids_like_transformers(one_thread):
+    """decoder_input_ids: the decoder continues the given tokens (the start token is put in front when
+    no row has it); max_length counts them, max_new_tokens / min_new_tokens / the default length / the
+    length penalty / begin_suppress_tokens / exponential_decay_length_penalty count after them."""
+    ours, hf = _pair(27, 0.3)
+    with torch.no_grad():
+        for model in (ours, hf):
+            model.final_logits_bias[0, 2] = 2.0  # EOS at several steps, so the lengths matter
+    ids, mask = _inputs(27)
+    baseline = hf.generate(ids, attention_mask=mask, num_beams=1, max_length=12)
+    prompts = {"start only": baseline[:, :1], "start + 2": baseline[:, :3], "no start": baseline[:, 1:3],
+               "others' tokens": torch.tensor([[2, 7], [2, 8], [2, 9]]), "mixed starts": torch.tensor([[2, 7], [5, 8], [2, 9]])}
+    problems, total = [], 0
+    for name, prompt in prompts.items():
+        for settings in (dict(num_beams=1, max_length=12), dict(num_beams=4, max_length=12), dict(num_beams=4),
+                         dict(num_beams=3, max_new_tokens=5, min_new_tokens=4, length_penalty=2.0),
+                         dict(num_beams=1, no_repeat_ngram_size=2, begin_suppress_tokens=[int(baseline[0, 3])],
+                              exponential_decay_length_penalty=(1, 1.5), max_new_tokens=8),
+                         dict(num_beams=3, early_stopping="never", max_length=10),
+                         dict(do_sample=True, num_beams=1, max_length=10, num_return_sequences=2)):
+            settings = dict(settings, decoder_input_ids=prompt)
+            got, expected = run_both(ours, hf, ids, mask, settings, seed=total)
+            total += 1
+            problems += [p for p in [difference(got, expected, dict(settings, prompt=name))] if p]
+    assert not problems, report(problems, total)
+    assert total == 35
+    got = ours.generate(ids, attention_mask=mask, decoder_input_ids=baseline[:, :3], max_length=12)
+    assert torch.equal(got[:, :3], baseline[:, :3])  # the prompt is kept
+    with pytest.raises(ValueError, match="decoder_input_ids have 4 tokens"):
+        ours.generate(ids, attention_mask=mask, decoder_input_ids=baseline[:, :4], max_length=4)
+    with pytest.raises(ValueError, match="decoder_input_ids has 2 rows for 3 sources"):
+        ours.generate(ids, attention_mask=mask, decoder_input_ids=baseline[:2, :2])
+    with pytest.raises(ValueError, match="decoder_input_ids must be"):
+        ours.generate(ids, attention_mask=mask, decoder_input_ids=[[2, 5]])

@@ -63,14 +63,14 @@ _FLAGS = ("do_sample", "output_scores", "return_dict_in_generate", "use_cache", 
 _REQUIRED = ("num_beams", "num_beam_groups", "length_penalty", "early_stopping", "num_return_sequences")
 # accepted, no effect in one process; output_attentions / output_hidden_states only when false
 _OTHER = {"synced_gpus", "output_attentions", "output_hidden_states", "generator", "generation_config",
-          "logits_processor", "stopping_criteria"}
+          "logits_processor", "stopping_criteria", "decoder_input_ids"}
 _ACCEPTED = set(_DEFAULTS) | _OTHER
 # options of transformers' generate that are not implemented here
 _NOT_IMPLEMENTED = {
     "penalty_alpha", "top_h", "dola_layers", "force_words_ids", "constraints",
     "guidance_scale", "negative_prompt_ids", "negative_prompt_attention_mask", "prefix_allowed_tokens_fn", "streamer", "assistant_model", "prompt_lookup_num_tokens",
     "stop_strings", "output_logits", "low_memory", "cache_implementation", "watermarking_config",
-    "token_healing", "num_assistant_tokens", "max_matching_ngram_size", "decoder_input_ids",
+    "token_healing", "num_assistant_tokens", "max_matching_ngram_size",
     "forced_decoder_ids", "use_model_defaults", "custom_generate", "tokenizer", "inputs_embeds",
 }
 # the not-implemented options whose GenerationConfig default is neither None nor False
@@ -207,6 +207,21 @@ def _sequence_bias(value, vocab_size: int) -> Optional[dict]:
     return {tuple(ids): float(bias) for ids, bias in pairs}
 
 
+def _decoder_prompt(value, start: Optional[int], vocab_size: int) -> Optional[torch.Tensor]:
+    """``decoder_input_ids`` (B, P) as the decoder's first tokens; the decoder start token is put in
+    front when no row begins with it (transformers' rule)."""
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[1] == 0 or value.is_floating_point() \
+            or bool(((value < 0) | (value >= vocab_size)).any()):
+        raise GenerationOptionError(f"generate: decoder_input_ids must be a (batch, length) tensor of token ids in "
+                                    f"[0, {vocab_size}), got {value!r}")
+    value = value.long()
+    if start is not None and bool((value[:, 0] != start).all()):
+        value = torch.cat([torch.full_like(value[:, :1], start), value], dim=1)
+    return value
+
+
 def _decay(value) -> Optional[tuple]:
     if value is None:
         return None
@@ -261,17 +276,23 @@ def _options(config, kwargs: dict) -> GenerationOptions:
     elif values["max_length"] is None:
         raise GenerationOptionError("generate: max_length=None needs max_new_tokens")
     _check_types(values)
+    if values["decoder_start_token_id"] is None:
+        values["decoder_start_token_id"] = values["bos_token_id"]
+    prompt = _decoder_prompt(kwargs.get("decoder_input_ids"), values["decoder_start_token_id"], config.vocab_size)
+    length = 1 if prompt is None else prompt.shape[1]  # the decoder's tokens before the first generated one
     if values["max_new_tokens"] is not None:
-        values["max_length"] = values["max_new_tokens"] + 1  # + the decoder start token
+        values["max_length"] = values["max_new_tokens"] + length
     elif "max_length" not in kwargs and values["max_length"] == _DEFAULTS["max_length"]:
         # transformers: the untouched default of 20 means 20 new tokens (capped by the positions)
-        values["max_length"] = min(values["max_length"] + 1, getattr(config, "max_position_embeddings", 21))
+        values["max_length"] = min(values["max_length"] + length, getattr(config, "max_position_embeddings", 20 + length))
     if values["min_new_tokens"] is not None:  # min_new_tokens wins over min_length
         if values["min_new_tokens"] < 0:
             raise GenerationOptionError(f"generate: min_new_tokens must be >= 0, got {values['min_new_tokens']}")
-        values["min_length"] = values["min_new_tokens"] + 1
-    if values["decoder_start_token_id"] is None:
-        values["decoder_start_token_id"] = values["bos_token_id"]
+        values["min_length"] = values["min_new_tokens"] + length
+    if isinstance(values["max_length"], int) and length >= values["max_length"]:
+        raise GenerationOptionError(f"generate: decoder_input_ids have {length} tokens (with the decoder start token), "
+                                    f"max_length is {values['max_length']}: nothing is left to generate; raise "
+                                    f"max_length or use max_new_tokens")
     if values["pad_token_id"] is None:  # transformers pads with EOS then
         values["pad_token_id"] = values["eos_token_id"]
     values["bad_words_ids"] = _bad_words_ids(values["bad_words_ids"], config.vocab_size)
@@ -286,7 +307,7 @@ def _options(config, kwargs: dict) -> GenerationOptions:
     values["output_scores"], values["return_dict_in_generate"] = (bool(values["output_scores"]),
                                                                   bool(values["return_dict_in_generate"]))
     del values["max_new_tokens"], values["min_new_tokens"]
-    opts = GenerationOptions(**values, generator=generator, **custom)
+    opts = GenerationOptions(**values, generator=generator, **custom, prompt=prompt)
     _check(opts)
     return opts
 
@@ -375,6 +396,11 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
     input_ids = input_ids.to(model.device)
+    if opts.prompt is not None:
+        if opts.prompt.shape[0] != input_ids.shape[0]:
+            raise GenerationOptionError(f"generate: decoder_input_ids has {opts.prompt.shape[0]} rows for "
+                                        f"{input_ids.shape[0]} sources")
+        opts.prompt = opts.prompt.to(model.device)
     if attention_mask is None:
         attention_mask = _attention_mask(input_ids, opts)
     attention_mask = attention_mask.to(model.device)

@@ -79,6 +79,15 @@ class GenerationOptions:
     suppress_tokens_tensor: Optional[torch.Tensor] = None
     begin_suppress_tokens_tensor: Optional[torch.Tensor] = None
     start_time: float = 0.0  # time.monotonic() when generate was called
+    prompt: Optional[torch.Tensor] = None  # decoder_input_ids (B, P), the start token first; None: the start token
+
+    @property
+    def prompt_length(self) -> int:
+        return 1 if self.prompt is None else self.prompt.shape[1]
+
+    def prompt_rows(self, per_source: int) -> torch.Tensor:
+        """(B * per_source, P): each source's first decoder tokens, once per hypothesis."""
+        return self.prompt.repeat_interleave(per_source, dim=0)
 
     def time_is_up(self) -> bool:
         return self.max_time is not None and time.monotonic() - self.start_time > self.max_time
@@ -218,11 +227,13 @@ def process_scores(opts: GenerationOptions, tokens: torch.Tensor, scores: torch.
         scores = lp.remove_invalid_values(scores)
     if opts.exponential_decay_length_penalty is not None:
         start, factor = opts.exponential_decay_length_penalty
-        scores = lp.exponential_decay_length_penalty(tokens, scores, start, factor, opts.eos_token_id)
+        scores = lp.exponential_decay_length_penalty(tokens, scores, start + opts.prompt_length - 1, factor,
+                                                     opts.eos_token_id)
     if opts.suppress_tokens_tensor is not None:
         scores = lp.suppress_tokens(scores, opts.suppress_tokens_tensor)
     # transformers suppresses at the first generated position, the second when a BOS token is forced
-    begin = 2 if opts.forced_bos_token_id is not None else 1
+    # (and the decoder starts from the start token alone)
+    begin = opts.prompt_length + (opts.prompt_length == 1 and opts.forced_bos_token_id is not None)
     if opts.begin_suppress_tokens_tensor is not None and length == begin:
         scores = lp.suppress_tokens(scores, opts.begin_suppress_tokens_tensor)
     for processor in opts.logits_processor:  # transformers appends the caller's after its own
@@ -276,7 +287,10 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
     drop = _drops_finished(opts)
     output = torch.full((rows, opts.max_length), opts.pad_token_id, dtype=torch.long, device=device)
     live = list(range(rows))  # output rows of the running rows
-    tokens = torch.full((rows, 1), opts.decoder_start_token_id, dtype=torch.long, device=device)
+    if opts.prompt is None:
+        tokens = torch.full((rows, 1), opts.decoder_start_token_id, dtype=torch.long, device=device)
+    else:
+        tokens = opts.prompt_rows(rows // encoder_ids.shape[0])
     unfinished = torch.ones(rows, dtype=torch.bool, device=device)
     all_scores = []
     while tokens.shape[1] < opts.max_length:
@@ -327,10 +341,14 @@ def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 class _BeamState:
     """Running and finished beams of one beam group, shaped (batch, beams, ...)."""
 
-    def __init__(self, batch: int, beams: int, max_length: int, start: int, fill: int, device):
+    def __init__(self, batch: int, beams: int, max_length: int, start, fill: int, device):
+        """``start``: the decoder start token id, or the (batch, P) first tokens of each source."""
         self.beams = beams
         self.running = torch.full((batch, beams, max_length), fill, dtype=torch.long, device=device)
-        self.running[:, :, 0] = start
+        if isinstance(start, torch.Tensor):
+            self.running[:, :, :start.shape[1]] = start[:, None, :]
+        else:
+            self.running[:, :, 0] = start
         self.finished = self.running.clone()
         self.running_scores = torch.zeros(batch, beams, device=device)
         self.running_scores[:, 1:] = NEG
@@ -338,7 +356,7 @@ class _BeamState:
         self.is_finished = torch.zeros(batch, beams, dtype=torch.bool, device=device)
         self.improvable = torch.ones(batch, 1, dtype=torch.bool, device=device)
         self.hits_stop = torch.zeros(batch, beams, dtype=torch.bool, device=device)
-        self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after start
+        self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after the prompt
 
     def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions, last: bool,
              scores: Optional[tuple] = None) -> torch.Tensor:
@@ -374,7 +392,7 @@ class _BeamState:
         in_top = torch.zeros(keep, dtype=torch.bool, device=log_probs.device)
         in_top[:beams] = True
         just_finished = hits_stop & in_top
-        generated = cur_len  # tokens after the start token, the new one included
+        generated = cur_len + 1 - opts.prompt_length  # tokens after the prompt, the new one included
         finished_scores = top_scores / (generated ** opts.length_penalty)
         full = self.is_finished.all(-1, keepdim=True) & (opts.early_stopping is True)
         finished_scores = finished_scores + full.float() * NEG + (~self.improvable).float() * NEG
@@ -412,9 +430,9 @@ class _BeamState:
 
     def _update_improvable(self, cur_len: int, opts: GenerationOptions, best: torch.Tensor) -> None:
         if opts.early_stopping == "never" and opts.length_penalty > 0.0:
-            best_length = opts.max_length - 1
+            best_length = opts.max_length - opts.prompt_length
         else:
-            best_length = cur_len - 1
+            best_length = cur_len - opts.prompt_length
         best_running = best / (best_length ** opts.length_penalty)
         worst_finished = torch.where(self.is_finished, self.finished_scores.min(1, keepdim=True).values,
                                      torch.full_like(self.finished_scores, NEG))
@@ -438,13 +456,14 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
     batch, device = encoder_ids.shape[0], encoder_ids.device
     groups = opts.num_beam_groups
     group_size = opts.num_beams // groups
-    states = [_BeamState(batch, group_size, opts.max_length, opts.decoder_start_token_id,
+    start = opts.decoder_start_token_id if opts.prompt is None else opts.prompt
+    states = [_BeamState(batch, group_size, opts.max_length, start,
                          opts.pad_token_id, device) for _ in range(groups)]
     results = [tuple(t.clone() for t in state.results()) for state in states]  # (finished, scores, generated) of every source, by group
     drop = _drops_finished(opts)
     live = list(range(batch))  # original indices of the running sources
     all_scores = []
-    cur_len = 1
+    cur_len = opts.prompt_length
     while True:
         batch = len(live)
         # rows of the decoder batch: source-major, then group, then beam
@@ -515,5 +534,5 @@ def _finalize(results: list, opts: GenerationOptions, all_scores):
     count = opts.num_return_sequences
     sequences = finished[:, :count].reshape(-1, finished.shape[-1])
     sequence_scores = scores[:, :count].reshape(-1)
-    length = 1 + int(generated[:, :count].max())
+    length = opts.prompt_length + int(generated[:, :count].max())
     return sequences[:, :length], sequence_scores, tuple(all_scores) if opts.output_scores else None
