@@ -55,6 +55,36 @@ def _inputs(seed: int):
     return ids, (ids != 1).long()
 
 
+def _grid_against_baseline(ours, hf, ids, mask, max_length: int, grid):
+    """Greedy and 4 beams: each of the settings ``grid(baseline, num_beams)`` builds from transformers'
+    unconstrained output, compared with transformers. Returns (problems, total, changed), changed
+    counting the cases whose output differs from the baseline (the option acted)."""
+    problems, total, changed = [], 0, 0
+    for num_beams in (1, 4):
+        base = dict(num_beams=num_beams, max_length=max_length)
+        baseline = hf.generate(ids, attention_mask=mask, **base)
+        for case in grid(baseline, num_beams):
+            settings = dict(base, **case)
+            got, expected = run_both(ours, hf, ids, mask, settings)
+            total += 1
+            problems += [p for p in [difference(got, expected, settings)] if p]
+            changed += expected.shape != baseline.shape or not torch.equal(expected, baseline)
+    return problems, total, changed
+
+
+def _sampled_against_transformers(ours, hf, ids, mask, settings_list: list, generator_seed_offset: int):
+    """Each sampling setting twice: after torch.manual_seed(i) (the global generator) and with
+    generator= seeded with offset + i. Returns (problems, total, distinct outputs)."""
+    problems, total, distinct = [], 0, set()
+    for index, settings in enumerate(settings_list):
+        for seed, use_generator in ((index, False), (generator_seed_offset + index, True)):
+            got, expected = run_both(ours, hf, ids, mask, settings, seed=seed, use_generator=use_generator)
+            total += 1
+            problems += [p for p in [difference(got, expected, dict(settings, seed=seed))] if p]
+            distinct.add(tuple(got.flatten().tolist()))
+    return problems, total, distinct
+
+
 @pytest.mark.parametrize("seed,init_std", [(0, 0.3), (1, 0.1)])
 def test_sequences_match_transformers(seed, init_std):
     ours, hf = _pair(seed, init_std)
@@ -249,7 +279,7 @@ def test_attention_mask_inferred_like_transformers(one_thread):
 # --- options beyond the original grid: repetition_penalty, bad_words_ids, max/min_new_tokens ---------
 
 
-def _option_grid(baseline: torch.Tensor):
+def _option_grid(baseline: torch.Tensor, num_beams: int):
     """Deterministic settings; the banned words come from the unconstrained output so they matter."""
     row = baseline[0, 1:].tolist()
     other = baseline[2, 1:].tolist()
@@ -271,16 +301,7 @@ def test_new_options_match_transformers(one_thread, seed, init_std, eos_bias):
         for model in (ours, hf):
             model.final_logits_bias[0, 2] = eos_bias  # EOS at several steps, so min lengths matter
     ids, mask = _inputs(seed)
-    problems, total, changed = [], 0, 0
-    for num_beams in (1, 4):
-        base = dict(num_beams=num_beams, max_length=18)
-        baseline = hf.generate(ids, attention_mask=mask, **base)
-        for case in _option_grid(baseline):
-            settings = dict(base, **case)
-            got, expected = run_both(ours, hf, ids, mask, settings)
-            total += 1
-            problems += [p for p in [difference(got, expected, settings)] if p]
-            changed += expected.shape != baseline.shape or not torch.equal(expected, baseline)
+    problems, total, changed = _grid_against_baseline(ours, hf, ids, mask, 18, _option_grid)
     assert not problems, report(problems, total)
     assert total == 26 and changed >= 22, changed  # the options really act
 
@@ -298,14 +319,9 @@ def test_sampling_matches_transformers_under_the_same_seed(one_thread, num_beams
     after the same torch.manual_seed, or from a torch.Generator seeded alike."""
     ours, hf = _pair(12, 0.1)  # a flat model: many tokens are likely
     ids, mask = _inputs(12)
-    problems, total, distinct = [], 0, set()
-    for index, (warpers, count) in enumerate(itertools.product(WARPERS, (1, 2))):
-        settings = dict(warpers, do_sample=True, num_beams=num_beams, max_length=14, num_return_sequences=count)
-        for seed, use_generator in ((index, False), (100 + index, True)):
-            got, expected = run_both(ours, hf, ids, mask, settings, seed=seed, use_generator=use_generator)
-            total += 1
-            problems += [p for p in [difference(got, expected, dict(settings, seed=seed))] if p]
-            distinct.add(tuple(got.flatten().tolist()))
+    settings = [dict(warpers, do_sample=True, num_beams=num_beams, max_length=14, num_return_sequences=count)
+                for warpers, count in itertools.product(WARPERS, (1, 2))]
+    problems, total, distinct = _sampled_against_transformers(ours, hf, ids, mask, settings, 100)
     assert not problems, report(problems, total)
     assert total == 36 and len(distinct) >= 32  # the seeds and settings change the samples
 
@@ -627,16 +643,7 @@ def test_more_processors_match_transformers(one_thread, seed, init_std, eos_bias
         for model in (ours, hf):
             model.final_logits_bias[0, 2] = eos_bias  # EOS competes, so the length penalties matter
     ids, mask = _inputs(seed)
-    problems, total, changed = [], 0, 0
-    for num_beams in (1, 4):
-        base = dict(num_beams=num_beams, max_length=16)
-        baseline = hf.generate(ids, attention_mask=mask, **base)
-        for case in _processor_grid(baseline, num_beams):
-            settings = dict(base, **case)
-            got, expected = run_both(ours, hf, ids, mask, settings)
-            total += 1
-            problems += [p for p in [difference(got, expected, settings)] if p]
-            changed += expected.shape != baseline.shape or not torch.equal(expected, baseline)
+    problems, total, changed = _grid_against_baseline(ours, hf, ids, mask, 16, _processor_grid)
     assert not problems, report(problems, total)
     assert total == 26 and changed >= 20, changed
 
@@ -668,14 +675,8 @@ NEW_WARPERS = [dict(min_p=0.2), dict(min_p=0.05, temperature=1.4), dict(typical_
 def test_more_warpers_match_transformers_under_the_same_seed(one_thread, num_beams):
     ours, hf = _pair(23, 0.1)  # a flat model: the cut-offs have many tokens to drop
     ids, mask = _inputs(23)
-    problems, total, distinct = [], 0, set()
-    for index, warpers in enumerate(NEW_WARPERS):
-        settings = dict(warpers, do_sample=True, num_beams=num_beams, max_length=14)
-        for seed, use_generator in ((index, False), (50 + index, True)):
-            got, expected = run_both(ours, hf, ids, mask, settings, seed=seed, use_generator=use_generator)
-            total += 1
-            problems += [p for p in [difference(got, expected, dict(settings, seed=seed))] if p]
-            distinct.add(tuple(got.flatten().tolist()))
+    settings = [dict(warpers, do_sample=True, num_beams=num_beams, max_length=14) for warpers in NEW_WARPERS]
+    problems, total, distinct = _sampled_against_transformers(ours, hf, ids, mask, settings, 50)
     assert not problems, report(problems, total)
     assert total == 16 and len(distinct) >= 14
     if num_beams == 1:  # the warpers act: min_p=1 keeps only the most probable token, which is greedy decoding
@@ -763,23 +764,17 @@ def test_callers_processors_and_criteria_like_transformers(one_thread):
     applied after the built-in processors, rows stop where transformers stops them."""
     ours, hf = _pair(26, 0.3)
     ids, mask = _inputs(26)
-    problems, total, changed = [], 0, 0
-    for num_beams in (1, 4):
-        base = dict(num_beams=num_beams, max_length=14)
-        baseline = hf.generate(ids, attention_mask=mask, **base)
+
+    def grid(baseline, num_beams):
         row = baseline[0, 1:].tolist()
-        cases = [dict(logits_processor=transformers.LogitsProcessorList([_BanAfter(row[2], 3)])),
-                 dict(logits_processor=[transformers.NoRepeatNGramLogitsProcessor(2), _BanAfter(row[0], 1)],
-                      repetition_penalty=1.3),
-                 dict(stopping_criteria=transformers.StoppingCriteriaList([_StopOn(row[3])])),
-                 dict(stopping_criteria=[_StopOn(row[1]), _StopOn(baseline[2, 4].item())],
-                      logits_processor=[_BanAfter(row[5], 2)], no_repeat_ngram_size=3)]
-        for case in cases:
-            settings = dict(base, **case)
-            got, expected = run_both(ours, hf, ids, mask, settings)
-            total += 1
-            problems += [p for p in [difference(got, expected, settings)] if p]
-            changed += expected.shape != baseline.shape or not torch.equal(expected, baseline)
+        return [dict(logits_processor=transformers.LogitsProcessorList([_BanAfter(row[2], 3)])),
+                dict(logits_processor=[transformers.NoRepeatNGramLogitsProcessor(2), _BanAfter(row[0], 1)],
+                     repetition_penalty=1.3),
+                dict(stopping_criteria=transformers.StoppingCriteriaList([_StopOn(row[3])])),
+                dict(stopping_criteria=[_StopOn(row[1]), _StopOn(baseline[2, 4].item())],
+                     logits_processor=[_BanAfter(row[5], 2)], no_repeat_ngram_size=3)]
+
+    problems, total, changed = _grid_against_baseline(ours, hf, ids, mask, 14, grid)
     assert not problems, report(problems, total)
     assert total == 8 and changed == 8, changed
     for bad in (_BanAfter(5, 2), [5]):

@@ -67,9 +67,7 @@ _DEFAULTS: dict[str, Any] = {
     "gradient_checkpointing": False,
 }
 
-# Keys that generation_config.json carries (transformers' GenerationConfig), beside the token ids.
-GENERATION_KEYS = ("max_length", "min_length", "num_beams", "num_beam_groups", "diversity_penalty", "length_penalty",
-                   "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "early_stopping", "num_return_sequences")
+# The token ids among the generation settings (the settings themselves: bart.generation.OPTION_DEFAULTS).
 TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
               "forced_eos_token_id")
 

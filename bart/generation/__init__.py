@@ -25,7 +25,6 @@ from typing import Optional
 
 import torch
 
-from bart.generation import logits_processors as lp
 from bart.generation.search import GenerateOutput, GenerationOptions, _Decoder, beam_search, greedy_search
 
 
@@ -67,16 +66,17 @@ _OTHER = {"synced_gpus", "output_attentions", "output_hidden_states", "generator
 _ACCEPTED = set(_DEFAULTS) | _OTHER
 # options of transformers' generate that are not implemented here
 _NOT_IMPLEMENTED = {
-    "penalty_alpha", "top_h", "dola_layers", "force_words_ids", "constraints",
-    "guidance_scale", "negative_prompt_ids", "negative_prompt_attention_mask", "prefix_allowed_tokens_fn", "streamer", "assistant_model", "prompt_lookup_num_tokens",
-    "stop_strings", "output_logits", "low_memory", "cache_implementation", "watermarking_config",
+    "penalty_alpha", "top_h", "dola_layers", "force_words_ids", "constraints", "guidance_scale",
+    "negative_prompt_ids", "negative_prompt_attention_mask", "prefix_allowed_tokens_fn", "streamer",
+    "assistant_model", "prompt_lookup_num_tokens", "stop_strings", "output_logits", "low_memory",
+    "cache_implementation", "watermarking_config",
     "token_healing", "num_assistant_tokens", "max_matching_ngram_size",
     "forced_decoder_ids", "use_model_defaults", "custom_generate", "tokenizer", "inputs_embeds",
 }
 # the not-implemented options whose GenerationConfig default is neither None nor False
-_NOT_IMPLEMENTED_DEFAULTS = {"num_assistant_tokens": 20, "token_healing": False, "low_memory": None}
-# every option generate() reads from the model's config (and from a generation_config.json)
-OPTION_NAMES = tuple(_DEFAULTS)
+_NOT_IMPLEMENTED_DEFAULTS = {"num_assistant_tokens": 20}
+# every option generate() reads from the model's config (and from a generation_config.json), with the
+# default of transformers' GenerationConfig
 OPTION_DEFAULTS = dict(_DEFAULTS)
 
 
@@ -169,13 +169,16 @@ def _check_types(values: dict) -> None:
             raise GenerationOptionError(f"generate: {key} must be a number or None, got {value!r}")
 
 
+def _are_token_ids(value, vocab_size: int, non_empty: bool = True) -> bool:
+    """A list or tuple of ints in [0, vocab_size) (bools are not ids), non-empty unless told."""
+    return isinstance(value, (list, tuple)) and (len(value) > 0 or not non_empty) and all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in value)
+
+
 def _bad_words_ids(value, vocab_size: int):
     if value is None:
         return None
-    ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
-        isinstance(word, (list, tuple)) and len(word) > 0
-        and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in word)
-        for word in value)
+    ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(_are_token_ids(word, vocab_size) for word in value)
     if not ok:
         raise GenerationOptionError(f"generate: bad_words_ids must be a non-empty list of non-empty lists of token "
                                     f"ids in [0, {vocab_size}), got {value!r}")
@@ -185,9 +188,7 @@ def _bad_words_ids(value, vocab_size: int):
 def _token_list(key: str, value, vocab_size: int) -> Optional[list]:
     if value is None:
         return None
-    ok = isinstance(value, (list, tuple)) and all(
-        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in value)
-    if not ok:
+    if not _are_token_ids(value, vocab_size, non_empty=False):
         raise GenerationOptionError(f"generate: {key} must be a list of token ids in [0, {vocab_size}), got {value!r}")
     return list(value)
 
@@ -198,12 +199,12 @@ def _sequence_bias(value, vocab_size: int) -> Optional[dict]:
         return None
     pairs = list(value.items()) if isinstance(value, Mapping) else value
     ok = isinstance(pairs, (list, tuple)) and len(pairs) > 0 and all(
-        isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], (list, tuple)) and len(pair[0]) > 0
-        and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in pair[0])
+        isinstance(pair, (list, tuple)) and len(pair) == 2 and _are_token_ids(pair[0], vocab_size)
         and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool) for pair in pairs)
     if not ok:
         raise GenerationOptionError(f"generate: sequence_bias must map non-empty sequences of token ids in "
-                                    f"[0, {vocab_size}) to a bias ({{(5, 6): -2.0}} or [[[5, 6], -2.0]]), got {value!r}")
+                                    f"[0, {vocab_size}) to a bias ({{(5, 6): -2.0}} or [[[5, 6], -2.0]]), "
+                                    f"got {value!r}")
     return {tuple(ids): float(bias) for ids, bias in pairs}
 
 
@@ -252,11 +253,8 @@ def _options(config, kwargs: dict) -> GenerationOptions:
                                     f"generation_config.json or config.json), an option of transformers' generate "
                                     f"this project does not implement, so its outputs would differ; remove it there "
                                     f"or set model.config.{key} = None")
-    kwargs = dict(kwargs)
     for flag in ("output_attentions", "output_hidden_states"):
-        kwargs.setdefault(flag, passed_config.get(flag))
-    for flag in ("output_attentions", "output_hidden_states"):
-        if kwargs.get(flag):
+        if kwargs.get(flag, passed_config.get(flag)):
             raise GenerationOptionError(f"generate({flag}=True) is not supported")
     generator = kwargs.get("generator")
     if generator is not None and not isinstance(generator, torch.Generator):
@@ -284,7 +282,8 @@ def _options(config, kwargs: dict) -> GenerationOptions:
         values["max_length"] = values["max_new_tokens"] + length
     elif "max_length" not in kwargs and values["max_length"] == _DEFAULTS["max_length"]:
         # transformers: the untouched default of 20 means 20 new tokens (capped by the positions)
-        values["max_length"] = min(values["max_length"] + length, getattr(config, "max_position_embeddings", 20 + length))
+        values["max_length"] = min(values["max_length"] + length,
+                                   getattr(config, "max_position_embeddings", 20 + length))
     if values["min_new_tokens"] is not None:  # min_new_tokens wins over min_length
         if values["min_new_tokens"] < 0:
             raise GenerationOptionError(f"generate: min_new_tokens must be >= 0, got {values['min_new_tokens']}")
@@ -396,21 +395,13 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
     input_ids = input_ids.to(model.device)
-    if opts.prompt is not None:
-        if opts.prompt.shape[0] != input_ids.shape[0]:
-            raise GenerationOptionError(f"generate: decoder_input_ids has {opts.prompt.shape[0]} rows for "
-                                        f"{input_ids.shape[0]} sources")
-        opts.prompt = opts.prompt.to(model.device)
+    if opts.prompt is not None and opts.prompt.shape[0] != input_ids.shape[0]:
+        raise GenerationOptionError(f"generate: decoder_input_ids has {opts.prompt.shape[0]} rows for "
+                                    f"{input_ids.shape[0]} sources")
     if attention_mask is None:
         attention_mask = _attention_mask(input_ids, opts)
     attention_mask = attention_mask.to(model.device)
-    if opts.bad_words_ids is not None:
-        opts.bad_words = lp.BadWords(opts.bad_words_ids, opts.eos_token_id, model.device)
-    if opts.sequence_bias is not None:
-        opts.biases = lp.SequenceBias(opts.sequence_bias, model.config.vocab_size, model.device)
-    for key in ("suppress_tokens", "begin_suppress_tokens"):
-        if getattr(opts, key) is not None:
-            setattr(opts, key + "_tensor", torch.tensor(getattr(opts, key), dtype=torch.long, device=model.device))
+    opts.prepare(model.device, model.config.vocab_size, input_ids.shape[0])
     was_training = model.training
     model.eval()
     try:

@@ -115,8 +115,8 @@ class SequenceBias:
         single = [(ids[0], bias) for ids, bias in sequence_bias.items() if len(ids) == 1]
         if single:
             self.single[[i for i, _ in single]] = torch.tensor([b for _, b in single], device=device)
-        self.longer = [(torch.tensor(ids[:-1], dtype=torch.long, device=device), ids[-1], torch.tensor(bias, device=device))
-                       for ids, bias in sequence_bias.items() if len(ids) > 1]
+        self.longer = [(torch.tensor(ids[:-1], dtype=torch.long, device=device), ids[-1],
+                        torch.tensor(bias, device=device)) for ids, bias in sequence_bias.items() if len(ids) > 1]
 
 
 def sequence_bias(tokens: torch.Tensor, scores: torch.Tensor, biases: SequenceBias) -> torch.Tensor:

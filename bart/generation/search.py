@@ -79,11 +79,27 @@ class GenerationOptions:
     suppress_tokens_tensor: Optional[torch.Tensor] = None
     begin_suppress_tokens_tensor: Optional[torch.Tensor] = None
     start_time: float = 0.0  # time.monotonic() when generate was called
-    prompt: Optional[torch.Tensor] = None  # decoder_input_ids (B, P), the start token first; None: the start token
+    prompt: Optional[torch.Tensor] = None  # the decoder's first tokens (B, P); prepare() makes the start token's
+
+    def prepare(self, device, vocab_size: int, sources: int) -> None:
+        """The tensors the search and the processors use, made once per call on the model's device for
+        ``sources`` inputs; without decoder_input_ids the prompt is the decoder start token."""
+        if self.prompt is None:
+            self.prompt = torch.full((sources, 1), self.decoder_start_token_id, dtype=torch.long, device=device)
+        self.prompt = self.prompt.to(device)
+        if self.bad_words_ids is not None:
+            self.bad_words = lp.BadWords(self.bad_words_ids, self.eos_token_id, device)
+        if self.sequence_bias is not None:
+            self.biases = lp.SequenceBias(self.sequence_bias, vocab_size, device)
+        if self.suppress_tokens is not None:
+            self.suppress_tokens_tensor = torch.tensor(self.suppress_tokens, dtype=torch.long, device=device)
+        if self.begin_suppress_tokens is not None:
+            self.begin_suppress_tokens_tensor = torch.tensor(self.begin_suppress_tokens, dtype=torch.long,
+                                                             device=device)
 
     @property
     def prompt_length(self) -> int:
-        return 1 if self.prompt is None else self.prompt.shape[1]
+        return self.prompt.shape[1]
 
     def prompt_rows(self, per_source: int) -> torch.Tensor:
         """(B * per_source, P): each source's first decoder tokens, once per hypothesis."""
@@ -287,10 +303,7 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
     drop = _drops_finished(opts)
     output = torch.full((rows, opts.max_length), opts.pad_token_id, dtype=torch.long, device=device)
     live = list(range(rows))  # output rows of the running rows
-    if opts.prompt is None:
-        tokens = torch.full((rows, 1), opts.decoder_start_token_id, dtype=torch.long, device=device)
-    else:
-        tokens = opts.prompt_rows(rows // encoder_ids.shape[0])
+    tokens = opts.prompt_rows(rows // encoder_ids.shape[0])
     unfinished = torch.ones(rows, dtype=torch.bool, device=device)
     all_scores = []
     while tokens.shape[1] < opts.max_length:
@@ -341,14 +354,11 @@ def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 class _BeamState:
     """Running and finished beams of one beam group, shaped (batch, beams, ...)."""
 
-    def __init__(self, batch: int, beams: int, max_length: int, start, fill: int, device):
-        """``start``: the decoder start token id, or the (batch, P) first tokens of each source."""
+    def __init__(self, batch: int, beams: int, max_length: int, prompt: torch.Tensor, fill: int, device):
+        """``prompt``: the (batch, P) first decoder tokens of each source."""
         self.beams = beams
         self.running = torch.full((batch, beams, max_length), fill, dtype=torch.long, device=device)
-        if isinstance(start, torch.Tensor):
-            self.running[:, :, :start.shape[1]] = start[:, None, :]
-        else:
-            self.running[:, :, 0] = start
+        self.running[:, :, :prompt.shape[1]] = prompt[:, None, :]
         self.finished = self.running.clone()
         self.running_scores = torch.zeros(batch, beams, device=device)
         self.running_scores[:, 1:] = NEG
@@ -375,16 +385,16 @@ class _BeamState:
         source_beam, token = top_index // vocab, top_index % vocab
         candidates = _gather(self.running, source_beam)
         candidates[:, :, cur_len] = token
-        is_eos = _is_eos(token, opts)  # below: ended by EOS or by the caller's criteria
+        ended = _is_eos(token, opts)  # by EOS or by the caller's criteria
         stop = opts.custom_stop(candidates[:, :, :cur_len + 1].reshape(batch * keep, cur_len + 1), scores)
         if stop is not None:
-            is_eos = is_eos | stop.view(batch, keep)
-        hits_stop = is_eos | last
+            ended = ended | stop.view(batch, keep)
+        hits_stop = ended | last
         # continue with the best candidates that did not stop; rank them before adding NEG to all of
         # them at max_length (-1e9 + x rounds to a multiple of 64 in float32: the order would be lost,
         # and with beam groups the tokens of this last step feed the diversity penalty of later groups)
         running_scores = top_scores + hits_stop.float() * NEG
-        pick = (top_scores + is_eos.float() * NEG).topk(beams, dim=1).indices
+        pick = (top_scores + ended.float() * NEG).topk(beams, dim=1).indices
         self.running = _gather(candidates, pick)
         self.running_scores = _gather(running_scores, pick)
         chosen_source = _gather(source_beam, pick)
@@ -456,8 +466,7 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
     batch, device = encoder_ids.shape[0], encoder_ids.device
     groups = opts.num_beam_groups
     group_size = opts.num_beams // groups
-    start = opts.decoder_start_token_id if opts.prompt is None else opts.prompt
-    states = [_BeamState(batch, group_size, opts.max_length, start,
+    states = [_BeamState(batch, group_size, opts.max_length, opts.prompt,
                          opts.pad_token_id, device) for _ in range(groups)]
     results = [tuple(t.clone() for t in state.results()) for state in states]  # (finished, scores, generated) of every source, by group
     drop = _drops_finished(opts)

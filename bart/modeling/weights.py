@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from bart.configuration.configuration_bart import GENERATION_KEYS, TOKEN_KEYS, BartConfig
+from bart.configuration.configuration_bart import TOKEN_KEYS, BartConfig
 from utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
@@ -113,6 +113,10 @@ def _single_id(value, key: str, path: str):
     return value
 
 
+# token ids that generation_config.json may leave out: config.json's then stay (the other settings default)
+_FALLBACK_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
 def generation_defaults(folder: str, config_values: Optional[dict] = None) -> dict:
     """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys:
     every option ``generate`` takes (repetition_penalty, do_sample, suppress_tokens, ... as well as
@@ -122,21 +126,20 @@ def generation_defaults(folder: str, config_values: Optional[dict] = None) -> di
     setting it leaves out takes transformers' default (None here, which the config reads as its
     default), not the value config.json may still carry; only the token ids (bos/eos/pad/decoder
     start) fall back to config.json's."""
-    from bart.generation import OPTION_NAMES, set_unimplemented  # here: bart.generation imports the model
+    from bart.generation import OPTION_DEFAULTS, set_unimplemented  # here: bart.generation imports the model
 
     path = os.path.join(folder, "generation_config.json")
     if not os.path.isfile(path):
         return {}
     values = read_json_object(path)
     out = {}
-    for key in dict.fromkeys(GENERATION_KEYS + TOKEN_KEYS + OPTION_NAMES):
+    for key in OPTION_DEFAULTS:  # the classic generation keys and the token ids among them
         if key not in values:
-            if key in (config_values or {}) and key not in ("bos_token_id", "eos_token_id", "pad_token_id",
-                                                            "decoder_start_token_id"):
+            if key in (config_values or {}) and key not in _FALLBACK_IDS:
                 out[key] = None  # config.json's value does not apply
             continue
         value = _single_id(values[key], key, path) if key in TOKEN_KEYS else values[key]
-        if value is None and key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+        if value is None and key in _FALLBACK_IDS:
             continue  # unset: config.json's id stays
         out[key] = value
     out.update(set_unimplemented(values))
@@ -272,11 +275,11 @@ def hf_config_dict(config: BartConfig) -> dict:
     transformers >= 4.41 keeps them; the token ids stay here too. ``tokenizer_class`` says which
     tokenizer AutoTokenizer builds: for a Pre-LN model typed mBART it would otherwise pick mBART's
     SentencePiece tokenizer, which BART's byte-level BPE files cannot feed."""
-    from bart.generation import OPTION_NAMES
+    from bart.generation import OPTION_DEFAULTS
 
     values = config.to_dict()
     values.pop("dtype", None)
-    for key in dict.fromkeys(GENERATION_KEYS + OPTION_NAMES):
+    for key in OPTION_DEFAULTS:  # the classic generation keys among them
         if key not in TOKEN_KEYS and key != "use_cache":
             values.pop(key, None)
     values.setdefault("tokenizer_class", "BartTokenizer")
