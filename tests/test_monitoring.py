@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 
@@ -138,35 +137,11 @@ def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir):
     assert [r["step"] for r in records if "val_loss" in r["data"]] == [4]
 
 
-class _BufferedBackend:
-    """The real dllogger's JSONStreamBackend keeps lines in its file buffer until flushed."""
-
-    def __init__(self, verbosity, path, append=False):
-        self.file = open(path, "a" if append else "w", buffering=1 << 20)
-
-    def log(self, step, data):
-        self.file.write("DLLL " + json.dumps({"type": "LOG", "step": step, "data": data}) + "\n")
-
-    def flush(self):
-        self.file.flush()
-
-
-def _fake_dllogger():
-    module = types.ModuleType("dllogger")
-    module.backends = []
-    module.JSONStreamBackend = _BufferedBackend
-    module.StdOutBackend = lambda verbosity: None
-    module.Verbosity = types.SimpleNamespace(VERBOSE=1)
-    module.init = lambda backends: module.backends.extend(b for b in backends if b is not None)
-    module.log = lambda step, data: [b.log(step, data) for b in module.backends]
-    module.flush = lambda: [b.flush() for b in module.backends]
-    module.metadata = lambda name, meta: None
-    return module
-
-
 @pytest.mark.parametrize("use_dllogger", [True, False])
 def test_dllogger_lines_reach_the_file_as_logged(tmp_path, monkeypatch, use_dllogger):
-    monkeypatch.setitem(sys.modules, "dllogger", _fake_dllogger())
+    from tests.helpers.doubles import use_doubles
+
+    use_doubles(monkeypatch)  # dllogger v1.0.0 as the container installs it: its JSON backend buffers
     path = str(tmp_path / "dllogger.json")
     logger = Logger(path, stdout=False, use_dllogger=use_dllogger)
     logger.log(step=1, data={"loss": 2.5})

@@ -6,9 +6,16 @@ JSON lines look like ``DLLL {"timestamp": ..., "datetime": ..., "elapsedtime": .
 reaches the file as it is logged (the real package's JSON backend buffers; it is flushed after each
 record), and records with a step also go to the metric writers (TensorBoard, W&B) added with
 :meth:`Logger.add_writers`.
+
+With the package (NVIDIA dllogger v1.0.0 as the Dockerfile installs it), each :class:`Logger` owns a
+``dllogger.Logger`` with its own backends, so a process may open any number of them (training, then a
+test split, then evaluation); the package's global logger (``dllogger.init``, which raises on a second
+call) is never touched here and stays the user's to initialise. :meth:`Logger.close` closes the file and
+takes back the package's exit hooks.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -17,9 +24,13 @@ from datetime import datetime
 from typing import Any
 
 
+def _make_parent(path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
 class _JsonLines:
     def __init__(self, path: str, append: bool = False) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        _make_parent(path)
         self.file = open(path, "a" if append else "w", encoding="utf-8")
         self.start = time.time()
 
@@ -50,17 +61,19 @@ class Logger:
         self.writers: list = []
         if not self.enabled:
             return
+        dllogger = _real_dllogger()
+        if use_dllogger and dllogger is None:
+            raise ImportError("use_dllogger=True, but no dllogger package (NVIDIA dllogger) is importable")
         if use_dllogger is None:
-            use_dllogger = _real_dllogger() is not None
+            use_dllogger = dllogger is not None
         if use_dllogger:
-            dllogger = _real_dllogger()
             backends = []
             if json_path:
+                _make_parent(json_path)
                 backends.append(dllogger.JSONStreamBackend(dllogger.Verbosity.VERBOSE, json_path, append=append))
             if stdout:
                 backends.append(dllogger.StdOutBackend(dllogger.Verbosity.VERBOSE))
-            dllogger.init(backends=backends)
-            self._dll = dllogger
+            self._dll = dllogger.Logger(backends)  # this logger's own: dllogger.init works once per process
         elif json_path:
             self._json = _JsonLines(json_path, append)
 
@@ -72,7 +85,7 @@ class Logger:
             for writer in self.writers:
                 writer.scalars(step, data)
         if self._dll is not None:
-            self._dll.log(step=step, data=data)
+            self._dll.log(step, data)
             self._dll.flush()  # its JSON backend buffers: a killed run would lose the last lines
             sys.stdout.flush()
             return
@@ -114,13 +127,23 @@ class Logger:
             self._json.close()
             self._json = None
         elif self._dll is not None:
+            # the package flushes its loggers and closes its files at exit: done now, and the hooks taken
+            # back (a flush of a closed file at exit would fail; the hooks would keep every logger alive)
             self._dll.flush()
+            for backend in self._dll.backends:
+                file = getattr(backend, "file", None)
+                if file is not None:
+                    file.close()
+                    atexit.unregister(file.close)
+            atexit.unregister(self._dll.flush)
+            self._dll = None
 
 
 def _real_dllogger():
     try:
         import dllogger
-        return dllogger if hasattr(dllogger, "JSONStreamBackend") else None
+        return dllogger if all(hasattr(dllogger, name) for name in ("Logger", "JSONStreamBackend", "StdOutBackend")) \
+            else None
     except ImportError:
         return None
 
