@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from utils import affinity
 
 
 @dataclass
@@ -113,19 +116,13 @@ def all_gather_objects(obj):
     return out
 
 
-def set_cpu_affinity(local_rank: int, local_world_size: int) -> list[int] | None:
-    """Pin this process to its 1/local_world_size share of the usable cores (GPU runs). Returns the
-    cores, or None where affinity cannot be set; never raises."""
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-    if local_world_size <= 1 or len(cores) < local_world_size:
-        return None
-    share = len(cores) // local_world_size
-    mine = cores[local_rank * share:(local_rank + 1) * share]
-    try:
-        os.sched_setaffinity(0, mine)
-    except OSError:
-        return None
-    return mine
+def set_cpu_affinity(mode: str, env: DistributedEnv) -> list[int] | None:
+    """Pin this GPU process to CPUs near its GPU as ``--affinity MODE`` says (:mod:`utils.affinity`), and
+    say so: one line per rank, a ``note:`` line on stderr for anything not as expected (unreadable
+    topology, fewer cores than GPUs). Returns the CPUs, or None where affinity was left alone; never
+    raises for the machine's sake."""
+    pinned = affinity.pin(mode, env.local_rank, env.local_world_size)
+    for note in pinned.notes:
+        print(f"note: rank {env.rank}: {note}", file=sys.stderr, flush=True)
+    print(f"rank {env.rank}: {pinned.line}", flush=True)
+    return pinned.cpus

@@ -19,6 +19,7 @@ import sys
 
 from bart.optim.schedulers import SCHEDULES
 from bart.training.strategy import STRATEGIES
+from utils.affinity import add_affinity_arg
 from utils.checkpoint_io import atomic_write_text
 from utils.errors import UserError
 from utils.precision import Precision, add_precision_args
@@ -206,6 +207,7 @@ def add_distributed_args(parser: argparse.ArgumentParser) -> None:
     dist.add_argument("--allreduce_post_accumulation", action="store_true",
                       help="all-reduce once per update, after accumulation (always done: DDP no_sync)")
     add_dist_timeout_arg(dist)
+    add_affinity_arg(dist)
     dist.add_argument("--local_rank", "--local-rank", type=int, default=None,
                       help="set by old launchers; torchrun's LOCAL_RANK is used")
 

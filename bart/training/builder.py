@@ -31,12 +31,16 @@ def seed_everything(seed: int, rank: int = 0) -> None:
 
 
 def setup_distributed(args: argparse.Namespace) -> dist_utils.DistributedEnv:
-    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout)
+    env = dist_utils.read_env()
     if args.local_rank is not None and args.local_rank != env.local_rank:
         raise SystemExit(f"--local_rank {args.local_rank} disagrees with the launcher's LOCAL_RANK {env.local_rank}")
-    if torch.cuda.is_available() and env.local_world_size > 1:
-        dist_utils.set_cpu_affinity(env.local_rank, env.local_world_size)
-    return env
+    # --affinity before the process group starts its threads, so that they inherit it
+    if torch.cuda.is_available() and args.affinity != "disabled":
+        dist_utils.set_cpu_affinity(args.affinity, env)
+    elif args.affinity != "disabled" and "affinity" in getattr(args, "_given", ()):
+        print(f"note: --affinity {args.affinity} pins GPU processes near their GPU; this run has no GPU, so its "
+              f"CPU affinity is left as it is", file=sys.stderr)
+    return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout)
 
 
 def device_for(env: dist_utils.DistributedEnv) -> torch.device:
