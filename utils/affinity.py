@@ -210,7 +210,8 @@ def nvml_places(gpus, topology: Topology, nvml) -> list[Place | None]:
             place = None
             if hasattr(nvml, "nvmlDeviceGetMemoryAffinity") and topology.nodes:
                 try:
-                    words = nvml.nvmlDeviceGetMemoryAffinity(handle, node_words, getattr(nvml, "NVML_AFFINITY_SCOPE_NODE", 0))
+                    scope = getattr(nvml, "NVML_AFFINITY_SCOPE_NODE", 0)
+                    words = nvml.nvmlDeviceGetMemoryAffinity(handle, node_words, scope)
                     place = _node_place(_mask_bits(words), topology, "NVML")
                 except Exception:  # older drivers: not supported; the CPU mask below answers
                     place = None
