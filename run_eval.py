@@ -66,7 +66,8 @@ def main(argv=None) -> dict:
     precision.configure()
     config = builder.model_config(args, training=False)
     model_path = resolve_weights(resolve_model_path(args.model_path))  # a run's folder: its newest checkpoint
-    model = BartForConditionalGeneration.from_pretrained(model_path, config=config)
+    # the architecture from the checkpoint (its config, else its tensors); an explicit --pre_ln must agree
+    model = BartForConditionalGeneration.from_pretrained(model_path, config=config, explicit={"pre_ln": args.pre_ln})
     builder.check_lengths(args, model.config, ("max_source_length", "eval_max_gen_length"))
     model = model.to(builder.device_for(env)).eval()
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,

@@ -9,11 +9,22 @@
 #   CNN_DM_MIRROR=<URL (https://, file://) holding the two archives and url_lists/all_{train,val,test}.txt>
 #   CNN_DM_EXPORT=<folder of train/validation/test .jsonl or .parquet with article/highlights>
 #     (e.g. exported from the Hugging Face "cnn_dailymail" 3.0.0 dataset)
-# Downloads go to a temporary name first; a complete output folder is left as it is.
+# Downloads go to a temporary name first; a complete output folder is left as it is. Every value is
+# checked before anything is downloaded (CHECK_ONLY=1: only that).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; [ $# -eq 1 ] && exit 0 || exit 2; fi
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+[ $# -eq 1 ] || { echo "$(basename "$0"): expected 1 argument (the data folder), got $# (--help: usage)" >&2; exit 2; }
 DATA=$1
+source scripts/params/common.sh  # the checks: every value before any download
+check_value outdir "data folder (1st)" "$DATA"
+check_env url XSUM_URL
+check_env url CNN_DM_MIRROR
+check_env path CNN_STORIES "a cnn_stories.tgz or its stories folder"
+check_env path DM_STORIES "a dailymail_stories.tgz or its stories folder"
+check_env folder CNN_DM_EXPORT "a folder of train/validation/test .jsonl or .parquet files"
+check_value command "PYTHON (environment, default python3)" "${PYTHON:-python3}"
+checks_done
 PYTHON=${PYTHON:-python3}
 mkdir -p "$DATA"
 XSUM_URL=${XSUM_URL:-https://s3.amazonaws.com/datasets.huggingface.co/summarization/xsum.tar.gz}

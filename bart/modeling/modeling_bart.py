@@ -436,10 +436,12 @@ class BartPreTrainedModel(nn.Module):
         self.config.gradient_checkpointing = enabled
 
     @classmethod
-    def from_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu"):
-        """Build from a project ``.ckpt`` or a Hugging Face folder; see :mod:`bart.modeling.weights`."""
+    def from_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu",
+                        explicit: Optional[dict] = None):
+        """Build from a project ``.ckpt`` or a Hugging Face folder; see :mod:`bart.modeling.weights`
+        (``explicit``: the architecture comes from the checkpoint, see ``load_pretrained``)."""
         from bart.modeling.weights import load_pretrained
-        return load_pretrained(cls, path, config=config, strict=strict, map_location=map_location)
+        return load_pretrained(cls, path, config=config, strict=strict, map_location=map_location, explicit=explicit)
 
     def save_pretrained(self, folder) -> None:
         """Write a folder Hugging Face ``from_pretrained`` loads (config.json + model.safetensors)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from typing import Optional
 
@@ -32,8 +33,11 @@ TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.
              "lm_head.weight")
 _PREFIXES = ("module.", "_orig_mod.")
 _RENAMES = ((".last_layernorm.", ".layer_norm."),)
-_GEOMETRY = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim",
-             "max_position_embeddings", "pre_ln")
+# Every config key that decides the model's architecture (what the weights mean), as opposed to what
+# training or generation does with it. normalize_before/add_final_layer_norm follow pre_ln (set_pre_ln).
+ARCHITECTURE_KEYS = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers",
+                     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+                     "pre_ln", "scale_embedding", "activation_function")
 
 
 def _state_dict_of(data: dict, path: str) -> dict[str, torch.Tensor]:
@@ -228,10 +232,82 @@ def _single_file_in(folder: str) -> Optional[str]:
     return os.path.join(folder, names[0]) if names else None
 
 
-def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu"):
+def _architecture_of_tensors(state: dict[str, torch.Tensor]) -> dict:
+    """What the tensors of a checkpoint without a config say of its architecture (``state`` in our names):
+    sizes, layer counts, and Pre-LN (a final layer norm per stack). Heads, activation and embedding scaling
+    leave no trace in the shapes."""
+    values: dict = {"pre_ln": _has_final_norm(state)}
+    shared = state.get("model.shared.weight")
+    if shared is not None and shared.dim() == 2:
+        values["vocab_size"], values["d_model"] = int(shared.shape[0]), int(shared.shape[1])
+    positions = state.get("model.encoder.embed_positions.weight")
+    if positions is not None and positions.dim() == 2:
+        values["max_position_embeddings"] = int(positions.shape[0]) - 2  # BART's learned offset of 2 rows
+    for stack in ("encoder", "decoder"):
+        layers = {int(k.split(".")[3]) for k in state if k.startswith(f"model.{stack}.layers.") and k.split(".")[3].isdigit()}
+        if layers:
+            values[f"{stack}_layers"] = max(layers) + 1
+        fc1 = state.get(f"model.{stack}.layers.0.fc1.weight")
+        if fc1 is not None and fc1.dim() == 2:
+            values[f"{stack}_ffn_dim"] = int(fc1.shape[0])
+    return values
+
+
+def _flag_text(key: str, value) -> str:
+    if isinstance(value, bool):
+        return f"--{key}" if value else f"--no-{key}"
+    return f"--{key} {value}"
+
+
+def architecture_from_checkpoint(config: BartConfig, stored: dict, path: str, explicit: dict,
+                                 source: str) -> BartConfig:
+    """``config`` with the architecture ``stored`` with the weights (every key of ARCHITECTURE_KEYS it has);
+    everything else (generation settings, dropout, dtype, token ids) stays ``config``'s. ``explicit``: the
+    architecture values the user chose on the command line (``{"pre_ln": True}`` from ``--pre_ln``; None: not
+    chosen): one that contradicts the weights is an error naming both. ``source`` says where ``stored`` was
+    read (for the messages)."""
+    for key, value in explicit.items():
+        if value is not None and key in stored and stored[key] != value:
+            raise CheckpointError(
+                f"{path}: {key} {stored[key]!r} ({source}) vs {_flag_text(key, value)} (command line); the model's "
+                f"architecture comes from its checkpoint: drop {_flag_text(key, value)}, or give a checkpoint "
+                f"with {key} {value!r}")
+    values = config.to_dict()
+    changed = []
+    for key in ARCHITECTURE_KEYS:
+        if key in stored and stored[key] != values.get(key):
+            changed.append(f"{key} {stored[key]!r} (config file: {values.get(key)!r})")
+            values[key] = stored[key]
+    if not changed:
+        return config
+    for key in ("normalize_before", "add_final_layer_norm"):  # the older names of pre_ln follow it
+        if key in values:
+            values[key] = values["pre_ln"]
+    try:
+        new = BartConfig(**values)
+    except ValueError as err:
+        raise CheckpointError(f"{path}: the architecture of {source} does not make a valid model: {err}") from err
+    if os.environ.get("RANK", "0") == "0":
+        print(f"note: {path}: the architecture of {source}: " + ", ".join(changed) +
+              "; the config file gives the generation settings", file=sys.stderr)
+    return new
+
+
+def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu",
+                    explicit: Optional[dict] = None):
+    """A ``cls`` model holding the weights at ``path`` (see the module's docstring for the formats).
+
+    Without ``explicit``, ``config`` (when given) is the architecture, and one stored with the weights
+    must agree with it. With ``explicit`` (the architecture flags of a command line, e.g.
+    ``{"pre_ln": args.pre_ln}``; entries None when not given, ``{}`` for none), the architecture comes from
+    the weights: a training or weights checkpoint's stored config, a folder's config.json, a fairseq
+    checkpoint's, else what the tensors show (sizes, layers, Pre-LN); ``config`` gives everything else
+    (generation settings) and what the weights cannot tell (heads, activation), and an explicit value that
+    contradicts the weights is an error naming both."""
     path = os.fspath(path)
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")) and _single_file_in(path):
         path = _single_file_in(path)  # fairseq's extracted bart.large/ holds model.pt, dict.txt, no config
+    source = "its stored config"
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "config.json")) and config is None:
             raise FileNotFoundError(f"{path} has no config.json; pass config=BartConfig(...)")
@@ -239,6 +315,7 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
         state = _folder_state(path)
         config = config or folder_config
         stored_config = folder_config.to_dict() if folder_config else None
+        source = "its config.json"
     else:
         data = read_checkpoint_file(path, map_location)
         state = _state_dict_of(data, path)
@@ -248,19 +325,24 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
             state, fairseq_config = import_fairseq(data, state, None, path)
             stored_config = fairseq_config.to_dict()
             config = config or fairseq_config
+            source = "its fairseq tensors and args"
         if config is None:
             if stored_config is None:
                 raise CheckpointError(f"{path} carries no model config; pass config=BartConfig(...) (on the command line: --config CONFIG.json)")
             config = BartConfig(**stored_config)
-    if stored_config is not None:
-        differs = [k for k in _GEOMETRY if k in stored_config and stored_config[k] != getattr(config, k)]
+    state = normalize_keys(state)
+    if explicit is not None:
+        if stored_config is None:
+            stored_config, source = _architecture_of_tensors(state), "its tensors"
+        config = architecture_from_checkpoint(config, stored_config, path, explicit, source)
+    elif stored_config is not None:
+        differs = [k for k in ARCHITECTURE_KEYS if k in stored_config and stored_config[k] != getattr(config, k)]
         if differs:
             raise CheckpointError(
                 f"{path} was saved with a different model: " +
                 ", ".join(f"{k} {stored_config[k]!r} (checkpoint) vs {getattr(config, k)!r} (given config)"
                           for k in differs))
     model = cls(config)
-    state = normalize_keys(state)
     _check_and_load(model, state, path, strict)
     if config.dtype is not None:
         model.to({"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,

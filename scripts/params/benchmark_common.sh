@@ -1,4 +1,17 @@
 # What the benchmark scripts sweep (sourced): GPU counts and precisions this machine supports.
+check_sweep_settings() {  # NUM_GPUS and PRECISIONS, before anything starts
+  local n present
+  check_list count NUM_GPUS
+  check_list precision PRECISIONS
+  present=$(gpus_present)
+  if [ "$present" -eq 0 ]; then
+    [ -z "${NUM_GPUS:-}" ] || die "NUM_GPUS (environment) '$NUM_GPUS' but this machine has no GPU (unset it: one CPU process)"
+  else
+    for n in ${NUM_GPUS:-}; do
+      [ "$n" -le "$present" ] || die "NUM_GPUS (environment) entry '$n' is more than the $present GPUs of this machine"
+    done
+  fi
+}
 sweep_settings() {
   local present bf16
   present=$(gpus_present)
@@ -12,7 +25,6 @@ sweep_settings() {
     if [ "$bf16" = 1 ]; then default_precisions="bf16 fp16 tf32"; else default_precisions="fp16 fp32"; fi
   else
     DEVICE_KIND=cpu
-    [ -z "${NUM_GPUS:-}" ] || { echo "error: NUM_GPUS=$NUM_GPUS but this machine has no GPU" >&2; exit 2; }
     GPU_COUNTS=(1)
     default_precisions="fp32"
   fi

@@ -1,4 +1,4 @@
-# Shared checks and launcher for the fine-tuning and evaluation scripts (sourced, not run).
+# Shared checks and launcher of the scripts (sourced, not run).
 split_positional() {  # MAX args...: POSITIONAL = the first MAX values before any --flag; PASS = the rest
   local max=$1; shift
   POSITIONAL=(); PASS=()
@@ -31,39 +31,168 @@ gpus_present() {  # the number of GPUs a training process here would see, withou
   echo "${listed:-0}"
 }
 
-check_inputs() {  # DATA_DIR CONFIG_PATH NUM_GPU PREC PRELN splits...
-  local data=$1 config=$2 gpus=$3 prec=$4 preln=$5; shift 5
-  [ -d "$data" ] || { echo "error: data folder $data not found (scripts/get_data.sh prepares it)" >&2; exit 2; }
-  for split in "$@"; do
-    for side in source target; do
-      [ -f "$data/$split.$side" ] || { echo "error: $data/$split.$side not found" >&2; exit 2; }
-    done
+# Every value a script is given (its positional values and the environment variables it reads) is checked
+# here before anything is started: a bad one is one line on stderr naming the value, where it came from and
+# what it must be, and exit 2. One checker per kind of value (value_ok/value_problem), used by every script.
+# CHECK_ONLY=1: a script ends after its checks (exit 0) without starting anything; the SLURM scripts use it.
+ME=$(basename "$0")
+PRESET_ERROR=__bad_preset_value__  # what a preset of scripts/params/ prints after its own error line
+die() { echo "$ME: $*" >&2; exit 2; }  # one line, exit 2
+
+ordinal() {  # 1 -> 1st, 2 -> 2nd, 11 -> 11th, 23 -> 23rd
+  case "$1" in *1[0-9]) echo "${1}th" ;; *1) echo "${1}st" ;; *2) echo "${1}nd" ;; *3) echo "${1}rd" ;; *) echo "${1}th" ;; esac
+}
+
+is_hub_id() {  # org/name as the Hugging Face hub spells it (resolved by Python: online, or the cache offline)
+  [[ "$1" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]] && [[ "$1" != ./* ]] &&
+    [[ "$1" != data/* ]] && [[ "$1" != results/* ]] && [[ "$1" != configs/* ]]
+}
+
+value_ok() {  # KIND VALUE: is VALUE a KIND?
+  local v=$2
+  case "$1" in
+    count) [[ "$v" =~ ^[0-9]{1,15}$ ]] && [ "$v" -ge 1 ] ;;            # a whole number >= 1
+    count0) [[ "$v" =~ ^[0-9]{1,15}$ ]] ;;                            # a whole number >= 0
+    count_all) [[ "$v" =~ ^([0-9]{1,15}|-1)$ ]] ;;                    # >= 0, or -1 for all
+    number) [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && [[ ! "$v" =~ ^[0.]+([eE].*)?$ ]] ;;
+    number0) [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ;;
+    precision) [[ "$v" =~ ^(fp16|bf16|tf32|fp32)$ ]] ;;
+    bool) [[ "$v" =~ ^(true|false)$ ]] ;;
+    preln) [[ "$v" =~ ^(true|false|auto)$ ]] ;;
+    binary) [[ "$v" =~ ^(0|1)$ ]] ;;
+    phase) [[ "$v" =~ ^(1|2)$ ]] ;;
+    corpus) [[ "$v" =~ ^(wikipedia|common_crawl|openwebtext)$ ]] ;;
+    port) [[ "$v" =~ ^[0-9]{1,5}$ ]] && [ "$v" -ge 1 ] && [ "$v" -le 65535 ] ;;
+    date) [[ "$v" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]] && date -d "$v" >/dev/null 2>&1 ;;
+    word) [[ "$v" =~ ^[^[:space:]]+$ ]] ;;                            # one word (a split name, a host)
+    url) [[ "$v" =~ ^(https?|file|s3|ftp)://[^[:space:]]+$ ]] ;;
+    folder) [ -d "$v" ] ;;
+    file) [ -f "$v" ] ;;
+    path) [ -e "$v" ] ;;                                              # a file or a folder
+    outdir) [ -n "$v" ] && { [ -d "$v" ] || [ ! -e "$v" ]; } ;;       # a folder, or a name free for one
+    model) [ -e "$v" ] || is_hub_id "$v" ;;                           # a file, a folder or a hub id
+    command) command -v "$v" >/dev/null 2>&1 ;;
+    *) echo "common.sh: unknown kind of value '$1'" >&2; exit 2 ;;
+  esac
+}
+
+value_problem() {  # KIND LABEL VALUE: the sentence saying why VALUE is not a KIND
+  local label=$2 v=$3
+  case "$1" in
+    count) echo "$label '$v' is not a whole number >= 1" ;;
+    count0) echo "$label '$v' is not a whole number >= 0" ;;
+    count_all) echo "$label '$v' is not a whole number >= 0 (or -1 for all)" ;;
+    number) echo "$label '$v' is not a positive number (such as 1e-4 or 0.001)" ;;
+    number0) echo "$label '$v' is not a number >= 0" ;;
+    precision) echo "$label '$v' is not a precision: fp16, bf16, tf32 or fp32" ;;
+    bool) echo "$label '$v' is not true or false" ;;
+    preln) echo "$label '$v' is not true, false or auto" ;;
+    binary) echo "$label '$v' is not 0 or 1" ;;
+    phase) echo "$label '$v' is not a phase: 1 or 2" ;;
+    corpus) echo "$label '$v' is not a corpus: wikipedia, common_crawl or openwebtext" ;;
+    port) echo "$label '$v' is not a TCP port (1-65535)" ;;
+    date) echo "$label '$v' is not a date YYYY-MM-DD" ;;
+    word) echo "$label '$v' is not one word (empty, or with spaces)" ;;
+    url) echo "$label '$v' is not a URL (https://..., file://...)" ;;
+    folder) echo "$label: $v not found (no such folder)" ;;
+    file) echo "$label: $v not found (no such file)" ;;
+    path) echo "$label: $v not found (no such file or folder)" ;;
+    outdir) echo "$label: $v is a file, not a folder to write into" ;;
+    model) echo "$label: $v does not exist (a .ckpt, a folder, or a Hugging Face hub id such as facebook/bart-large)" ;;
+    command) echo "$label '$v' is not a command found on PATH" ;;
+  esac
+}
+
+check_value() {  # KIND LABEL VALUE [HINT]: VALUE must be a KIND, else one line (with HINT) and exit 2
+  value_ok "$1" "$3" || die "$(value_problem "$1" "$2" "$3")${4:+; $4}"
+}
+
+check_env() {  # KIND NAME [HINT]: the environment variable NAME, when set and not empty, must be a KIND
+  local value=${!2:-}
+  [ -z "$value" ] || check_value "$1" "$2 (environment)" "$value" "${3:-}"
+}
+
+check_list() {  # KIND NAME: each word of the environment variable NAME (when set) must be a KIND
+  local word
+  [ -n "${!2+set}" ] || return 0
+  [ -n "${!2//[[:space:]]/}" ] || die "$2 (environment) is empty; give at least one value or unset it"
+  for word in ${!2}; do check_value "$1" "$2 (environment) entry" "$word"; done
+}
+
+check_inputs() {  # GIVEN VALUE...: the script's values, in order, against ARG_NAMES and ARG_KINDS (arrays the
+  # script sets); the first GIVEN were typed, the rest are defaults. A typed value that is not its kind but is
+  # the next one's is most likely shifted by a value left out before it: the line says so.
+  local given=$1 i pass value label hint kind; shift
+  for pass in words paths; do  # the values' form first (no file system), then the files and folders named
+  i=0
+  for value in "$@"; do
+    i=$((i + 1)); kind=${ARG_KINDS[i-1]}
+    case "$kind" in folder|file|path|outdir|model|command) [ "$pass" = paths ] || continue ;;
+                    *) [ "$pass" = words ] || continue ;; esac
+    value_ok "$kind" "$value" && continue
+    if [ "$i" -le "$given" ]; then label="${ARG_NAMES[i-1]} ($(ordinal "$i"))"
+    else label="${ARG_NAMES[i-1]} ($(ordinal "$i"), not given: the default)"; fi
+    hint=""
+    if [ "$i" -le "$given" ] && [ "$i" -lt "${#ARG_NAMES[@]}" ] && value_ok "${ARG_KINDS[i]}" "$value"; then
+      hint="the $(ordinal $((i + 1))) value is ${ARG_NAMES[i]}: did you leave out ${ARG_NAMES[i-1]} (or a value before it)?"
+    fi
+    check_value "$kind" "$label" "$value" "$hint"
   done
-  [ -f "$config" ] || { echo "error: config file $config not found" >&2; exit 2; }
-  [[ "$gpus" =~ ^[1-9][0-9]*$ ]] || { echo "error: NUM_GPU must be a positive whole number, got '$gpus'" >&2; exit 2; }
-  case "$prec" in
-    fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
-    *) echo "error: precision must be fp16, bf16, tf32 or fp32, got '$prec'" >&2; exit 2 ;;
-  esac
-  case "$preln" in
-    true) PRELN_FLAG=--pre_ln ;; false) PRELN_FLAG=--no-pre_ln ;;
-    *) echo "error: PRELN must be true or false, got '$preln'" >&2; exit 2 ;;
-  esac
-  local present
-  present=$(gpus_present)
-  GPUS_PRESENT=$present
-  if [ "$present" -gt 0 ] && [ "$gpus" -gt "$present" ]; then
-    echo "error: $gpus GPUs requested, this machine has $present" >&2; exit 2
+  done
+}
+
+check_no_extra_values() {  # MAX WHERE: after split_positional, a value that is not a --flag beyond the MAX
+  # positional ones would reach WHERE as a stray argument
+  if [ ${#PASS[@]} -gt 0 ] && [[ "${PASS[0]}" != -* ]]; then
+    die "'${PASS[0]}' is a value beyond the $1 this script takes; what follows them goes to $2 and must start with -- (a flag)"
   fi
 }
 
-require_int() {  # SCRIPT NAME VALUE MIN: a whole number >= MIN, else one line and exit 2
-  [[ "$3" =~ ^[0-9]+$ ]] && [ "$3" -ge "$4" ] || { echo "$1: $2 must be a whole number >= $4, got '$3'" >&2; exit 2; }
+check_data_dir() {  # LABEL DIR SPLIT...: DIR holds SPLIT.source and SPLIT.target for each SPLIT
+  local label=$1 data=$2 split side; shift 2
+  [ -d "$data" ] || die "$label: data folder $data not found (scripts/get_data.sh prepares it)"
+  for split in "$@"; do
+    check_value word "$label split" "$split"
+    for side in source target; do
+      [ -f "$data/$split.$side" ] || die "$label: $data/$split.$side not found (each split needs .source and .target)"
+    done
+  done
 }
 
-require_number() {  # SCRIPT NAME VALUE: a positive number (1e-4, 0.001), else one line and exit 2
-  [[ "$3" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && [[ ! "$3" =~ ^[0.]+([eE].*)?$ ]] || {
-    echo "$1: $2 must be a positive number, got '$3'" >&2; exit 2; }
+check_gpus() {  # N LABEL: N processes fit the GPUs present (any number on a CPU-only machine); sets GPUS_PRESENT
+  GPUS_PRESENT=$(gpus_present)
+  if [ "$GPUS_PRESENT" -gt 0 ] && [ "$1" -gt "$GPUS_PRESENT" ]; then
+    die "$2 asks for $1 GPUs, this machine has $GPUS_PRESENT"
+  fi
+}
+
+check_launch_env() {  # the environment of launch_command and launcher, and the interpreter
+  check_env count NNODES
+  check_env count0 NODE_RANK
+  if [ "${NODE_RANK:-0}" -ge "${NNODES:-1}" ]; then
+    die "NODE_RANK (environment) '${NODE_RANK:-0}' is not below NNODES '${NNODES:-1}' (ranks count from 0)"
+  fi
+  check_env word MASTER_ADDR
+  check_env port MASTER_PORT
+  check_env count CPU_PROCESSES
+  check_env count TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+  check_value command "PYTHON (environment, default python3)" "${PYTHON:-python3}"
+}
+
+precision_flags() {  # PREC: PREC_FLAGS (training: fp32 turns TF32 off) and EVAL_PREC (run_eval.py's autocast)
+  case "$1" in
+    fp16) PREC_FLAGS=(--fp16); EVAL_PREC=(--fp16) ;; bf16) PREC_FLAGS=(--bf16); EVAL_PREC=(--bf16) ;;
+    tf32) PREC_FLAGS=(--tf32); EVAL_PREC=() ;; fp32) PREC_FLAGS=(--no-tf32); EVAL_PREC=() ;;
+  esac
+}
+
+preln_flag() {  # true|false|auto: PRELN_FLAG, the flag array (empty for auto: the checkpoint decides)
+  case "$1" in true) PRELN_FLAG=(--pre_ln) ;; false) PRELN_FLAG=(--no-pre_ln) ;; *) PRELN_FLAG=() ;; esac
+}
+
+checks_done() {  # the end of a script's checks: CHECK_ONLY=1 stops here
+  check_env binary CHECK_ONLY
+  if [ "${CHECK_ONLY:-0}" = 1 ]; then echo "$ME: every value checked (CHECK_ONLY=1: nothing started)"; exit 0; fi
 }
 
 # Stop signals reach the training processes: SIGTERM (SLURM, Kubernetes, docker stop) and SIGUSR1
@@ -109,7 +238,7 @@ rendezvous_port() {  # MASTER_PORT, else 29500 across nodes (every node must agr
 launch_command() {  # N: LAUNCH = the command that starts N processes per node (NNODES, NODE_RANK, MASTER_ADDR,
   # MASTER_PORT: multi-node): torchrun, or the interpreter alone for one process on one node (torchrun's agent
   # would only add a second torch import and its own error report; the script runs as one process either way)
-  [[ "${NNODES:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "error: NNODES must be a positive whole number, got '${NNODES}'" >&2; exit 2; }
+  check_env count NNODES
   if [ "$1" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ]; then
     LAUNCH=("${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}"
             --nproc_per_node="$1" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)")
@@ -129,11 +258,5 @@ launcher() {  # NUM_PROCESSES_PER_NODE script args...; NNODES, NODE_RANK, MASTER
 }
 
 check_model() {  # SCRIPT WHAT VALUE: a local file/folder, or a Hugging Face hub id (org/name) resolved by Python
-  local script=$1 what=$2 value=$3
-  [ -e "$value" ] && return 0
-  if [[ "$value" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]] && [[ "$value" != ./* ]] && [[ "$value" != data/* ]] && [[ "$value" != results/* ]]; then
-    return 0  # a hub id: downloaded with huggingface_hub, or read from its cache when HF_HUB_OFFLINE=1
-  fi
-  echo "$script: $what $value does not exist (a .ckpt, a folder, or a Hugging Face hub id such as facebook/bart-large)" >&2
-  exit 2
+  check_value model "$2" "$3"
 }

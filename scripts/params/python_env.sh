@@ -2,6 +2,10 @@
 # else .venv/bin/python when a previous run made one; else python3, unless that Python refuses pip
 # installs (PEP 668: Debian 12, Ubuntu 24.04 system Pythons), in which case a virtual environment is
 # made in .venv (seeing the system's packages, so a preinstalled torch is kept) and used.
+if [ -n "${PYTHON:-}" ] && ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "$(basename "$0"): PYTHON (environment) '$PYTHON' is not a command found on PATH; set it to a Python or unset it" >&2
+  exit 2
+fi
 if [ -z "${PYTHON:-}" ]; then
   PYTHON=python3
   if [ -x "$PWD/.venv/bin/python" ]; then
