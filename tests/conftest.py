@@ -47,6 +47,15 @@ def punkt_dir(tmp_path_factory) -> str:
     return ensure_punkt(str(tmp_path_factory.mktemp("nltk_data")))
 
 
+@pytest.fixture(scope="session")
+def container_image(tmp_path_factory):
+    """The NGC image's configuration built on this machine for the checkout itself (tests/helpers/container.py):
+    ``container_image.env(extra)`` is the environment of a command typed inside the container."""
+    from tests.helpers.container import build_image
+
+    return build_image(str(tmp_path_factory.mktemp("image")))
+
+
 # Test files, heaviest first (seconds on 2 idle cores, measured 2026-11-23): run_tests.sh gives each of
 # its workers whole files (--dist loadfile), so starting the long files first keeps one worker from
 # running the last long file alone while the other has finished (longest-first scheduling; about 20 s

@@ -25,6 +25,7 @@ import torch
 import transformers
 
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_wikipedia_dump
+from tests.helpers.container import DOUBLES, build_image
 from tests.helpers.hub_cache import add_to_hub_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,6 +91,12 @@ def _mirror(folder, story_name):
         tar.add(xsum, arcname="xsum")
 
 
+def _ids(folder) -> list:
+    """A tokenizer folder's ids for a probe text: equal ids, the same vocabulary as far as a run can tell."""
+    from bart.tokenization.tokenization_bart import BartTokenizer
+    return BartTokenizer.from_pretrained(str(folder))("Hello world, the river council")["input_ids"]
+
+
 def _run(block: list[str], cwd, env, timeout=900):
     out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(block)], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=timeout)
@@ -98,8 +105,14 @@ def _run(block: list[str], cwd, env, timeout=900):
 
 
 @pytest.mark.slow
-def test_quick_start_journey(tmp_path, small_tokenizer_dir, punkt_dir):
+@pytest.mark.parametrize("configuration", ["laptop", "container"])
+def test_quick_start_journey(tmp_path, small_tokenizer_dir, tokenizer_dir, punkt_dir, configuration):
+    """The Quick Start as printed, on the laptop path and in the container's configuration (the
+    Dockerfile's ENV and build steps, dllogger and apex as the image installs them: tests/helpers/container.py).
+    In the container, pretraining from scratch takes the image's default tokenizer (GPT-2's vocabulary,
+    so the config keeps the 50,265 rows) and public weights bring their own."""
     from bart.data.cnn_dm_stories import story_name
+    container = configuration == "container"
     steps = quick_start_steps()
     repo = tmp_path / "bart"  # a copy of the checkout: data/ and results/ are written inside it
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
@@ -109,9 +122,11 @@ def test_quick_start_journey(tmp_path, small_tokenizer_dir, punkt_dir):
             shutil.copy2(os.path.join(ROOT, name), repo / name)
     _mirror(tmp_path / "mirror", story_name)
     write_wikipedia_dump(str(tmp_path / "enwiki.xml.bz2"), pages=24)
-    # the model config of every command: config_tiny.json with the small tokenizer's vocabulary
-    tiny = dict(json.load(open(repo / "configs" / "config_tiny.json")), vocab_size=SMALL_VOCAB_SIZE)
-    config_path = str(tmp_path / "config_tiny_small_vocab.json")
+    # the model config of every command: config_tiny.json
+    tiny = json.load(open(repo / "configs" / "config_tiny.json"))
+    if not container:  # the laptop path runs on the small tokenizer's vocabulary throughout
+        tiny["vocab_size"] = SMALL_VOCAB_SIZE
+    config_path = str(tmp_path / "config_tiny_journey.json")
     with open(config_path, "w") as f:
         json.dump(tiny, f)
     # public weights: a tiny post-LN BART saved by transformers, under facebook/bart-large in a hub cache
@@ -120,20 +135,30 @@ def test_quick_start_journey(tmp_path, small_tokenizer_dir, punkt_dir):
     transformers.BartForConditionalGeneration(hf_config).save_pretrained(tmp_path / "hub_model")
     for name in os.listdir(small_tokenizer_dir):
         shutil.copy(os.path.join(small_tokenizer_dir, name), tmp_path / "hub_model" / name)
-    cache = str(tmp_path / "hf_home" / "hub")
-    add_to_hub_cache(cache, "facebook/bart-large", str(tmp_path / "hub_model"))
 
-    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache,
-               NLTK_DATA=str(punkt_dir), OMP_NUM_THREADS="1", NPROC="1", NUM_SHARDS="2", CPU_PROCESSES="1",
-               NUM_WORKERS="1", CONFIG_PATH=config_path, N_VAL="2",
-               CNN_DM_MIRROR=f"file://{tmp_path / 'mirror'}", XSUM_URL=f"file://{tmp_path / 'mirror' / 'xsum.tar.gz'}",
-               CORPORA="wikipedia", WIKIPEDIA_DUMP=str(tmp_path / "enwiki.xml.bz2"))
-    for name in ("TOKENIZER", "OUTPUT_DIR", "CKPT_PATH", "EXTRA_ARGS", "EVAL_EXTRA_ARGS", "PRELN"):
-        env.pop(name, None)
-    bin_dir = tmp_path / "bin"  # `python` in the README's commands is this interpreter
-    bin_dir.mkdir()
-    os.symlink(sys.executable, bin_dir / "python")
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    shrink = dict(OMP_NUM_THREADS="1", NPROC="1", NUM_SHARDS="2", CPU_PROCESSES="1", NUM_WORKERS="1",
+                  CONFIG_PATH=config_path, N_VAL="2", HF_HUB_OFFLINE="1",
+                  CNN_DM_MIRROR=f"file://{tmp_path / 'mirror'}", XSUM_URL=f"file://{tmp_path / 'mirror' / 'xsum.tar.gz'}",
+                  CORPORA="wikipedia", WIKIPEDIA_DUMP=str(tmp_path / "enwiki.xml.bz2"))
+    if container:  # the image built on this machine; the hub's files where the image keeps its hub cache
+        image = build_image(str(tmp_path / "image"), str(repo))
+        env = image.env(dict(shrink, PYTHONPATH=DOUBLES))
+        for name in ("OUTPUT_DIR", "CKPT_PATH", "EXTRA_ARGS", "EVAL_EXTRA_ARGS", "PRELN"):
+            env.pop(name, None)
+        cache = env["HF_HUB_CACHE"] = (env.get("HF_HUB_CACHE") or os.path.join(env.get("HF_HOME") or
+                                                                               str(tmp_path / "hf_home"), "hub"))
+    else:
+        cache = str(tmp_path / "hf_home" / "hub")
+        env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(repo), HF_HUB_CACHE=cache, NLTK_DATA=str(punkt_dir),
+                   **shrink)
+        for name in ("TOKENIZER", "BART_DEFAULT_TOKENIZER", "OUTPUT_DIR", "CKPT_PATH", "EXTRA_ARGS", "EVAL_EXTRA_ARGS",
+                     "PRELN"):
+            env.pop(name, None)
+        bin_dir = tmp_path / "bin"  # `python` in the README's commands is this interpreter
+        bin_dir.mkdir()
+        os.symlink(sys.executable, bin_dir / "python")
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    add_to_hub_cache(cache, "facebook/bart-large", str(tmp_path / "hub_model"))
 
     _run(steps[2], repo, env)
     for corpus in ("cnn_dm", "xsum"):
@@ -150,6 +175,9 @@ def test_quick_start_journey(tmp_path, small_tokenizer_dir, punkt_dir):
                                     "--gradient_accumulation_steps 1 --max_steps 2 --warmup_steps 1 --log_freq 1")
     _run(steps[4], repo, pretrain)
     assert (repo / "results" / "bart_pyt_pretraining" / "phase_2" / "_step4.ckpt").is_file()
+    if container:  # from scratch: the image's default tokenizer, saved with the checkpoints
+        default = env.get("BART_DEFAULT_TOKENIZER") or env["TOKENIZER"]
+        assert _ids(repo / "results" / "bart_pyt_pretraining" / "phase_2") == _ids(default)
 
     finetune = dict(env, EXTRA_ARGS="--max_steps 2 --warmup_steps 1 --train_batch_size 2 --max_source_length 64 "
                                     "--max_target_length 16 --val_max_target_length 16 --eval_batch_size 2 --log_freq 1",
@@ -161,6 +189,8 @@ def test_quick_start_journey(tmp_path, small_tokenizer_dir, punkt_dir):
     _run([steps[5][1]], repo, dict(finetune, CKPT_PATH="facebook/bart-large", PRELN="false",
                                    OUTPUT_DIR="results/cnn_dm_public"))
     assert (repo / "results" / "cnn_dm_public" / "final_step.ckpt").is_file()
+    # public weights were fine-tuned with their own tokenizer, whatever the environment's default
+    assert _ids(repo / "results" / "cnn_dm_public") == _ids(small_tokenizer_dir) != _ids(tokenizer_dir)
 
     _run(steps[6], repo, dict(env, EXTRA_ARGS="--max_source_length 64 --max_target_length 12",
                               OUTPUT_DIR="results/cnn_dm_eval"))

