@@ -4,10 +4,16 @@ ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:25.10-py3
 FROM ${FROM_IMAGE_NAME}
 
 # Offline assets live outside /workspace/bart, so mounting the repository there (launch.sh) does not
-# hide them; TOKENIZER makes the baked tokenizer every script's default.
+# hide them. BART_DEFAULT_TOKENIZER, the baked GPT-2-vocabulary folder, is the default for pretraining
+# (or fine-tuning) from scratch only: a model's own tokenizer always wins, and TOKENIZER / --tokenizer
+# stay the user's explicit choice (unset here). HF_HOME holds a hub cache with facebook/bart-large's
+# tokenizer files, so public weights (the hub id, NGC's .ckpt files, fairseq's model.pt) find their
+# tokenizer offline. (DL3064 takes the TOKEN in TOKENIZER for a secret; no secret is set here.)
+# hadolint ignore=DL3064
 ENV PYTHONUNBUFFERED=1 \
     BART_NLTK_DATA=/opt/bart_assets/nltk_data \
-    TOKENIZER=/opt/bart_assets/tokenizer \
+    BART_DEFAULT_TOKENIZER=/opt/bart_assets/tokenizer \
+    HF_HOME=/opt/bart_assets/huggingface \
     BART_USE_SYSTEM_MPI=1
 WORKDIR /workspace/bart
 
@@ -33,3 +39,7 @@ RUN if [ "$BUILD_APEX" = "1" ] && ! python -c "import apex.optimizers" 2>/dev/nu
 COPY . .
 # Offline assets the recipe builds once: sentence-split data and a BART-style tokenizer folder.
 RUN python -m utils.nltk_data && python -m bart.tokenization.build_tokenizer /opt/bart_assets/tokenizer
+# facebook/bart-large's tokenizer (and config) into $HF_HOME's hub cache, as huggingface_hub downloads it:
+# the files bart.hub fetches for a tokenizer, so resolving the hub id works offline in the container.
+RUN python -c "from huggingface_hub import snapshot_download; from bart.hub import TOKENIZER_FILES; \
+snapshot_download('facebook/bart-large', allow_patterns=TOKENIZER_FILES + ['config.json'])"

@@ -66,13 +66,13 @@ def main(argv=None) -> dict:
     precision.configure()
     config = builder.model_config(args, training=False)
     model_path = resolve_weights(resolve_model_path(args.model_path))  # a run's folder: its newest checkpoint
+    tokenizer = builder.load_tokenizer(args, model_path)  # the model's own; before the weights are loaded
     # the architecture from the checkpoint (its config, else its tensors); an explicit --pre_ln must agree
     model = BartForConditionalGeneration.from_pretrained(model_path, config=config, explicit={"pre_ln": args.pre_ln})
     builder.check_lengths(args, model.config, ("max_source_length", "eval_max_gen_length"))
     model = model.to(builder.device_for(env)).eval()
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences}
-    tokenizer = builder.load_tokenizer(args, model_path)
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)
     result = run_evaluation(model, tokenizer, args, gen_kwargs, precision.autocast_dtype, is_main=env.is_main)
     dist_utils.cleanup()

@@ -1,6 +1,7 @@
 """Export a checkpoint as a Hugging Face folder others can load with transformers.
 
-    python -m bart.export CKPT OUT_DIR [--tokenizer T] [--config CONFIG] [--overwrite] [--no-verify]
+    python -m bart.export CKPT OUT_DIR [--tokenizer T] [--allow_tokenizer_mismatch] [--config CONFIG] [--overwrite]
+                                       [--no-verify]
 
 CKPT: a training checkpoint (``.ckpt``, which carries its config), a weights file (then ``--config``),
 a Hugging Face folder, a fairseq ``model.pt`` or a hub id. OUT_DIR receives config.json,
@@ -9,9 +10,10 @@ tokens), model.safetensors and the tokenizer files. A post-LN model is written a
 as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
 builds BART's byte-level BPE tokenizer rather than mBART's SentencePiece one.
 
-The tokenizer is ``--tokenizer`` (a folder or hub id), else $TOKENIZER, else the one stored with CKPT
-(CKPT's folder, or the folder holding the CKPT file: training runs save their tokenizer there), else
-facebook/bart-large (the training scripts' default).
+The tokenizer is the one CKPT was trained with (:mod:`bart.tokenizer_choice`): a folder's own files, the
+one recorded in (or saved beside) a training checkpoint, facebook/bart-large's for NGC reference and fairseq
+checkpoints. ``--tokenizer`` (else $TOKENIZER) names it for weights that carry none, and is checked
+against the stored one otherwise: a different one is an error unless ``--allow_tokenizer_mismatch``.
 Before the folder is moved into place, transformers loads it (``AutoModelForSeq2SeqLM``,
 ``AutoTokenizer``) and its logits are compared with this project's (``--no-verify`` skips that).
 The folder is assembled in a temporary folder beside OUT_DIR and renamed, so no half-written
@@ -32,7 +34,6 @@ from typing import Optional
 
 from utils.errors import one_line
 
-DEFAULT_TOKENIZER = "facebook/bart-large"
 EXIT_USAGE = 2
 
 
@@ -104,9 +105,10 @@ def _verify(folder: str, model) -> float:
 
 
 def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, config_path: Optional[str] = None,
-           pre_ln: Optional[bool] = None, overwrite: bool = False, verify: bool = True) -> dict:
+           pre_ln: Optional[bool] = None, overwrite: bool = False, verify: bool = True,
+           allow_tokenizer_mismatch: bool = False) -> dict:
     """Write the Hugging Face folder ``out_dir``; returns what was written (paths, tokenizer, check)."""
-    from bart.hub import resolve_model_path, resolve_tokenizer_path
+    from bart.hub import resolve_model_path
 
     out_dir = os.path.abspath(os.path.expanduser(out_dir))
     if os.path.isfile(out_dir):
@@ -121,10 +123,10 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
     from bart.modeling.weights import write_model_files  # torch: imported once the cheap checks passed
 
+    from bart.tokenizer_choice import choose_tokenizer
+
     model = _load_model(model_path, config_path, pre_ln)
-    stored_with = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
-    tokenizer_path = resolve_tokenizer_path(tokenizer or os.environ.get("TOKENIZER") or None, stored_with,
-                                            default=DEFAULT_TOKENIZER)
+    tokenizer_path = choose_tokenizer(model_path, tokenizer, allow_mismatch=allow_tokenizer_mismatch).path
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.export-", dir=parent)
@@ -152,8 +154,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("checkpoint", help="training checkpoint (.ckpt), weights file, folder, fairseq model.pt or hub id")
     parser.add_argument("out_dir", help="the Hugging Face folder to write")
     parser.add_argument("--tokenizer", default=None,
-                        help="tokenizer folder or hub id (default: the checkpoint folder's, else $TOKENIZER or "
-                             f"{DEFAULT_TOKENIZER})")
+                        help="tokenizer folder or hub id (default: $TOKENIZER); the checkpoint's own tokenizer is "
+                             "used, and one given here must be the same, for weights that carry one")
+    parser.add_argument("--allow_tokenizer_mismatch", action="store_true",
+                        help="export --tokenizer / $TOKENIZER even where it differs from the checkpoint's own")
     parser.add_argument("--config", dest="config_path", default=None,
                         help="BART config.json, for a weights file that carries no config")
     parser.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
@@ -170,7 +174,7 @@ def main(argv=None) -> int:
 
     try:
         result = export(args.checkpoint, args.out_dir, args.tokenizer, args.config_path, args.pre_ln,
-                        args.overwrite, args.verify)
+                        args.overwrite, args.verify, args.allow_tokenizer_mismatch)
     except (ExportError, HubResolutionError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
             PermissionError, ValueError) as err:  # ValueError: CheckpointError too (not imported: it imports torch)
         print(f"bart.export: error: {one_line(err)}", file=sys.stderr)

@@ -2,7 +2,10 @@
 
     from bart.hub import resolve_model_path, resolve_tokenizer_path
     model_path = resolve_model_path(args.init_checkpoint)          # "facebook/bart-large" or a path
-    tokenizer_path = resolve_tokenizer_path(args.tokenizer, model_path)
+    tokenizer_path = resolve_tokenizer_path("facebook/bart-large")  # a tokenizer folder, or a hub id's snapshot
+
+Which tokenizer goes with a model (its own, checked against ``--tokenizer`` / ``$TOKENIZER``) is decided
+in :mod:`bart.tokenizer_choice`; this module only turns names into local folders.
 
 A hub id is resolved with ``huggingface_hub.snapshot_download``: downloaded when online, read from
 the cache when offline (``HF_HUB_OFFLINE=1``). The cache is ``HF_HUB_CACHE``, else ``HF_HOME/hub``,
@@ -134,6 +137,18 @@ def has_tokenizer_files(folder: str | os.PathLike | None) -> bool:
     return any(all(os.path.isfile(os.path.join(folder, n)) for n in names) for names in _TOKENIZER_SETS)
 
 
+def hub_id_of(folder: str | os.PathLike | None) -> Optional[str]:
+    """The hub id a snapshot folder of the hub cache belongs to (``.../models--org--name/snapshots/<commit>``
+    -> ``org/name``); None for any other folder."""
+    if not folder:
+        return None
+    snapshots = os.path.dirname(os.path.normpath(os.fspath(folder)))
+    repo = os.path.basename(os.path.dirname(snapshots))
+    if os.path.basename(snapshots) != "snapshots" or not repo.startswith("models--"):
+        return None
+    return repo[len("models--"):].replace("--", "/")
+
+
 def resolve_tokenizer_path(name_or_path: str | os.PathLike | None, model_path: str | os.PathLike | None = None,
                            default: Optional[str] = None, revision: Optional[str] = None) -> str:
     """A local tokenizer folder.
@@ -165,5 +180,5 @@ def resolve_tokenizer_path(name_or_path: str | os.PathLike | None, model_path: s
     return folder
 
 
-__all__ = ["HubResolutionError", "resolve_model_path", "resolve_tokenizer_path", "has_tokenizer_files",
+__all__ = ["HubResolutionError", "resolve_model_path", "resolve_tokenizer_path", "has_tokenizer_files", "hub_id_of",
            "is_offline", "cache_dir"]

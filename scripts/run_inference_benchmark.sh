@@ -6,7 +6,7 @@
 # The model's architecture (Pre-LN, sizes) comes from the checkpoint (its stored config, a folder's
 # config.json, else its tensors); the config gives the generation settings. The data dir holds
 # test.source/test.target. Every value is checked before anything starts (CHECK_ONLY=1: only that).
-# Environment: TOKENIZER (facebook/bart-large), N_OBS (examples per run, default 1000), TYPE_PATH (test),
+# Environment: TOKENIZER (the model's own), N_OBS (examples per run, default 1000), TYPE_PATH (test),
 # NUM_GPUS and PRECISIONS as in run_training_benchmark.sh. Where: OUTPUT_DIR, else RESULTS_DIR (the
 # reference's name: the benchmark's folder), else results/bart_pyt_inference_benchmark_${DATESTAMP}.
 set -euo pipefail

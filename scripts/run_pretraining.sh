@@ -11,7 +11,7 @@
 # Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the run's folder), else
 # results/bart_pyt_pretraining; phase_1/ and phase_2/ inside (relative paths: from the repository root).
 # Environment: DATA_DIR (data), TOKENIZER
-# (facebook/bart-large), SEED (42), NUM_WORKERS (4), NNODES (1), NODE_RANK (0), MASTER_ADDR
+# (else $BART_DEFAULT_TOKENIZER, else facebook/bart-large), SEED (42), NUM_WORKERS (4), NNODES (1), NODE_RANK (0), MASTER_ADDR
 # (127.0.0.1), MASTER_PORT (29500 across nodes, else a free port), PHASES ("1 2"), LOG_FREQ (10), EXTRA_ARGS
 # (more pretrain.py flags, after the script's own: they win), CPU_PROCESSES (processes on a CPU-only machine).
 # Every value is checked before anything starts: a bad one is one line and exit 2 (CHECK_ONLY=1: only that).
@@ -42,7 +42,6 @@ config_path=${15:-configs/config.json}
 
 DATA_DIR=${DATA_DIR:-data}
 OUTPUT_DIR=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_pretraining}}
-TOKENIZER=${TOKENIZER:-facebook/bart-large}
 SEED=${SEED:-42}
 NUM_WORKERS=${NUM_WORKERS:-4}
 NNODES=${NNODES:-1}
@@ -87,7 +86,7 @@ if [ "$GPUS_PRESENT" -eq 0 ]; then
 fi
 
 launch_command "$num_gpus"  # LAUNCH: torchrun, or python alone for one process on one node
-COMMON=(--config_path "$config_path" --tokenizer "$TOKENIZER" --lamb --lr_scheduler polynomial --weight_decay 0.1
+COMMON=(--config_path "$config_path" --lamb --lr_scheduler polynomial --weight_decay 0.1
         --dropout 0.1 --gradient_clip_val 0.1 "${PRELN_FLAG[@]}" "${PREC_FLAGS[@]}" --seed "$SEED"
         --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")
 # half-precision gradient all-reduce in mixed-precision runs, as the reference recipe does

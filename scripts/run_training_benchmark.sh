@@ -3,7 +3,7 @@
 # this machine has, or one CPU process in fp32 where there is no GPU.
 # usage: bash scripts/run_training_benchmark.sh <batch size> <max source length> <max target length> <data dir>
 # The data dir holds train.source/train.target. Environment: CONFIG_PATH (configs/config.json),
-# TOKENIZER (facebook/bart-large), TRAIN_STEPS (100), LOG_FREQ (10; the first window is warm-up),
+# TOKENIZER ($BART_DEFAULT_TOKENIZER, else facebook/bart-large), TRAIN_STEPS (100), LOG_FREQ (10; the first window is warm-up),
 # NUM_GPUS (e.g. "1 8"; default 1 2 4 8 up to the GPUs present), PRECISIONS (default bf16 fp16 tf32,
 # fp32 on CPU). Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the benchmark's folder), else
 # results/bart_pyt_training_benchmark_${DATESTAMP}. Every value is checked before anything starts
@@ -42,7 +42,7 @@ for n in "${GPU_COUNTS[@]}"; do
     mkdir -p "$run"
     echo "== $n $DEVICE_KIND process(es), $prec, batch $BS, lengths $MAX_SOURCE_LEN/$MAX_TARGET_LEN"
     launcher "$n" finetune.py --from_scratch --data_dir "$DATA_DIR" --config_path "$CONFIG_PATH" \
-      --tokenizer "${TOKENIZER:-facebook/bart-large}" --train_batch_size "$BS" "${PREC_FLAGS[@]}" \
+      --train_batch_size "$BS" "${PREC_FLAGS[@]}" \
       --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --max_steps "${TRAIN_STEPS:-100}" \
       --warmup_steps 0 --n_val 0 --log_freq "${LOG_FREQ:-10}" --num_workers 2 --seed 42 --output_dir "$run" \
       --json-summary "$run/dllogger.json" > "$run/joblog.log" 2>&1 || { tail -n 20 "$run/joblog.log" >&2; exit 1; }

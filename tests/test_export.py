@@ -2,6 +2,7 @@
 as the project does; clear one-line errors and no half-written folder."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -101,7 +102,14 @@ def test_export_from_a_folder_uses_its_tokenizer_and_replaces_only_with_overwrit
 
 def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_dir):
     (tmp_path / "notes.ckpt").write_text("not a checkpoint")
-    torch.save(BartForConditionalGeneration(BartConfig(**TINY)).state_dict(), tmp_path / "raw.ckpt")
+    # fine-tuning's final_step.ckpt (a raw state dict, no config) copied out of its run: it records the run's
+    # tokenizer (an anonymous raw state dict of BART-large's size would be an NGC checkpoint: facebook's vocabulary)
+    from bart.tokenization.tokenization_bart import BartTokenizer
+    from bart.training.checkpoint import write_final_weights
+    BartTokenizer.from_pretrained(tokenizer_dir).save_pretrained(str(tmp_path / "run"))
+    os.replace(write_final_weights(str(tmp_path / "run"), BartForConditionalGeneration(BartConfig(**TINY)).state_dict()),
+               tmp_path / "raw.ckpt")
+    shutil.rmtree(tmp_path / "run")
     _checkpoint(tmp_path / "small_vocab.ckpt", False, 4, vocab_size=99)
     cases = [
         ((tmp_path / "missing.ckpt", tmp_path / "out"), "missing.ckpt' does not exist"),

@@ -51,9 +51,10 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(err).__name__
 
 
-def safe_load(path: str, map_location="cpu") -> dict:
+def safe_load(path: str, map_location="cpu", mmap: bool = False) -> dict:
     """``torch.load(weights_only=True)`` (plus numpy scalars and ``argparse.Namespace``, see
-    :func:`_safe_globals`) with errors that name the file and say what is wrong with it."""
+    :func:`_safe_globals`) with errors that name the file and say what is wrong with it. ``mmap``: the
+    tensors stay on disk until used (zip-format files only), to read what a checkpoint says cheaply."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
     if os.path.isdir(path):
@@ -62,7 +63,7 @@ def safe_load(path: str, map_location="cpu") -> dict:
         raise CheckpointError(f"{path} is empty (0 bytes): an interrupted copy or save; copy or save it again")
     try:
         with torch.serialization.safe_globals(_safe_globals()):
-            data = torch.load(path, map_location=map_location, weights_only=True)
+            data = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise CheckpointError(_refused_message(path, err)) from err
     except Exception as err:  # noqa: BLE001 - arbitrary bytes fail anywhere in the unpickler (IndexError, ...)

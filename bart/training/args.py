@@ -137,8 +137,13 @@ def add_architecture_args(group) -> None:
                        help="Pre-LN (layer norm inside each residual branch, a final norm per stack); "
                             "--no-pre_ln for BART's post-LN. Default: the config file's pre_ln")
     group.add_argument("--tokenizer", default=None,
-                       help="tokenizer folder or hub id (default: $TOKENIZER, else the one stored with the starting "
-                            "model, else facebook/bart-large; offline: python -m bart.tokenization.build_tokenizer DIR)")
+                       help="tokenizer folder or hub id (default: $TOKENIZER). With starting weights their own "
+                            "tokenizer is used and a different one is refused; from scratch: else "
+                            "$BART_DEFAULT_TOKENIZER, else facebook/bart-large (offline: python -m "
+                            "bart.tokenization.build_tokenizer DIR)")
+    group.add_argument("--allow_tokenizer_mismatch", action="store_true",
+                       help="use --tokenizer / $TOKENIZER even where it differs from the tokenizer the starting "
+                            "weights were trained with (their ids then mean other tokens)")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

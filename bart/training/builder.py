@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from bart.configuration.configuration_bart import BartConfig
-from bart.hub import resolve_tokenizer_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.args import write_run_config
@@ -84,16 +83,30 @@ def check_lengths(args: argparse.Namespace, config: BartConfig, flags) -> None:
 
 
 def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
-    """``--tokenizer`` (folder or hub id), else $TOKENIZER, else the tokenizer stored with the model
-    (its folder, or the folder of a checkpoint file: training runs save their tokenizer next to their
-    checkpoints), else facebook/bart-large."""
+    """The tokenizer the starting weights were trained with (``model_path``; when resuming, the checkpoint
+    resumed from), checked against ``--tokenizer`` / ``$TOKENIZER`` (``--allow_tokenizer_mismatch`` overrides);
+    from scratch: ``--tokenizer``, else ``$TOKENIZER``, else ``$BART_DEFAULT_TOKENIZER``, else
+    facebook/bart-large. See :mod:`bart.tokenizer_choice`."""
     from bart.tokenization.tokenization_bart import BartTokenizer
-    folder = None
-    if model_path:
-        folder = model_path if os.path.isdir(model_path) else os.path.dirname(os.path.abspath(model_path))
-    name = args.tokenizer or os.environ.get("TOKENIZER") or None
-    path = resolve_tokenizer_path(name, folder, default="facebook/bart-large")
-    return BartTokenizer.from_pretrained(path)
+    from bart.tokenizer_choice import choose_tokenizer
+    from bart.training.checkpoint import list_checkpoints
+    from utils.checkpoint_io import CheckpointError
+
+    allow = bool(getattr(args, "allow_tokenizer_mismatch", False))
+    resume = getattr(args, "resume_from_checkpoint", None)
+    candidates = [model_path]
+    if model_path is None and isinstance(resume, str):
+        candidates = [resume]
+    elif model_path is None and resume:  # True: the newest readable _step checkpoint, as the resume takes it
+        candidates = [path for _, path in reversed(list_checkpoints(args.output_dir))] or [None]
+    for i, candidate in enumerate(candidates):
+        try:
+            choice = choose_tokenizer(candidate, args.tokenizer, allow_mismatch=allow)
+            break
+        except CheckpointError:
+            if i == len(candidates) - 1:
+                raise
+    return BartTokenizer.from_pretrained(choice.path)
 
 
 def save_run_files(args: argparse.Namespace, tokenizer, config: BartConfig, world_size: int) -> None:

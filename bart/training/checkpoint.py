@@ -11,6 +11,10 @@ Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; writt
 - ``final_step.ckpt`` after fine-tuning: the model's raw state dict, as the reference writes it
   (``model.load_state_dict(torch.load(...))`` works; ``from_pretrained`` needs ``config=``).
 The step a checkpoint belongs to is stored inside it; names only order files.
+Every checkpoint written into a run's folder records the run's tokenizer (the one saved in that folder:
+fingerprint, tokens, name; :mod:`bart.tokenization.identity`): a ``tokenizer`` entry, or for the raw
+``final_step.ckpt`` its state dict's metadata (``load_state_dict`` ignores it), so a checkpoint copied
+elsewhere still says which tokenizer it was trained with (:mod:`bart.tokenizer_choice` reads it).
 """
 from __future__ import annotations
 
@@ -24,7 +28,10 @@ import numpy as np
 import torch
 
 import sys
+from collections import OrderedDict
 
+from bart.hub import has_tokenizer_files
+from bart.tokenization.identity import METADATA_KEY, RECORD_KEY, TokenizerFilesError, record, tokenizer_identity
 from utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
 
 TRAINING_KIND = "bart-training-checkpoint"
@@ -34,6 +41,22 @@ _ANY_STEP = re.compile(r"step(\d+)")
 
 def save_checkpoint(path: str, state: dict) -> None:
     atomic_save(path, state)
+
+
+def tokenizer_record(output_dir: str) -> dict | None:
+    """The record of the tokenizer saved in ``output_dir`` (a run saves the tokenizer it trains with there
+    before training), or None when the folder holds none."""
+    if not has_tokenizer_files(output_dir):
+        return None
+    try:
+        return record(tokenizer_identity(output_dir))
+    except TokenizerFilesError:
+        return None
+
+
+def _with_tokenizer(output_dir: str, state: dict) -> dict:
+    found = tokenizer_record(output_dir)
+    return state if found is None else {**state, RECORD_KEY: found}
 
 
 def load_checkpoint(path: str, map_location="cpu") -> dict:
@@ -138,8 +161,9 @@ class BestCheckpoints:
             return None
         path = os.path.join(self.output_dir, f"best_{self.metric}_step{step}.ckpt")
         self.best = [item for item in self.best if item[1] != path]  # the same step again (after a resume)
-        save_checkpoint(path, {"kind": "bart-weights", "model": model.state_dict(), "config": model.config.to_dict(),
-                               "step": step, "metrics": _plain_number(metrics)})
+        save_checkpoint(path, _with_tokenizer(self.output_dir, {
+            "kind": "bart-weights", "model": model.state_dict(), "config": model.config.to_dict(), "step": step,
+            "metrics": _plain_number(metrics)}))
         self.best.append((value, path))
         self.best.sort(key=lambda item: item[0], reverse=not self.lower_is_better)
         for _, stale in self.best[self.k:]:
@@ -154,7 +178,7 @@ def write_training_checkpoint(output_dir: str, state: dict, name: str | None, ke
     ``keep`` step checkpoints are deleted."""
     name = name.format(epoch=state["epoch"], step=state["global_step"]) if name else f"_step{state['global_step']}.ckpt"
     path = os.path.join(output_dir, name)
-    save_checkpoint(path, state)
+    save_checkpoint(path, _with_tokenizer(output_dir, state))
     if name.startswith("_step"):
         prune_checkpoints(output_dir, keep)
     return path
@@ -164,7 +188,14 @@ FINAL_WEIGHTS = "final_step.ckpt"
 
 
 def write_final_weights(output_dir: str, model_state: dict) -> str:
+    """The raw state dict (as the reference writes it); the tokenizer record rides in its metadata."""
     path = os.path.join(output_dir, FINAL_WEIGHTS)
+    found = tokenizer_record(output_dir)
+    if found is not None:
+        metadata = OrderedDict(getattr(model_state, "_metadata", None) or {})
+        metadata[METADATA_KEY] = found
+        model_state = OrderedDict(model_state)
+        model_state._metadata = metadata
     save_checkpoint(path, model_state)
     return path
 
