@@ -14,6 +14,8 @@ from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
 from bart.training.args import ArgumentParser, add_shared_args, check_args, generation_kwargs
 from bart.training.checkpoint import resolve_weights, write_final_weights
+from bart.training.reference_flags import (add_reference_args, apply_reference_args, resolve_epochs,
+                                           validate_before_training, weights_summary)
 from bart.training.validation import Validation
 from utils import distributed as dist_utils
 from utils.precision import Precision
@@ -26,9 +28,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="starting weights: a .ckpt, a folder holding one, or a Hugging Face folder "
                              "(same as --init_checkpoint)")
     parser.add_argument("--from_scratch", action="store_true", help="start from random weights (no checkpoint)")
+    add_reference_args(parser, "finetune.py")
     parser.set_defaults(max_target_length=56, lr_scheduler="linear")
     args = parser.parse_args(argv)
     check_args(args, parser, argv)
+    apply_reference_args(args, parser, "finetune.py", argv)
     args.init_checkpoint = args.init_checkpoint or args.init_checkpoint_alias
     if not args.init_checkpoint and not args.from_scratch and not args.resume_from_checkpoint:
         parser.error("give the starting weights (--init_checkpoint / --model_name_or_path), or --from_scratch")
@@ -51,19 +55,22 @@ def main(argv=None) -> dict:
     require_vocab_size(tokenizer, config, config_name=args.config_path)
     model = builder.build_model(args, config, init_from=init)
     builder.freeze_parameters(model, encoder=args.freeze_encoder, embeddings=args.freeze_embeds)
+    if args.weights_summary and env.is_main:
+        print(weights_summary(model, args.weights_summary), flush=True)
     torch.manual_seed(args.seed + env.rank)
     if args.do_predict:
         read_split(args.data_dir, "test", args.n_test)  # a missing or empty test split fails now, not after training
     train = build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
                                     args.train_batch_size, env.world_size, env.rank, args.seed, args.n_train,
                                     args.sortish_sampler, args.max_tokens_per_batch, args.num_workers)
+    resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
     gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
     dtype = Precision.from_args(args).autocast_dtype
     batch_size = args.eval_batch_size or 8
     validation = None if args.n_val == 0 else Validation(
         args.data_dir, tokenizer, args.task, args.val_metric, args.n_val, args.max_source_length,
         args.max_target_length, batch_size, gen_kwargs, dtype, args.output_dir, args.save_top_k,
-        args.early_stopping_patience)
+        args.early_stopping_patience, min_steps=args.min_steps)
     if validation is not None and args.resume_from_checkpoint and env.is_main:
         validation.best.restore()  # the top-k of the interrupted run goes on
     if env.is_main:
@@ -71,7 +78,7 @@ def main(argv=None) -> dict:
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,
                                     final_checkpoint_name="_epoch{epoch}_step{step}.ckpt",
                                     label_smoothing=args.label_smoothing)
-    if validation is not None and args.val_check_interval and trainer.step == 0:
+    if validation is not None and validate_before_training(args) and trainer.step == 0:
         trainer.logger.log(step=trainer.global_step, data={f"val_{k}": v for k, v in validation(trainer).items()})
     summary = trainer.fit() if args.do_train else {}
     if args.do_train:

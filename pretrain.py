@@ -11,6 +11,7 @@ from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training import builder
 from bart.training.args import FINETUNE_ONLY, ArgumentParser, add_shared_args, check_args, reject_unused
+from bart.training.reference_flags import add_reference_args, apply_reference_args
 from bart.training.validation import PretrainingValidation
 from utils import distributed as dist_utils
 
@@ -19,9 +20,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = ArgumentParser(prog=os.path.basename(__file__), description=__doc__)
     add_shared_args(parser)
     add_noise_args(parser)
-    parser.set_defaults(lr_scheduler="polynomial", max_source_length=128)
+    add_reference_args(parser, "pretrain.py")
+    parser.set_defaults(lr_scheduler="polynomial", max_source_length=128, task="pretraining")
     args = parser.parse_args(argv)
     check_args(args, parser, argv)
+    apply_reference_args(args, parser, "pretrain.py", argv)
     reject_unused(args, parser, FINETUNE_ONLY, "pretrain.py", "fine-tuning (finetune.py)")
     if args.max_target_length not in (None, args.max_source_length):
         parser.error("pretraining reconstructs the source: --max_target_length must equal --max_source_length")
@@ -43,14 +46,16 @@ def main(argv=None) -> dict:
     builder.check_lengths(args, config, ("max_source_length",))
     require_vocab_size(tokenizer, config, config_name=args.config_path)
     model = builder.build_model(args, config, init_from=init)
+    builder.freeze_parameters(model, encoder=args.freeze_encoder, embeddings=args.freeze_embeds)
     torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
     loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
                                       noise_config_from_args(args), args.seed, args.num_workers, env.local_rank,
-                                      n_val=args.n_val or 0)
-    validation = PretrainingValidation.from_loader(loader, args.train_batch_size)
+                                      n_val=args.n_val or 0, shuffle_buffer_size=args.buffer_size or 16384)
+    validation = PretrainingValidation.from_loader(loader, args.eval_batch_size or args.train_batch_size)
     if env.is_main:
         builder.save_run_files(args, tokenizer, config, env.world_size)
-    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation)
+    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation,
+                                    label_smoothing=args.label_smoothing)
     summary = trainer.fit()
     if env.is_main:
         print(f"pretraining done: {summary}")

@@ -9,6 +9,7 @@ SAVE_PATH: {type_path}_generations.txt (one line per input, in input order), {ty
 Run under torchrun to shard the work over several processes.
 """
 import argparse
+import datetime
 import os
 
 import torch
@@ -18,6 +19,7 @@ from bart.evaluation import run_evaluation
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import resolve_weights
+from bart.training.reference_flags import add_reference_args, apply_reference_args, write_debug_references
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.training import builder
 from bart.training.args import (POSITIVE, ArgumentParser, add_architecture_args, add_dist_timeout_arg, add_generation_args, check_args, generate_option_pairs,
@@ -40,7 +42,8 @@ def parse_args(argv=None):
                         help="dllogger log (default SAVE_PATH/dllogger.json)")
     parser.add_argument("--task", choices=("summarization", "translation"), default="summarization")
     parser.add_argument("--prefix", default="", help="text put in front of every source")
-    parser.add_argument("--info", default=None, help="a note stored in the metrics file")
+    parser.add_argument("--info", nargs="?", const=datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+                        default=None, help="a note stored in the metrics file (no value: the current date and time)")
     parser.add_argument("--seed", type=int, default=42, help="seeds torch before generating (sampling)")
     parser.add_argument("--dump-args", "--dump_args", dest="dump_args", action="store_true",
                         help="store the generation arguments in the metrics file")
@@ -48,9 +51,11 @@ def parse_args(argv=None):
     add_dist_timeout_arg(parser)
     add_precision_args(parser)
     add_generation_args(parser, batch_alias="--bs", max_length_alias="--max_target_length")
+    add_reference_args(parser, "run_eval.py")
     parser.set_defaults(eval_batch_size=8, eval_max_gen_length=142)
     args, rest = parser.parse_known_args(argv)
     check_args(args, parser, argv)
+    apply_reference_args(args, parser, "run_eval.py", argv)
     try:
         args.generate_kwargs = generate_option_pairs(rest)
     except ValueError as err:
@@ -60,7 +65,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout)
+    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None)
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision = Precision.from_args(args)
     precision.configure()
@@ -70,11 +75,13 @@ def main(argv=None) -> dict:
     # the architecture from the checkpoint (its config, else its tensors); an explicit --pre_ln must agree
     model = BartForConditionalGeneration.from_pretrained(model_path, config=config, explicit={"pre_ln": args.pre_ln})
     builder.check_lengths(args, model.config, ("max_source_length", "eval_max_gen_length"))
-    model = model.to(builder.device_for(env)).eval()
+    model = model.to(builder.device_for(env) if args.device in (None, "cuda") else torch.device(args.device)).eval()
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences}
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)
     result = run_evaluation(model, tokenizer, args, gen_kwargs, precision.autocast_dtype, is_main=env.is_main)
+    if args.debug and env.is_main:
+        write_debug_references(args)
     dist_utils.cleanup()
     return result
 

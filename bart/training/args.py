@@ -25,9 +25,8 @@ from utils.errors import UserError
 from utils.precision import Precision, add_precision_args
 
 FINETUNE_ONLY = ("n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
-                 "max_tokens_per_batch", "freeze_encoder", "freeze_embeds", "label_smoothing", "do_predict",
-                 "val_max_target_length", "test_max_target_length", "eval_max_gen_length", "eval_batch_size",
-                 "task", "early_stopping_patience", "do_train")
+                 "max_tokens_per_batch", "do_predict", "val_max_target_length", "test_max_target_length",
+                 "eval_max_gen_length", "task", "early_stopping_patience", "do_train")
 
 
 def _bool_or_path(value: str):
@@ -75,6 +74,37 @@ def float_in(low: float, high: float | None = None, low_open: bool = False, high
     return parse
 
 
+def count_or_all(low: int):
+    """A number of examples, or -1 for all of them (the reference's convention): -1 parses as None."""
+    def parse(text: str):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, or -1 for all, got {text!r}") from None
+        if value == -1:
+            return None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, or -1 for all, got {value}")
+        return value
+    parse.__name__ = f"int>={low}|-1"
+    return parse
+
+
+def updates_or_fraction(text: str):
+    """``--val_check_interval``: a whole number of updates (0: only at the end), or a fraction in (0, 1]
+    written with a decimal point: that fraction of an epoch of the training data (``1.0``: every epoch)."""
+    try:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of updates or a fraction of an epoch, got {text!r}") from None
+    if isinstance(value, int) and value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 updates, got {value}")
+    if isinstance(value, float) and not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a fraction of an epoch must be in (0, 1], got {text}")
+    return value
+
+
+updates_or_fraction.__name__ = "updates|fraction"
 POSITIVE = int_at_least(1)
 NON_NEGATIVE = int_at_least(0)
 PROBABILITY = float_in(0.0, 1.0)                 # dropout, smoothing: [0, 1)
@@ -87,8 +117,9 @@ def add_generation_args(parser: argparse.ArgumentParser, batch_alias: str | None
     """Generation in validation, prediction and evaluation (the same flags in every script; run_eval.py
     keeps the reference's ``--bs`` and ``--max_target_length`` as aliases)."""
     gen = parser.add_argument_group("generation")
-    gen.add_argument("--eval_beams", "--num_beams", dest="eval_beams", type=POSITIVE, default=None,
-                     help="beams (default: the model config's num_beams)")
+    gen.add_argument("--eval_beams", "--num_beams", dest="eval_beams", type=NON_NEGATIVE, default=None,
+                     help="beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the "
+                          "reference)")
     gen.add_argument("--eval_max_gen_length", *([max_length_alias] if max_length_alias else []),
                      dest="eval_max_gen_length", type=POSITIVE, default=None,
                      help="longest generated sequence in tokens")
@@ -186,7 +217,8 @@ def add_optimization_args(parser: argparse.ArgumentParser) -> None:
     optim.add_argument("--warmup_steps", type=NON_NEGATIVE, default=0)
     optim.add_argument("--lr_end", type=NON_NEGATIVE_FLOAT, default=1e-7,
                        help="polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)")
-    optim.add_argument("--max_steps", type=POSITIVE, required=True, help="optimizer updates in this run")
+    optim.add_argument("--max_steps", type=POSITIVE, default=None,
+                       help="optimizer updates in this run (required; finetune.py: or --max_epochs)")
     optim.add_argument("--gradient_accumulation_steps", type=POSITIVE, default=1)
     optim.add_argument("--max_consecutive_nonfinite", type=POSITIVE, default=5,
                        help="bf16/fp32: stop after this many consecutive NaN/inf losses")
@@ -222,8 +254,11 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
     ckpt.add_argument("--output_dir", default="results", help="checkpoints, logs and run_config.json go here")
     ckpt.add_argument("--resume_from_checkpoint", type=_bool_or_path, default=None,
                       help="True: newest _step*.ckpt in output_dir; or a path. Restores everything")
-    ckpt.add_argument("--init_checkpoint", "--load_model_weights_only", dest="init_checkpoint", default=None,
+    ckpt.add_argument("--init_checkpoint", dest="init_checkpoint", default=None,
                       help="start a new run from this checkpoint's model weights only (phase 2)")
+    ckpt.add_argument("--load_model_weights_only", nargs="?", const=True, default=None, metavar="PATH",
+                      help="the reference's --resume_from_checkpoint=P --load_model_weights_only: a new run from "
+                           "P's weights only (= --init_checkpoint P); with a PATH, the same as --init_checkpoint PATH")
     ckpt.add_argument("--phase1_end_step", type=NON_NEGATIVE, default=0,
                       help="updates phase 1 ran: phase 2 numbers its updates after them")
     ckpt.add_argument("--save_checkpoint_steps", type=NON_NEGATIVE, default=0, help="save every N updates (0: at the end)")
@@ -241,19 +276,25 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
 
 def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
     ft = parser.add_argument_group("fine-tuning and evaluation (finetune.py)")
-    ft.add_argument("--task", choices=("summarization", "translation"), default="summarization")
-    ft.add_argument("--n_train", type=POSITIVE, default=None, help="use only the first N training examples")
-    ft.add_argument("--n_val", type=NON_NEGATIVE, default=None,
-                    help="finetune.py: validation examples per evaluation (default all); pretrain.py: rows held "
-                         "out of training for the validation loss (default none)")
-    ft.add_argument("--n_test", type=POSITIVE, default=None, help="test examples for --do_predict")
+    ft.add_argument("--task", choices=("summarization", "translation", "pretraining"), default="summarization",
+                    help="finetune.py: summarization or translation; pretrain.py: pretraining")
+    ft.add_argument("--n_train", type=count_or_all(1), default=None,
+                    help="use only the first N training examples (-1, the default: all)")
+    ft.add_argument("--n_val", type=count_or_all(0), default=None,
+                    help="finetune.py: validation examples per evaluation (-1, the default: all; 0: none); "
+                         "pretrain.py: rows held out of training for the validation loss (default none)")
+    ft.add_argument("--n_test", type=count_or_all(1), default=None,
+                    help="test examples for --do_predict (-1, the default: all)")
     ft.add_argument("--val_max_target_length", type=POSITIVE, default=None)
     ft.add_argument("--test_max_target_length", type=POSITIVE, default=None)
     ft.add_argument("--val_metric", choices=("rouge2", "bleu", "loss"), default=None)
-    ft.add_argument("--val_check_interval", type=NON_NEGATIVE, default=0,
-                    help="validate every N updates (0: at the end; pretrain.py: needs --n_val)")
-    ft.add_argument("--early_stopping_patience", type=NON_NEGATIVE, default=0,
-                    help="stop after N validations in a row without improvement of --val_metric (0: never)")
+    ft.add_argument("--val_check_interval", type=updates_or_fraction, default=0,
+                    help="validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with "
+                         "a decimal point, every F in (0, 1] of an epoch of the training data (finetune.py: "
+                         "1.0 = every epoch)")
+    ft.add_argument("--early_stopping_patience", type=int_at_least(-1), default=-1,
+                    help="stop after N validations in a row without improvement of --val_metric (-1, the "
+                         "default: never; 0 stops at the first one, as Lightning's patience 0 did)")
     ft.add_argument("--save_top_k", type=NON_NEGATIVE, default=1, help="keep the K best validation checkpoints")
     ft.add_argument("--label_smoothing", type=PROBABILITY, default=0.0)
     ft.add_argument("--freeze_encoder", action="store_true")
@@ -271,6 +312,9 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=N
     argv = sys.argv[1:] if argv is None else list(argv)
     args._given = {action.dest for action in parser._actions for option in action.option_strings
                    if any(token == option or token.startswith(option + "=") for token in argv)}
+    if hasattr(args, "max_steps") and args.max_steps is None and not getattr(args, "max_epochs", None):
+        parser.error("the following arguments are required: --max_steps"
+                     + (" (or --max_epochs)" if hasattr(args, "max_epochs") else ""))
     try:
         Precision.from_args(args)  # its rules (one of --fp16/--bf16), at parse time
     except UserError as err:

@@ -3,7 +3,8 @@
 Fine-tuning (:class:`Validation`): a metric on the first ``n_val`` validation examples (generation +
 ROUGE/BLEU, or the token loss), the best ``save_top_k`` weights kept
 (:class:`bart.training.checkpoint.BestCheckpoints`), and early stopping after
-``early_stopping_patience`` validations without improvement. Pretraining
+``early_stopping_patience`` validations without improvement (not before ``min_steps`` updates: the
+reference's ``--min_epochs``/``--min_steps``). Pretraining
 (:class:`PretrainingValidation`): the reconstruction loss on the rows held out of training
 (``--n_val``), their noise drawn once so that every validation sees the same inputs.
 """
@@ -39,14 +40,14 @@ class Validation:
     def __init__(self, data_dir: str, tokenizer, task: str, metric: str, n_val: Optional[int],
                  max_source_length: int, max_target_length: int, batch_size: int, gen_kwargs: dict,
                  autocast_dtype: Optional[torch.dtype], output_dir: str, save_top_k: int,
-                 early_stopping_patience: int = 0) -> None:
+                 early_stopping_patience: int = 0, min_steps: int = 0) -> None:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
         self.batch_size, self.gen_kwargs, self.dtype = batch_size, gen_kwargs, autocast_dtype
         self.sources, self.targets = read_split(data_dir, "val", n_val)
         self.lower_is_better = metric == "loss"
         self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=self.lower_is_better)
-        self.patience = early_stopping_patience
+        self.patience, self.min_steps = early_stopping_patience, min_steps
         self.best_value: Optional[float] = None
         self.best_step: Optional[int] = None
         self.without_improvement = 0
@@ -94,7 +95,7 @@ class Validation:
             self.best_value, self.best_step, self.without_improvement = value, trainer.global_step, 0
             return
         self.without_improvement += 1
-        if self.patience and self.without_improvement >= self.patience:
+        if self.patience and self.without_improvement >= self.patience and trainer.step >= self.min_steps:
             trainer.request_stop(f"val_{self.metric_name} has not improved for {self.without_improvement} validations "
                                  f"(--early_stopping_patience {self.patience}; best {self.best_value:.4g} at step "
                                  f"{self.best_step})")

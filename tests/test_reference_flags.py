@@ -1,0 +1,600 @@
+"""The reference recipe's command lines: every flag of NVIDIA's BART ``pretrain.py``, ``finetune.py`` and
+``run_eval.py`` works with the reference's meaning or is refused in one line naming its replacement, and the
+README's table ("Flags of the reference recipe") lists exactly those flags.
+
+The flag lists below were read from the reference's source (DeepLearningExamples, PyTorch/LanguageModeling/BART):
+``training_base.py`` (``BaseTransformer.add_model_specific_args``, ``add_generic_args``), ``pretrain.py``,
+``finetune.py`` and ``run_eval.py`` at the current commit, and the first release's ``finetune.py``
+(a8607016), which added ``pl.Trainer.add_argparse_args``: every ``Trainer.__init__`` argument of PyTorch
+Lightning 1.1.5 (the version its Dockerfile pinned) whose type includes str, int, float or bool. They are
+written out here; the test never reads the reference.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+PT, FT, EV = "pretrain.py", "finetune.py", "run_eval.py"
+
+TRAINING_BASE = """--config_path --cache_dir --resume_from_checkpoint --encoder_layerdrop --decoder_layerdrop --dropout
+--attention_dropout --learning_rate --lr_scheduler --weight_decay --gradient_clip_val --adam_epsilon --max_steps
+--warmup_steps --num_workers --min_num_train_epochs --train_batch_size --eval_batch_size --adafactor --lamb --affinity
+--allreduce_post_accumulation_half_precision""".split()
+GENERIC = """--output_dir --fp16 --bf16 --n_tpu_cores --max_grad_norm --do_train --do_predict --gradient_accumulation_steps
+--seed --data_dir --log_freq --save_checkpoint_steps --profile --pre_ln""".split()
+PRETRAIN_OWN = """--max_source_length --load_model_weights_only --freeze_encoder --freeze_embeds --logger_name --n_train
+--buffer_size --task --label_smoothing --mlm_probability --permute_sentence_ratio --src_lang --tgt_lang
+--early_stopping_patience --local_rank --json-summary""".split()
+FINETUNE_OWN = """--max_source_length --max_target_length --val_max_target_length --test_max_target_length
+--freeze_encoder --freeze_embeds --sortish_sampler --max_tokens_per_batch --logger_name --n_train --n_val --n_test
+--task --label_smoothing --src_lang --tgt_lang --eval_beams --val_metric --eval_max_gen_length --save_top_k
+--early_stopping_patience --json-summary --distill --layers --do_encoder --do_decoder --local_rank --gpus
+--load_model_weights_only""".split()
+LIGHTNING_1_1_5 = """--logger --checkpoint_callback --default_root_dir --gradient_clip_val --process_position --num_nodes
+--num_processes --gpus --auto_select_gpus --tpu_cores --log_gpu_memory --progress_bar_refresh_rate --overfit_batches
+--track_grad_norm --check_val_every_n_epoch --fast_dev_run --accumulate_grad_batches --max_epochs --min_epochs
+--max_steps --min_steps --limit_train_batches --limit_val_batches --limit_test_batches --val_check_interval
+--flush_logs_every_n_steps --log_every_n_steps --accelerator --sync_batchnorm --precision --weights_summary
+--weights_save_path --num_sanity_val_steps --truncated_bptt_steps --resume_from_checkpoint --profiler --benchmark
+--deterministic --reload_dataloaders_every_epoch --auto_lr_find --replace_sampler_ddp --terminate_on_nan
+--auto_scale_batch_size --prepare_data_per_node --plugins --amp_backend --amp_level --distributed_backend
+--automatic_optimization --move_metrics_to_cpu --enable_pl_optimizer""".split()
+RUN_EVAL = """--type_path --device --prefix --task --bs --n_obs --num_return_sequences --fp16 --bf16 --dump-args --info
+--eval_max_gen_length --eval_beams --max_source_length --max_target_length --sync_timeout --debug --json-summary
+--distill --layers --do_encoder --do_decoder --pre_ln --local_rank""".split()
+REFERENCE = {PT: set(TRAINING_BASE + GENERIC + PRETRAIN_OWN),
+             FT: set(TRAINING_BASE + GENERIC + FINETUNE_OWN + LIGHTNING_1_1_5),
+             EV: set(RUN_EVAL)}
+assert len(LIGHTNING_1_1_5) == 51
+
+
+def readme_table() -> dict:
+    """{flag: {script: status}} from the README's table (empty cells: not a flag of that script)."""
+    section = README.split("#### Flags of the reference recipe", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if not line.startswith("| `--"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        flag = cells[0].strip("`")
+        assert flag not in rows, f"{flag} twice in the table"
+        rows[flag] = {script: cell for script, cell in zip((PT, FT, EV), cells[1:]) if cell}
+    return rows
+
+
+TABLE = readme_table()
+CELLS = [(flag, script, status) for flag, cells in TABLE.items() for script, status in cells.items()]
+
+
+def replacement(status: str) -> str:
+    """The first word of the first `backticked` text after "refused": what the one line must name."""
+    after = status.split("refused", 1)[1]
+    found = re.search(r"`([^`]+)`", after)
+    assert found, f"a refused status names no replacement in backticks: {status}"
+    return found.group(1).split()[0]
+
+
+# -- parsing in-process --------------------------------------------------------------------------------
+def _parse(script: str, argv: list[str]):
+    import finetune
+    import pretrain
+    import run_eval
+    return {PT: pretrain, FT: finetune, EV: run_eval}[script].parse_args(argv)
+
+
+def _base(script: str, out: str) -> list[str]:
+    if script == EV:
+        return ["model.ckpt", "config.json", "data", out]
+    base = ["--config_path", "config.json", "--data_dir", "data", "--max_steps", "3", "--output_dir", out]
+    return base + (["--from_scratch"] if script == FT else [])
+
+
+@pytest.fixture(autouse=True)
+def _restore_globals(monkeypatch):
+    """Flags that set process state (HF_HUB_CACHE, PROGRESS, cudnn) leave it as it was; no launcher."""
+    for name in ("HF_HUB_CACHE", "PROGRESS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", torch.backends.cudnn.deterministic)
+
+
+def _launch(monkeypatch, gpus: int = 0, local: int = 1, nodes: int = 1) -> None:
+    """As if torchrun started ``local`` processes on each of ``nodes`` nodes that each see ``gpus`` GPUs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    if local * nodes > 1:
+        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", str(local * nodes))
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
+
+
+# Working values: flag -> (argv, {attribute: value after parsing}, launch); (flag, script) keys override.
+WORKS = {
+    "--config_path": (["--config_path", "other.json"], {"config_path": "other.json"}),
+    "--cache_dir": (["--cache_dir", "/tmp/hub_cache"], {}),
+    "--resume_from_checkpoint": (["--resume_from_checkpoint", "True"], {"resume_from_checkpoint": True}),
+    "--encoder_layerdrop": (["--encoder_layerdrop", "0.1"], {"encoder_layerdrop": 0.1}),
+    "--decoder_layerdrop": (["--decoder_layerdrop", "0.1"], {"decoder_layerdrop": 0.1}),
+    "--dropout": (["--dropout", "0.2"], {"dropout": 0.2}),
+    "--attention_dropout": (["--attention_dropout", "0.1"], {"attention_dropout": 0.1}),
+    "--learning_rate": (["--learning_rate=1e-4"], {"learning_rate": 1e-4}),
+    "--lr_scheduler": (["--lr_scheduler", "cosine_w_restarts"], {"lr_scheduler": "cosine_w_restarts"}),
+    "--weight_decay": (["--weight_decay", "0.1"], {"weight_decay": 0.1}),
+    "--gradient_clip_val": (["--gradient_clip_val=0.1"], {"gradient_clip_val": 0.1}),
+    "--adam_epsilon": (["--adam_epsilon", "1e-6"], {"adam_epsilon": 1e-6}),
+    "--max_steps": (["--max_steps", "7"], {"max_steps": 7}),
+    "--warmup_steps": (["--warmup_steps", "2"], {"warmup_steps": 2}),
+    "--num_workers": (["--num_workers", "4"], {"num_workers": 4}),
+    "--min_num_train_epochs": (["--min_num_train_epochs", "0"], {"min_epochs": 0}),
+    ("--min_num_train_epochs", FT): (["--min_num_train_epochs", "2"], {"min_epochs": 2}),
+    "--train_batch_size": (["--train_batch_size=40"], {"train_batch_size": 40}),
+    "--eval_batch_size": (["--eval_batch_size=16"], {"eval_batch_size": 16}),
+    "--lamb": (["--lamb"], {"lamb": True}),
+    "--affinity": (["--affinity", "disabled"], {"affinity": "disabled"}),
+    "--allreduce_post_accumulation_half_precision": (["--allreduce_post_accumulation_half_precision"],
+                                                     {"allreduce_post_accumulation_half_precision": True}),
+    "--output_dir": ([], {}),  # the base command line gives it
+    "--fp16": (["--fp16"], {"fp16": True}),
+    "--bf16": (["--bf16"], {"bf16": True}),
+    "--max_grad_norm": (["--max_grad_norm", "0.5"], {"gradient_clip_val": 0.5}),
+    "--do_train": (["--do_train"], {"do_train": True}),
+    "--do_predict": (["--do_predict"], {"do_predict": True}),
+    "--gradient_accumulation_steps": (["--gradient_accumulation_steps=4"], {"gradient_accumulation_steps": 4}),
+    "--seed": (["--seed", "7"], {"seed": 7}),
+    "--data_dir": (["--data_dir=other"], {"data_dir": "other"}),
+    "--log_freq": (["--log_freq=5"], {"log_freq": 5}),
+    "--save_checkpoint_steps": (["--save_checkpoint_steps=5"], {"save_checkpoint_steps": 5}),
+    "--pre_ln": (["--pre_ln"], {"pre_ln": True}),
+    "--max_source_length": (["--max_source_length=64"], {"max_source_length": 64}),
+    "--max_target_length": (["--max_target_length=24"], {"max_target_length": 24}),
+    ("--max_target_length", EV): (["--max_target_length=24"], {"eval_max_gen_length": 24}),
+    "--val_max_target_length": (["--val_max_target_length=24"], {"val_max_target_length": 24}),
+    "--test_max_target_length": (["--test_max_target_length=24"], {"test_max_target_length": 24}),
+    "--load_model_weights_only": (["--resume_from_checkpoint=phase1/_step95040.ckpt", "--load_model_weights_only"],
+                                  {"init_checkpoint": "phase1/_step95040.ckpt", "resume_from_checkpoint": None}),
+    "--freeze_encoder": (["--freeze_encoder"], {"freeze_encoder": True}),
+    "--freeze_embeds": (["--freeze_embeds"], {"freeze_embeds": True}),
+    "--sortish_sampler": (["--sortish_sampler"], {"sortish_sampler": True}),
+    "--max_tokens_per_batch": (["--max_tokens_per_batch", "4096"], {"max_tokens_per_batch": 4096}),
+    "--logger_name": (["--logger_name", "default"], {}),
+    "--n_train": (["--n_train", "-1"], {"n_train": None}),
+    "--n_val": (["--n_val", "-1"], {"n_val": None}),
+    "--n_test": (["--n_test", "-1"], {"n_test": None}),
+    "--buffer_size": (["--buffer_size", "128"], {"buffer_size": 128}),
+    "--task": (["--task", "translation"], {"task": "translation"}),
+    ("--task", PT): (["--task", "pretraining"], {"task": "pretraining"}),
+    "--label_smoothing": (["--label_smoothing", "0.1"], {"label_smoothing": 0.1}),
+    "--mlm_probability": (["--mlm_probability", "0.3"], {"mlm_probability": 0.3}),
+    "--permute_sentence_ratio": (["--permute_sentence_ratio", "1.0"], {"permute_sentence_ratio": 1.0}),
+    "--src_lang": (["--src_lang", ""], {}),
+    "--tgt_lang": (["--tgt_lang", ""], {}),
+    "--eval_beams": (["--eval_beams", "0"], {"eval_beams": 1}),
+    ("--eval_beams", EV): (["--eval_beams=0", "--num_return_sequences", "3"], {"eval_beams": 3}),
+    "--val_metric": (["--val_metric", "loss"], {"val_metric": "loss"}),
+    "--eval_max_gen_length": (["--eval_max_gen_length=60"], {"eval_max_gen_length": 60}),
+    "--save_top_k": (["--save_top_k", "2"], {"save_top_k": 2}),
+    "--early_stopping_patience": (["--early_stopping_patience", "-1"], {"early_stopping_patience": -1}),
+    ("--early_stopping_patience", FT): (["--early_stopping_patience=0", "--val_check_interval", "10"],
+                                        {"early_stopping_patience": 1}),
+    "--local_rank": (["--local_rank", "0"], {"local_rank": 0}),
+    "--json-summary": (["--json-summary", "log.json"], {"json_summary": "log.json"}),
+    "--gpus": (["--gpus", "8"], {}, dict(gpus=8, local=8)),
+    "--type_path": (["--type_path", "val"], {"type_path": "val"}),
+    "--device": (["--device", "cpu"], {"device": "cpu"}),
+    "--prefix": (["--prefix", "summarize: "], {"prefix": "summarize: "}),
+    "--bs": (["--bs", "4"], {"eval_batch_size": 4}),
+    "--n_obs": (["--n_obs", "10"], {"n_obs": 10}),
+    "--num_return_sequences": (["--num_return_sequences", "2", "--eval_beams", "2"], {"num_return_sequences": 2}),
+    "--dump-args": (["--dump-args"], {"dump_args": True}),
+    "--info": (["--info"], {}),
+    "--sync_timeout": (["--sync_timeout", "600"], {"dist_timeout": 10.0}),
+    "--debug": (["--debug"], {"debug": True}),
+    "--logger": (["--logger", "true"], {}),
+    "--checkpoint_callback": (["--checkpoint_callback"], {}),
+    "--process_position": (["--process_position", "0"], {}),
+    "--num_nodes": (["--num_nodes", "2"], {}, dict(gpus=8, local=8, nodes=2)),
+    "--num_processes": (["--num_processes", "2"], {}, dict(local=2)),
+    "--auto_select_gpus": (["--auto_select_gpus", "false"], {}),
+    "--log_gpu_memory": (["--log_gpu_memory", "min_max"], {}),
+    "--progress_bar_refresh_rate": (["--progress_bar_refresh_rate", "1"], {}),
+    "--overfit_batches": (["--overfit_batches", "0"], {}),
+    "--track_grad_norm": (["--track_grad_norm", "2"], {}),
+    "--check_val_every_n_epoch": (["--check_val_every_n_epoch", "2"], {"val_check_interval": 2.0}),
+    "--fast_dev_run": (["--fast_dev_run", "false"], {}),
+    "--accumulate_grad_batches": (["--accumulate_grad_batches", "4"], {"gradient_accumulation_steps": 4}),
+    "--max_epochs": (["--max_epochs", "1"], {"max_epochs": 1}),
+    "--min_epochs": (["--min_epochs=0"], {"min_epochs": 0}),
+    "--min_steps": (["--min_steps", "5"], {"min_steps": 5}),
+    "--limit_train_batches": (["--limit_train_batches", "1.0"], {}),
+    "--limit_val_batches": (["--limit_val_batches", "1.0"], {}),
+    "--limit_test_batches": (["--limit_test_batches", "1.0"], {}),
+    "--val_check_interval": (["--val_check_interval", "0.25"], {"val_check_interval": 0.25}),
+    "--flush_logs_every_n_steps": (["--flush_logs_every_n_steps", "100"], {}),
+    "--log_every_n_steps": (["--log_every_n_steps", "50"], {"log_freq": 50}),
+    "--accelerator": (["--accelerator", "ddp"], {"distributed_strategy": "ddp"}),
+    "--sync_batchnorm": (["--sync_batchnorm"], {}),
+    "--precision": (["--precision", "16"], {"fp16": True}),
+    "--weights_summary": (["--weights_summary", "top"], {"weights_summary": "top"}),
+    "--num_sanity_val_steps": (["--num_sanity_val_steps=0"], {"num_sanity_val_steps": 0}),
+    "--profiler": (["--profiler", "false"], {}),
+    "--benchmark": (["--benchmark"], {}),
+    "--deterministic": (["--deterministic", "true"], {}),
+    "--reload_dataloaders_every_epoch": (["--reload_dataloaders_every_epoch", "false"], {}),
+    "--auto_lr_find": (["--auto_lr_find", "false"], {}),
+    "--replace_sampler_ddp": (["--replace_sampler_ddp", "true"], {}),
+    "--terminate_on_nan": (["--terminate_on_nan"], {"max_consecutive_nonfinite": 1}),
+    "--auto_scale_batch_size": (["--auto_scale_batch_size", "false"], {}),
+    "--prepare_data_per_node": (["--prepare_data_per_node", "true"], {}),
+    "--amp_backend": (["--amp_backend", "native"], {}),
+    "--amp_level": (["--amp_level=O1", "--fp16"], {"fp16": True}),
+    "--distributed_backend": (["--distributed_backend", "ddp"], {"distributed_strategy": "ddp"}),
+    "--automatic_optimization": (["--automatic_optimization", "true"], {}),
+    "--move_metrics_to_cpu": (["--move_metrics_to_cpu", "true"], {}),
+    "--enable_pl_optimizer": (["--enable_pl_optimizer", "false"], {}),
+}
+
+# Refused values: flag -> (argv, launch); (flag, script) keys override.
+REFUSED = {
+    "--min_num_train_epochs": (["--min_num_train_epochs", "2"],),
+    "--adafactor": (["--adafactor"],),
+    "--n_tpu_cores": (["--n_tpu_cores", "8"],),
+    "--do_predict": (["--do_predict"],),
+    "--profile": (["--profile"],),
+    "--load_model_weights_only": (["--load_model_weights_only"],),
+    "--logger_name": (["--logger_name", "wandb"],),
+    "--n_train": (["--n_train", "100"],),
+    "--task": (["--task", "summarization"],),
+    ("--task", FT): (["--task", "pretraining"],),
+    "--src_lang": (["--src_lang", "en_XX"],),
+    "--tgt_lang": (["--tgt_lang", "ro_RO"],),
+    "--early_stopping_patience": (["--early_stopping_patience", "2"],),
+    "--distill": (["--distill", "sft", "--layers", "0-6-11", "--do_encoder"],),
+    "--layers": (["--layers", "0-6-11"],),
+    "--do_encoder": (["--do_encoder"],),
+    "--do_decoder": (["--do_decoder"],),
+    "--gpus": (["--gpus", "8"], dict(gpus=8, local=1)),
+    "--logger": (["--logger", "false"],),
+    "--checkpoint_callback": (["--checkpoint_callback", "false"],),
+    "--default_root_dir": (["--default_root_dir", "runs"],),
+    "--process_position": (["--process_position", "1"],),
+    "--num_nodes": (["--num_nodes", "2"],),
+    "--num_processes": (["--num_processes", "8"],),
+    "--auto_select_gpus": (["--auto_select_gpus"],),
+    "--tpu_cores": (["--tpu_cores", "8"],),
+    "--overfit_batches": (["--overfit_batches", "10"],),
+    "--track_grad_norm": (["--track_grad_norm", "inf"],),
+    "--fast_dev_run": (["--fast_dev_run"],),
+    "--limit_train_batches": (["--limit_train_batches", "0.1"],),
+    "--limit_val_batches": (["--limit_val_batches", "2"],),
+    "--limit_test_batches": (["--limit_test_batches", "10"],),
+    "--accelerator": (["--accelerator", "dp"],),
+    "--precision": (["--precision", "64"],),
+    "--weights_save_path": (["--weights_save_path", "ckpts"],),
+    "--num_sanity_val_steps": (["--num_sanity_val_steps", "2"],),
+    "--truncated_bptt_steps": (["--truncated_bptt_steps", "2"],),
+    "--profiler": (["--profiler", "simple"],),
+    "--reload_dataloaders_every_epoch": (["--reload_dataloaders_every_epoch"],),
+    "--auto_lr_find": (["--auto_lr_find"],),
+    "--replace_sampler_ddp": (["--replace_sampler_ddp", "false"],),
+    "--auto_scale_batch_size": (["--auto_scale_batch_size", "binsearch"],),
+    "--plugins": (["--plugins", "ddp_sharded"],),
+    "--amp_backend": (["--amp_backend", "apex"],),
+    "--amp_level": (["--amp_level", "O2"],),
+    "--distributed_backend": (["--distributed_backend", "horovod"],),
+    "--automatic_optimization": (["--automatic_optimization", "false"],),
+}
+
+
+def _case(table: dict, flag: str, script: str):
+    return table.get((flag, script), table.get(flag))
+
+
+def test_the_table_lists_exactly_the_reference_flags():
+    for script, flags in REFERENCE.items():
+        listed = {flag for flag, cells in TABLE.items() if script in cells}
+        assert listed == flags, (script, sorted(listed - flags), sorted(flags - listed))
+    assert set(TABLE) == set().union(*REFERENCE.values())
+    for flag, script, status in CELLS:
+        assert status.startswith(("works", "refused")), (flag, script, status)
+
+
+def test_the_counts_match_the_table():
+    refused = [f for f, cells in TABLE.items() if all(s.startswith("refused") for s in cells.values())]
+    partly = [f for f, cells in TABLE.items() if f not in refused and any("refused" in s for s in cells.values())]
+    sentence = f"{len(TABLE)} flags: {len(TABLE) - len(refused)} work ({len(partly)} of\nthem"
+    assert sentence.replace("\n", " ") in README.replace("\n", " "), sentence
+    assert f"and {len(refused)} are\nrefused".replace("\n", " ") in README.replace("\n", " ")
+
+
+@pytest.mark.parametrize("flag,script", [(f, s) for f, s, status in CELLS if status.startswith("works")],
+                         ids=[f"{f}-{s}" for f, s, status in CELLS if status.startswith("works")])
+def test_working_reference_flags_parse_with_the_reference_meaning(flag, script, tmp_path, monkeypatch):
+    case = _case(WORKS, flag, script)
+    assert case is not None, f"no working case for {flag} ({script})"
+    argv, expected, launch = case[0], case[1], case[2] if len(case) > 2 else {}
+    _launch(monkeypatch, **launch)
+    args = _parse(script, _base(script, str(tmp_path / "out")) + argv)
+    for name, value in expected.items():
+        assert getattr(args, name) == value, (flag, name, getattr(args, name))
+
+
+@pytest.mark.parametrize("flag,script,status", [c for c in CELLS if "refused" in c[2]],
+                         ids=[f"{f}-{s}" for f, s, status in CELLS if "refused" in status])
+def test_refused_reference_flags_name_the_replacement_in_one_line(flag, script, status, tmp_path, monkeypatch,
+                                                                    capsys):
+    case = _case(REFUSED, flag, script)
+    assert case is not None, f"no refused case for {flag} ({script})"
+    _launch(monkeypatch, **(case[1] if len(case) > 1 else {}))
+    with pytest.raises(SystemExit) as stop:
+        _parse(script, _base(script, str(tmp_path / "out")) + case[0])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith(f"{script}: error: "), err
+    assert flag in err and replacement(status) in err, (replacement(status), err)
+    assert not (tmp_path / "out").exists()
+
+
+# -- the translations, value by value -------------------------------------------------------------------
+def test_weights_only_start_is_init_checkpoint_in_both_spellings(tmp_path):
+    out = str(tmp_path / "out")
+    for script in (PT, FT):
+        ref = _parse(script, _base(script, out) + ["--resume_from_checkpoint=p1/_step5.ckpt", "--load_model_weights_only"])
+        assert (ref.init_checkpoint, ref.resume_from_checkpoint) == ("p1/_step5.ckpt", None)
+        ours = _parse(script, _base(script, out) + ["--load_model_weights_only", "p1/_step5.ckpt"])
+        assert (ours.init_checkpoint, ours.resume_from_checkpoint) == ("p1/_step5.ckpt", None)
+        latest = _parse(script, _base(script, out) + ["--resume_from_checkpoint=True", "--load_model_weights_only"])
+        assert (latest.init_checkpoint, latest.resume_from_checkpoint) == (out, None)  # the newest in output_dir
+
+
+def test_weights_only_conflicting_with_init_checkpoint_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        _parse(FT, _base(FT, str(tmp_path)) + ["--resume_from_checkpoint=a.ckpt", "--load_model_weights_only",
+                                               "--init_checkpoint", "b.ckpt"])
+    assert "give one of them" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value,internal", [("-1", 0), ("0", 1), ("1", 1), ("3", 3)])
+def test_early_stopping_patience_keeps_lightnings_meaning(value, internal, tmp_path):
+    """Lightning stopped when its wait count reached the patience: 0 and 1 both stop at the first validation
+    without improvement; the reference's -1 (its default) never stops. Internally 0 is "never"."""
+    args = _parse(FT, _base(FT, str(tmp_path)) + ["--early_stopping_patience", value, "--val_check_interval", "5"])
+    assert args.early_stopping_patience == internal
+    assert _parse(FT, _base(FT, str(tmp_path))).early_stopping_patience == 0  # the default: never
+
+
+def test_val_check_interval_integer_is_updates_and_decimal_is_a_fraction(tmp_path):
+    assert _parse(FT, _base(FT, str(tmp_path)) + ["--val_check_interval", "1"]).val_check_interval == 1
+    assert _parse(FT, _base(FT, str(tmp_path)) + ["--val_check_interval", "1.0"]).val_check_interval == 1.0
+
+
+@pytest.mark.parametrize("value", ["1.5", "0.0", "-0.5", "-3", "often"])
+def test_val_check_interval_out_of_range_is_one_line(value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _parse(FT, _base(FT, str(tmp_path)) + [f"--val_check_interval={value}"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "--val_check_interval" in err
+
+
+def test_pretraining_refuses_a_fraction_of_an_epoch_and_all_rows_held_out(tmp_path, capsys):
+    for extra, words in ((["--n_val", "8", "--val_check_interval", "0.5"], "number of updates"),
+                         (["--n_val", "-1"], "--n_val -1")):
+        with pytest.raises(SystemExit):
+            _parse(PT, _base(PT, str(tmp_path)) + extra)
+        assert words in capsys.readouterr().err
+
+
+def test_max_steps_or_max_epochs_is_required(tmp_path, capsys):
+    argv = [a for a in _base(FT, str(tmp_path)) if a not in ("--max_steps", "3")]
+    with pytest.raises(SystemExit):
+        _parse(FT, argv)
+    assert "--max_steps (or --max_epochs)" in capsys.readouterr().err
+    assert _parse(FT, argv + ["--max_epochs", "2"]).max_steps is None  # resolved from the loader
+    with pytest.raises(SystemExit):
+        _parse(PT, [a for a in _base(PT, str(tmp_path)) if a not in ("--max_steps", "3")])
+    assert "required: --max_steps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batches,accumulation,flags,expected", [
+    # B batches per process per epoch, A accumulation steps: E = B / A updates per epoch
+    (10, 1, dict(max_epochs=2), dict(max_steps=20)),
+    (10, 3, dict(max_epochs=1), dict(max_steps=4)),                      # ceil(10 / 3)
+    (10, 1, dict(max_epochs=5, max_steps=7), dict(max_steps=7)),         # whichever ends first
+    (10, 1, dict(max_epochs=1, max_steps=70), dict(max_steps=10)),
+    (10, 2, dict(val_check_interval=0.5), dict(val_check_interval=2)),   # floor(0.5 x 10 / 2)
+    (10, 1, dict(val_check_interval=1.0), dict(val_check_interval=10)),
+    (10, 1, dict(val_check_interval=0.01), dict(val_check_interval=1)),  # at least every update
+    (10, 1, dict(val_check_interval=3), dict(val_check_interval=3)),     # an integer stays updates
+    (10, 2, dict(val_check_interval=2.0), dict(val_check_interval=10)),  # --check_val_every_n_epoch 2
+    (10, 2, dict(min_epochs=2), dict(min_steps=10)),
+    (10, 2, dict(min_epochs=1, min_steps=8), dict(min_steps=8)),
+])
+def test_epochs_become_updates(batches, accumulation, flags, expected):
+    from bart.training.reference_flags import resolve_epochs
+    args = SimpleNamespace(**{**dict(gradient_accumulation_steps=accumulation, val_check_interval=0, max_steps=None,
+                                     max_epochs=None, min_epochs=None, min_steps=None), **flags})
+    resolve_epochs(args, batches)
+    for name, value in expected.items():
+        assert getattr(args, name) == value, (name, getattr(args, name))
+
+
+def test_launcher_checks_of_gpus_nodes_processes(tmp_path, monkeypatch, capsys):
+    out = str(tmp_path)
+    _launch(monkeypatch, gpus=8, local=8)
+    assert _parse(FT, _base(FT, out) + ["--gpus", "-1"])  # -1: every GPU of the node, 8 processes
+    _launch(monkeypatch, gpus=0, local=1)
+    assert _parse(FT, _base(FT, out) + ["--gpus", "0"])  # CPU training where there is no GPU
+    for launch, argv, words in ((dict(gpus=8, local=8), ["--gpus", "0"], "CUDA_VISIBLE_DEVICES="),
+                                (dict(gpus=0, local=1), ["--gpus", "1"], "no CUDA GPU"),
+                                (dict(gpus=4, local=4), ["--gpus", "8"], "4 visible GPU"),
+                                (dict(gpus=8, local=2), ["--gpus", "0,1"], "CUDA_VISIBLE_DEVICES=0,1"),
+                                (dict(gpus=8, local=8, nodes=1), ["--num_nodes", "2"], "torchrun --nnodes 2")):
+        _launch(monkeypatch, **launch)
+        with pytest.raises(SystemExit):
+            _parse(FT, _base(FT, out) + argv)
+        assert words in capsys.readouterr().err, (argv, words)
+
+
+def test_run_eval_device_and_local_rank_checks(tmp_path, monkeypatch, capsys):
+    out = str(tmp_path / "out")
+    _launch(monkeypatch, gpus=0)
+    for argv, words in ((["--device", "cuda"], "--device cpu"), (["--device", "tpu"], "cpu, cuda"),
+                        (["--local_rank", "3"], "LOCAL_RANK 0")):
+        with pytest.raises(SystemExit):
+            _parse(EV, _base(EV, out) + argv)
+        assert words in capsys.readouterr().err
+
+
+def test_process_state_flags(tmp_path, monkeypatch):
+    _parse(FT, _base(FT, str(tmp_path)) + ["--cache_dir", str(tmp_path / "hub"), "--progress_bar_refresh_rate", "0",
+                                           "--benchmark", "--deterministic", "true"])
+    from bart.hub import cache_dir
+    assert cache_dir() == str(tmp_path / "hub") and os.environ["PROGRESS"] == "off"
+    assert torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
+
+
+def test_weights_summary_counts_every_parameter():
+    from bart.training.reference_flags import weights_summary
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Sequential(torch.nn.Linear(4, 2)))
+    model[0].weight.requires_grad = False
+    top = weights_summary(model, "top")
+    assert "  0 " in top and "  1 " in top and "1.0" not in top and "  14 trainable of 26 parameters" in top
+    assert "1.0" in weights_summary(model, "full")
+
+
+# -- the reference's command lines through the real entry scripts -------------------------------------
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, small_tokenizer_dir):
+    import json
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from tests.helpers.corpus import SMALL_VOCAB_SIZE
+    from tests.helpers.summaries import write_summarization_data
+
+    base = tmp_path_factory.mktemp("reference_flags")
+    data = write_summarization_data(str(base / "data"), sizes=(("train", 40), ("val", 6), ("test", 4)))
+    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    values.update(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1,
+                  max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE, dropout=0.0)
+    config = base / "config.json"
+    config.write_text(json.dumps(values))
+    torch.manual_seed(0)
+    weights = base / "phase1" / "_step5.ckpt"
+    weights.parent.mkdir()
+    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(config))).state_dict(), weights)
+    return SimpleNamespace(base=base, data=data, config=str(config), weights=str(weights), tok=small_tokenizer_dir)
+
+
+def _script(*argv, timeout=300):
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def test_reference_finetune_command_line_runs(tiny_run):
+    """The reference's run_summarization.sh and first-release benchmark flags on one command line: epochs,
+    a fractional validation interval, -1 = all, 0 beams, weights only, Lightning's precision flags."""
+    from utils.dllogger_compat import read_dllogger
+    out = tiny_run.base / "ft"
+    line = (f"finetune.py --data_dir={tiny_run.data} --config_path={tiny_run.config} --output_dir={out} --gpus 0 "
+            f"--learning_rate=1e-3 --do_train --n_val -1 --train_batch_size=8 --gradient_accumulation_steps=2 "
+            f"--eval_batch_size=6 --max_epochs 2 --warmup_steps 0 --min_epochs=0 --val_check_interval 0.5 "
+            f"--max_source_length=64 --max_target_length=16 --val_max_target_length=16 --eval_max_gen_length=16 "
+            f"--sortish_sampler --lr_scheduler polynomial --label_smoothing 0.1 --weight_decay 0.1 --dropout 0.1 "
+            f"--attention_dropout 0.1 --gradient_clip_val=0.1 --early_stopping_patience=-1 --num_sanity_val_steps=0 "
+            f"--eval_beams 0 --freeze_embeds --amp_level=O1 --seed 42 --log_freq 1 --num_workers 0 "
+            f"--resume_from_checkpoint={tiny_run.weights} --load_model_weights_only --tokenizer {tiny_run.tok}")
+    _script(*shlex.split(line))
+    # 40 examples, batches of 8: B = 5 per epoch, A = 2: 2 epochs = ceil(10 / 2) = 5 updates;
+    # validation every floor(0.5 x 5 / 2) = 1 update, none before the first, all 6 examples
+    records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG" and r["step"] != ()]
+    val_steps = [r["step"] for r in records if "val_rouge2" in r["data"]]
+    assert val_steps == [1, 2, 3, 4, 5], val_steps
+    train_steps = sorted({r["step"] for r in records if "loss" in r["data"]})
+    assert train_steps == [1, 2, 3, 4, 5]
+    import json
+    run = json.load(open(out / "run_config.json"))
+    assert (run["max_steps"], run["val_check_interval"], run["eval_beams"], run["n_val"]) == (5, 1, 1, None)
+    assert (run["init_checkpoint"], run["resume_from_checkpoint"]) == (tiny_run.weights, None)
+
+
+def test_reference_run_eval_command_line_runs(tiny_run):
+    """run_eval_summarization.sh's line with --eval_beams 0 (the reference ran one beam) and the reference's
+    --device, --debug, --info, --sync_timeout, --local_rank: the same generations as --eval_beams 1."""
+    outs = []
+    for beams, extra in (("0", "--device cpu --debug --info --sync_timeout 600 --local_rank=0"), ("1", "")):
+        out = tiny_run.base / f"eval_{beams}"
+        _script(*shlex.split(f"run_eval.py --task summarization --bs 2 --max_source_length=64 --max_target_length=12 "
+                             f"--eval_max_gen_length=12 --eval_beams={beams} {extra} --tokenizer {tiny_run.tok} "
+                             f"{tiny_run.weights} {tiny_run.config} {tiny_run.data} {out}"))
+        outs.append(out)
+    assert (outs[0] / "test_generations.txt").read_text() == (outs[1] / "test_generations.txt").read_text()
+    targets = open(os.path.join(tiny_run.data, "test.target")).read()
+    assert (outs[0] / "test.target").read_text() == targets and not (outs[1] / "test.target").exists()
+
+
+def test_reference_pretraining_phase2_command_line_runs(tiny_run, monkeypatch):
+    """run_pretraining_phase2.sh's line (weights only from phase 1, --task/--n_train/--early_stopping_patience at
+    the reference's values) plus flags that now serve pretraining: --freeze_embeds keeps phase 1's embeddings,
+    the held-out loss runs in --eval_batch_size batches, --buffer_size is the shuffle window."""
+    import importlib
+    import json
+    from bart.cli import run_main
+    from tests.helpers.corpus import write_shards
+
+    shards = os.path.dirname(write_shards(str(tiny_run.base / "shards"), [12, 12])[0])
+    out = tiny_run.base / "phase2"
+    argv = shlex.split(
+        f"--data_dir={shards} --config_path={tiny_run.config} --output_dir={out} --num_workers 0 --learning_rate=1e-3 "
+        f"--do_train --train_batch_size=4 --gradient_accumulation_steps=1 --max_steps=2 --warmup_steps=1 "
+        f"--max_source_length=64 --lr_scheduler polynomial --label_smoothing 0 --weight_decay 0.1 --dropout 0.1 "
+        f"--attention_dropout 0.1 --gradient_clip_val=0.1 --resume_from_checkpoint={tiny_run.weights} "
+        f"--load_model_weights_only --save_checkpoint_steps=2 --log_freq=1 --allreduce_post_accumulation_half_precision "
+        f"--seed 7 --lamb --task pretraining --n_train -1 --early_stopping_patience -1 --freeze_embeds "
+        f"--n_val 3 --val_check_interval 2 --eval_batch_size 2 --buffer_size 5 --tokenizer {tiny_run.tok}")
+    pretrain = importlib.import_module("pretrain")
+    import bart.data.pretraining_dataset as pretraining_dataset
+    seen = {}
+    build, from_loader = pretraining_dataset.build_pretraining_loader, pretrain.PretrainingValidation.from_loader
+
+    def build_loader(*a, **k):
+        seen["loader"] = build(*a, **k)
+        return seen["loader"]
+
+    def validation(loader, batch_size):
+        seen["eval_batch"] = batch_size
+        return from_loader(loader, batch_size)
+
+    monkeypatch.setattr(pretraining_dataset, "build_pretraining_loader", build_loader)
+    monkeypatch.setattr(pretrain.PretrainingValidation, "from_loader", validation)
+    summary = {}
+    run_main(lambda: summary.update(pretrain.main(argv)), "pretrain.py")
+    assert summary["steps"] == 2
+    start = torch.load(tiny_run.weights)
+    end = torch.load(out / "_step2.ckpt", weights_only=False)["model"]
+    assert torch.equal(end["model.shared.weight"], start["model.shared.weight"])  # frozen, from phase 1
+    assert not torch.equal(end["model.encoder.layers.0.fc1.weight"], start["model.encoder.layers.0.fc1.weight"])
+    run = json.load(open(out / "run_config.json"))
+    assert (run["init_checkpoint"], run["resume_from_checkpoint"], run["buffer_size"]) == (tiny_run.weights, None, 5)
+    assert seen["eval_batch"] == 2 and seen["loader"].dataset._shuffle_buffer_size == 5
+
+
+def test_early_stopping_waits_for_min_steps():
+    """--min_epochs / --min_steps: a patience that has run out does not end the run before the minimum."""
+    from bart.training.validation import Validation
+    validation = Validation.__new__(Validation)
+    validation.patience, validation.min_steps, validation.lower_is_better = 1, 4, True
+    validation.best_value, validation.best_step, validation.without_improvement, validation.metric_name = None, None, 0, "loss"
+    stops = []
+    for step, loss in ((1, 1.0), (2, 2.0), (3, 2.0), (4, 2.0)):
+        trainer = SimpleNamespace(step=step, global_step=step, request_stop=lambda reason, s=step: stops.append(s))
+        validation._early_stopping(trainer, loss)
+    assert stops == [4]
