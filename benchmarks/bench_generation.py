@@ -15,6 +15,13 @@ the system with malloc_trim so that one run does not reuse what the previous one
 
     python benchmarks/bench_generation.py [--batch_sizes 1 8 32 64] [--workload full|ragged] [--threads 2]
         [--repeats 1] [--source_length 512] [--new_tokens 64] [--config configs/config_large.json] [--device cpu]
+        [--json rows.json] [--bandwidth GB/s]
+
+With --json the rows are also written there (rewritten after every batch size, so a process stopped
+part-way keeps the batch sizes it finished), with the token agreement of the two outputs (the share of
+positions where both returned the same token). --bandwidth gives the copy bandwidth to divide by
+instead of measuring it (and the bandwidth column on CPU too). A batch size that runs out of memory is
+reported as such and the next one runs.
 """
 import argparse
 import ctypes
@@ -27,7 +34,6 @@ import threading
 import time
 
 import torch
-import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bart.configuration import BartConfig  # noqa: E402
@@ -92,19 +98,30 @@ def _identical_rows(a: torch.Tensor, b: torch.Tensor, pad: int) -> int:
     return int((a == b).all(1).sum())
 
 
-def _copy_bandwidth(device: str) -> float:
-    """Bytes/s of a large device-to-device copy (read + write), best of 10."""
-    x = torch.empty(2**30, dtype=torch.uint8, device=device)
+def _token_agreement(a: torch.Tensor, b: torch.Tensor, pad: int) -> float:
+    """The share of positions (either output not padding there) where both returned the same token."""
+    width = max(a.shape[1], b.shape[1])
+    a = torch.nn.functional.pad(a, (0, width - a.shape[1]), value=pad)
+    b = torch.nn.functional.pad(b, (0, width - b.shape[1]), value=pad)
+    used = (a != pad) | (b != pad)
+    return float(((a == b) & used).sum()) / max(int(used.sum()), 1)
+
+
+def _copy_bandwidth(device: str, nbytes: int = 2**30) -> float:
+    """Bytes/s of a large copy on the device (read + write), best of 10."""
+    x = torch.empty(nbytes, dtype=torch.uint8, device=device)
     y = torch.empty_like(x)
     best = float("inf")
     for _ in range(12):
-        torch.cuda.synchronize()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
         start = time.perf_counter()
         y.copy_(x)
-        torch.cuda.synchronize()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     del x, y
-    return 2 * 2**30 / best
+    return 2 * nbytes / best
 
 
 def _least_bytes(model, sequences: torch.Tensor, source_length: int, pad: int, beams: int) -> float:
@@ -145,7 +162,10 @@ def main() -> None:
     parser.add_argument("--allow_mismatch", action="store_true",
                         help="report the share of token-identical rows instead of stopping when outputs differ "
                              "(half precision: the two implementations round differently and near-ties can flip)")
+    parser.add_argument("--json", help="also write the rows here (rewritten after every batch size)")
+    parser.add_argument("--bandwidth", type=float, help="copy bandwidth in GB/s to divide by (measured when not given)")
     args = parser.parse_args()
+    import transformers  # here: the GPU suite's peaks part uses _copy_bandwidth alone
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     values = json.load(open(args.config))
@@ -159,12 +179,23 @@ def main() -> None:
     ours.load_state_dict(hf.state_dict())
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     hf, ours = hf.to(args.device, dtype).eval(), ours.to(args.device, dtype).eval()
-    bandwidth = _copy_bandwidth(args.device) if args.device.startswith("cuda") else None
+    bandwidth = args.bandwidth * 1e9 if args.bandwidth else (
+        _copy_bandwidth(args.device) if args.device.startswith("cuda") else None)
     settings = dict(num_beams=args.num_beams, max_length=args.new_tokens + 1,
                     min_length=args.new_tokens if args.workload == "full" else 0,
                     no_repeat_ngram_size=3, length_penalty=1.0, early_stopping=True)
     pad = values.get("pad_token_id", 1)
-    rows, identical_rows = [], []
+    rows, identical_rows, results = [], [], []
+
+    def write_json():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU",
+                           "dtype": args.dtype, "num_beams": args.num_beams, "source_length": args.source_length,
+                           "new_tokens": args.new_tokens, "workload": args.workload,
+                           "bandwidth_bytes_s": bandwidth, "rows": results}, f, indent=1)
+
+    gc.freeze()  # the modules and models live to the end: each run's gc.collect walks only what runs make
     for batch in args.batch_sizes:
         ids = torch.randint(4, values["vocab_size"] - 1, (batch, args.source_length), device=args.device)
         ids[:, 0], ids[:, -1] = 0, 2
@@ -178,40 +209,77 @@ def main() -> None:
                 seconds = time.perf_counter() - start
             return out, seconds, memory.peak
 
-        ours_out, *_ = run(ours)  # warm-up, and the outputs compared
-        hf_out, *_ = run(hf)
-        identical = _identical_rows(ours_out.cpu(), hf_out.cpu(), pad)
-        if identical < batch and not args.allow_mismatch:
-            raise SystemExit(f"batch {batch}: outputs differ ({identical}/{batch} rows identical): the comparison "
-                             f"would be meaningless (--allow_mismatch to report it anyway)")
-        identical_rows.append(identical)
+        outputs = {}  # warm-up runs, and the outputs compared; one that runs out of memory is reported
+        for name, model in (("ours", ours), ("hf", hf)):
+            try:
+                outputs[name], *_ = run(model)
+            except torch.OutOfMemoryError as err:
+                print(f"batch {batch}: {name} ran out of memory ({str(err).splitlines()[0][:200]})", flush=True)
+                break
+        gc.collect()
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        if "ours" not in outputs:
+            rows.append(f"| {batch} | this project: out of memory | | | | | |" + (" |" if bandwidth else ""))
+            results.append(dict(batch=batch, out_of_memory="this project"))
+            write_json()
+            continue
+        ours_out, hf_out = outputs["ours"], outputs.get("hf")
+        identical = agreement = None
+        if hf_out is not None:
+            identical = _identical_rows(ours_out.cpu(), hf_out.cpu(), pad)
+            agreement = _token_agreement(ours_out.cpu(), hf_out.cpu(), pad)
+            if identical < batch and not args.allow_mismatch:
+                raise SystemExit(f"batch {batch}: outputs differ ({identical}/{batch} rows identical): the comparison "
+                                 f"would be meaningless (--allow_mismatch to report it anyway)")
+        identical_rows.append((identical, batch))
         new_tokens = int((ours_out[:, 1:] != pad).sum())
-        timings = {"ours": [], "hf": []}
-        peaks = {"ours": 0, "hf": 0}
+        timed = [("ours", ours)] + ([("hf", hf)] if hf_out is not None else [])
+        timings = {name: [] for name, _ in timed}
+        peaks = {name: 0 for name, _ in timed}
         for _ in range(args.repeats):
-            for name, model in (("ours", ours), ("hf", hf)):
+            for name, model in timed:
                 _, seconds, peak = run(model)
                 timings[name].append(seconds)
                 peaks[name] = max(peaks[name], peak)
-        hf_s, ours_s = statistics.median(timings["hf"]), statistics.median(timings["ours"])
+        median = {name: statistics.median(t) for name, t in timings.items()}
+        hf_s, ours_s = median.get("hf"), median["ours"]
         least = _least_bytes(ours, ours_out, args.source_length, pad, args.num_beams) if bandwidth else None
-        for name, label, seconds in (("hf", f"transformers {transformers.__version__} generate", hf_s),
-                                     ("ours", "this project", ours_s)):
+        for name, label in (("hf", f"transformers {transformers.__version__} generate"), ("ours", "this project")):
+            if name not in median:
+                rows.append(f"| {batch} | {label}: out of memory | | | | | |" + (" |" if bandwidth else ""))
+                continue
+            seconds = median[name]
             share = f" {least / bandwidth / seconds:.1%} |" if bandwidth else ""
+            speedup = f"{hf_s / seconds:.2f}x" if hf_s else "-"
             rows.append(f"| {batch} | {label} | {seconds:.3f} | {batch / seconds:.2f} | {new_tokens / seconds:.0f} | "
-                        f"{peaks[name] / 2**20:.0f} | {hf_s / seconds:.2f}x |{share}")
-        print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, {new_tokens} new tokens, "
-              f"{identical}/{batch} rows token-identical", flush=True)
+                        f"{peaks[name] / 2**20:.0f} | {speedup} |{share}")
+        if hf_s:
+            print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, {new_tokens} new tokens, "
+                  f"{identical}/{batch} rows token-identical, token agreement {agreement:.1%}", flush=True)
+        else:
+            print(f"batch {batch}: ours {ours_s:.2f} s, {new_tokens} new tokens (transformers ran out of memory)",
+                  flush=True)
+        result = dict(batch=batch, new_tokens=new_tokens, identical_rows=identical, token_agreement=agreement,
+                      speedup=hf_s / ours_s if hf_s else None, out_of_memory=None if hf_s else "transformers")
+        for name in ("ours", "hf"):
+            seconds = median.get(name)
+            result.update({f"{name}_seconds": seconds, f"{name}_summaries_s": batch / seconds if seconds else None,
+                           f"{name}_peak_mib": peaks[name] / 2**20 if seconds else None,
+                           f"{name}_bandwidth_share": least / bandwidth / seconds if least and seconds else None})
+        results.append(result)
+        write_json()
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
     shape = os.path.splitext(os.path.basename(args.config))[0].replace("config_", "bart-")
-    same = ", ".join(f"{n}/{b}" for n, b in zip(identical_rows, args.batch_sizes))
+    same = ", ".join(f"{'-' if n is None else n}/{b}" for n, b in identical_rows)
     print(f"\nbeam search, {device}, torch {torch.__version__}: {shape} geometry, {args.dtype}, beams {args.num_beams}, "
           f"source {args.source_length}, up to {args.new_tokens} new tokens, no-repeat 3, workload {args.workload}, "
           f"batch sizes {args.batch_sizes}, medians of {args.repeats}, token-identical rows: {same}")
     if bandwidth:
+        measured = "given by --bandwidth" if args.bandwidth else "device-to-device copy measured in this run"
         print(f"memory-bandwidth limit: the least bytes a run must read (weights of the encoder once and of the decoder "
               f"and LM head per step, cross K/V of the live sources and the self K/V cache per step) at "
-              f"{bandwidth / 1e12:.2f} TB/s (device-to-device copy measured in this run, read + write)")
+              f"{bandwidth / 1e12:.2f} TB/s ({measured}, read + write)")
     extra = (" share of bandwidth limit |", "---|") if bandwidth else ("", "")
     print("| batch | implementation | median s | summaries/s | new tokens/s | peak memory MiB | speedup |" + extra[0])
     print("|---|---|---|---|---|---|---|" + extra[1])

@@ -10,8 +10,8 @@ Contenders, all from the same random weights, bf16 autocast with fp32 master wei
   forward with labels, backward, clip_grad_norm_, ``torch.optim.AdamW(fused=True)``, zero_grad;
 - ``adamw``: this project's ``Trainer.train_step`` with AdamW(fused=True);
 - ``lamb``: the same with LAMB, the pretraining optimizer (apex FusedLAMB when importable, else the
-  project's foreach LAMB: the table names which);
-- ``lamb_fce``: LAMB with ``--fused_cross_entropy`` (LM head + loss in token chunks);
+  project's foreach LAMB: the table names which); ``lamb_foreach``: the project's foreach LAMB always;
+- ``lamb_fce`` / ``adamw_fce``: with ``--fused_cross_entropy`` (LM head + loss in token chunks);
 - ``lamb_compile`` / ``lamb_fce_compile``: the same under ``--compile``.
 
 Model FLOPs per sequence (forward x 3 for training): every matrix multiplication counts
@@ -24,17 +24,25 @@ the achieved FLOP/s by (a) the bf16 matmul peak measured in this run (8192^3, be
 
     python benchmarks/bench_gpu_training.py [--shapes pretrain128,pretrain512,xsum]
         [--contenders hf,adamw,lamb,lamb_fce] [--steps 10] [--warmup 3] [--profile]
+
+benchmarks/gpu_suite.py runs it one shape per process with --json (rewritten after every row, so a
+process stopped part-way keeps the rows it finished), --shrink_on_oom (a batch that does not fit is
+retried at 3/4, 1/2, 1/4, 1/8 of it: the row says which batch ran) and --measured_tflops (the peak its
+peaks part measured); its dry run adds --device cpu, a tiny --config, --batch/--source_length/
+--target_length and --compile_backend eager (dynamo traces the step, no code generation).
 """
 import argparse
+import functools
+import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 
 import torch
-import transformers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -60,43 +68,56 @@ def model_flops_per_sequence(c: BartConfig, source: int, target: int) -> float:
     return 3 * (2 * (enc + dec + head) + 2 * attention)
 
 
-def measured_peak_tflops() -> float:
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measured_peak_tflops(size: int = 8192, device: str = "cuda") -> float:
+    """bf16 matmul TFLOP/s of size^3 products, best of 10 (CUDA events on a GPU, the wall clock on CPU)."""
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
     for _ in range(3):
         a @ b
     best = float("inf")
     for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        a @ b
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3)
-    return 2 * 8192 ** 3 / best / 1e12
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            a @ b
+            end.record()
+            torch.cuda.synchronize()
+            best = min(best, start.elapsed_time(end) / 1e3)
+        else:
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best / 1e12
 
 
-def make_batches(count, batch, source, target, vocab, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
+def make_batches(count, batch, source, target, vocab, seed=0, device="cuda"):
+    g = torch.Generator(device=device).manual_seed(seed)
     out = []
     for _ in range(count):
-        ids = torch.randint(4, vocab, (batch, source), device="cuda", generator=g)
-        labels = torch.randint(4, vocab, (batch, target), device="cuda", generator=g)
+        ids = torch.randint(4, vocab, (batch, source), device=device, generator=g)
+        labels = torch.randint(4, vocab, (batch, target), device=device, generator=g)
         dec = torch.cat([torch.full_like(labels[:, :1], 2), labels[:, :-1]], 1)
         out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "decoder_input_ids": dec,
                     "labels": labels})
     return out
 
 
-def hf_step_fn(state_dict, values):
-    hf = transformers.BartForConditionalGeneration(transformers.BartConfig(
-        **{k: v for k, v in values.items() if k not in ("pre_ln", "dtype")}, attn_implementation="sdpa"))
+def hf_step_fn(state_dict, values, device="cuda"):
+    import transformers  # here: the suite's profile part runs the project's step without it
+    with torch.device(device):  # initialised where it runs (the weights are then the state dict's)
+        hf = transformers.BartForConditionalGeneration(transformers.BartConfig(
+            **{k: v for k, v in values.items() if k not in ("pre_ln", "dtype")}, attn_implementation="sdpa"))
     hf.load_state_dict(state_dict)
-    model = hf.cuda().train()
+    model = hf.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, eps=1e-6, fused=True)
 
     def step(batch):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
             loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                          decoder_input_ids=batch["decoder_input_ids"], labels=batch["labels"]).loss
         loss.backward()
@@ -107,120 +128,204 @@ def hf_step_fn(state_dict, values):
     return step, f"transformers {transformers.__version__} sdpa + AdamW(fused)"
 
 
-def project_step_fn(state_dict, config, name):
-    model = BartForConditionalGeneration(config)
+def project_step_fn(state_dict, config, name, device="cuda"):
+    with torch.device(device):
+        model = BartForConditionalGeneration(config)
     model.load_state_dict(state_dict)
-    model = model.cuda()
-    optimizer_name = "adamw" if name == "adamw" else "lamb"
-    optimizer, clips = build_optimizer(model, optimizer_name, lr=LR, weight_decay=WEIGHT_DECAY, max_grad_norm=CLIP)
+    model = model.to(device)
+    optimizer_name = "adamw" if name.startswith("adamw") else "lamb"
+    optimizer, clips = build_optimizer(model, optimizer_name, lr=LR, weight_decay=WEIGHT_DECAY, max_grad_norm=CLIP,
+                                       prefer_apex="foreach" not in name)
     scheduler = build_scheduler(optimizer, "linear", 2, 10_000)
     trainer = Trainer(model, optimizer, scheduler, [], TrainerConfig(
         output_dir=tempfile.mkdtemp(), max_steps=10_000, precision="bf16", gradient_clip_val=CLIP,
         compile="compile" in name, fused_cross_entropy="fce" in name, progress_bar=False),
-        clips_internally=clips, device=torch.device("cuda"))
-    label = f"this project: {type(optimizer).__module__.split('.')[0]}.{type(optimizer).__name__}"
+        clips_internally=clips, device=torch.device(device))
+    kind = type(optimizer).__name__
+    kind = {"FusedLAMB": "apex FusedLAMB", "Lamb": "foreach LAMB",
+            "AdamW": f"AdamW({'fused' if optimizer.defaults.get('fused') else 'foreach'})"}.get(kind, kind)
+    label = f"this project: {kind}"
     label += "".join(s for k, s in (("fce", " + fused CE"), ("compile", " + compile")) if k in name)
     return (lambda batch: trainer.train_step([batch])), label
 
 
-def time_steps(step, batches, warmup):
+def time_steps(step, batches, warmup, device="cuda"):
+    """Seconds per update after ``warmup`` updates, and peak memory in GiB (CUDA: max allocated;
+    CPU: the process's peak resident set)."""
     for batch in batches[:warmup]:
         step(batch)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    synchronize(device)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     for batch in batches[warmup:]:
         step(batch)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / (len(batches) - warmup), torch.cuda.max_memory_allocated() / 2 ** 30
+    synchronize(device)
+    seconds = (time.perf_counter() - start) / (len(batches) - warmup)
+    if device.startswith("cuda"):
+        return seconds, torch.cuda.max_memory_allocated() / 2 ** 30
+    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 
 
-def profile_step(step, batches, rows=15):
+def top_kernels(prof, device="cuda", rows=15) -> tuple[float, list]:
+    """(total ms, rows) of a profile: GPU kernels by self device time (CPU: operators by self CPU time)."""
+    key = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0 and not e.key.startswith("ProfilerStep")]
+    total = sum(getattr(e, key) for e in events)
+    events.sort(key=lambda e: -getattr(e, key))
+    return total / 1e3, [dict(kernel=e.key, calls=e.count, ms=getattr(e, key) / 1e3,
+                              share=getattr(e, key) / total) for e in events[:rows]]
+
+
+def print_kernels(title, total_ms, rows) -> None:
+    print(f"\ntop kernels of {title} ({total_ms:.1f} ms)")
+    print("| kernel | calls | ms | share |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['kernel'][:110]} | {r['calls']} | {r['ms']:.1f} | {100 * r['share']:.1f}% |")
+
+
+def profile_step(step, batches, rows=15, device="cuda"):
     from torch.profiler import ProfilerActivity, profile
     step(batches[0])
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    synchronize(device)
+    activity = ProfilerActivity.CUDA if device.startswith("cuda") else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
         step(batches[1])
-        torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0)]
-    total = sum(getattr(e, "self_device_time_total", 0) for e in events)
-    events.sort(key=lambda e: -getattr(e, "self_device_time_total", 0))
-    print(f"\ntop kernels of one step ({total / 1e3:.1f} ms of GPU time)")
-    print("| kernel | calls | ms | share |\n|---|---|---|---|")
-    for e in events[:rows]:
-        t = e.self_device_time_total
-        print(f"| {e.key[:110]} | {e.count} | {t / 1e3:.1f} | {100 * t / total:.1f}% |")
+        synchronize(device)
+    total, found = top_kernels(prof, device, rows)
+    print_kernels("one step", total, found)
+    return {"total_ms": total, "rows": found}
 
 
-def versions() -> str:
+def versions(device="cuda") -> str:
+    import transformers
     try:
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                 capture_output=True, text=True).stdout.strip()
     except OSError:
         driver = "?"
     container = os.environ.get("NVIDIA_PYTORCH_VERSION") or os.environ.get("PYTORCH_VERSION") or "none (not NGC)"
-    return (f"{torch.cuda.get_device_name()}, driver {driver}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else "CPU"
+    return (f"{name}, driver {driver}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
             f"transformers {transformers.__version__}, NGC container {container}")
+
+
+CONTENDERS = ("hf", "adamw", "adamw_fce", "lamb", "lamb_foreach", "lamb_fce", "lamb_compile", "lamb_fce_compile")
+
+
+def _batch_candidates(batch: int, shrink: bool) -> list:
+    """The batch, then (--shrink_on_oom) 3/4, 1/2, 1/4 and 1/8 of it."""
+    smaller = [batch * 3 // 4, batch // 2, batch // 4, batch // 8] if shrink else []
+    return [batch] + sorted({b for b in smaller if 1 <= b < batch}, reverse=True)
+
+
+def time_fitting(step, batches, warmup, device, candidates):
+    """(batch, seconds, GiB, batches that ran out of memory): the first candidate batch that fits,
+    each a slice of the same batches; (None, None, None, tried) when none fits."""
+    out_of_memory = []
+    for size in candidates:
+        try:
+            seconds, memory = time_steps(step, [{k: v[:size] for k, v in b.items()} for b in batches], warmup, device)
+            return size, seconds, memory, out_of_memory
+        except torch.OutOfMemoryError:
+            out_of_memory.append(size)
+        gc.collect()  # the failed step's tensors are freed with its traceback, outside the except block
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return None, None, None, out_of_memory
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/config.json")
     parser.add_argument("--shapes", default="pretrain128,pretrain512,xsum")
-    parser.add_argument("--contenders", default="hf,adamw,lamb,lamb_fce")
+    parser.add_argument("--contenders", default="hf,adamw,lamb,lamb_fce", help=f"comma-separated, of {CONTENDERS}")
     parser.add_argument("--steps", type=int, default=10, help="timed updates per contender")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--peak_tflops", type=float, default=989.0, help="datasheet dense bf16 peak")
     parser.add_argument("--profile", action="store_true", help="top kernels of one step of the last contender")
-    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--json", help="also write the rows here (rewritten after every row)")
+    parser.add_argument("--device", default="cuda", help="cuda; cpu for dry runs of the code paths (tiny --config)")
+    parser.add_argument("--batch", type=int, help="batch size instead of each shape's")
+    parser.add_argument("--source_length", type=int, help="source length instead of each shape's")
+    parser.add_argument("--target_length", type=int, help="target length instead of each shape's")
+    parser.add_argument("--shrink_on_oom", action="store_true",
+                        help="a batch that runs out of memory is retried at 3/4, 1/2, 1/4, 1/8 of it")
+    parser.add_argument("--measured_tflops", type=float,
+                        help="the measured bf16 matmul peak to divide by (measured here when not given)")
+    parser.add_argument("--compile_backend", default="inductor",
+                        help="torch.compile backend of the *_compile contenders (eager: dynamo only, for dry runs)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_gpu_training.py needs a CUDA GPU")
+    unknown = [n for n in args.contenders.split(",") if n not in CONTENDERS]
+    unknown += [n for n in args.shapes.split(",") if n not in SHAPES]
+    if unknown:
+        parser.error(f"unknown contender or shape {unknown}: contenders {CONTENDERS}, shapes {tuple(SHAPES)}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("bench_gpu_training.py needs a CUDA GPU (--device cpu runs the code paths on CPU)")
+    if args.compile_backend != "inductor":  # the Trainer calls torch.compile(model)
+        torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
     torch.backends.cuda.matmul.allow_tf32 = True
     values = dict(json.load(open(os.path.join(ROOT, args.config))))
     config = BartConfig(**values)
     torch.manual_seed(0)
     state_dict = BartForConditionalGeneration(config).state_dict()
-    peak = measured_peak_tflops()
-    print(f"{versions()}\nmeasured bf16 matmul peak {peak:.0f} TFLOP/s, datasheet {args.peak_tflops:.0f}")
+    peak = args.measured_tflops or measured_peak_tflops(device=args.device)
+    print(f"{versions(args.device)}\nmeasured bf16 matmul peak {peak:.0f} TFLOP/s, datasheet {args.peak_tflops:.0f}")
     results = []
+
+    def write_json(profile=None):
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"versions": versions(args.device), "peak_tflops": peak, "datasheet_tflops": args.peak_tflops,
+                           "rows": results, "profile": profile}, f, indent=1)
+
+    profile = None
     for shape in args.shapes.split(","):
         batch, source, target = SHAPES[shape]
+        batch, source, target = args.batch or batch, args.source_length or source, args.target_length or target
         flops = model_flops_per_sequence(config, source, target)
-        batches = make_batches(args.warmup + args.steps, batch, source, target, config.vocab_size)
-        print(f"\n{shape}: bart-large, batch {batch} x {source}/{target}, bf16, {flops / 1e12:.3f} TFLOP per "
-              f"sequence, median over {args.steps} updates after {args.warmup}")
-        print("| contender | s/update | seq/s | tokens/s (src+tgt) | TFLOP/s | MFU measured | MFU datasheet "
-              "| peak GiB | vs hf |\n|---|---|---|---|---|---|---|---|---|")
+        batches = make_batches(args.warmup + 2 + args.steps, batch, source, target, config.vocab_size,
+                               device=args.device)
+        print(f"\n{shape}: {os.path.basename(args.config)}, batch {batch} x {source}/{target}, bf16, "
+              f"{flops / 1e12:.3f} TFLOP per sequence, mean over {args.steps} updates after {args.warmup}")
+        print("| contender | batch | s/update | seq/s | tokens/s (src+tgt) | TFLOP/s | MFU measured | MFU datasheet "
+              "| peak GiB | vs hf |\n|---|---|---|---|---|---|---|---|---|---|")
         reference = None
         step = None
         for name in args.contenders.split(","):
-            torch.cuda.empty_cache()
-            step, label = hf_step_fn(state_dict, values) if name == "hf" else project_step_fn(state_dict, config, name)
-            try:
-                seconds, memory = time_steps(step, batches, args.warmup + (2 if "compile" in name else 0))
-            except torch.OutOfMemoryError:
-                print(f"| {label} | out of memory | | | | | | | |")
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+            step, label = (hf_step_fn(state_dict, values, args.device) if name == "hf"
+                           else project_step_fn(state_dict, config, name, args.device))
+            warmup = args.warmup + (2 if "compile" in name else 0)
+            size, seconds, memory, oom = time_fitting(step, batches[:warmup + args.steps], warmup, args.device,
+                                                      _batch_candidates(batch, args.shrink_on_oom))
+            if size is None:
+                print(f"| {label} | out of memory at {oom} | | | | | | | | |")
+                results.append(dict(shape=shape, contender=name, label=label, out_of_memory=oom))
+                write_json()
                 step = None
                 continue
-            reference = reference or (seconds if name == "hf" else None)
-            achieved = flops * batch / seconds / 1e12
-            ratio = f"{reference / seconds:.2f}x" if reference else "-"
-            print(f"| {label} | {seconds:.4f} | {batch / seconds:,.1f} | {batch * (source + target) / seconds:,.0f} "
+            seq_s = size / seconds
+            reference = reference or (seq_s if name == "hf" else None)
+            achieved = flops * seq_s / 1e12
+            ratio = f"{seq_s / reference:.2f}x" if reference else "-"
+            print(f"| {label} | {size} | {seconds:.4f} | {seq_s:,.1f} | {seq_s * (source + target):,.0f} "
                   f"| {achieved:.0f} | {100 * achieved / peak:.1f}% | {100 * achieved / args.peak_tflops:.1f}% "
                   f"| {memory:.1f} | {ratio} |", flush=True)
-            results.append(dict(shape=shape, contender=name, label=label, seconds=seconds, seq_s=batch / seconds,
-                                tflops=achieved, mfu_measured=achieved / peak, mfu_datasheet=achieved / args.peak_tflops,
-                                peak_gib=memory))
+            results.append(dict(shape=shape, contender=name, label=label, batch=size, source=source, target=target,
+                                out_of_memory=oom, seconds=seconds, seq_s=seq_s, tokens_s=seq_s * (source + target),
+                                tflops=achieved, mfu_measured=achieved / peak,
+                                mfu_datasheet=achieved / args.peak_tflops,
+                                peak_gib=memory, vs_hf=seq_s / reference if reference else None))
+            write_json()
             if not (args.profile and name == args.contenders.split(",")[-1]):
                 del step
                 step = None
         if args.profile and step is not None:
-            profile_step(step, batches)
+            profile = profile_step(step, [{k: v[:size] for k, v in b.items()} for b in batches[:2]], device=args.device)
             del step
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"versions": versions(), "peak_tflops": peak, "rows": results}, f, indent=1)
+    write_json(profile)
 
 
 if __name__ == "__main__":

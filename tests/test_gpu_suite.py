@@ -1,0 +1,286 @@
+"""benchmarks/gpu_suite.sh: the one-command GPU suite. Its dry run on CPU (every part's figures and the
+report), failing, out-of-memory and hung parts reported while the others run, one-line refusals; and
+the pieces it relies on (datasheet peaks by device name, the budget's shares, batches shrunk on OOM,
+beam search past a batch that does not fit, the report of a part stopped part-way)."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import bench_generation  # noqa: E402
+import bench_gpu_training  # noqa: E402
+import gpu_suite  # noqa: E402
+from gpu_suite_report import render  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_suite.sh")
+
+
+def _suite(*args, faults=None, cuda_hidden=False, timeout=240):
+    env = {k: v for k, v in os.environ.items() if k != gpu_suite.FAULTS_ENV}
+    env["OMP_NUM_THREADS"] = "1"  # tiny models: robust when other work shares the cores
+    if faults:
+        env[gpu_suite.FAULTS_ENV] = faults
+    if cuda_hidden:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    start = time.time()
+    run = subprocess.run(["bash", SCRIPT, *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    return run, time.time() - start
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_suite") / "out"
+    run, seconds = _suite(out, "--dry-run")
+    assert run.returncode == 0, run.stdout + run.stderr
+    print(f"dry run: {seconds:.1f} s")
+    return out, json.loads((out / "suite.json").read_text()), (out / "report.md").read_text()
+
+
+def test_dry_run_every_part_ok_with_its_figures(dry_run):
+    out, suite, _ = dry_run
+    assert suite["dry_run"] is True
+    assert {p: s["status"] for p, s in suite["parts"].items()} == {p: "ok" for p in gpu_suite.PART_NAMES}
+    figures = suite["figures"]
+    env = figures["env"]
+    import transformers
+    assert env["torch"] == torch.__version__ and env["transformers"] == transformers.__version__
+    assert env["gpu"].startswith("none visible") and env["apex"] and env["container"] and env["driver"]
+    peaks = figures["peaks"]
+    assert peaks["matmul_tflops"] > 0 and peaks["bandwidth_bytes_s"] > 0
+    apex = "present" in env["apex"]
+    for part, shape in gpu_suite.DRY_TRAIN_SHAPES.items():
+        expected = gpu_suite.CONTENDERS[part].split(",")
+        if apex and part != "finetune_xsum":
+            expected.insert(expected.index("lamb_fce") + 1, "lamb_foreach")
+        rows = figures[part]["rows"]
+        assert [r["contender"] for r in rows] == expected, part
+        assert all((r["batch"], r["source"], r["target"]) == shape and r["seq_s"] > 0 and r["tflops"] > 0
+                   for r in rows), rows
+        assert figures[part]["peak_tflops"] == peaks["matmul_tflops"]  # MFU against the peak measured in the run
+        assert figures[part]["datasheet_tflops"] == 989.0  # the dry run's H100 SXM stand-in
+    beam = figures["beam"]
+    assert [r["batch"] for r in beam["rows"]] == list(gpu_suite.DRY_BEAM["batch_sizes"])
+    assert beam["bandwidth_bytes_s"] == pytest.approx(peaks["bandwidth_bytes_s"])  # the peaks part's figure
+    for r in beam["rows"]:
+        assert r["ours_summaries_s"] > 0 and r["hf_summaries_s"] > 0 and 0 <= r["token_agreement"] <= 1
+        assert r["ours_bandwidth_share"] > 0 and r["speedup"] == pytest.approx(r["hf_seconds"] / r["ours_seconds"])
+    for key in ("train", "decode"):
+        rows = figures["profile"][key]["rows"]
+        assert 5 <= len(rows) <= 15 and sum(r["share"] for r in rows) <= 1 + 1e-9
+        assert not any(r["kernel"].startswith("ProfilerStep") for r in rows)
+        assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
+    tests = figures["tests"]  # CUDA is hidden from the dry run's parts: every GPU test skips
+    assert tests["tests"] == tests["skipped"] >= 1 and tests["failed_tests"] == []
+    for part in gpu_suite.PART_NAMES:
+        assert (out / f"{part}.log").stat().st_size > 0
+
+
+def test_dry_run_report_sections_and_figures(dry_run):
+    out, suite, report = dry_run
+    headings = [line for line in report.splitlines() if line.startswith("#")]
+    expected = ["# GPU suite report (DRY RUN)", "## Parts", "## Targets", "## Versions", "## tests/test_gpu.py",
+                "## Measured peaks", "## Pretraining, bart-large at 128", "## Pretraining, bart-large at 512",
+                "## Fine-tuning, bart-large, XSum shape", "## Beam search", "## Top kernels",
+                "### one training step", "### one decode step"]
+    assert len(headings) == len(expected)
+    assert all(h.startswith(e) for h, e in zip(headings, expected)), headings
+    assert "**Dry run on CPU**" in report and "not measurements" in report
+    assert not re.search(r"^\*\*\w+: ", report, flags=re.M)  # no part reported as failed
+    targets = report.split("## Targets")[1].split("## Versions")[0]
+    checks = [line for line in targets.splitlines() if line.startswith("| ") and not line.startswith("| part")]
+    assert len(checks) == 10 and all(line.rstrip(" |").endswith(("yes", "no")) for line in checks), checks
+    figures = suite["figures"]
+    assert f"| torch | {figures['env']['torch']} |" in report
+    assert "| container (NVIDIA_PYTORCH_VERSION / PYTORCH_BUILD_VERSION) |" in report
+    assert f"{figures['peaks']['matmul_tflops']:,.1f} TFLOP/s" in report
+    section = report.split("## Pretraining, bart-large at 512")[1].split("## Fine-tuning")[0]
+    for r in figures["pretrain512"]["rows"]:
+        assert f"| {r['contender']}: {r['label']} | {r['batch']} | {r['seconds']:.4f} | {r['seq_s']:,.1f} |" in section
+    beam = report.split("## Beam search")[1].split("## Top kernels")[0]
+    for r in figures["beam"]["rows"]:
+        assert f"| {r['batch']} | {r['hf_summaries_s']:,.2f} | {r['ours_summaries_s']:,.2f} | {r['speedup']:.2f}x |" \
+            in beam
+    kernels = report.split("### one decode step")[1]
+    assert figures["profile"]["decode"]["rows"][0]["kernel"][:120] in kernels
+
+
+def test_failing_parts_are_reported_and_the_others_run(tmp_path):
+    """A hung part is stopped at its limit, a failing and an out-of-memory part are reported with the
+    last line of their logs, and the parts after them run and give their figures."""
+    out = tmp_path / "out"
+    run, seconds = _suite(out, "--dry-run", "--budget", "30", "--parts", "env,peaks,pretrain128,finetune_xsum,profile",
+                          faults="env=hang,pretrain128=error,finetune_xsum=oom")
+    assert run.returncode == 0, run.stdout + run.stderr
+    suite = json.loads((out / "suite.json").read_text())
+    status = {p: s["status"] for p, s in suite["parts"].items()}
+    assert status["env"].startswith("timed out after") and status["pretrain128"] == "failed (exit 1)"
+    assert status["finetune_xsum"] == "out of memory" and status["peaks"] == status["profile"] == "ok"
+    assert suite["parts"]["env"]["seconds"] < suite["parts"]["env"]["limit"] + 6
+    assert suite["figures"]["peaks"]["matmul_tflops"] > 0 and suite["figures"]["profile"]["decode"]["rows"]
+    assert suite["figures"]["env"] is None and suite["figures"]["pretrain128"] is None
+    report = (out / "report.md").read_text()
+    assert re.search(r"^\*\*env: timed out after \d+ s\*\*: `injected hang` \(raw log: `env.log`\)", report, re.M)
+    assert "**pretrain128: failed (exit 1)**: `RuntimeError: injected failure (GPU_SUITE_FAULTS)`" in report
+    assert "**finetune_xsum: out of memory**: `torch.OutOfMemoryError: injected out of memory" in report
+    assert "| pretrain128 | this project's best seq/s >= 1,090.0 | - | not measured |" in report
+    assert "### one decode step: this project" in report and "## Measured peaks" in report
+    assert seconds < 30 + 10
+    hung = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid).count("injected hang")]
+    assert not hung  # the hung part's process group was ended
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_without_cuda_and_without_dry_run_exits_2_in_one_line(tmp_path):
+    run, seconds = _suite(tmp_path / "out", cuda_hidden=True)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "no CUDA GPU is visible" in run.stderr and "--dry-run" in run.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize("args, faults, named", [
+    (["--budget", "0"], None, "--budget"), (["--parts", "env,nope"], None, "--parts"),
+    ([], "peaks=explode", "GPU_SUITE_FAULTS"), ("file", None, "is a file"), ("none", None, "OUT_DIR missing")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, faults, named):
+    if args == "file":
+        (tmp_path / "taken").write_text("")
+        args = [tmp_path / "taken", "--dry-run"]
+    elif args == "none":
+        args = []
+    else:
+        args = [tmp_path / "out", "--dry-run", *args]
+    run, _ = _suite(*args, faults=faults)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and named in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_datasheet_peaks_by_device_name():
+    cases = {"NVIDIA H100 80GB HBM3": (989.0, 3.35), "NVIDIA H100 PCIe": (756.0, 2.0), "NVIDIA H100 NVL": (835.0, 3.9),
+             "NVIDIA H200": (989.0, 4.8), "NVIDIA H200 NVL": (835.0, 4.8), "NVIDIA GH200 480GB": (989.0, None),
+             "NVIDIA A100-SXM4-80GB": (312.0, 2.039), "NVIDIA A100-SXM4-40GB": (312.0, 1.555),
+             "NVIDIA A100 80GB PCIe": (312.0, 1.935), "NVIDIA GeForce RTX 4090": (None, None), "": (None, None)}
+    assert {name: gpu_suite.datasheet_peaks(name) for name in cases} == cases
+
+
+def test_part_limits_share_the_time_left():
+    weights = list(gpu_suite.PART_WEIGHTS.values())
+    assert sum(weights) == 530  # the default 540 s budget, 10 s kept for the report
+    assert gpu_suite.part_limits(530, weights) == pytest.approx(15)
+    # a part that finished early leaves its time to the ones after it, in proportion to their weights
+    assert gpu_suite.part_limits(530 - 5, weights[1:]) == pytest.approx(525 * 15 / 515)
+    assert gpu_suite.part_limits(100, weights[-1:]) == 100
+
+
+def test_training_batch_shrinks_until_it_fits():
+    """--shrink_on_oom: a batch that runs out of memory is retried at 3/4, 1/2, 1/4, 1/8 of it, slices
+    of the same batches; without it the contender is reported out of memory."""
+    seen = []
+
+    def step(batch):
+        rows = batch["input_ids"].shape[0]
+        seen.append(rows)
+        if rows > 100:
+            raise torch.OutOfMemoryError("too big")
+
+    batches = [{"input_ids": torch.arange(200 * 3).view(200, 3)} for _ in range(3)]
+    assert bench_gpu_training._batch_candidates(200, True) == [200, 150, 100, 50, 25]
+    size, seconds, memory, oom = bench_gpu_training.time_fitting(step, batches, 1, "cpu",
+                                                                  bench_gpu_training._batch_candidates(200, True))
+    assert (size, oom) == (100, [200, 150]) and seconds > 0 and memory > 0
+    assert seen == [200, 150, 100, 100, 100]
+    assert bench_gpu_training.time_fitting(step, batches, 1, "cpu", bench_gpu_training._batch_candidates(200, False)) \
+        == (None, None, None, [200])
+
+
+def test_beam_benchmark_reports_a_batch_that_does_not_fit_and_runs_the_next(tmp_path, monkeypatch):
+    """bench_generation: transformers out of memory at batch 3 (this project timed alone), this project
+    out of memory at 4 (the batch reported), batch 1 compared as usual; the JSON has every batch."""
+    import transformers
+
+    from bart.modeling import BartForConditionalGeneration
+    values = json.load(open(os.path.join(ROOT, "configs", "config.json")))
+    values.update(gpu_suite.DRY_CONFIG)
+    (tmp_path / "config.json").write_text(json.dumps(values))
+
+    def failing_from(cls, rows):
+        original = cls.generate
+
+        def generate(self, input_ids, **kwargs):
+            if input_ids.shape[0] >= rows:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB (a test)")
+            return original(self, input_ids, **kwargs)
+        monkeypatch.setattr(cls, "generate", generate)
+
+    failing_from(transformers.BartForConditionalGeneration, 3)
+    failing_from(BartForConditionalGeneration, 4)
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sys, "argv", ["bench_generation.py", "--config", str(tmp_path / "config.json"), "--device",
+                                      "cpu", "--batch_sizes", "1", "3", "4", "--num_beams", "2", "--new_tokens", "4",
+                                      "--source_length", "12", "--threads", "1", "--bandwidth", "10",
+                                      "--json", str(tmp_path / "beam.json")])
+    try:
+        bench_generation.main()
+    finally:
+        torch.set_num_threads(threads)
+    rows = json.loads((tmp_path / "beam.json").read_text())["rows"]
+    assert [r["batch"] for r in rows] == [1, 3, 4]
+    assert rows[0]["out_of_memory"] is None and rows[0]["hf_summaries_s"] > 0 and rows[0]["identical_rows"] == 1
+    assert rows[0]["token_agreement"] == 1.0 and rows[0]["ours_bandwidth_share"] > 0
+    assert rows[1]["out_of_memory"] == "transformers" and rows[1]["ours_summaries_s"] > 0
+    assert rows[1]["hf_summaries_s"] is None and rows[1]["speedup"] is None and rows[1]["token_agreement"] is None
+    assert rows[2] == {"batch": 4, "out_of_memory": "this project"}
+
+
+def test_token_agreement_counts_positions_either_output_uses():
+    pad = 1
+    a = torch.tensor([[2, 5, 6, 7, 2], [2, 5, 2, pad, pad]])
+    b = torch.tensor([[2, 5, 6, 8, 2], [2, 5, 2, pad, pad]])
+    assert bench_generation._token_agreement(a, b, pad) == pytest.approx(7 / 8)
+    assert bench_generation._token_agreement(a, b[:, :3], pad) == pytest.approx(6 / 8)
+
+
+def test_report_keeps_the_rows_of_a_part_stopped_part_way(tmp_path):
+    """A training part stopped at its limit after two contenders: its rows, MFU against the measured
+    and datasheet peaks, the targets from them, and the status line; a pytest stopped before its XML
+    is counted from its -v log."""
+    (tmp_path / "peaks.json").write_text(json.dumps({"matmul_tflops": 800.0, "bandwidth_bytes_s": 3.0e12,
+                                                     "matmul_size": 8192, "copy_bytes": 2**30, "device": "x"}))
+    (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3"}))
+    row = dict(shape="pretrain128", batch=200, source=128, target=128, out_of_memory=[], peak_gib=40.0)
+    rows = [dict(row, contender="hf", label="transformers", seconds=0.25, seq_s=800.0, tokens_s=204800.0,
+                 tflops=253.9),
+            dict(row, contender="lamb", label="this project: apex.FusedLAMB", seconds=0.16, seq_s=1250.0,
+                 tokens_s=320000.0, tflops=396.7, out_of_memory=[250])]
+    (tmp_path / "pretrain128.json").write_text(json.dumps({"peak_tflops": 800.0, "rows": rows}))
+    (tmp_path / "tests.log").write_text("tests/test_gpu.py::test_a[bf16] PASSED [ 10%]\n"
+                                        "tests/test_gpu.py::test_b FAILED [ 20%]\n")
+    suite = gpu_suite.Suite(str(tmp_path), False, 540.0, ["peaks", "pretrain128", "tests"], (None, None), time.time())
+    suite.status = {"peaks": dict(status="ok", seconds=3.0, limit=15.0),
+                    "pretrain128": dict(status="timed out after 140 s", seconds=140.0, limit=140.0,
+                                        reason="compiling"),
+                    "tests": dict(status="timed out after 75 s", seconds=75.0, limit=75.0, reason="")}
+    report = render(suite)
+    assert "| lamb: this project: apex.FusedLAMB | 200 (OOM at [250]) | 0.1600 | 1,250.0 | 320,000 | 396.7 | " \
+           "49.6% | 40.1% | 40.0 | 1.56x |" in report
+    assert "**pretrain128: timed out after 140 s**: `compiling` (raw log: `pretrain128.log`)" in report
+    assert "| pretrain128 | this project's best seq/s >= 1,090.0 | 1,250.0 | yes |" in report
+    assert "| pretrain128 | MFU (datasheet) >= 35% | 40.1% | yes |" in report
+    assert "| pretrain128 | vs transformers + fused AdamW >= 1.3x | 1.56x | yes |" in report
+    assert "| pretrain512 | this project's best seq/s >= 290.0 | - | not measured |" in report
+    assert "| memory bandwidth, 1,024 MiB copy (read + write), best of 10 | 3.000 TB/s | 3.35 TB/s | 89.6% |" in report
+    assert "1 passed, 1 failed, 0 errors, 0 skipped, of 2 (from its log" in report
+    assert "Failed: `tests/test_gpu.py::test_b`" in report
