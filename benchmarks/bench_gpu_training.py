@@ -270,13 +270,14 @@ def main() -> None:
     torch.manual_seed(0)
     state_dict = BartForConditionalGeneration(config).state_dict()
     peak = args.measured_tflops or measured_peak_tflops(device=args.device)
-    print(f"{versions(args.device)}\nmeasured bf16 matmul peak {peak:.0f} TFLOP/s, datasheet {args.peak_tflops:.0f}")
+    version_line = versions(args.device)
+    print(f"{version_line}\nmeasured bf16 matmul peak {peak:.0f} TFLOP/s, datasheet {args.peak_tflops:.0f}")
     results = []
 
     def write_json(profile=None):
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"versions": versions(args.device), "peak_tflops": peak, "datasheet_tflops": args.peak_tflops,
+                json.dump({"versions": version_line, "peak_tflops": peak, "datasheet_tflops": args.peak_tflops,
                            "rows": results, "profile": profile}, f, indent=1)
 
     profile = None

@@ -109,9 +109,10 @@ def part_env(out_dir: str, dry_run: bool) -> None:
     except (OSError, subprocess.TimeoutExpired) as err:
         driver = f"nvidia-smi not available ({type(err).__name__})"
     from bart.optim import _apex_lamb
+    fused_lamb = _apex_lamb() is not None  # importable with its CUDA extensions
     apex = version("apex")
-    apex = (f"present ({apex or 'no version'}), FusedLAMB " + ("importable" if _apex_lamb() else "not importable")) \
-        if apex or _apex_lamb() else "absent"
+    apex = (f"present ({apex or 'no version'}), FusedLAMB " + ("usable" if fused_lamb else "not usable")) \
+        if apex or fused_lamb else "absent"
     cuda = torch.cuda.is_available()
     _write_json(os.path.join(out_dir, "env.json"), {
         "gpu": torch.cuda.get_device_name() if cuda else "none visible (CPU)",
@@ -119,6 +120,7 @@ def part_env(out_dir: str, dry_run: bool) -> None:
         "gpu_count": torch.cuda.device_count() if cuda else 0, "driver": driver,
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if cuda else None,
         "torch": torch.__version__, "transformers": version("transformers"), "apex": apex,
+        "apex_fused_lamb": fused_lamb,
         "dllogger": version("dllogger"), "python": sys.version.split()[0],
         "container": os.environ.get("NVIDIA_PYTORCH_VERSION") or os.environ.get("PYTORCH_BUILD_VERSION")
         or "none (NVIDIA_PYTORCH_VERSION and PYTORCH_BUILD_VERSION not set)"})
@@ -195,7 +197,7 @@ def part_profile(out_dir: str, dry_run: bool, train_batch: int = 0) -> None:
     training.print_kernels("one decode step", total, rows)
     result["decode"] = {"total_ms": total, "rows": rows, "label": "this project, bf16",
                         "shape": f"batch {ids.shape[0]} x beams {beam['num_beams']}, source {beam['source_length']}, "
-                                 f"step {middle + 1} of {beam['new_tokens']}"}
+                                 f"step {middle} of {beam['new_tokens']}"}
     _write_json(os.path.join(out_dir, "profile.json"), result)
 
 
@@ -274,7 +276,7 @@ class Suite:
             return command
         batch, source, target = (DRY_TRAIN_SHAPES if dry else TRAIN_SHAPES)[part]
         contenders = CONTENDERS[part]
-        if part != "finetune_xsum" and "present" in (self.figures("env") or {}).get("apex", ""):
+        if part != "finetune_xsum" and (self.figures("env") or {}).get("apex_fused_lamb"):
             contenders = contenders.replace("lamb_fce,", "lamb_fce,lamb_foreach,", 1)  # apex's LAMB and ours
         shape = "xsum" if part == "finetune_xsum" else part
         command = [py, os.path.join(HERE, "bench_gpu_training.py"), "--config", config, "--shapes", shape,

@@ -55,7 +55,7 @@ def test_dry_run_every_part_ok_with_its_figures(dry_run):
     assert env["gpu"].startswith("none visible") and env["apex"] and env["container"] and env["driver"]
     peaks = figures["peaks"]
     assert peaks["matmul_tflops"] > 0 and peaks["bandwidth_bytes_s"] > 0
-    apex = "present" in env["apex"]
+    apex = env["apex_fused_lamb"]  # apex's LAMB usable: the project's own LAMB is a contender too
     for part, shape in gpu_suite.DRY_TRAIN_SHAPES.items():
         expected = gpu_suite.CONTENDERS[part].split(",")
         if apex and part != "finetune_xsum":
@@ -284,3 +284,53 @@ def test_report_keeps_the_rows_of_a_part_stopped_part_way(tmp_path):
     assert "| memory bandwidth, 1,024 MiB copy (read + write), best of 10 | 3.000 TB/s | 3.35 TB/s | 89.6% |" in report
     assert "1 passed, 1 failed, 0 errors, 0 skipped, of 2 (from its log" in report
     assert "Failed: `tests/test_gpu.py::test_b`" in report
+
+
+def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp_path):
+    """The commands a GPU run gives its parts (the dry run only shows the tiny ones): issue 28's shapes,
+    the peaks the peaks part measured, the datasheet peak of the GPU's name, apex's LAMB and the
+    project's own when apex can run, the profile at the batch pretraining could run."""
+    (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "apex_fused_lamb": True}))
+    (tmp_path / "peaks.json").write_text(json.dumps({"matmul_tflops": 750.5, "bandwidth_bytes_s": 4.2e12}))
+    (tmp_path / "pretrain128.json").write_text(json.dumps({"rows": [{"contender": "lamb_fce", "batch": 150}]}))
+    suite = gpu_suite.Suite(str(tmp_path), False, 540.0, list(gpu_suite.PART_NAMES), (None, None), time.time())
+
+    def flag(command, name):
+        return command[command.index(name) + 1]
+
+    for part, (batch, source, target) in gpu_suite.TRAIN_SHAPES.items():
+        command = suite.command(part)
+        assert command[1].endswith("bench_gpu_training.py") and "--shrink_on_oom" in command
+        assert [flag(command, f) for f in ("--batch", "--source_length", "--target_length")] == \
+            [str(batch), str(source), str(target)]
+        assert float(flag(command, "--measured_tflops")) == 750.5 and float(flag(command, "--peak_tflops")) == 989.0
+        assert flag(command, "--config").endswith(os.path.join("configs", "config.json"))
+        assert "--device" not in command and "--compile_backend" not in command  # cuda, inductor
+    assert flag(suite.command("pretrain512"), "--contenders") == \
+        "hf,lamb,lamb_fce,lamb_foreach,lamb_compile,lamb_fce_compile"
+    assert flag(suite.command("finetune_xsum"), "--contenders") == "hf,adamw,adamw_fce"
+    beam = suite.command("beam")
+    assert [flag(beam, f) for f in ("--num_beams", "--new_tokens", "--source_length", "--dtype", "--device")] == \
+        ["6", "62", "1024", "bf16", "cuda"]
+    assert beam[beam.index("--batch_sizes") + 1:][:5] == ["1", "8", "32", "64", "128"]
+    assert float(flag(beam, "--bandwidth")) == pytest.approx(4200.0)  # GB/s
+    assert flag(suite.command("profile"), "--train_batch") == "150" and "--dry-run" not in suite.command("profile")
+    (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "apex_fused_lamb": False}))
+    assert flag(suite.command("pretrain128"), "--contenders") == "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile"
+
+
+def test_training_contenders_build_the_optimizer_their_name_says():
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from bart.optim import Lamb
+    config = BartConfig(**dict(json.load(open(os.path.join(ROOT, "configs", "config.json"))), **gpu_suite.DRY_CONFIG))
+    state = BartForConditionalGeneration(config).state_dict()
+    batch = bench_gpu_training.make_batches(1, 2, 8, 6, config.vocab_size, device="cpu")[0]
+    for name, optimizer, label in (("adamw_fce", torch.optim.AdamW, "this project: AdamW(foreach) + fused CE"),
+                                   ("lamb_foreach", Lamb, "this project: foreach LAMB"),
+                                   ("lamb_fce", Lamb, "this project: foreach LAMB + fused CE")):
+        step, found = bench_gpu_training.project_step_fn(state, config, name, "cpu")
+        assert found == label
+        trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
+        assert type(trainer.optimizer) is optimizer and trainer.config.fused_cross_entropy == ("fce" in name)
+        step(batch)
