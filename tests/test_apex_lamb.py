@@ -240,14 +240,20 @@ def optimizer_norm(grads):
 
 
 def test_apex_only_where_it_can_run(apex, monkeypatch):
+    """Which LAMB runs, and the run banner's line saying so (optim.describe_optimizer)."""
     model = _model()
-    assert type(build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0)[0]) is Lamb  # on CPU
+    built = build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0)[0]
+    assert type(built) is Lamb and optim.describe_optimizer(built).endswith("Lamb (not on CUDA)")  # on CPU
     monkeypatch.setattr(optim, "_on_cuda", lambda params: True)
-    assert type(build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0)[0]).__name__ == "FusedLAMB"
-    assert type(build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0, prefer_apex=False)[0]) is Lamb
+    built = build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0)[0]
+    assert type(built).__name__ == "FusedLAMB"
+    assert optim.describe_optimizer(built) == "LAMB: apex apex.optimizers.FusedLAMB (with bart.optim.Lamb's options)"
+    built = build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0, prefer_apex=False)[0]
+    assert type(built) is Lamb and optim.describe_optimizer(built).endswith("(apex not asked for)")
     # apex installed without its CUDA extensions imports, then refuses to build FusedLAMB
     monkeypatch.setattr(apex.multi_tensor_apply.MultiTensorApply, "available", False)
-    assert type(build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0)[0]) is Lamb
+    built = build_optimizer(model, "lamb", lr=0.1, weight_decay=0.0)[0]
+    assert type(built) is Lamb and "not importable with its CUDA extensions" in optim.describe_optimizer(built)
 
 
 def test_fsdp_shards_take_the_projects_lamb(apex, on_cuda):

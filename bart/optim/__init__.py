@@ -8,7 +8,7 @@ import torch
 from bart.optim.lamb import Lamb
 from bart.optim.schedulers import SCHEDULES, build_scheduler, lr_factor
 
-__all__ = ["Lamb", "build_optimizer", "build_scheduler", "lr_factor", "SCHEDULES", "decay_groups", "lamb_optimizer"]
+__all__ = ["Lamb", "build_optimizer", "describe_optimizer", "build_scheduler", "lr_factor", "SCHEDULES", "decay_groups", "lamb_optimizer"]
 
 
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -151,6 +151,23 @@ def lamb_optimizer(groups: list[dict], fused_lamb: type | None = None, *, lr: fl
                                        max_grad_norm=max_grad_norm, use_nvlamb=use_nvlamb)
     return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
                 use_nvlamb=use_nvlamb)
+
+
+def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
+    """What ran, for the run banner: apex's FusedLAMB (and its module), the project's Lamb and why apex was
+    not used, or torch's optimizer and its kernel."""
+    if isinstance(optimizer, _AsProjectLamb):
+        apex_class = next(c for c in type(optimizer).__mro__[1:] if c.__name__ == "FusedLAMB")
+        return f"LAMB: apex {apex_class.__module__}.FusedLAMB (with bart.optim.Lamb's options)"
+    if isinstance(optimizer, Lamb):
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        why = ("not on CUDA" if not _on_cuda(params) else "FSDP shards: apex's kernels take whole tensors"
+               if _sharded(params) else "apex FusedLAMB not importable with its CUDA extensions"
+               if _apex_lamb() is None else "apex not asked for")
+        return f"LAMB: the project's multi-tensor bart.optim.Lamb ({why})"
+    defaults = optimizer.defaults
+    kernel = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "for-loop"
+    return f"{type(optimizer).__name__} (torch, {kernel})"
 
 
 def build_optimizer(model: torch.nn.Module, name: str, lr: float, weight_decay: float,

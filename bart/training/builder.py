@@ -11,7 +11,7 @@ import torch
 
 from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
-from bart.optim import build_optimizer, build_scheduler
+from bart.optim import build_optimizer, build_scheduler, describe_optimizer
 from bart.training.args import write_run_config
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
 from utils import distributed as dist_utils
@@ -208,16 +208,6 @@ def data_rows(train_data, eval_hook) -> dict:
 
 def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data_rows: dict) -> dict:
     """The implementation choices in effect for this run (what ran, not only what was asked)."""
-    optimizer = type(trainer.optimizer)
-    if optimizer.__name__ == "FusedLAMB":
-        optimizer_text = f"LAMB: apex {optimizer.__module__}.FusedLAMB"
-    elif optimizer.__name__ == "Lamb":
-        why = "not on CUDA" if trainer.device.type != "cuda" else "apex FusedLAMB not importable"
-        optimizer_text = f"LAMB: the project's multi-tensor bart.optim.Lamb ({why})"
-    else:
-        defaults = trainer.optimizer.defaults
-        kernel = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "for-loop"
-        optimizer_text = f"{optimizer.__name__} (torch, {kernel})"
     if trainer.device.type == "cuda":
         kernels = [name for name, on in (("flash", torch.backends.cuda.flash_sdp_enabled()),
                                          ("mem_efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
@@ -236,7 +226,7 @@ def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data
         batch = (f"{per_update} sequences per update (at most {per_update * args.max_source_length} source tokens: "
                  f"{args.train_batch_size} x {args.gradient_accumulation_steps} accumulation x {world_size} processes)")
     return {
-        "optimizer": optimizer_text,
+        "optimizer": describe_optimizer(trainer.optimizer),
         "attention": attention + (", gradient checkpointing" if trainer.model.config.gradient_checkpointing else ""),
         "precision": (f"{precision.name} (autocast {precision.autocast_dtype or 'off'}, loss scaling "
                       f"{'on' if trainer.scaler is not None else 'off'}, TF32 matmul {tf32})"),
