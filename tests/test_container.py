@@ -98,3 +98,29 @@ def test_the_build_steps_run_on_cpu(image):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith(DOUBLES)
+
+
+def test_the_seed_readmes_printed_commands_in_the_container(container_image, tmp_path):
+    """The reference README's printed commands, typed inside the container: the fine-tuning command that
+    gives 15 of the 16 values, and the evaluation example without NUM_GPU whose checkpoint does not exist,
+    each get one line and exit 2 before anything is launched (on the old code the first ran the whole
+    fine-tuning, then stopped at `run_eval.py --bs true`)."""
+    from tests.helpers.summaries import write_summarization_data
+
+    data = write_summarization_data(str(tmp_path / "cnn_dm"), sizes=(("train", 2), ("val", 1), ("test", 1)))
+    weights = tmp_path / "nvidia_pretrained" / "bart_large"
+    weights.mkdir(parents=True)
+    env = container_image.env(dict(RESULTS_DIR=str(tmp_path / "results")))
+    commands = [
+        (["scripts/run_summarization.sh", data, str(weights), "configs/config.json", "8", "1.25e-4", "40", "1", "bf16",
+          "2000", "50", "1024", "142", "4", "128", "true"], "PRED_BS (15th) 'true'"),
+        (["scripts/run_eval_summarization.sh", "data/nvidia-pretrained/model.ckpt128", "8", "fp16", "4", "1024", "142",
+          data, "configs/config.json"], "data/nvidia-pretrained/model.ckpt128"),
+    ]
+    for command, named in commands:
+        out = subprocess.run(["bash", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        errors = [line for line in out.stderr.splitlines()  # the eval example's note on its missing NUM_GPU kept apart
+                  if line.strip() and "reading the arguments without NUM_GPU" not in line]
+        assert out.returncode == 2 and len(errors) == 1 and named in errors[0], (command, out.stderr)
+        assert "Traceback" not in out.stderr + out.stdout
+    assert not (tmp_path / "results").exists()  # nothing started
