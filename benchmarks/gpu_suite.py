@@ -12,7 +12,8 @@ seconds it is expected to need on an H100; equal weights in a dry run) over the 
 still to run, so time a part leaves unused goes to the ones after it. A part that
 fails, runs out of memory or out of time is reported as such (with the end of its log) and the next
 part runs; report.md is rewritten after every part, and the training and beam-search parts keep the
-rows they finished before being stopped. Training and beam search run the existing benchmarks
+rows they finished before being stopped. Ctrl-C or SIGTERM ends the running part's processes (each
+part runs in its own session) and leaves the report of what finished. Training and beam search run the existing benchmarks
 (benchmarks/bench_gpu_training.py, bench_generation.py); the suite passes them the peaks its peaks
 part measured, so every MFU and bandwidth share divides by the same figures.
 
@@ -40,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
 from utils.checkpoint_io import atomic_write_text  # noqa: E402
-from utils.errors import UserError  # noqa: E402
+from utils.errors import RunStopped, UserError  # noqa: E402
 
 DEFAULT_BUDGET = 540.0
 # Dense bf16 TFLOP/s and memory TB/s from NVIDIA's datasheets, by the device name torch reports
@@ -306,7 +307,16 @@ class Suite:
                 self.write_report()
                 continue
             limit = part_limits(remaining, [1.0 if self.dry_run else PART_WEIGHTS[p] for p in todo[i:]])
-            self.status[part] = self.run_part(part, limit, faults.get(part))
+            part_start = time.time()
+            try:
+                self.status[part] = self.run_part(part, limit, faults.get(part))
+            except Stopped as stop:  # the part's processes were ended; the report keeps what finished
+                self.status[part] = dict(status=f"interrupted by {stop.signal}: the suite stopped here",
+                                         seconds=time.time() - part_start, limit=limit)
+                for later in todo[i + 1:]:
+                    self.status[later] = dict(status="not run: the suite was stopped", seconds=0, limit=0)
+                self.write_report()
+                raise
             self.write_report()
         self.write_report()
         return 0
@@ -328,6 +338,9 @@ class Suite:
             except subprocess.TimeoutExpired:
                 _stop(process)
                 code = None
+            except Stopped:  # a part in its own session would run on without this
+                _stop(process)
+                raise
         seconds = time.time() - start
         tail = _last_line(log_path)
         if code is None:
@@ -350,6 +363,19 @@ class Suite:
         _write_json(self.path("suite.json"), {
             "dry_run": self.dry_run, "budget_s": self.budget, "elapsed_s": time.time() - self.started,
             "parts": self.status, "figures": {p: self.figures(p) for p in self.parts}})
+
+
+class Stopped(RunStopped):
+    """Ctrl-C, SIGTERM or SIGHUP reached the suite (a terminal, docker stop, a scheduler)."""
+
+    def __init__(self, signum: int):
+        self.signal = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+        super().__init__(f"{self.signal}: the running part was ended; report.md has the parts that finished")
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
 
 
 def _junit_counts(path: str):
@@ -477,6 +503,8 @@ def main(argv=None) -> int:
             raise UserError("no CUDA GPU is visible (torch.cuda.is_available() is False): the suite measures a GPU; "
                             "--dry-run runs its code paths on CPU")
     sys.path.insert(0, HERE)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # parts run in their own sessions: ended here
+        signal.signal(sig, _raise_stopped)
     suite = Suite(out_dir, args.dry_run, args.budget, parts, (args.datasheet_tflops, args.datasheet_tbps), started)
     code = suite.run()
     print(f"gpu_suite: report in {os.path.join(out_dir, 'report.md')}" + (" (dry run)" if args.dry_run else ""))

@@ -228,6 +228,9 @@ def render(suite) -> str:
                 "finetune_xsum": lambda: report.training("finetune_xsum", "Fine-tuning, bart-large, XSum shape"),
                 "beam": report.beam, "profile": report.kernels}
     for name in REPORT_ORDER:
-        body += [""] + sections[name]()
-    summary = ["## Targets", ""] + _table(["part", "target", "figure", "met"], [list(c) for c in report.checks])
+        section = sections[name]()
+        if dry:  # every section says its figures are the dry run's
+            section[0] += " (dry run)"
+        body += [""] + section
+    summary = ["## Targets" + (" (dry run)" if dry else ""), ""] + _table(["part", "target", "figure", "met"], [list(c) for c in report.checks])
     return "\n".join(head + report.parts() + [""] + summary + body) + "\n"

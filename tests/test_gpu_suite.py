@@ -334,3 +334,29 @@ def test_training_contenders_build_the_optimizer_their_name_says():
         trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
         assert type(trainer.optimizer) is optimizer and trainer.config.fused_cross_entropy == ("fce" in name)
         step(batch)
+
+
+def test_sigterm_ends_the_running_part_and_keeps_the_report(tmp_path):
+    """Parts run in their own sessions (a timeout ends a part's whole process group), so a stop signal
+    reaching the suite must end the running part itself: none is left running, the report says which
+    part was interrupted and which did not run, the exit code is 128 + SIGTERM."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1", **{gpu_suite.FAULTS_ENV: "peaks=hang"})
+    suite = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_suite.py"), str(out), "--dry-run",
+                              "--parts", "env,peaks,profile"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while "injected hang" not in ((out / "peaks.log").read_text() if (out / "peaks.log").exists() else ""):
+        assert time.time() < deadline and suite.poll() is None
+        time.sleep(0.2)
+    suite.terminate()
+    _, stderr = suite.communicate(timeout=30)
+    assert suite.returncode == 128 + 15
+    assert stderr.strip().splitlines()[-1] == ("gpu_suite.py: stopped: SIGTERM: the running part was ended; report.md "
+                                               "has the parts that finished")
+    status = {p: s["status"] for p, s in json.loads((out / "suite.json").read_text())["parts"].items()}
+    assert status == {"env": "ok", "peaks": "interrupted by SIGTERM: the suite stopped here",
+                      "profile": "not run: the suite was stopped"}
+    assert "**peaks: interrupted by SIGTERM: the suite stopped here**" in (out / "report.md").read_text()
+    time.sleep(0.5)
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and "injected hang" in _cmdline(pid)]
