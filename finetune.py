@@ -45,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     env = builder.setup_distributed(args)
+    builder.lock_output_dir(args.output_dir, env)  # one run per folder, before anything is written there
     builder.seed_everything(args.seed, env.rank)
     init = None if args.from_scratch or args.resume_from_checkpoint else \
         resolve_weights(resolve_model_path(args.init_checkpoint))

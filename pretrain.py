@@ -39,6 +39,7 @@ def main(argv=None) -> dict:
     from bart.data.pretraining_dataset import build_pretraining_loader
 
     env = builder.setup_distributed(args)
+    builder.lock_output_dir(args.output_dir, env)  # one run per folder, before anything is written there
     builder.seed_everything(args.seed, env.rank)
     init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)
     tokenizer = builder.load_tokenizer(args, init)

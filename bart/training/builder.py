@@ -42,6 +42,27 @@ def setup_distributed(args: argparse.Namespace) -> dist_utils.DistributedEnv:
     return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout)
 
 
+def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir") -> None:
+    """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`utils.run_lock`) before anything is
+    written there; the other ranks wait for its decision and stop with it (exit 2 on every rank)."""
+    from utils import run_lock
+    from utils.errors import one_line
+
+    error = None
+    if env.is_main:
+        try:
+            run_lock.acquire(folder, flag=flag)
+        except (UserError, OSError) as err:
+            error = err
+    refused = None if error is None else one_line(error)
+    if env.distributed:
+        refused = dist_utils.all_gather_objects(refused)[0]
+    if error is not None:
+        raise error
+    if refused:
+        raise run_lock.RunLockBusy(f"rank 0 did not start the run: {refused}")
+
+
 def device_for(env: dist_utils.DistributedEnv) -> torch.device:
     return torch.device("cuda", env.local_rank % torch.cuda.device_count()) if torch.cuda.is_available() \
         else torch.device("cpu")
@@ -191,7 +212,25 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
                                                                                                   "tensorboard")
         logger.add_writers(build_writers(tensorboard_dir, args.wandb_project, args.output_dir, resolved, resume_step))
         logger.text("run_config", config_text(resolved))
+        trainer.run_folder_check = watch_run_files(args.output_dir, json_path, tensorboard_dir)
     return trainer
+
+
+def watch_run_files(output_dir: str, json_path: str, tensorboard_dir: str | None):
+    """What the Trainer checks at its log and checkpoint writes (rank 0): the folder, the log, run_config.json,
+    the tokenizer saved there, TensorBoard's folder and the run lock (see ``Trainer.run_folder_check``)."""
+    from bart.hub import TOKENIZER_FILES
+    from utils import run_lock
+
+    lock = run_lock.held(output_dir)
+    files = {os.path.basename(json_path): [json_path], "run_config.json": [os.path.join(output_dir, "run_config.json")],
+             "tokenizer files": [os.path.join(output_dir, n) for n in TOKENIZER_FILES
+                                 if os.path.isfile(os.path.join(output_dir, n))]}
+    if tensorboard_dir and os.path.isdir(tensorboard_dir):
+        files[os.path.basename(os.path.normpath(tensorboard_dir)) + "/"] = [tensorboard_dir]
+    if lock is not None:
+        files[run_lock.LOCK_NAME] = [lock.path]
+    return run_lock.RunFolderWatch(output_dir, {k: v for k, v in files.items() if v}, lock)
 
 
 def data_rows(train_data, eval_hook) -> dict:

@@ -17,8 +17,8 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
-from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, read_training_checkpoint, restore_rng_state,
-                                      write_training_checkpoint)
+from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, latest_checkpoint, read_training_checkpoint,
+                                      restore_rng_state, write_training_checkpoint)
 from bart.training.strategy import Strategy, build_strategy, full_tensor
 from utils import distributed as dist_utils
 from utils.checkpoint_io import CheckpointError, first_line
@@ -106,6 +106,9 @@ class Trainer:
         self.history: list[dict] = []
         self._sequences_seen = 0
         self.stop_reason: Optional[str] = None  # set by request_stop (early stopping): fit ends after this step
+        # rank 0: what of the run's folder is gone (None while all is there), checked at every log, validation
+        # and checkpoint write; the run stops instead of re-creating a folder with checkpoints only
+        self.run_folder_check: Optional[Callable[[], Optional[str]]] = None
 
     def request_stop(self, reason: str) -> None:
         """End fit() after the current update (final evaluation skipped if done at this step, checkpoint saved)."""
@@ -249,10 +252,17 @@ class Trainer:
 
     def save(self, name: Optional[str] = None) -> Optional[str]:
         """A training checkpoint (see :mod:`bart.training.checkpoint` for names and retention)."""
+        self._check_run_folder()
         state = self.state_dict()  # collective: every rank takes part
         path = None
         if self.rank == 0:
-            path = write_training_checkpoint(self.config.output_dir, state, name, self.config.keep_checkpoints)
+            try:
+                path = write_training_checkpoint(self.config.output_dir, state, name, self.config.keep_checkpoints)
+            except FileNotFoundError:  # the folder deleted during the write
+                lost = self._run_folder_lost()
+                if lost is None:
+                    raise
+                raise RunStopped(self._run_folder_message(lost)) from None
         dist_utils.barrier()
         return path
 
@@ -360,6 +370,33 @@ class Trainer:
             flag = bool(dist_utils.all_reduce_sum(torch.tensor([float(flag)], device=self.device)).item())
         return flag
 
+    def _run_folder_lost(self) -> Optional[str]:
+        return self.run_folder_check() if self.rank == 0 and self.run_folder_check is not None else None
+
+    def _check_run_folder(self, lost: Optional[str] = None, flagged: Optional[float] = None) -> None:
+        """Stop on every rank when rank 0 finds the run's files gone (``flagged``: the ranks' sum of that
+        finding, when the caller reduced it already)."""
+        if flagged is None:
+            lost = self._run_folder_lost()
+            flagged = float(lost is not None)
+            if self.world_size > 1:
+                flagged = dist_utils.all_reduce_sum(torch.tensor([flagged], device=self.device)).item()
+        if not flagged:
+            return
+        found = self._run_folder_message(lost) if self.rank == 0 else None
+        if self.world_size > 1:
+            found = dist_utils.all_gather_objects(found)[0]
+        raise RunStopped(found if self.rank == 0 else f"rank 0: {found}")
+
+    def _run_folder_message(self, lost: str) -> str:
+        # nothing more is written there: a folder being deleted would come back holding what is written next
+        newest = latest_checkpoint(self.config.output_dir)
+        return lost + (f" while this run was writing there (noticed at update {self.global_step}); stopped without "
+                       f"writing more there. " + (
+                           f"To continue from {newest}, the newest checkpoint left, run the same command with "
+                           f"--resume_from_checkpoint True (it writes the run's files again)" if newest else
+                           "No checkpoint is left: start the run again"))
+
     def _stop_for_signal(self, received: str) -> None:
         path = self.save()
         self.logger.log(step=self.global_step, data={"stopped_by": received, "checkpoint": path or ""})
@@ -368,9 +405,12 @@ class Trainer:
                         f"run the same command with --resume_from_checkpoint True to continue")
 
     def _log(self, window: dict, last: dict) -> float:
+        lost = self._run_folder_lost()  # its finding rides on the reduction the log makes anyway
         stats = torch.stack([window["loss_sum"], window["tokens"],
-                             torch.tensor(float(window["sequences"]), device=self.device)])
+                             torch.tensor(float(window["sequences"]), device=self.device),
+                             torch.tensor(float(lost is not None), device=self.device)])
         stats = dist_utils.all_reduce_sum(stats).tolist()
+        self._check_run_folder(lost, stats[3])
         elapsed = time.perf_counter() - window["start"]
         loss = stats[0] / max(stats[1], 1)
         record = {"loss": loss, "learning_rate": self.scheduler.get_last_lr()[0],
@@ -385,6 +425,7 @@ class Trainer:
         return loss
 
     def _evaluate(self) -> None:
+        self._check_run_folder()
         metrics = self.eval_hook(self) or {}
         if metrics:
             self.logger.log(step=self.global_step, data={f"val_{k}" if not k.startswith("val") else k: v
