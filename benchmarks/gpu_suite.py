@@ -42,6 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
 from utils.checkpoint_io import atomic_write_text  # noqa: E402
 from utils.errors import RunStopped, UserError  # noqa: E402
+from gpu_suite_report import (BEAM, DRY_BEAM, DRY_TRAIN_SHAPES, REPORT_ORDER, TARGETS,  # noqa: E402
+                              TRAIN_SHAPES, render)
 
 DEFAULT_BUDGET = 540.0
 # Dense bf16 TFLOP/s and memory TB/s from NVIDIA's datasheets, by the device name torch reports
@@ -49,17 +51,7 @@ DEFAULT_BUDGET = 540.0
 DATASHEET = (("gh200", 989.0, None), ("h100 pcie", 756.0, 2.0), ("h100 nvl", 835.0, 3.9), ("h100", 989.0, 3.35),
              ("h200 nvl", 835.0, 4.8), ("h200", 989.0, 4.8), ("a100 sxm4 80gb", 312.0, 2.039),
              ("a100 80gb pcie", 312.0, 1.935), ("a100", 312.0, 1.555))
-# H100 targets (issue 28): MFU against the datasheet peak; seq/s are those MFUs on an H100 SXM
-TARGETS = {"pretrain128": dict(seq_s=1090.0, mfu=0.35, vs_hf=1.3),
-           "pretrain512": dict(seq_s=290.0, mfu=0.40, vs_hf=1.3), "finetune_xsum": dict(seq_s=3 * 74.6),
-           "beam": dict(summaries_s=150.0, vs_hf=3.0)}
 FAULTS_ENV = "GPU_SUITE_FAULTS"
-
-# (batch, source, target) of the training parts; the dry run's tiny stand-ins
-TRAIN_SHAPES = {"pretrain128": (200, 128, 128), "pretrain512": (32, 512, 512), "finetune_xsum": (40, 1024, 60)}
-DRY_TRAIN_SHAPES = {"pretrain128": (4, 32, 32), "pretrain512": (2, 64, 64), "finetune_xsum": (2, 96, 12)}
-BEAM = dict(batch_sizes=(1, 8, 32, 64, 128), source_length=1024, new_tokens=62, num_beams=6)
-DRY_BEAM = dict(batch_sizes=(1, 2, 4, 8, 16), source_length=32, new_tokens=4, num_beams=6)
 DRY_CONFIG = dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
                   encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=512, max_position_embeddings=128)
 
@@ -213,7 +205,6 @@ PART_FUNCTIONS = {"env": part_env, "peaks": part_peaks, "profile": part_profile}
 PART_WEIGHTS = {"env": 15, "peaks": 15, "pretrain128": 140, "pretrain512": 110, "finetune_xsum": 40, "beam": 95,
                 "profile": 40, "tests": 75}
 PART_NAMES = tuple(PART_WEIGHTS)
-REPORT_ORDER = ("env", "tests", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam", "profile")
 CONTENDERS = {"pretrain128": "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile",
               "pretrain512": "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile",
               "finetune_xsum": "hf,adamw,adamw_fce"}
@@ -357,7 +348,6 @@ class Suite:
 
     # -- the report ------------------------------------------------------------------------
     def write_report(self) -> None:
-        from gpu_suite_report import render
         text = render(self)
         atomic_write_text(self.path("report.md"), text)
         _write_json(self.path("suite.json"), {
