@@ -65,7 +65,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None)
+    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
+                                      rendezvous_timeout_s=args.rendezvous_timeout)
     builder.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision = Precision.from_args(args)

@@ -13,12 +13,13 @@
 # Environment: DATA_DIR (data), TOKENIZER
 # (else $BART_DEFAULT_TOKENIZER, else facebook/bart-large), SEED (42), NUM_WORKERS (4), NNODES (1), NODE_RANK (0), MASTER_ADDR
 # (127.0.0.1), MASTER_PORT (29500 across nodes, else a free port), PHASES ("1 2"), LOG_FREQ (10), EXTRA_ARGS
-# (more pretrain.py flags, after the script's own: they win), CPU_PROCESSES (processes on a CPU-only machine).
+# (more pretrain.py flags, after the script's own: they win), CPU_PROCESSES (processes on a CPU-only machine),
+# MAX_RESTARTS (0; torchrun restarts after a failure, each resuming from the newest checkpoint).
 # Every value is checked before anything starts: a bad one is one line and exit 2 (CHECK_ONLY=1: only that).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
 if [ $# -ne 0 ] && [ $# -ne 15 ]; then
   echo "run_pretraining.sh: expected 15 arguments (or none for the defaults), got $#" >&2; usage >&2; exit 2
@@ -92,10 +93,11 @@ COMMON=(--config_path "$config_path" --lamb --lr_scheduler polynomial --weight_d
 # half-precision gradient all-reduce in mixed-precision runs, as the reference recipe does
 case "$precision" in fp16|bf16) COMMON+=(--allreduce_post_accumulation_half_precision) ;; esac
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
+# a rerun, a requeued job or a torchrun restart continues from the phase's newest checkpoint, a first start
+# starts (pretrain.py decides, after the previous processes are gone; it says which in one line)
+RESUME=(--resume_from_checkpoint auto)
 
 if [[ " $PHASES " == *" 1 "* ]]; then
-  RESUME=()  # a rerun continues from the newest checkpoint
-  ls "$OUTPUT_DIR"/phase_1/_step*.ckpt >/dev/null 2>&1 && RESUME=(--resume_from_checkpoint True)
   echo "== phase 1: length 128, batch $train_batch_size_phase1 x accumulation $num_accumulation_phase1 x $((num_gpus * NNODES)) processes"
   rc=0
   run_forwarding_signals "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_128" --max_source_length 128 \
@@ -111,8 +113,6 @@ if [[ " $PHASES " == *" 2 "* ]]; then
   phase1_steps=$(basename "$phase1_ckpt" .ckpt); phase1_steps=${phase1_steps#_step}
   [ "$phase1_steps" = "$train_steps_phase1" ] || echo "run_pretraining.sh: note: phase 1 ended at update $phase1_steps, not $train_steps_phase1"
   echo "== phase 2: length 512 from $phase1_ckpt (weights only)"
-  RESUME=()
-  ls "$OUTPUT_DIR"/phase_2/_step*.ckpt >/dev/null 2>&1 && RESUME=(--resume_from_checkpoint True)
   rc=0
   run_forwarding_signals "${LAUNCH[@]}" pretrain.py "${COMMON[@]}" --data_dir "$DATA_DIR/pretrain_lddl_512" --max_source_length 512 \
     --train_batch_size "$train_batch_size_phase2" --gradient_accumulation_steps "$num_accumulation_steps_phase2" \

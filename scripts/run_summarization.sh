@@ -14,7 +14,8 @@
 # results/bart_pyt_${DATESTAMP}; relative paths are read from the repository root.
 # Environment: TOKENIZER, SEED (42), N_VAL (100; -1: all), VAL_CHECK_INTERVAL (0: validate at the end),
 # EXTRA_ARGS (more finetune.py flags, after the script's own: they win), EVAL_EXTRA_ARGS (more run_eval.py
-# flags), CPU_PROCESSES (processes without a GPU), NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT (multi-node).
+# flags), CPU_PROCESSES (processes without a GPU), NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT (multi-node),
+# MAX_RESTARTS (0; torchrun restarts after a failure, each resuming from the newest checkpoint).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -63,8 +64,9 @@ preln_flag "$PRELN"
 mkdir -p "$OUTPUT_DIR"
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
 EXTRA+=("${PASS[@]+"${PASS[@]}"}")
-RESUME=(); TEE=(tee)  # a rerun into the same OUTPUT_DIR (a requeued or pre-empted job) continues from its newest checkpoint
-if ls "$OUTPUT_DIR"/_step*.ckpt >/dev/null 2>&1; then RESUME=(--resume_from_checkpoint True); TEE=(tee -a); fi
+# a rerun into the same OUTPUT_DIR (a requeued or pre-empted job, a torchrun restart) continues from its newest
+# checkpoint, a first start starts: finetune.py decides (auto) and says which; the job log is appended to
+RESUME=(--resume_from_checkpoint auto); TEE=(tee -a)
 # output through a process substitution, not a pipe: the launcher stays in this shell, whose traps pass
 # SIGTERM/SIGUSR1 on to the training processes (scripts/params/common.sh)
 launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_PATH" --config_path "$CONFIG_PATH" \

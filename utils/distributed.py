@@ -4,12 +4,15 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import time
+import uuid
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from utils import affinity
+from utils.errors import DistributedTimeout, one_line
 
 
 @dataclass
@@ -62,11 +65,24 @@ def read_env(environ=None) -> DistributedEnv:
     return DistributedEnv()
 
 
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 600.0  # as torchrun's own rendezvous: how long the processes wait for each other
+_RDZV = "bart_rdzv"  # this module's keys in the launcher's store
+_POLL_S = 0.05
+
+
 def init_distributed(env: DistributedEnv | None = None, backend: str | None = None,
-                     timeout_minutes: float | None = None) -> DistributedEnv:
+                     timeout_minutes: float | None = None,
+                     rendezvous_timeout_s: float | None = None) -> DistributedEnv:
     """Join the process group (NCCL on CUDA, gloo on CPU); sets the CUDA device. No-op for one process.
     ``timeout_minutes``: how long a collective waits for the other ranks before it fails (torch's
-    default otherwise), so a hung or dead rank ends the job instead of blocking it."""
+    default otherwise), so a hung or dead rank ends the job instead of blocking it.
+    ``rendezvous_timeout_s`` (``--rendezvous_timeout``): how long the processes wait for each other at
+    start-up; a process that does not come is named in one line (:class:`RendezvousTimeout`).
+
+    The group is set up under a key prefix of the launcher's store that only this attempt's processes
+    share (:func:`attempt_store`): torchrun keeps one store across ``--max_restarts`` restarts (static and
+    c10d rendezvous alike) and torch's own ``env://`` set-up would read the dead attempt's addresses
+    from it (gloo: "Connection refused", or a hang until the timeout)."""
     env = env or read_env()
     if torch.cuda.is_available():
         torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
@@ -74,9 +90,83 @@ def init_distributed(env: DistributedEnv | None = None, backend: str | None = No
         os.environ.setdefault("MASTER_ADDR", env.master_addr)
         os.environ.setdefault("MASTER_PORT", str(env.master_port))
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        timeout = {"timeout": datetime.timedelta(minutes=timeout_minutes)} if timeout_minutes else {}
-        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size, **timeout)
+        waited = rendezvous_timeout_s or DEFAULT_RENDEZVOUS_TIMEOUT_S
+        store = attempt_store(env.rank, env.world_size, waited)
+        timeout = datetime.timedelta(minutes=timeout_minutes) if timeout_minutes else None
+        if timeout is not None:
+            store.set_timeout(timeout)
+        dist.init_process_group(backend=backend, store=store, rank=env.rank, world_size=env.world_size,
+                                **({"timeout": timeout} if timeout is not None else {}))
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        if env.is_main and restart not in ("", "0"):
+            print(f"[distributed] torchrun restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}: "
+                  f"all {env.world_size} processes joined again", flush=True)
     return env
+
+
+class RendezvousTimeout(DistributedTimeout):
+    """The processes of a job did not all arrive within ``--rendezvous_timeout``."""
+
+
+def _launcher_store(rank: int, world_size: int, timeout_s: float):
+    """The store the launcher points the processes at (``env://``: MASTER_ADDR/MASTER_PORT): under torchrun
+    its agent's, which lives across restarts; else one rank 0 serves."""
+    try:
+        store, _, _ = next(dist.rendezvous("env://", rank, world_size,
+                                           timeout=datetime.timedelta(seconds=timeout_s)))
+    except RuntimeError as err:  # DistNetworkError, DistStoreError: no store there within the timeout
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        raise RendezvousTimeout(
+            f"rank {rank} of {world_size}: could not reach the rendezvous store at {where} within "
+            f"--rendezvous_timeout {timeout_s:g} s ({one_line(err)[:200]}); check MASTER_ADDR/MASTER_PORT, or "
+            f"raise --rendezvous_timeout if the nodes start further apart") from None
+    return store
+
+
+def attempt_store(rank: int, world_size: int, timeout_s: float, store=None):
+    """A prefix of the launcher's store (``store``: given in tests) that only the processes of this start
+    share, whatever keys an earlier attempt left there. Rank 0 publishes a new random token; each other
+    rank acknowledges the token it reads with a nonce of its own and goes on once rank 0 has echoed that
+    nonce under that token: a token read from a dead attempt is never echoed with a live nonce, so that
+    rank reads again. Every wait ends after ``timeout_s`` with one line naming the ranks missing."""
+    store = store if store is not None else _launcher_store(rank, world_size, timeout_s)
+    deadline = time.monotonic() + timeout_s
+    leader = f"{_RDZV}/leader"
+    if rank == 0:
+        token = uuid.uuid4().hex
+        store.set(leader, token)
+        acks = {r: f"{_RDZV}/{token}/ack/{r}" for r in range(1, world_size)}
+        missing = set(acks)
+        while missing:
+            missing = {r for r in missing if not store.check([acks[r]])}
+            if missing and time.monotonic() > deadline:
+                listed = ", ".join(str(r) for r in sorted(missing)[:8]) + (" ..." if len(missing) > 8 else "")
+                raise RendezvousTimeout(
+                    f"rank 0 of {world_size}: {len(missing)} process(es) did not join within --rendezvous_timeout "
+                    f"{timeout_s:g} s (rank {listed}): one failed to start (see its log) or its node did not "
+                    f"start; raise --rendezvous_timeout if the nodes start further apart")
+            if missing:
+                time.sleep(_POLL_S)
+        for r, key in acks.items():
+            store.set(f"{_RDZV}/{token}/go/{r}", store.get(key))
+    else:
+        nonce, acked = uuid.uuid4().hex.encode(), None
+        while True:
+            token = store.get(leader).decode() if store.check([leader]) else None
+            if token is not None and token != acked:
+                store.set(f"{_RDZV}/{token}/ack/{rank}", nonce)
+                acked = token
+            go = f"{_RDZV}/{token}/go/{rank}"
+            if token is not None and store.check([go]) and store.get(go) == nonce:
+                break
+            if time.monotonic() > deadline:
+                raise RendezvousTimeout(
+                    f"rank {rank} of {world_size}: rank 0 did not "
+                    f"{'start' if token is None else 'answer'} the process group within --rendezvous_timeout "
+                    f"{timeout_s:g} s: rank 0's process failed to start (see its log) or its node did not start; "
+                    f"raise --rendezvous_timeout if the nodes start further apart")
+            time.sleep(_POLL_S)
+    return dist.PrefixStore(f"{_RDZV}/{token}/pg", store)
 
 
 def cleanup() -> None:

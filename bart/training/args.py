@@ -30,6 +30,9 @@ FINETUNE_ONLY = ("n_test", "n_train", "eval_beams", "val_metric", "save_top_k", 
 
 
 def _bool_or_path(value: str):
+    """--resume_from_checkpoint: True (the newest checkpoint in --output_dir), "auto", or a path."""
+    if value.lower() == "auto":
+        return "auto"  # resolved by check_args (bart.training.checkpoint.resolve_resume); ./auto is a file
     return True if value.lower() in ("true", "1", "yes", "latest") else value
 
 
@@ -231,6 +234,9 @@ def add_dist_timeout_arg(group) -> None:
     group.add_argument("--dist_timeout", type=POSITIVE_FLOAT, default=10.0,
                        help="minutes a collective waits for the other ranks before the run stops naming the rank "
                             "(a hung or dead process); checkpoint writes and validation must fit in it")
+    group.add_argument("--rendezvous_timeout", type=POSITIVE_FLOAT, default=600.0, metavar="SECONDS",
+                       help="seconds the processes of a multi-process run wait for each other at start-up (and "
+                            "after a torchrun --max_restarts restart) before it stops naming the ones missing")
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:
@@ -253,7 +259,9 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
     ckpt = parser.add_argument_group("checkpoints and logging")
     ckpt.add_argument("--output_dir", default="results", help="checkpoints, logs and run_config.json go here")
     ckpt.add_argument("--resume_from_checkpoint", type=_bool_or_path, default=None,
-                      help="True: newest _step*.ckpt in output_dir; or a path. Restores everything")
+                      help="True: the newest training checkpoint in --output_dir (none there is an error); auto: "
+                           "that one when there is one, else a new run (one command for a first start and its "
+                           "restarts); or a path. Restores everything")
     ckpt.add_argument("--init_checkpoint", dest="init_checkpoint", default=None,
                       help="start a new run from this checkpoint's model weights only (phase 2)")
     ckpt.add_argument("--load_model_weights_only", nargs="?", const=True, default=None, metavar="PATH",
@@ -325,6 +333,15 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=N
     output_dir = getattr(args, "output_dir", None) or getattr(args, "save_path", None)
     if output_dir and os.path.exists(output_dir) and not os.path.isdir(output_dir):
         parser.error(f"output folder {output_dir} is a file; choose a folder")
+    if getattr(args, "resume_from_checkpoint", None) == "auto":
+        from bart.training.checkpoint import resolve_resume
+        from utils.distributed import read_env
+
+        if getattr(args, "load_model_weights_only", None) is True:
+            parser.error("--resume_from_checkpoint auto resumes this run from its own checkpoints; "
+                         "--load_model_weights_only starts a new run from a checkpoint's weights: give that "
+                         "checkpoint's PATH instead of auto")
+        args.resume_from_checkpoint = resolve_resume("auto", args.output_dir, announce=read_env().is_main)
 
 
 def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, names, script: str, other: str) -> None:

@@ -39,7 +39,8 @@ def setup_distributed(args: argparse.Namespace) -> dist_utils.DistributedEnv:
     elif args.affinity != "disabled" and "affinity" in getattr(args, "_given", ()):
         print(f"note: --affinity {args.affinity} pins GPU processes near their GPU; this run has no GPU, so its "
               f"CPU affinity is left as it is", file=sys.stderr)
-    return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout)
+    return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout,
+                                       rendezvous_timeout_s=args.rendezvous_timeout)
 
 
 def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir") -> None:
@@ -110,7 +111,7 @@ def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
     facebook/bart-large. See :mod:`bart.tokenizer_choice`."""
     from bart.tokenization.tokenization_bart import BartTokenizer
     from bart.tokenizer_choice import choose_tokenizer
-    from bart.training.checkpoint import list_checkpoints
+    from bart.training.checkpoint import resumable_checkpoints
     from utils.checkpoint_io import CheckpointError
 
     allow = bool(getattr(args, "allow_tokenizer_mismatch", False))
@@ -118,8 +119,8 @@ def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
     candidates = [model_path]
     if model_path is None and isinstance(resume, str):
         candidates = [resume]
-    elif model_path is None and resume:  # True: the newest readable _step checkpoint, as the resume takes it
-        candidates = [path for _, path in reversed(list_checkpoints(args.output_dir))] or [None]
+    elif model_path is None and resume:  # True: the newest readable training checkpoint, as the resume takes it
+        candidates = [path for _, path in reversed(resumable_checkpoints(args.output_dir))] or [None]
     for i, candidate in enumerate(candidates):
         try:
             choice = choose_tokenizer(candidate, args.tokenizer, allow_mismatch=allow)

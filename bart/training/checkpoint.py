@@ -10,7 +10,9 @@ Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; writt
   validation checkpoints ``best_{metric}_step{N}.ckpt``;
 - ``final_step.ckpt`` after fine-tuning: the model's raw state dict, as the reference writes it
   (``model.load_state_dict(torch.load(...))`` works; ``from_pretrained`` needs ``config=``).
-The step a checkpoint belongs to is stored inside it; names only order files.
+The step a checkpoint belongs to is stored inside it; names only order files. A run resumes
+(``--resume_from_checkpoint True``, or ``auto`` when there is one) from the newest readable
+``_step{N}.ckpt`` / ``_epoch{E}_step{N}.ckpt`` of its folder (:func:`resumable_checkpoints`).
 Every checkpoint written into a run's folder records the run's tokenizer (the one saved in that folder:
 fingerprint, tokens, name; :mod:`bart.tokenization.identity`): a ``tokenizer`` entry, or for the raw
 ``final_step.ckpt`` its state dict's metadata (``load_state_dict`` ignores it), so a checkpoint copied
@@ -36,6 +38,8 @@ from utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text,
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
+_RESUMABLE_FILE = re.compile(r"^(_epoch\d+)?_step(\d+)\.ckpt$")  # _step{N}.ckpt, fine-tuning's final _epoch{E}_step{N}.ckpt
+AUTO = "auto"  # --resume_from_checkpoint auto
 _ANY_STEP = re.compile(r"step(\d+)")
 
 
@@ -73,8 +77,35 @@ def list_checkpoints(output_dir: str) -> list[tuple[int, str]]:
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
-    found = list_checkpoints(output_dir)
+    """The newest training checkpoint of the run in ``output_dir`` (the one a resume takes first)."""
+    found = resumable_checkpoints(output_dir)
     return found[-1][1] if found else None
+
+
+def resumable_checkpoints(output_dir: str) -> list[tuple[int, str]]:
+    """(step, path) of the training checkpoints a run writes into its folder, oldest first: the ``_step{N}.ckpt``
+    files and fine-tuning's final ``_epoch{E}_step{N}.ckpt`` (at one step, the final one last). What
+    ``--resume_from_checkpoint True`` / ``auto`` resume from: the newest readable one."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(int(m.group(2)), bool(m.group(1)), os.path.join(output_dir, name))
+             for name in os.listdir(output_dir) if (m := _RESUMABLE_FILE.match(name))]
+    return [(step, path) for step, _, path in sorted(found)]
+
+
+def resolve_resume(value, output_dir: str, announce: bool = True):
+    """``--resume_from_checkpoint`` as the run takes it. ``auto``: True (resume from the newest training
+    checkpoint) when ``output_dir`` holds one, else None (a new run); one line says which (``announce``).
+    True, a path and None are returned as they are. A folder whose checkpoints are all unreadable still
+    resumes (and fails in one line naming them): ``auto`` never starts over on top of a run's checkpoints."""
+    if value != AUTO:
+        return value
+    found = resumable_checkpoints(output_dir)
+    if announce:
+        print(f"[checkpoint] --resume_from_checkpoint auto: " + (
+            f"resuming from the newest checkpoint in {output_dir} ({os.path.basename(found[-1][1])}, step "
+            f"{found[-1][0]})" if found else f"no training checkpoint in {output_dir}: starting a new run"), flush=True)
+    return True if found else None
 
 
 def prune_checkpoints(output_dir: str, keep: int) -> list[str]:
@@ -201,12 +232,15 @@ def write_final_weights(output_dir: str, model_state: dict) -> str:
 
 
 def read_training_checkpoint(path_or_latest, output_dir: str) -> tuple[str, dict]:
-    """(path, state) of a training checkpoint; ``True`` means the newest ``_step{N}.ckpt`` in output_dir."""
+    """(path, state) of a training checkpoint; ``True`` means the newest readable one in output_dir
+    (:func:`resumable_checkpoints`)."""
     if path_or_latest is not True:
         return path_or_latest, _training_state(path_or_latest)
-    found = list_checkpoints(output_dir)
+    found = resumable_checkpoints(output_dir)
     if not found:
-        raise FileNotFoundError(f"--resume_from_checkpoint: no _step*.ckpt in {output_dir}")
+        raise FileNotFoundError(f"--resume_from_checkpoint True: {output_dir} holds no training checkpoint "
+                                f"(_step*.ckpt, _epoch*_step*.ckpt) to resume; to start a new run when there is "
+                                f"none and resume when there is, use --resume_from_checkpoint auto")
     errors = []
     for _, path in reversed(found):  # the newest readable one; a damaged newest one is skipped, loudly
         try:

@@ -176,6 +176,7 @@ check_launch_env() {  # the environment of launch_command and launcher, and the 
   check_env port MASTER_PORT
   check_env count CPU_PROCESSES
   check_env count TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+  check_env count0 MAX_RESTARTS
   check_value command "PYTHON (environment, default python3)" "${PYTHON:-python3}"
 }
 
@@ -237,11 +238,24 @@ rendezvous_port() {  # MASTER_PORT, else 29500 across nodes (every node must agr
 
 launch_command() {  # N: LAUNCH = the command that starts N processes per node (NNODES, NODE_RANK, MASTER_ADDR,
   # MASTER_PORT: multi-node): torchrun, or the interpreter alone for one process on one node (torchrun's agent
-  # would only add a second torch import and its own error report; the script runs as one process either way)
+  # would only add a second torch import and its own error report; the script runs as one process either way).
+  # MAX_RESTARTS (default 0): torchrun starts the processes again after one fails, that many times; the
+  # training scripts resume from the newest checkpoint (--resume_from_checkpoint auto). Across nodes the
+  # restarts use c10d rendezvous: a node whose processes restart brings every node's back (under static
+  # rendezvous the other nodes' processes would sit in a collective until --dist_timeout); node ranks then
+  # follow the order the nodes join (rank 0, which writes the checkpoints, may be on any node).
   check_env count NNODES
-  if [ "$1" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ]; then
-    LAUNCH=("${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}"
-            --nproc_per_node="$1" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)")
+  check_env count0 MAX_RESTARTS
+  local restarts=${MAX_RESTARTS:-0}
+  if [ "$1" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ] || [ "$restarts" -gt 0 ]; then
+    LAUNCH=("${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --nproc_per_node="$1")
+    if [ "$restarts" -gt 0 ] && [ "${NNODES:-1}" -gt 1 ]; then
+      LAUNCH+=(--max_restarts="$restarts" --rdzv_backend=c10d --rdzv_endpoint="${MASTER_ADDR:-127.0.0.1}:$(rendezvous_port)"
+               --rdzv_id="${RDZV_ID:-${SLURM_JOB_ID:-bart}}")
+    else
+      LAUNCH+=(--node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="$(rendezvous_port)")
+      [ "$restarts" -eq 0 ] || LAUNCH+=(--max_restarts="$restarts")
+    fi
   else
     LAUNCH=("${PYTHON:-python3}")
   fi

@@ -1,0 +1,226 @@
+"""Restarts that resume by themselves: ``--resume_from_checkpoint auto`` (resume when the output folder holds a
+training checkpoint, else start), and ``torchrun --max_restarts`` after a rank was killed: the restarted
+processes set up their process group again (a fresh key prefix in torchrun's store, which outlives the
+attempt) within ``--rendezvous_timeout``, resume from the newest checkpoint and end where an uninterrupted
+run ends."""
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from tests.helpers.corpus import SMALL_VOCAB_SIZE
+from tests.helpers.summaries import write_summarization_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
+              decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
+              vocab_size=SMALL_VOCAB_SIZE, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, small_tokenizer_dir):
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+
+    base = tmp_path_factory.mktemp("restarts")
+    config = base / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    torch.manual_seed(0)
+    weights = str(base / "weights.ckpt")
+    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(config))).state_dict(), weights)
+    data = write_summarization_data(str(base / "data"), sizes=(("train", 48), ("val", 4), ("test", 4)))
+    argv = ["--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+            "--init_checkpoint", weights, "--train_batch_size", "4", "--n_val", "0", "--num_workers", "0",
+            "--max_source_length", "32", "--max_target_length", "16", "--learning_rate", "1e-3",
+            "--log_freq", "1", "--keep_checkpoints", "0", "--no_tensorboard"]
+    return {"base": base, "argv": argv}
+
+
+def _main(script: str, argv: list[str]) -> int:
+    """``python script argv`` in this process (its real ``run_main``): the exit code."""
+    from bart.cli import run_main
+    module = importlib.import_module(script[:-3])
+    try:
+        run_main(lambda: module.main(argv), script)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    return 0
+
+
+def _records(out_dir) -> list[dict]:
+    from utils.dllogger_compat import read_dllogger
+    return [r for r in read_dllogger(os.path.join(str(out_dir), "dllogger.json")) if r["type"] == "LOG"]
+
+
+def _steps(out_dir) -> list[int]:
+    return [r["step"] for r in _records(out_dir) if isinstance(r["step"], int) and "loss" in r["data"]]
+
+
+# -- --resume_from_checkpoint auto -----------------------------------------------------------------
+def test_auto_starts_a_new_run_then_resumes_from_its_newest_checkpoint(world, capsys):
+    out = world["base"] / "auto"
+    argv = world["argv"] + ["--output_dir", str(out), "--resume_from_checkpoint", "auto", "--save_checkpoint_steps", "2"]
+    assert _main("finetune.py", argv + ["--max_steps", "3"]) == 0
+    said = capsys.readouterr().out
+    assert f"--resume_from_checkpoint auto: no training checkpoint in {out}: starting a new run" in said
+    assert _steps(out) == [1, 2, 3]
+    assert not [r for r in _records(out) if "resumed_from" in r["data"]]
+    # the same command again, for more updates: it resumes from fine-tuning's final checkpoint (step 3),
+    # the newest, not the periodic _step2.ckpt
+    assert sorted(n for n in os.listdir(out) if n.endswith(".ckpt")) == ["_epoch0_step3.ckpt", "_step2.ckpt",
+                                                                        "final_step.ckpt"]
+    assert _main("finetune.py", argv + ["--max_steps", "5"]) == 0
+    said = capsys.readouterr().out
+    assert f"resuming from the newest checkpoint in {out} (_epoch0_step3.ckpt, step 3)" in said
+    assert [r["data"]["resumed_from"] for r in _records(out) if "resumed_from" in r["data"]] == \
+        [str(out / "_epoch0_step3.ckpt")]
+    assert _steps(out) == [1, 2, 3, 4, 5]
+
+
+def test_resume_true_with_no_checkpoint_names_auto_in_one_line(world, capsys):
+    out = world["base"] / "true_none"
+    code = _main("finetune.py", world["argv"] + ["--output_dir", str(out), "--max_steps", "1",
+                                                 "--resume_from_checkpoint", "True"])
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("note:")]
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith("finetune.py: error: --resume_from_checkpoint True:"), lines
+    assert str(out) in lines[0] and "--resume_from_checkpoint auto" in lines[0], lines
+
+
+def test_auto_rules(tmp_path, capsys):
+    from bart.training.args import _bool_or_path
+    from bart.training.checkpoint import resolve_resume, resumable_checkpoints
+
+    assert [_bool_or_path(v) for v in ("auto", "AUTO", "True", "latest", "runs/x.ckpt")] == \
+        ["auto", "auto", True, True, "runs/x.ckpt"]
+    assert resolve_resume("auto", str(tmp_path / "missing")) is None
+    assert resolve_resume("auto", str(tmp_path)) is None  # empty
+    for name in ("_step2.ckpt", "_step10.ckpt", "_epoch1_step10.ckpt", "best_rouge2_step12.ckpt",
+                 "_step12.ckpt.partial", "final_step.ckpt", "_step4.ckpt"):
+        (tmp_path / name).write_bytes(b"x")
+    assert resumable_checkpoints(str(tmp_path)) == [(2, str(tmp_path / "_step2.ckpt")), (4, str(tmp_path / "_step4.ckpt")),
+                                                    (10, str(tmp_path / "_step10.ckpt")),
+                                                    (10, str(tmp_path / "_epoch1_step10.ckpt"))]
+    capsys.readouterr()
+    assert resolve_resume("auto", str(tmp_path)) is True
+    assert "(_epoch1_step10.ckpt, step 10)" in capsys.readouterr().out
+    assert resolve_resume(True, str(tmp_path)) is True and resolve_resume("a.ckpt", str(tmp_path)) == "a.ckpt"
+    assert resolve_resume(None, str(tmp_path)) is None
+
+
+def test_auto_with_load_model_weights_only_is_refused(world, capsys):
+    code = _main("finetune.py", world["argv"] + ["--output_dir", str(world["base"] / "lmwo"), "--max_steps", "1",
+                                                 "--resume_from_checkpoint", "auto", "--load_model_weights_only"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--load_model_weights_only" in err[0] and "PATH" in err[0], err
+
+
+# -- the process group of a restarted attempt ----------------------------------------------------------
+def _store():
+    import datetime
+    from torch.distributed import TCPStore
+    return TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
+
+
+def _join(store, rank, world_size, timeout_s, results, delay=0.0):
+    from utils.distributed import attempt_store
+
+    def run():
+        time.sleep(delay)
+        try:
+            results[rank] = attempt_store(rank, world_size, timeout_s, store=store)
+        except Exception as err:  # noqa: BLE001 - the test reads it
+            results[rank] = err
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_restarted_attempt_gets_a_prefix_no_dead_attempt_wrote_to(capfd):
+    """The store outlives the first attempt (as torchrun's does): its keys stay. A later attempt whose rank 1
+    starts before rank 0 reads the dead attempt's token first; both ranks still end on one fresh prefix."""
+    store = _store()
+    first = {}
+    for thread in [_join(store, r, 2, 10, first) for r in (0, 1)]:
+        thread.join()
+    first[0].set("gloo/rank_0", "dead address")
+    second = {}
+    threads = [_join(store, 1, 2, 10, second), _join(store, 0, 2, 10, second, delay=0.5)]
+    for thread in threads:
+        thread.join()
+    assert not isinstance(second[0], Exception) and not isinstance(second[1], Exception), second
+    second[0].set("gloo/rank_0", "live address")
+    assert second[1].get("gloo/rank_0") == b"live address"  # the two ranks share the new prefix
+    assert first[1].get("gloo/rank_0") == b"dead address"   # which is not the dead attempt's
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("present", [0, 1])
+def test_a_process_that_never_joins_is_named_after_rendezvous_timeout(present):
+    from utils.distributed import RendezvousTimeout
+    from utils.errors import EXIT_DIST_TIMEOUT
+
+    results = {}
+    start = time.monotonic()
+    _join(_store(), present, 3 if present == 0 else 2, 0.5, results).join()
+    waited = time.monotonic() - start
+    err = results[present]
+    assert isinstance(err, RendezvousTimeout) and err.exit_code == EXIT_DIST_TIMEOUT, err
+    assert "--rendezvous_timeout 0.5 s" in str(err) and 0.4 < waited < 5, (str(err), waited)
+    if present == 0:
+        assert str(err).startswith("rank 0 of 3: 2 process(es) did not join") and "(rank 1, 2)" in str(err)
+    else:
+        assert str(err).startswith("rank 1 of 2: rank 0 did not start the process group"), str(err)
+
+
+# -- torchrun --max_restarts 1, one rank killed mid-run ------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(argv, env_extra=None, restarts=0, timeout=120):
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **(env_extra or {}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--max_restarts={restarts}",
+           f"--master_port={_free_port()}", "-m", "tests.helpers.restart_driver", "finetune.py", *argv]
+    start = time.monotonic()
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return out, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupted_run(world):
+    """Rank 1 is SIGKILLed after update 3 (checkpoint at update 2) on the first attempt. torchrun restarts both
+    processes; they join again, resume from _step2.ckpt and finish with exit 0; the log holds updates 1-6 once
+    each and the final weights are bit-equal to those of the same command run without the kill."""
+    argv = world["argv"] + ["--max_steps", "6", "--save_checkpoint_steps", "2", "--resume_from_checkpoint", "auto",
+                            "--dist_timeout", "1", "--rendezvous_timeout", "60"]
+    restarted = world["base"] / "restarted"
+    out, took = _torchrun(argv + ["--output_dir", str(restarted)], {"BART_TEST_KILL_AFTER_STEP": "3"}, restarts=1)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "restart_driver: rank 1 killed after update 3" in out.stdout, out.stdout[-3000:]
+    assert "[distributed] torchrun restart 1 of 1: all 2 processes joined again" in out.stdout
+    assert f"resuming from the newest checkpoint in {restarted} (_step2.ckpt, step 2)" in out.stdout
+    assert "Traceback" not in out.stderr, out.stderr[-4000:]  # one line from the surviving rank, none after
+    assert [r["data"]["resumed_from"] for r in _records(restarted) if "resumed_from" in r["data"]] == \
+        [str(restarted / "_step2.ckpt")]
+    assert _steps(restarted) == [1, 2, 3, 4, 5, 6]  # update 3 of the dead attempt dropped, run again once
+    assert took < 90, took
+
+    plain = world["base"] / "uninterrupted"
+    ref, _ = _torchrun(argv + ["--output_dir", str(plain)])
+    assert ref.returncode == 0, ref.stderr[-4000:]
+    got = torch.load(restarted / "final_step.ckpt", weights_only=True)
+    want = torch.load(plain / "final_step.ckpt", weights_only=True)
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want), [k for k in want if not torch.equal(got[k], want[k])]
+    losses = {r["step"]: r["data"]["loss"] for r in _records(restarted) if "loss" in r["data"]}
+    assert losses == {r["step"]: r["data"]["loss"] for r in _records(plain) if "loss" in r["data"]}
