@@ -55,6 +55,21 @@ def _load_model(checkpoint: str, config_path: Optional[str], pre_ln: Optional[bo
     return model.float().eval()
 
 
+def _write_layer_norm_keys(folder: str, model) -> None:
+    """config.json also names the layer-norm placement as facebook's bart-large and mbart-large-cc25
+    configs do (``normalize_before``, ``add_final_layer_norm``, ``normalize_embedding``): transformers
+    does not need them, but converters that read fairseq's names do (CTranslate2's
+    ``TransformersConverter`` stops on a config without ``normalize_before``)."""
+    path = os.path.join(folder, "config.json")
+    with open(path, encoding="utf-8") as f:
+        values = json.load(f)
+    values.update(normalize_before=bool(model.config.pre_ln), add_final_layer_norm=bool(model.config.pre_ln),
+                  normalize_embedding=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def _write_tokenizer(tokenizer_path: str, folder: str, model) -> list[str]:
     from bart.tokenization.tokenization_bart import BartTokenizer
 
@@ -132,6 +147,7 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.export-", dir=parent)
     try:
         files = write_model_files(model, staging)
+        _write_layer_norm_keys(staging, model)
         files += _write_tokenizer(tokenizer_path, staging, model)
         max_diff = _verify(staging, model) if verify else None
         os.chmod(staging, 0o755)  # mkdtemp makes it private; an export is for others

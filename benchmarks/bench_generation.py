@@ -145,6 +145,59 @@ def _least_bytes(model, sequences: torch.Tensor, source_length: int, pad: int, b
     return float(total)
 
 
+# -- CTranslate2 -------------------------------------------------------------------------------------
+# What CTranslate2 4.x does differently from transformers' generate (read from its decoding.cc):
+#  * its log-probs are a log-softmax taken AFTER the bans (n-gram blocking, min length): transformers
+#    bans after the log-softmax unless renormalize_logits=True. Greedy search picks the same token either
+#    way; beam search ranks beams by different scores, so CT2 equals generate(..., renormalize_logits=True).
+#  * min/max lengths count generated tokens (transformers counts the decoder start token too): 1 less.
+#  * a forced first token is a target_prefix (score 0, as transformers' forced BOS); at the first step
+#    after it CT2 drops EOS from the beams other than the first (its issue #277), where transformers may
+#    finish a hypothesis: identical when min_length keeps EOS out of that step.
+#  * there is no forced EOS at max_length (a hypothesis cut there ends without EOS), and early stopping
+#    is transformers' early_stopping=True (patience 1).
+CT2_SETTINGS = ("num_beams", "max_length", "min_length", "no_repeat_ngram_size", "length_penalty", "early_stopping",
+                "forced_bos_token_id", "forced_eos_token_id", "renormalize_logits")
+
+
+def ct2_options(settings: dict, vocabulary: list, rows: int) -> dict:
+    """generate's settings as keyword arguments of ctranslate2.Translator.translate_batch; a setting CTranslate2
+    has no equivalent for is a ValueError naming it."""
+    unknown = sorted(set(settings) - set(CT2_SETTINGS))
+    if unknown:
+        raise ValueError(f"no CTranslate2 equivalent known for {unknown}")
+    if settings.get("forced_eos_token_id") is not None:
+        raise ValueError("forced_eos_token_id: CTranslate2 has no forced EOS at max_length; compare with None")
+    if settings.get("early_stopping", True) is not True:
+        raise ValueError("early_stopping: CTranslate2's beam search stops as early_stopping=True only")
+    options = dict(beam_size=settings.get("num_beams", 1), length_penalty=settings.get("length_penalty", 1.0),
+                   no_repeat_ngram_size=settings.get("no_repeat_ngram_size") or 0,
+                   min_decoding_length=max(settings.get("min_length", 0) - 1, 0),
+                   max_decoding_length=settings["max_length"] - 1, return_end_token=True, max_input_length=0)
+    if settings.get("forced_bos_token_id") is not None:
+        options["target_prefix"] = [[vocabulary[settings["forced_bos_token_id"]]]] * rows
+    return options
+
+
+def ct2_vocabulary(folder: str) -> list:
+    """The tokens of an exported folder's tokenizer in id order (CTranslate2's vocabulary)."""
+    import transformers
+
+    vocab = transformers.AutoTokenizer.from_pretrained(folder).get_vocab()
+    return [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+
+
+def ct2_generate(translator, vocabulary: list, index: dict, ids: torch.Tensor, attention_mask: torch.Tensor,
+                 settings: dict, decoder_start: int, pad: int) -> torch.Tensor:
+    """CTranslate2's output for generate's inputs and settings, as generate returns it (decoder start token
+    first, padded with ``pad``)."""
+    source = [[vocabulary[i] for i in row[mask.bool()].tolist()] for row, mask in zip(ids.cpu(), attention_mask.cpu())]
+    results = translator.translate_batch(source, **ct2_options(settings, vocabulary, len(source)))
+    rows = [[decoder_start] + [index[token] for token in result.hypotheses[0]] for result in results]
+    width = max(map(len, rows))
+    return torch.tensor([row + [pad] * (width - len(row)) for row in rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/config_base.json")

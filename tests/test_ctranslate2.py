@@ -1,0 +1,108 @@
+"""``python -m bart.export`` output converts with CTranslate2's TransformersConverter and decodes in
+ctranslate2.Translator token-identically to this project's generate (post-LN BART and Pre-LN as mBART),
+with generate's settings mapped as benchmarks/bench_generation.py maps them (``ct2_options``: lengths
+minus the start token, forced BOS as a target prefix, renormalize_logits=True because CTranslate2 takes
+its log-softmax after the bans). Skipped when ctranslate2 (requirements.txt) is not importable."""
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from bart.configuration import BartConfig
+from bart.export import main as export_main
+from bart.modeling import BartForConditionalGeneration
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import bench_generation  # noqa: E402
+
+TINY = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128, init_std=0.3, dropout=0.0)
+TEXTS = ["ka lo mi ne su ta ri vo ze pa do gu le ni so fa mu", "te ro bi ya ke lu ka lo ka lo mi mi ne",
+         "su ta ri vo ze", "pa do gu le ni so fa mu te ro bi ya ke lu ka lo mi ne su ta ri"]
+# greedy and beam search; lengths, n-gram blocking, length penalties and a forced BOS (min_length keeps EOS
+# out of the step after it: CTranslate2 drops EOS from the secondary beams there, see ct2_options)
+CASES = [dict(num_beams=beams, length_penalty=lp, min_length=min_length, max_length=max_length,
+              no_repeat_ngram_size=ngram, forced_bos_token_id=bos)
+         for beams in (1, 4) for lp in (1.0, 2.0, 0.5) for ngram in (0, 3)
+         for min_length, max_length, bos in ((0, 12, None), (5, 20, None), (3, 16, 0))]
+EOS_BIAS = 3.0  # on EOS's logit: rows end at different steps, some at max_length
+
+
+def _exported(tmp_path, tokenizer_dir, pre_ln):
+    """A tiny random model (EOS made likely), its training checkpoint, and its `python -m bart.export` folder."""
+    from bart.tokenization.tokenization_bart import BartTokenizer
+
+    tokenizer = BartTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = BartConfig(**TINY, vocab_size=len(tokenizer), pre_ln=pre_ln)
+    model = BartForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias[0, config.eos_token_id] = EOS_BIAS
+    torch.save({"model": model.state_dict(), "config": config.to_dict(), "step": 1}, tmp_path / "model.ckpt")
+    assert export_main([str(tmp_path / "model.ckpt"), str(tmp_path / "hf"), "--tokenizer", tokenizer_dir]) == 0
+    return model, tokenizer, tmp_path / "hf"
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_export_names_the_layer_norm_placement_as_fairseq_configs_do(pre_ln, tmp_path, small_tokenizer_dir):
+    """config.json has normalize_before / add_final_layer_norm (= Pre-LN) and normalize_embedding, as
+    facebook/bart-large's and mbart-large-cc25's: converters that read them (CTranslate2's) need them; the
+    project and transformers read the folder back as the same architecture."""
+    import transformers
+
+    model, _, folder = _exported(tmp_path, small_tokenizer_dir, pre_ln)
+    values = json.load(open(folder / "config.json"))
+    assert (values["normalize_before"], values["add_final_layer_norm"], values["normalize_embedding"]) == \
+        (pre_ln, pre_ln, True)
+    assert BartForConditionalGeneration.from_pretrained(str(folder)).config.pre_ln is pre_ln
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(folder))
+    assert type(hf).__name__ == ("MBartForConditionalGeneration" if pre_ln else "BartForConditionalGeneration")
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_ctranslate2_decodes_the_export_as_this_project(pre_ln, tmp_path, small_tokenizer_dir):
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 (requirements.txt) is not installed")
+    from ctranslate2.converters import TransformersConverter
+
+    model, tokenizer, folder = _exported(tmp_path, small_tokenizer_dir, pre_ln)
+    TransformersConverter(str(folder)).convert(str(tmp_path / "ct2"))  # the old export: no 'normalize_before'
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    vocabulary = bench_generation.ct2_vocabulary(str(folder))
+    assert len(vocabulary) == model.config.vocab_size
+    index = {token: i for i, token in enumerate(vocabulary)}
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    pad, start, eos = model.config.pad_token_id, model.config.decoder_start_token_id, model.config.eos_token_id
+    differ, ended_early, cut, unnormalized_differ = [], 0, 0, 0
+    for case in CASES:
+        settings = dict(case, early_stopping=True, forced_eos_token_id=None)
+        ours = model.generate(ids, attention_mask=mask, renormalize_logits=True, **settings)
+        theirs = bench_generation.ct2_generate(translator, vocabulary, index, ids, mask, settings, start, pad)
+        if not bench_generation._identical_rows(ours, theirs, pad) == len(TEXTS):
+            differ.append(f"{case}\n  ours {ours.tolist()}\n  ct2  {theirs.tolist()}")
+        if case["num_beams"] > 1 and case["no_repeat_ngram_size"]:  # transformers' scores: banned after log-softmax
+            plain = model.generate(ids, attention_mask=mask, **settings)
+            unnormalized_differ += bench_generation._identical_rows(plain, theirs, pad) < len(TEXTS)
+        lengths = (ours != pad).sum(1)
+        ended_early += int(((ours == eos).sum(1) == 2).logical_and(lengths < case["max_length"]).sum())
+        cut += int((lengths == case["max_length"]).sum())
+    assert not differ, f"{len(differ)} of {len(CASES)} cases differ; the first:\n" + differ[0]
+    assert ended_early >= 4 and cut >= 4  # both ways of ending were compared
+    assert unnormalized_differ > 0  # why the mapping needs renormalize_logits=True
+
+
+def test_ct2_options_map_generate_settings_or_refuse():
+    vocabulary = ["<s>", "<pad>", "</s>"]
+    options = bench_generation.ct2_options(dict(num_beams=4, max_length=65, min_length=64, no_repeat_ngram_size=3,
+                                                length_penalty=2.0, early_stopping=True, forced_bos_token_id=0),
+                                           vocabulary, 2)
+    assert options == dict(beam_size=4, length_penalty=2.0, no_repeat_ngram_size=3, min_decoding_length=63,
+                           max_decoding_length=64, return_end_token=True, max_input_length=0,
+                           target_prefix=[["<s>"], ["<s>"]])
+    with pytest.raises(ValueError, match="forced_eos_token_id"):
+        bench_generation.ct2_options(dict(max_length=5, forced_eos_token_id=2), vocabulary, 1)
+    with pytest.raises(ValueError, match="do_sample"):
+        bench_generation.ct2_options(dict(max_length=5, do_sample=True), vocabulary, 1)
