@@ -17,6 +17,7 @@ import zipfile
 import torch
 
 from utils.errors import UserError
+from utils.file_modes import new_file_mode
 
 
 class CheckpointError(UserError):
@@ -169,12 +170,6 @@ def read_json_object(path: str) -> dict:
 PARTIAL_PREFIX, PARTIAL_SUFFIX = ".tmp-", ".partial"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def atomic_save(path: str, obj) -> None:
     """``torch.save`` to a temporary file in the same folder, fsync, rename into place. The file gets
     the permissions any new file gets here (0666 less the umask: teammates on shared storage can read
@@ -183,7 +178,7 @@ def atomic_save(path: str, obj) -> None:
     os.makedirs(folder, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=PARTIAL_PREFIX, suffix=PARTIAL_SUFFIX, dir=folder)
     try:
-        os.fchmod(handle, 0o666 & ~_umask())
+        os.fchmod(handle, new_file_mode())
         with os.fdopen(handle, "wb") as f:
             torch.save(obj, f)
             f.flush()

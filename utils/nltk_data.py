@@ -54,7 +54,8 @@ def ensure_punkt(data_dir: str | None = None) -> str:
     lang_dir = os.path.join(data_dir, "tokenizers", "punkt_tab", "english")
     if not all(os.path.isfile(os.path.join(lang_dir, name)) for name in _FILES):
         os.makedirs(os.path.dirname(lang_dir), exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".english-", dir=os.path.dirname(lang_dir))
+        from utils.file_modes import staging_folder  # a new folder's mode (mkdtemp's 0700 kept other users out)
+        staging = staging_folder(os.path.dirname(lang_dir), ".english-")
         try:
             for name, text in _english_tables().items():
                 with open(os.path.join(staging, name), "w", encoding="utf-8") as f:

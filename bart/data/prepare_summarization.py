@@ -25,6 +25,7 @@ import sys
 import tarfile
 
 from utils.progress import track
+from utils.text_lines import split_lines
 
 SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "valid": "val", "dev": "val", "test": "test"}
 COLUMN_PAIRS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
@@ -94,7 +95,8 @@ def convert_xsum(tarball: str, out_dir: str) -> None:
                 member = members.get(f"{split}.{side}")
                 if member is None:
                     raise ValueError(f"{tarball} has no {split}.{side}")
-                sides.append([_clean(line) for line in tar.extractfile(member).read().decode("utf-8").splitlines()])
+                text = tar.extractfile(member).read().decode("utf-8")
+                sides.append([_clean(line) for line in split_lines(text)])  # \n, \r\n or old-Mac \r line ends
             write_split(out_dir, split, *sides)
 
 

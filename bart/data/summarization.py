@@ -1,6 +1,6 @@
 """Summarization (and translation) data: ``{split}.source`` / ``{split}.target`` line files.
 
-One example per line, UTF-8. Bad input stops with a message naming the file: a missing split, line
+One example per line (lines end in \\n, \\r\\n or a lone \\r, as Python's text mode reads them), UTF-8. Bad input stops with a message naming the file: a missing split, line
 counts that differ, a line that is not UTF-8, an empty line. Batches are tokenized in the collator
 (truncated to the max lengths); the samplers group examples of similar length and split every
 epoch over the ranks with each example exactly once. An epoch's batches are a pure function of
@@ -19,26 +19,41 @@ from bart.modeling.modeling_bart import shift_tokens_right
 from bart.tokenization.tokenization_bart import model_inputs
 from utils.errors import UserError
 from utils.signals import ignore_stop_signals
+from utils.text_lines import iter_lines, line_ends
 
 SPLITS = ("train", "val", "test")
 
 
 def _read_lines(path: str) -> list[str]:
+    """The file's lines (universal newlines: ``\\n``, ``\\r\\n`` or a lone ``\\r`` ends a line, as Python's text
+    mode and the reference's readers split them), each decoded as UTF-8 (an error names the line)."""
     if not os.path.isfile(path):
         folder = os.path.dirname(path) or "."
         present = sorted(f for f in os.listdir(folder) if f.endswith((".source", ".target"))) if os.path.isdir(folder) else []
         raise FileNotFoundError(f"missing {path}; the folder holds {present or 'no .source/.target files'} "
                                 f"(scripts/get_data.sh writes train/val/test .source and .target)")
     lines = []
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
-            except UnicodeDecodeError as err:
-                raise UserError(f"{path}:{number} is not UTF-8 ({err.reason} at byte {err.start}); re-encode "
-                                 f"the file as UTF-8") from err
-            lines.append(line)
+    for number, raw in enumerate(iter_lines(path), 1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise UserError(f"{path}:{number} is not UTF-8 ({err.reason} at byte {err.start}); re-encode "
+                             f"the file as UTF-8") from err
     return lines
+
+
+def _count_mismatch(source_path: str, sources: int, target_path: str, targets: int) -> str:
+    """The one line for .source/.target line counts that differ, saying when the line ends are the cause:
+    a file mixing lone ``\\r`` with ``\\n`` line ends (each lone ``\\r`` ends a line)."""
+    message = (f"{source_path} has {sources} lines but {target_path} has {targets}: every source needs exactly "
+               f"one target")
+    for path in (source_path, target_path):
+        ends = line_ends(path)
+        if "\r" in ends and len(ends) > 1:
+            return (message + f"; {path} mixes line ends: a lone carriage return (\\r) ends a line, as in Python's "
+                              f"text mode, but its other lines end in \\n; if the \\r are stray characters inside "
+                              f"lines, replace them (tr '\\r' ' ' < FILE > FILE.fixed)")
+    return message
 
 
 def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None,
@@ -50,8 +65,7 @@ def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None,
     target_path = os.path.join(data_dir, f"{type_path}.target")
     sources, targets = _read_lines(source_path), _read_lines(target_path)
     if len(sources) != len(targets):
-        raise UserError(f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: "
-                         f"every source needs exactly one target")
+        raise UserError(_count_mismatch(source_path, len(sources), target_path, len(targets)))
     if skipped is None:  # every line counts: the first empty one is an error
         if n_obs is not None and n_obs > 0:
             sources, targets = sources[:n_obs], targets[:n_obs]
@@ -105,10 +119,13 @@ class SortishSampler:
     """Length-grouped, shuffled batches of indices for one rank (a ``batch_sampler``).
 
     Each epoch: a seeded shuffle, chunks of 50 batches sorted by length inside, batches formed,
-    batch order shuffled, batches dealt to ranks. Every example appears exactly once per epoch over
-    all ranks; all ranks get the same number of batches (the largest batches are split in two
-    where needed, so a rank may get smaller batches). With ``max_tokens`` a batch holds as many
-    examples as fit ``max_tokens`` counting padding (longest x count)."""
+    batch order shuffled, batches dealt to ranks. All ranks get the same number of batches (the largest
+    batches are split in two where needed, so a rank may get smaller batches), and every example appears
+    exactly once per epoch over all ranks, except where every batch already holds one example and their
+    count is not a multiple of the ranks (batch size 1, or ``max_tokens`` batches of one long example
+    each): then the last ``count % ranks`` batches of the epoch's shuffled order are left out (others each
+    epoch; ``dropped`` says how many). With ``max_tokens`` a batch holds as many examples as fit
+    ``max_tokens`` counting padding (longest x count)."""
 
     def __init__(self, lengths: list[int], batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
                  shuffle: bool = True, max_tokens: Optional[int] = None, group_by_length: bool = True) -> None:
@@ -122,6 +139,7 @@ class SortishSampler:
         self.num_replicas, self.rank, self.seed, self.shuffle = num_replicas, rank, seed, shuffle
         self.epoch = 0
         self.start = 0  # this rank's first batch of the epoch (a resumed run's position)
+        self.dropped = 0  # examples the last epoch dealt left out (see the class docstring)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -141,10 +159,12 @@ class SortishSampler:
             rng.shuffle(batches)
         while len(batches) % self.num_replicas:
             largest = max(range(len(batches)), key=lambda b: len(batches[b]))
-            if len(batches[largest]) < 2:
-                raise ValueError(f"cannot deal {len(self.lengths)} examples evenly to {self.num_replicas} ranks")
+            if len(batches[largest]) < 2:  # single examples only: the ranks' last round stays incomplete
+                self.dropped = len(batches) % self.num_replicas
+                return batches[:len(batches) - self.dropped]
             batch = batches.pop(largest)
             batches[largest:largest] = [batch[: len(batch) // 2], batch[len(batch) // 2:]]
+        self.dropped = 0
         return batches
 
     def _split(self, part: list[int]) -> list[list[int]]:
@@ -236,9 +256,19 @@ def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, ma
         lines = ", ".join(map(str, train.skipped_lines[:10])) + (", ..." if len(train.skipped_lines) > 10 else "")
         print(f"[data] {os.path.join(data_dir, 'train')}.source/.target: {len(train.skipped_lines)} example(s) with "
               f"an empty source or target skipped (line {lines})", flush=True)
+    if len(train) < world_size:
+        limit = f" (--n_train {n_obs})" if n_obs is not None and len(train) == n_obs else ""
+        raise UserError(f"{os.path.join(data_dir, 'train')}.source has {len(train)} usable example(s){limit}, fewer than "
+                        f"the {world_size} processes: every process needs at least one example per epoch; add "
+                        f"examples or start at most {len(train)} process(es) (torchrun --nproc_per_node)")
     lengths = train.source_lengths
     if max_tokens:
         lengths = [min(len(ids), max_source_length) for ids in tokenizer.encode_batch_fast(train.sources)]
     sampler = SortishSampler(lengths, batch_size, world_size, rank, seed, shuffle=True, max_tokens=max_tokens,
                              group_by_length=bool(sortish or max_tokens))
+    len(sampler)  # deals the first epoch: ``dropped``
+    if sampler.dropped and rank == 0:
+        print(f"[data] {os.path.join(data_dir, 'train')}.source: {len(train)} single-example batches do not divide "
+              f"among {world_size} processes: each epoch leaves {sampler.dropped} example(s) out (others each "
+              f"epoch); --train_batch_size 2 or more (or a larger --max_tokens_per_batch) keeps every one", flush=True)
     return EpochLoader(train, sampler, num_workers)

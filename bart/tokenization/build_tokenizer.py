@@ -17,7 +17,8 @@ import json
 import os
 import shutil
 import sys
-import tempfile
+
+from utils.file_modes import staging_folder
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 MASK = "<mask>"
@@ -63,7 +64,7 @@ def write_bart_folder(vocab: dict[str, int], merges: list[tuple[str, str]], out_
     out_dir = os.path.abspath(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".tokenizer-", dir=parent)
+    staging = staging_folder(parent, ".tokenizer-")  # the folder renamed into place: a new folder's mode, not 0700
     try:
         with open(os.path.join(staging, "vocab.json"), "w", encoding="utf-8") as f:
             json.dump(vocab, f, ensure_ascii=False)

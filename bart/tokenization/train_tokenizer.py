@@ -1,6 +1,7 @@
 """Train a byte-level BPE tokenizer for BART on your own corpus (pretraining from scratch).
 
-The corpus is text files (every line is a text; blank lines are skipped) and/or LDDL Parquet
+The corpus is text files (every line is a text, whatever its line end: \\n, \\r\\n or old-Mac \\r; blank
+lines are skipped) and/or LDDL Parquet
 shards (their ``sentences`` column, as written by ``bart.data.preprocess``); a folder stands for
 the ``.txt`` and ``.parquet`` files under it. The vocabulary holds BART's special tokens in front
 (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3), the 256 byte symbols (so no text is ever
@@ -23,6 +24,7 @@ import sys
 from typing import Iterable, Iterator
 
 from bart.tokenization.build_tokenizer import MASK, SPECIALS, write_bart_folder
+from utils.text_lines import iter_lines
 
 BYTE_SYMBOLS = 256
 MIN_VOCAB_SIZE = len(SPECIALS) + BYTE_SYMBOLS + 1  # specials, every byte, <mask>
@@ -74,14 +76,14 @@ def _shard_texts(path: str) -> Iterator[str]:
 
 
 def _text_lines(path: str) -> Iterator[str]:
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                raise TokenizerTrainingError(f"{path}:{number} is not UTF-8 text") from None
-            if line.strip():
-                yield line
+    """The non-blank lines of a text file (a line ends in \\n, \\r\\n or a lone \\r, as in Python's text mode)."""
+    for number, raw in enumerate(iter_lines(path), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TokenizerTrainingError(f"{path}:{number} is not UTF-8 text") from None
+        if line.strip():
+            yield line
 
 
 def iter_corpus(files: Iterable[str]) -> Iterator[str]:

@@ -37,12 +37,10 @@ def check_vocab_size(tokenizer_size: int, vocab_size: int, tokenizer_name: str =
 
 
 def require_vocab_size(tokenizer, config, tokenizer_name: str | None = None, config_name: str | None = None) -> None:
-    """For entry points: a mismatch ends the run with one line (no traceback); a note goes to stderr."""
+    """For entry points: a mismatch raises :class:`VocabSizeMismatch` (a ``UserError``: one line and exit 2
+    through ``bart.cli.run_main``); a note goes to stderr."""
     tokenizer_name = tokenizer_name or getattr(tokenizer, "name_or_path", None) or "the tokenizer"
     config_name = config_name or "the model config"
-    try:
-        note = check_vocab_size(len(tokenizer), config.vocab_size, tokenizer_name, config_name)
-    except VocabSizeMismatch as err:
-        raise SystemExit(f"error: {err}") from None
+    note = check_vocab_size(len(tokenizer), config.vocab_size, tokenizer_name, config_name)
     if note:
         print(note, file=sys.stderr)
