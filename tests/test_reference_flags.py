@@ -86,6 +86,8 @@ def _parse(script: str, argv: list[str]):
     import finetune
     import pretrain
     import run_eval
+    if any(a.startswith(("--load_model_weights_only", "--init_checkpoint", "--model_name_or_path")) for a in argv):
+        argv = [a for a in argv if a != "--from_scratch"]  # _base's --from_scratch contradicts starting weights
     return {PT: pretrain, FT: finetune, EV: run_eval}[script].parse_args(argv)
 
 

@@ -313,6 +313,54 @@ def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
     ft.add_argument("--do_predict", action="store_true", help="write test predictions after training")
 
 
+def _auto_with_weights_only(args) -> bool:
+    return getattr(args, "resume_from_checkpoint", None) == "auto" and getattr(args, "load_model_weights_only", None) is True
+
+
+# Flags that contradict each other: given together on a command line, one of them would silently win (or do
+# nothing). (flag, other flag or None, when: the values that contradict (None: any), why). A row applies when
+# the command line gave the flag (and the other, when named: ``args._given``) and ``when`` holds; the run is
+# then refused at parse time in one line naming both. (--fp16 with --bf16: utils.precision's rule. Not here:
+# --resume_from_checkpoint with the starting weights (--init_checkpoint): "the same command plus
+# --resume_from_checkpoint True" is how a run is resumed, and ``auto`` starts from them when there is nothing
+# to resume.)
+CONTRADICTIONS = (
+    ("from_scratch", "init_checkpoint", None, "random weights or a checkpoint's: give one"),
+    ("from_scratch", "init_checkpoint_alias", None, "random weights or a checkpoint's: give one"),
+    ("from_scratch", "load_model_weights_only", None, "random weights or a checkpoint's: give one"),
+    ("init_checkpoint", "init_checkpoint_alias", lambda a: a.init_checkpoint != a.init_checkpoint_alias,
+     "both name the starting weights, and they differ: give one"),
+    ("resume_from_checkpoint", "load_model_weights_only", _auto_with_weights_only,
+     "auto resumes this run from its own checkpoints; --load_model_weights_only starts a new run from a "
+     "checkpoint's weights: give that checkpoint's PATH instead of auto"),
+    ("no_tensorboard", "tensorboard_dir", None, "no TensorBoard events are written, so the folder would stay unused: "
+                                                "drop one"),
+    ("use_nvlamb", None, lambda a: not getattr(a, "lamb", False),
+     "NVLAMB is a LAMB option but the optimizer is AdamW without --lamb: add --lamb, or drop it"),
+    ("val_check_interval", "n_val", lambda a: a.n_val == 0,
+     "--n_val 0 turns validation off, so it would never run: give --n_val N, or drop it"),
+)
+
+
+def _shown(parser: argparse.ArgumentParser, args: argparse.Namespace, dest: str, argv: list[str]) -> str:
+    """A flag as the command line gave it: the spelling typed (an alias included) and its value."""
+    action = next(action for action in parser._actions if action.dest == dest)
+    typed = next((o for token in argv for o in action.option_strings if token == o or token.startswith(o + "=")),
+                 action.option_strings[0])
+    value = getattr(args, dest, None)
+    bare = action.nargs == 0 or (action.nargs == "?" and value == action.const) or value is None
+    return typed if bare else f"{typed} {value}"
+
+
+def check_contradictions(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """The first row of :data:`CONTRADICTIONS` the command line hits, as argparse's one-line error (exit 2)."""
+    given = getattr(args, "_given", set())
+    for flag, other, when, why in CONTRADICTIONS:
+        if flag in given and (other is None or other in given) and (when is None or when(args)):
+            both = _shown(parser, args, flag, argv) + ("" if other is None else " with " + _shown(parser, args, other, argv))
+            parser.error(f"{both}: {why}")
+
+
 def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=None) -> None:
     """Relations between flags that no single flag's type can check: one argparse line each. Also notes
     which flags the command line gave (``args._given``: a default may be adapted to the model with a
@@ -320,6 +368,7 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=N
     argv = sys.argv[1:] if argv is None else list(argv)
     args._given = {action.dest for action in parser._actions for option in action.option_strings
                    if any(token == option or token.startswith(option + "=") for token in argv)}
+    check_contradictions(args, parser, argv)
     if hasattr(args, "max_steps") and args.max_steps is None and not getattr(args, "max_epochs", None):
         parser.error("the following arguments are required: --max_steps"
                      + (" (or --max_epochs)" if hasattr(args, "max_epochs") else ""))
@@ -337,10 +386,6 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=N
         from bart.training.checkpoint import resolve_resume
         from utils.distributed import read_env
 
-        if getattr(args, "load_model_weights_only", None) is True:
-            parser.error("--resume_from_checkpoint auto resumes this run from its own checkpoints; "
-                         "--load_model_weights_only starts a new run from a checkpoint's weights: give that "
-                         "checkpoint's PATH instead of auto")
         args.resume_from_checkpoint = resolve_resume("auto", args.output_dir, announce=read_env().is_main)
 
 
