@@ -55,6 +55,18 @@ def is_fairseq_checkpoint(data: dict, state: dict[str, torch.Tensor]) -> bool:
             or "encoder.version" in state or "decoder.embed_tokens.weight" in state)
 
 
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal tables, NaN in the same places counting as equal (damaged values are the value check's to report)."""
+    if a.shape != b.shape:
+        return False
+    if torch.equal(a, b):
+        return True
+    try:
+        return torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
+    except RuntimeError:  # dtypes allclose does not take
+        return False
+
+
 def fairseq_to_hf(state: dict[str, torch.Tensor], where: str = "checkpoint") -> dict[str, torch.Tensor]:
     """Hugging Face BART names for a fairseq BART state dict (a new dict; tensors shared)."""
     from bart.modeling.weights import CheckpointError
@@ -66,7 +78,7 @@ def fairseq_to_hf(state: dict[str, torch.Tensor], where: str = "checkpoint") -> 
         raise CheckpointError(f"{where}: a fairseq checkpoint without encoder/decoder.embed_tokens.weight")
     for key in ("encoder.embed_tokens.weight", "decoder.output_projection.weight"):
         other = state.pop(key, None)
-        if other is not None and not (other.shape == decoder_embed.shape and torch.equal(other, decoder_embed)):
+        if other is not None and not _same_values(other, decoder_embed):
             raise CheckpointError(
                 f"{where}: {key} differs from decoder.embed_tokens.weight; this project ties the encoder, decoder "
                 f"and output embeddings (fairseq --share-all-embeddings, as bart.large) and cannot load untied ones")
@@ -87,6 +99,11 @@ def config_from_fairseq(data: dict, state: dict[str, torch.Tensor], where: str =
     from bart.modeling.weights import CheckpointError
 
     args = _model_args(data)
+    for key in ("encoder.embed_tokens.weight", "encoder.embed_positions.weight", "decoder.embed_positions.weight",
+                "encoder.layers.0.fc1.weight", "decoder.layers.0.fc1.weight"):
+        if key in state and state[key].dim() != 2:  # the model's sizes are read from these tables
+            raise CheckpointError(f"{where}: tensor {key} has shape {tuple(state[key].shape)}, not the (rows, "
+                                  f"columns) table a BART model holds there; the file is damaged or not BART weights")
     arch = str(args.get("arch") or args.get("_name") or "bart_large")
     defaults = _ARCH_DEFAULTS.get(arch, _ARCH_DEFAULTS["mbart_large" if arch.startswith("mbart") else "bart_large"])
     try:

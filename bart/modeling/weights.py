@@ -28,6 +28,7 @@ import torch
 
 from bart.configuration.configuration_bart import TOKEN_KEYS, BartConfig
 from utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
+from utils.file_modes import give_new_file_mode
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")
@@ -81,7 +82,7 @@ def _has_final_norm(state: dict) -> bool:
     return "model.encoder.layer_norm.weight" in state or "model.decoder.layer_norm.weight" in state
 
 
-def _check_and_load(model, state: dict, path: str, strict: bool) -> None:
+def _check_and_load(model, state: dict, path: str, strict: bool, files: Optional[dict] = None) -> None:
     expected = model.state_dict()
     if "final_logits_bias" not in state and "final_logits_bias" in expected:
         state["final_logits_bias"] = torch.zeros_like(expected["final_logits_bias"])
@@ -105,7 +106,47 @@ def _check_and_load(model, state: dict, path: str, strict: bool) -> None:
             f"cannot load {path}: missing keys {show(missing)}; unexpected keys {show(unexpected)}; "
             f"shape mismatches {show(mismatched)}" + "".join(f"\nhint: {h}" for h in hints))
     loadable = {k: v for k, v in state.items() if k in expected and v.shape == expected[k].shape}
+    check_weight_values(loadable, expected, path, files)
     model.load_state_dict(loadable, strict=False)
+
+
+# The dtypes a weight file may store: load_state_dict casts them to the model's dtype without loss of meaning.
+# Anything else (integers, bool, complex, float8 without its scales) is not BART weights as stored: an integer
+# table would be cast to whole numbers (a float model quantized or truncated by a bad conversion: mostly zeros).
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def check_weight_values(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], path: str,
+                        files: Optional[dict[int, str]] = None) -> None:
+    """Refuse, in one line naming the file and the tensor, a tensor the model cannot use: one whose model
+    counterpart (``expected``) is floating point but which is stored as another dtype (integer, bool, complex,
+    float8), or which holds NaN/inf. ``files``: the file each tensor was read from (by ``id``: a folder's
+    model.safetensors or shard), else ``path``. Tensors shared under several names (tied embeddings) are
+    checked once."""
+    files = files or {}
+    weights, seen = {}, set()
+    for key, value in state.items():
+        if key in expected and expected[key].is_floating_point() and id(value) not in seen:
+            weights[key] = value
+            seen.add(id(value))
+    wrong = [k for k, v in weights.items() if v.dtype not in FLOAT_DTYPES]
+    if wrong:
+        key, value = wrong[0], weights[wrong[0]]
+        dtypes = sorted({str(weights[k].dtype).replace("torch.", "") for k in wrong})
+        more = f" (and {len(wrong) - 1} more of its {len(weights)} weight tensors: {', '.join(dtypes)})" if len(wrong) > 1 else ""
+        raise CheckpointError(
+            f"{files.get(id(value), path)}: tensor {key} is stored as {str(value.dtype).replace('torch.', '')}{more}, "
+            f"not as floating-point weights (float32, float16, bfloat16): loaded, the model would get "
+            f"{'0/1' if value.dtype == torch.bool else 'whole-number'} weights; the file was converted or quantized "
+            f"wrongly: use the original floating-point weights")
+    for key, value in weights.items():
+        finite = torch.isfinite(value)
+        if not bool(finite.all()):
+            bad = value.numel() - int(finite.sum())
+            raise CheckpointError(
+                f"{files.get(id(value), path)}: tensor {key} holds {bad} NaN/inf value(s) of {value.numel()}: the "
+                f"weights are damaged (a diverged run or a broken conversion); use an earlier checkpoint or the "
+                f"original weights")
 
 
 def _single_id(value, key: str, path: str):
@@ -194,7 +235,7 @@ def _load_safetensors(path: str) -> dict:
                               f"truncated (an interrupted download or copy): fetch it again") from err
 
 
-def _load_sharded(folder: str, index_name: str, read) -> dict:
+def _load_sharded(folder: str, index_name: str, read, files: Optional[dict] = None) -> dict:
     index_path = os.path.join(folder, index_name)
     weight_map = read_json_object(index_path).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
@@ -205,23 +246,29 @@ def _load_sharded(folder: str, index_name: str, read) -> dict:
         if not os.path.isfile(shard_path):
             raise CheckpointError(f"{index_path} lists the shard {shard}, which is missing from {folder}; "
                                   f"download or copy the whole folder again")
-        state.update(read(shard_path))
+        tensors = read(shard_path)
+        if files is not None:
+            files.update({id(v): shard_path for v in tensors.values()})
+        state.update(tensors)
     missing = sorted(set(weight_map) - set(state))
     if missing:
         raise CheckpointError(f"{index_path}: tensors {missing[:5]} are listed but not in their shards")
     return state
 
 
-def _folder_state(folder: str) -> dict:
-    """Weights of a folder: model.safetensors, sharded safetensors, pytorch_model.bin (sharded or not)."""
-    if os.path.isfile(os.path.join(folder, "model.safetensors")):
-        return _load_safetensors(os.path.join(folder, "model.safetensors"))
-    if os.path.isfile(os.path.join(folder, "model.safetensors.index.json")):
-        return _load_sharded(folder, "model.safetensors.index.json", _load_safetensors)
-    if os.path.isfile(os.path.join(folder, "pytorch_model.bin")):
-        return read_checkpoint_file(os.path.join(folder, "pytorch_model.bin"))
-    if os.path.isfile(os.path.join(folder, "pytorch_model.bin.index.json")):
-        return _load_sharded(folder, "pytorch_model.bin.index.json", read_checkpoint_file)
+def _folder_state(folder: str, files: Optional[dict] = None) -> dict:
+    """Weights of a folder: model.safetensors, sharded safetensors, pytorch_model.bin (sharded or not).
+    ``files`` (when given) gets the file each tensor was read from, by the tensor's ``id``."""
+    files = {} if files is None else files
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            state = _load_safetensors(path) if name.endswith(".safetensors") else read_checkpoint_file(path)
+            files.update({id(v): path for v in state.values()})
+            return state
+        if os.path.isfile(path + ".index.json"):
+            return _load_sharded(folder, name + ".index.json",
+                                 _load_safetensors if name.endswith(".safetensors") else read_checkpoint_file, files)
     raise FileNotFoundError(f"{folder} holds no weights: neither model.safetensors (or a sharded "
                             f"model.safetensors.index.json) nor pytorch_model.bin")
 
@@ -308,11 +355,12 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")) and _single_file_in(path):
         path = _single_file_in(path)  # fairseq's extracted bart.large/ holds model.pt, dict.txt, no config
     source = "its stored config"
+    files: dict[int, str] = {}  # the file each tensor came from (a folder's weights file or shard)
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "config.json")) and config is None:
             raise FileNotFoundError(f"{path} has no config.json; pass config=BartConfig(...)")
         folder_config = config_from_folder(path) if os.path.isfile(os.path.join(path, "config.json")) else None
-        state = _folder_state(path)
+        state = _folder_state(path, files)
         config = config or folder_config
         stored_config = folder_config.to_dict() if folder_config else None
         source = "its config.json"
@@ -343,7 +391,7 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
                 ", ".join(f"{k} {stored_config[k]!r} (checkpoint) vs {getattr(config, k)!r} (given config)"
                           for k in differs))
     model = cls(config)
-    _check_and_load(model, state, path, strict)
+    _check_and_load(model, state, path, strict, files)
     if config.dtype is not None:
         model.to({"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
                   "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}[config.dtype])
@@ -393,6 +441,7 @@ def write_model_files(model, folder: str) -> list[str]:
 
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in TIED_KEYS[1:]}
     save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    give_new_file_mode(os.path.join(folder, "model.safetensors"))  # safetensors writes it 0600
     for name, values in (("config.json", hf_config_dict(model.config)),
                          ("generation_config.json", generation_config_dict(model.config))):
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:

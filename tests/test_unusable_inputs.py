@@ -1,0 +1,441 @@
+"""Issue 29, cases 2, 3 and 8: inputs a cluster user meets that the run cannot use, each refused in one line
+(exit 2, no traceback, nothing written) instead of a silent wrong run: weight files holding integer/bool/
+complex tensors, NaN/inf or tables of the wrong shape; contradictory flags; old-Mac (CR-only) line ends,
+a config vocab_size below the tokenizer's, a train split smaller than the processes; and the permissions
+of what the project writes (the umask's, not mkdtemp's 0700). Entry scripts run in-process through their
+real ``run_main`` (as tests/test_bad_input.py does); one torchrun run for the two-process case."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bart.modeling.weights import CheckpointError
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.summaries import write_summarization_data
+from utils.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
+              decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
+              vocab_size=SMALL_VOCAB_SIZE)
+TIED = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+
+
+def _model(**changes):
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    torch.manual_seed(0)
+    return BartForConditionalGeneration(BartConfig(**{**CONFIG, **changes})).eval()
+
+
+def _hf_folder(folder: str, state: dict) -> str:
+    """A Hugging Face folder (config.json from save_pretrained) whose model.safetensors holds ``state``."""
+    from safetensors.torch import save_file
+
+    from bart.modeling.weights import save_pretrained
+    save_pretrained(_model(), folder)
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(folder, "model.safetensors"),
+              metadata={"format": "pt"})
+    return folder
+
+
+def _state(**changes) -> dict:
+    return {k: v.clone() for k, v in _model(**changes).state_dict().items() if k not in TIED}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, small_tokenizer_dir):
+    base = tmp_path_factory.mktemp("unusable")
+    w = {"tok": small_tokenizer_dir, "base": str(base)}
+    for name, changes in (("cfg", {}), ("cfg_small_vocab", {"vocab_size": SMALL_VOCAB_SIZE - 10})):
+        (base / f"{name}.json").write_text(json.dumps({**CONFIG, **changes}))
+        w[name] = str(base / f"{name}.json")
+    w["data"] = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    w["shards"] = os.path.dirname(write_shards(str(base / "shards"), [8, 8])[0])
+    w["weights"] = str(base / "weights.ckpt")
+    torch.save(_model().state_dict(), w["weights"])
+    # case 2: an int32 safetensors folder (the issue's: fine-tuning went on with loss ln(vocab)), an int8 .ckpt,
+    # a NaN in a float table
+    w["hf_int32"] = _hf_folder(str(base / "hf_int32"), {k: v.to(torch.int32) for k, v in _state().items()})
+    w["int8_ckpt"] = str(base / "int8.ckpt")
+    torch.save({k: v.to(torch.int8) for k, v in _model().state_dict().items()}, w["int8_ckpt"])
+    nan = _state()
+    nan["model.encoder.layers.0.fc1.weight"][3, 5] = float("nan")
+    w["hf_nan"] = _hf_folder(str(base / "hf_nan"), nan)
+    # case 8: a checkpoint whose vocabulary is smaller than the tokenizer's (run_eval.py takes the architecture
+    # from the checkpoint), CR-only split files, a one-example train split
+    small = _model(vocab_size=SMALL_VOCAB_SIZE - 10)
+    w["small_vocab_ckpt"] = str(base / "small_vocab.ckpt")
+    torch.save({"model": small.state_dict(), "config": small.config.to_dict()}, w["small_vocab_ckpt"])
+    w["data_cr"] = str(base / "data_cr")
+    os.makedirs(w["data_cr"])
+    for name in os.listdir(w["data"]):
+        with open(os.path.join(w["data"], name), "rb") as f:
+            data = f.read()
+        with open(os.path.join(w["data_cr"], name), "wb") as f:
+            f.write(data.replace(b"\n", b"\r"))
+    w["data_one"] = write_summarization_data(str(base / "data_one"), sizes=(("train", 1), ("val", 4), ("test", 4)))
+    return w
+
+
+def _main(script: str, argv: list[str]) -> int:
+    """``python script argv`` in this process (``script`` a file or ``-m module``): its exit code."""
+    import importlib
+
+    from bart.cli import run_main
+    module = importlib.import_module(script[:-3] if script.endswith(".py") else script)
+    if script == "bart.export":
+        return module.main(argv)
+    try:
+        run_main(lambda: module.main(argv), script)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    return 0
+
+
+def _one_line(capsys, code: int, script: str) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines()
+             if not line.startswith(("note:", "[checkpoint]", "[generate]", "[data]", "[train]"))]
+    assert code == 2, f"exit {code}, stderr:\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    prefix = "bart.export" if script == "bart.export" else script
+    assert len(lines) == 1 and lines[0].startswith(f"{prefix}: error:"), err[-3000:]
+    return lines[0]
+
+
+def _written(folder: str) -> list[str]:
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+FT = ["--config_path", "{cfg}", "--data_dir", "{data}", "--tokenizer", "{tok}", "--max_steps", "1",
+      "--train_batch_size", "4", "--n_val", "0", "--num_workers", "0", "--max_source_length", "32",
+      "--max_target_length", "16", "--output_dir", "{out}"]
+EV = ["{model}", "{cfg}", "{data}", "{out}", "--tokenizer", "{tok}", "--max_source_length", "32",
+      "--max_target_length", "8", "--bs", "2"]
+PT = ["--config_path", "{cfg}", "--data_dir", "{shards}", "--tokenizer", "{tok}", "--max_steps", "1",
+      "--train_batch_size", "2", "--max_source_length", "32", "--num_workers", "0", "--output_dir", "{out}"]
+
+
+def _argv(template: list[str], world: dict, out: str, **values) -> list[str]:
+    return [a.format(**{**world, "out": out, **values}) for a in template]
+
+
+# -- case 2: weights the model cannot use ---------------------------------------------------------------------
+# (entry point, argv, the file and the tensor the line must name). Old code: finetune.py exit 0 with loss
+# ln(1024) = 6.931 (whole-number weights), run_eval.py exit 0 writing "!!!", bart.export exit 0 writing the
+# folder; NaN: finetune.py ran and stopped after 5 NaN updates (exit 3), naming no tensor.
+ENTRY_CASES = [
+    ("finetune-int32-safetensors", "finetune.py", FT + ["--init_checkpoint", "{hf_int32}"],
+     ["hf_int32/model.safetensors", "final_logits_bias", "int32"]),
+    ("finetune-nan-safetensors", "finetune.py", FT + ["--init_checkpoint", "{hf_nan}"],
+     ["hf_nan/model.safetensors", "model.encoder.layers.0.fc1.weight", "1 NaN/inf"]),
+    ("run_eval-int8-ckpt", "run_eval.py", EV, ["int8.ckpt", "int8"]),
+    ("export-int32-safetensors", "bart.export", ["{hf_int32}", "{out}", "--tokenizer", "{tok}"],
+     ["hf_int32/model.safetensors", "int32"]),
+    ("export-nan-safetensors", "bart.export", ["{hf_nan}", "{out}", "--tokenizer", "{tok}"],
+     ["hf_nan/model.safetensors", "model.encoder.layers.0.fc1.weight"]),
+]
+
+
+@pytest.mark.parametrize("case", ENTRY_CASES, ids=[c[0] for c in ENTRY_CASES])
+def test_unusable_weights_are_refused_by_each_entry_point(case, world, tmp_path, capsys):
+    name, script, template, words = case
+    out = str(tmp_path / "out")
+    code = _main(script, _argv(template, world, out, model=world["int8_ckpt"]))
+    line = _one_line(capsys, code, script)
+    for word in words:
+        assert word in line, (word, line)
+    assert not [f for f in _written(out) if f.endswith((".ckpt", ".safetensors", ".txt", ".json"))], _written(out)
+
+
+def _sharded(folder, state: dict) -> str:
+    """transformers' sharded layout: model.safetensors.index.json and two shards."""
+    from safetensors.torch import save_file
+
+    from bart.modeling.weights import save_pretrained
+    save_pretrained(_model(), str(folder))  # config.json and generation_config.json
+    os.remove(os.path.join(folder, "model.safetensors"))
+    keys = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2],
+              "model-00002-of-00002.safetensors": keys[len(keys) // 2:]}
+    for shard, names in shards.items():
+        save_file({k: state[k].contiguous() for k in names}, os.path.join(folder, shard), metadata={"format": "pt"})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"weight_map": {k: s for s, names in shards.items() for k in names}}, f)
+    return str(folder)
+
+
+def _fairseq(path, state: dict) -> str:
+    """The weights named and laid out as fairseq's BARTModel.state_dict() (bart.large/model.pt)."""
+    out = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.") and k != "model.shared.weight"}
+    out["encoder.embed_tokens.weight"] = out["decoder.embed_tokens.weight"] = state["model.shared.weight"]
+    torch.save({"model": out, "args": {"arch": "bart_large", "encoder_attention_heads": 4,
+                                       "decoder_attention_heads": 4}}, path)
+    return str(path)
+
+
+def _changed(key: str, value) -> dict:
+    state = {k: v.clone() for k, v in _model().state_dict().items()}
+    state[key] = value(state[key]) if callable(value) else value
+    if key == "model.shared.weight":
+        for tied in TIED:
+            state[tied] = state[key]
+    return state
+
+
+FC1 = "model.decoder.layers.0.fc1.weight"
+# (id, write(tmp_path) -> path given to from_pretrained, file named, tensor named, words)
+KIND_CASES = [
+    ("sharded-safetensors-bool", lambda t: _sharded(t / "sharded", {k: (v.bool() if k == FC1 else v) for k, v in
+                                                                    _state().items()}),
+     "model-0000", FC1, "bool"),
+    ("pytorch_model.bin-complex", lambda t: _bin(t, _changed(FC1, lambda v: v.to(torch.complex64))),
+     "pytorch_model.bin", FC1, "complex64"),
+    ("training-ckpt-inf-fp16", lambda t: _save(t / "_step5.ckpt", {
+        "kind": "bart-training-checkpoint", "model": _changed(FC1, lambda v: v.half().index_fill_(1, torch.tensor([0]),
+                                                                                                  float("inf"))),
+        "config": _model().config.to_dict(), "step": 5}), "_step5.ckpt", FC1, "NaN/inf"),
+    ("weights-ckpt-int64", lambda t: _save(t / "best.ckpt", {"kind": "bart-weights", "model": _changed(
+        "model.shared.weight", lambda v: v.long()), "config": _model().config.to_dict()}),
+     "best.ckpt", "model.shared.weight", "int64"),
+    ("lightning-ckpt-nan", lambda t: _save(t / "lightning.ckpt", {"state_dict": {
+        "model." + k: v for k, v in _changed(FC1, lambda v: v * float("nan")).items()}}),
+     "lightning.ckpt", FC1, f"{64 * 32} NaN/inf"),
+    ("float8", lambda t: _save(t / "fp8.ckpt", _changed(FC1, lambda v: v.to(torch.float8_e4m3fn))),
+     "fp8.ckpt", FC1, "float8_e4m3fn"),
+    ("fairseq-int32", lambda t: _fairseq(t / "model.pt", _changed(FC1, lambda v: v.int())),
+     "model.pt", FC1, "int32"),
+    ("fairseq-nan", lambda t: _fairseq(t / "model.pt", _changed("model.shared.weight", lambda v: v.index_fill(
+        0, torch.tensor([7]), float("nan")))), "model.pt", "model.shared.weight", f"{32} NaN/inf"),
+]
+
+
+def _save(path, obj) -> str:
+    torch.save(obj, path)
+    return str(path)
+
+
+def _bin(tmp_path, state: dict) -> str:
+    folder = tmp_path / "bin"
+    from bart.modeling.weights import save_pretrained
+    save_pretrained(_model(), str(folder))
+    os.remove(folder / "model.safetensors")
+    torch.save(state, folder / "pytorch_model.bin")
+    return str(folder)
+
+
+@pytest.mark.parametrize("case", KIND_CASES, ids=[c[0] for c in KIND_CASES])
+def test_every_weight_file_kind_refuses_unusable_tensors_naming_file_and_tensor(case, tmp_path):
+    from bart.modeling import BartForConditionalGeneration
+    name, write, file_named, tensor, words = case
+    path = write(tmp_path)
+    config = None if name.startswith(("sharded", "pytorch", "training", "weights", "fairseq")) else _model().config
+    with pytest.raises(CheckpointError) as err:
+        BartForConditionalGeneration.from_pretrained(path, config=config)
+    text = str(err.value)
+    first = text.split(":")[0]
+    assert file_named in os.path.basename(first) and os.path.isfile(first), text  # the file itself, not its folder
+    assert f"tensor {tensor} " in text and words in text and "\n" not in text, text
+
+
+def test_fairseq_table_of_the_wrong_rank_is_one_line(tmp_path):
+    from bart.modeling import BartForConditionalGeneration
+    state = _changed("model.shared.weight", lambda v: v[:, 0].contiguous())
+    path = _fairseq(tmp_path / "model.pt", state)  # old code: ValueError (not enough values to unpack), a traceback
+    with pytest.raises(CheckpointError, match=rf"model.pt: tensor encoder.embed_tokens.weight has shape \({SMALL_VOCAB_SIZE},\)"):
+        BartForConditionalGeneration.from_pretrained(path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_floating_weights_of_any_width_still_load_unchanged(dtype, tmp_path):
+    """No false refusal: half, bfloat16 and double tables load, as the model's float32 of the same values."""
+    from bart.modeling import BartForConditionalGeneration
+    state = {k: v.to(dtype) for k, v in _model().state_dict().items()}
+    model = BartForConditionalGeneration.from_pretrained(_save(tmp_path / "w.ckpt", state), config=_model().config)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, state[key].float(), atol=0, rtol=0)
+
+
+# -- case 3: contradictory flags -------------------------------------------------------------------------------
+# (id, script, extra flags, words the one line must contain). Old code: each ran, one flag silently winning.
+CONTRADICTIONS = [
+    ("scratch-init", "finetune.py", ["--from_scratch", "--init_checkpoint", "{weights}"],
+     ["--from_scratch", "--init_checkpoint"]),
+    ("scratch-model_name_or_path", "finetune.py", ["--from_scratch", "--model_name_or_path", "{weights}"],
+     ["--from_scratch", "--model_name_or_path"]),
+    ("scratch-weights_only", "finetune.py", ["--from_scratch", "--load_model_weights_only", "{weights}"],
+     ["--from_scratch", "--load_model_weights_only"]),
+    ("init-and-model_name_or_path", "finetune.py", ["--init_checkpoint", "{weights}", "--model_name_or_path",
+                                                     "{hf_nan}"], ["--init_checkpoint", "--model_name_or_path"]),
+    ("no_tensorboard-tensorboard_dir", "finetune.py", ["--init_checkpoint", "{weights}", "--no_tensorboard",
+                                                        "--tensorboard_dir", "{base}/tb"],
+     ["--no_tensorboard", "--tensorboard_dir"]),
+    ("pt-no_tensorboard-tensorboard_dir", "pretrain.py", ["--no_tensorboard", "--tensorboard_dir", "{base}/tb"],
+     ["--no_tensorboard", "--tensorboard_dir"]),
+    ("use_nvlamb-without-lamb", "pretrain.py", ["--use_nvlamb"], ["--use_nvlamb", "--lamb"]),
+    ("val_check_interval-n_val-0", "finetune.py", ["--init_checkpoint", "{weights}", "--val_check_interval", "2"],
+     ["--val_check_interval 2", "--n_val 0"]),
+    ("auto-weights_only", "finetune.py", ["--init_checkpoint", "{weights}", "--resume_from_checkpoint", "auto",
+                                          "--load_model_weights_only"], ["--load_model_weights_only", "PATH"]),
+]
+
+
+@pytest.mark.parametrize("case", CONTRADICTIONS, ids=[c[0] for c in CONTRADICTIONS])
+def test_contradictory_flags_are_one_line(case, world, tmp_path, capsys):
+    name, script, extra, words = case
+    out = str(tmp_path / "out")
+    code = _main(script, _argv((FT if script == "finetune.py" else PT) + extra, world, out))
+    line = _one_line(capsys, code, script)
+    for word in words:
+        assert word in line, (word, line)
+    assert not os.path.exists(out)  # refused at parse time: nothing made
+
+
+@pytest.mark.parametrize("extra", [
+    ["--init_checkpoint", "{weights}", "--resume_from_checkpoint", "auto"],      # the scripts' phase 2 / restarts
+    ["--init_checkpoint", "{weights}", "--resume_from_checkpoint", "True"],      # "the same command, resumed"
+    ["--from_scratch", "--resume_from_checkpoint", "auto"],
+    ["--init_checkpoint", "{weights}", "--model_name_or_path", "{weights}"],     # the same weights twice
+    ["--resume_from_checkpoint={weights}", "--load_model_weights_only"],         # the reference's spelling
+    ["--init_checkpoint", "{weights}", "--lamb", "--use_nvlamb", "--no_tensorboard"],
+], ids=["auto", "true", "scratch-auto", "same-weights", "reference-weights-only", "nvlamb"])
+def test_compatible_flags_still_parse(extra, world, tmp_path):
+    import finetune
+    args = finetune.parse_args(_argv(FT + extra, world, str(tmp_path / "out")))
+    assert args.init_checkpoint in (None, world["weights"])
+
+
+# -- case 8: line ends, vocabulary size, too few examples, permissions ---------------------------------------
+def test_cr_only_split_is_read_line_by_line_by_run_eval(world, tmp_path, capsys):
+    """Old code: the CR-only test split was one example (run_eval wrote one generation for four sources)."""
+    out = str(tmp_path / "out")
+    code = _main("run_eval.py", _argv(EV, world, out, model=world["weights"], data=world["data_cr"]))
+    assert code == 0, capsys.readouterr().err[-3000:]
+    with open(os.path.join(out, "test_generations.txt"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) == 4
+
+
+def test_line_ends_of_every_kind_read_the_same(world, tmp_path):
+    from bart.data.summarization import read_split
+    expected = read_split(world["data"], "train")
+    assert len(expected[0]) == 16
+    for name, end in (("crlf", b"\r\n"), ("cr", b"\r")):
+        folder = tmp_path / name
+        folder.mkdir()
+        for side in ("source", "target"):
+            data = open(os.path.join(world["data"], f"train.{side}"), "rb").read()
+            (folder / f"train.{side}").write_bytes(data.replace(b"\n", end).rstrip(end))  # no final line end too
+        assert read_split(str(folder), "train") == expected, name
+
+
+def test_mixed_line_ends_count_mismatch_is_one_line_naming_the_cause(tmp_path):
+    from bart.data.summarization import read_split
+    (tmp_path / "train.source").write_bytes(b"First source.\nSecond one, with a stray \r inside.\nThird.\n")
+    (tmp_path / "train.target").write_bytes(b"A.\nB.\nC.\n")
+    with pytest.raises(UserError) as err:
+        read_split(str(tmp_path), "train")
+    text = str(err.value)
+    assert "train.source has 4 lines but" in text and "train.target has 3" in text, text
+    assert "mixes line ends" in text and "train.source" in text.split("mixes")[0], text
+
+
+def test_tokenizer_corpus_and_xsum_read_cr_only_lines(tmp_path):
+    import io
+    import tarfile
+
+    from bart.data.prepare_summarization import convert_xsum
+    from bart.tokenization.train_tokenizer import iter_corpus
+    corpus = tmp_path / "old_mac.txt"
+    corpus.write_bytes(b"one line\rtwo line\r\rthree\r")
+    assert list(iter_corpus([str(corpus)])) == ["one line", "two line", "three"]  # old code: one text
+    tarball = tmp_path / "xsum.tar"
+    with tarfile.open(tarball, "w") as tar:
+        for split in ("train", "val", "test"):
+            # a line separator (U+2028) inside an article is not a line end: str.splitlines shifted every later
+            # source against its target
+            for side, data in (("source", "Article one\u2028 continued.\rArticle two.\r"), ("target", "One.\rTwo.\r")):
+                payload = data.encode("utf-8")
+                info = tarfile.TarInfo(f"xsum/{split}.{side}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    convert_xsum(str(tarball), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "train.source").read_text().splitlines() == ["Article one continued.", "Article two."]
+
+
+@pytest.mark.parametrize("script", ["finetune.py", "pretrain.py", "run_eval.py"])
+def test_config_vocab_size_below_the_tokenizer_exits_2(script, world, tmp_path, capsys):
+    """Old code: SystemExit("error: ...") - one line, but exit 1, as a crash."""
+    out = str(tmp_path / "out")
+    if script == "run_eval.py":  # the checkpoint decides the architecture there
+        argv = _argv(EV, world, out, model=world["small_vocab_ckpt"])
+    else:
+        argv = _argv(FT + ["--from_scratch"] if script == "finetune.py" else PT, world, out, cfg=world["cfg_small_vocab"])
+    line = _one_line(capsys, _main(script, argv), script)
+    assert f"has {SMALL_VOCAB_SIZE} tokens but" in line and f"vocab_size {SMALL_VOCAB_SIZE - 10}" in line, line
+
+
+def test_train_split_smaller_than_the_processes_is_one_line(world):
+    from bart.data.summarization import SortishSampler, build_finetuning_loader
+    from bart.tokenization.tokenization_bart import BartTokenizer
+    tokenizer = BartTokenizer.from_pretrained(world["tok"])
+    with pytest.raises(UserError, match=r"train.source has 1 usable example\(s\), fewer than the 2 processes"):
+        build_finetuning_loader(world["data_one"], tokenizer, 32, 16, 4, world_size=2, rank=0)
+    # batches of one example that do not divide among the ranks: the remainder is left out, not a ValueError
+    seen = set()
+    for epoch in range(4):
+        per_rank = []
+        for rank in range(2):
+            sampler = SortishSampler([5, 6, 7], batch_size=1, num_replicas=2, rank=rank, seed=0)
+            sampler.set_epoch(epoch)
+            per_rank.append([i for batch in sampler for i in batch])
+        assert len(per_rank[0]) == len(per_rank[1]) == 1 and per_rank[0] != per_rank[1] and sampler.dropped == 1
+        seen.update(per_rank[0] + per_rank[1])
+    assert seen == {0, 1, 2}  # another example left out each epoch
+
+
+def test_one_line_train_split_under_torchrun_is_one_line_per_rank(world, tmp_path):
+    """Old code: ValueError "1 examples cannot feed 2 ranks" with a traceback from each rank."""
+    out = str(tmp_path / "out")
+    argv = _argv(FT + ["--init_checkpoint", "{weights}"], world, out, data=world["data_one"])
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "finetune.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("finetune.py:")]
+    assert proc.returncode != 0 and len(ours) == 2 and ours[0] == ours[1], proc.stderr[-3000:]
+    assert "fewer than the 2 processes" in ours[0] and "--nproc_per_node" in ours[0], ours
+    assert "[rank0]" not in proc.stderr and "ValueError" not in proc.stderr, proc.stderr[-3000:]
+    assert "exitcode  : 2" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.fixture
+def umask():
+    def set_mask(mask):
+        os.umask(mask)
+    old = os.umask(0o022)
+    yield set_mask
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077], ids=["umask022", "umask077"])
+def test_what_the_project_writes_gets_the_umasks_permissions(mask, umask, tmp_path):
+    """Old code: build_tokenizer/train_tokenizer folders 0700, model.safetensors 0600, whatever the umask."""
+    from bart.modeling.weights import save_pretrained
+    from bart.tokenization.train_tokenizer import train_tokenizer
+    from tests.helpers.corpus import write_tokenizer_corpus
+    from utils.checkpoint_io import atomic_save
+    from utils.nltk_data import ensure_punkt
+    umask(mask)
+    folder_mode, file_mode = 0o777 & ~mask, 0o666 & ~mask
+    corpus = write_tokenizer_corpus(str(tmp_path / "corpus"), lines=200)
+    tokenizer = train_tokenizer([corpus], str(tmp_path / "tok"), 400)["folder"]
+    save_pretrained(_model(), str(tmp_path / "hf"))
+    atomic_save(str(tmp_path / "w.ckpt"), {"x": torch.zeros(2)})
+    punkt = os.path.join(ensure_punkt(str(tmp_path / "nltk")), "tokenizers", "punkt_tab", "english")
+    mode = lambda p: os.stat(p).st_mode & 0o777  # noqa: E731
+    assert {p: oct(mode(p)) for p in (tokenizer, punkt)} == {p: oct(folder_mode) for p in (tokenizer, punkt)}
+    files = [os.path.join(tokenizer, "vocab.json"), str(tmp_path / "hf" / "model.safetensors"), str(tmp_path / "w.ckpt")]
+    assert {p: oct(mode(p)) for p in files} == {p: oct(file_mode) for p in files}
