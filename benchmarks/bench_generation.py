@@ -1,33 +1,58 @@
-"""Beam-search speed: this project's generate vs transformers' generate, same weights and inputs.
+"""Beam-search speed: this project's generate against transformers' generate and CTranslate2, same weights
+and inputs.
 
 bart-base geometry (configs/config_base.json; --config configs/config_large.json for bart-large) with
-random weights, beams 4, 512-token sources, up to 64 new tokens, no-repeat 3, at batch sizes 1, 8, 32
-and 64 (--batch_sizes for a reduced set on CPU; the table says which were run). Two workloads:
-``full`` suppresses EOS until the last step (min_length), so every row decodes every step (pure
-decode cost); ``ragged`` makes EOS likely (a bias on its logit, --eos_bias) so that, as in real
-summarization, sources finish at different steps (what finished rows still cost shows there). At every
-batch size the outputs are checked to be token-identical before the timings count; the two
-implementations run in turn (ours, transformers, ours, ...) and medians are reported. Reported per implementation and batch: median seconds,
-summaries/s, new tokens/s (generated tokens of the returned sequences, start token excluded) and
-peak memory during generate (CUDA: max allocated above the level before the call; CPU: peak resident
-set size above the level before the call, sampled every 5 ms, after freed memory is handed back to
-the system with malloc_trim so that one run does not reuse what the previous one left).
+random weights, beams 4, no-repeat 3. Three workloads: ``full`` (512-token sources, 64 new tokens, batch
+sizes 1, 8, 32, 64) suppresses EOS until the last step (min_length), so every row decodes every step (pure
+decode cost); ``short`` (128-token sources, 24 new tokens, batch 4 and 8) likewise, where per-step
+overheads weigh most; ``ragged`` (as full) makes EOS likely (a bias on its logit, --eos_bias) so that, as
+in real summarization, sources finish at different steps (what finished rows still cost shows there).
+--batch_sizes, --source_length and --new_tokens override the workload's. Sources are random token ids, or
+real English text with --sources lee (the Lee news corpus, 300 Australian news documents, from gensim's
+wheel on PyPI, downloaded once into ~/.cache/bart_bench) or --sources FILE (a document a line): row i is
+the documents from number i on, cut at the source length.
 
-    python benchmarks/bench_generation.py [--batch_sizes 1 8 32 64] [--workload full|ragged] [--threads 2]
+Contenders (--contenders, comma-separated, or all; default ours,hf): ``ours`` (this project, the
+reference of every comparison), ``ours_compiled`` (generate(compile_generation=True)), ``ours_bf16`` and
+``ours_int8`` (bart.generation.precision.prepare_for_decoding), ``hf`` (transformers' generate; up to
+--hf_max_batch), ``ct2_fp32`` and ``ct2_int8`` (CTranslate2, the same weights written by bart.export's
+code and converted by its TransformersConverter in this run, into a temporary folder; int8 is its
+compute_type at load). A contender that is not available (not installed, an option generate does not
+have yet) is named with the reason and left out; one that fails at a batch is reported and the others run.
+transformers must return the same tokens as ours before the timings count (--allow_mismatch to report
+only); every other contender is compared with ours: rows identical, token agreement (the share of
+positions where both returned the same token), why they differ (CTranslate2 fp32: the same as ours with
+renormalize_logits=True means the settings, as CTranslate2 takes its log-softmax after the n-gram and
+length bans; otherwise the log-prob gap of the two tokens where the first row leaves ours, under the fp32
+model: near 0 is a near-tie that rounding decides) and, for bf16/int8, ROUGE-L of their decoded outputs
+against ours (the fp32 output is the reference: with random weights there is no true summary). The
+settings' mapping onto CTranslate2 is ``ct2_options`` (tests/test_ctranslate2.py checks it).
+
+Every contender runs once (the checked run), then --repeats times in turn (ours, transformers, ...,
+ours, ...) and medians are reported. Per contender and batch: median seconds, summaries/s, new tokens/s
+(generated tokens of ours' sequences, start token excluded), peak memory during generate (CUDA: max
+allocated above the level before the call; CPU: peak resident set size above the level before the call,
+sampled every 5 ms, after freed memory is handed back to the system with malloc_trim so that one run does
+not reuse what the previous one left), the speedup over transformers and over ours. The summary line
+gives the versions and the load average.
+
+    python benchmarks/bench_generation.py [--workload full|short|ragged] [--batch_sizes 1 8 32 64] [--threads 2]
         [--repeats 1] [--source_length 512] [--new_tokens 64] [--config configs/config_large.json] [--device cpu]
-        [--json rows.json] [--bandwidth GB/s]
+        [--contenders all] [--sources lee] [--hf_max_batch 8] [--json rows.json] [--bandwidth GB/s]
 
 With --json the rows are also written there (rewritten after every batch size, so a process stopped
-part-way keeps the batch sizes it finished), with the token agreement of the two outputs (the share of
-positions where both returned the same token). --bandwidth gives the copy bandwidth to divide by
+part-way keeps the batch sizes it finished), with the token agreement of ours and transformers and, under
+"contenders", every contender's figures and comparison. --bandwidth gives the copy bandwidth to divide by
 instead of measuring it (and the bandwidth column on CPU too). A batch size that runs out of memory is
 reported as such and the next one runs.
 """
 import argparse
+import atexit
 import ctypes
 import gc
 import json
 import os
+import shutil
 import statistics
 import sys
 import threading
@@ -198,14 +223,126 @@ def ct2_generate(translator, vocabulary: list, index: dict, ids: torch.Tensor, a
     return torch.tensor([row + [pad] * (width - len(row)) for row in rows])
 
 
+WORKLOADS = {  # source length, new tokens, batch sizes (flags override)
+    "full": (512, 64, [1, 8, 32, 64]), "ragged": (512, 64, [1, 8, 32, 64]), "short": (128, 24, [4, 8])}
+CONTENDERS = ("ours", "ours_compiled", "ours_bf16", "ours_int8", "hf", "ct2_fp32", "ct2_int8")
+REDUCED = {"ours_bf16": "bf16", "ours_int8": "int8", "ct2_int8": "int8"}
+LEE_WHEEL = "gensim==4.4.0"  # its wheel ships the Lee news corpus (300 Australian news documents), as the demo uses
+
+
+def _cache_dir() -> str:
+    folder = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "bart_bench")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def lee_corpus() -> str:
+    """The Lee news corpus (one document a line) from gensim's wheel on PyPI, downloaded once into the cache."""
+    import glob
+    import subprocess
+    import zipfile
+
+    path = os.path.join(_cache_dir(), "lee_background.txt")
+    if not os.path.isfile(path):
+        download = os.path.join(_cache_dir(), "download")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "-d", download, LEE_WHEEL], check=True)
+        with zipfile.ZipFile(glob.glob(os.path.join(download, "gensim-*.whl"))[0]) as z:
+            data = z.read("gensim/test/test_data/lee_background.cor")
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    return path
+
+
+def text_sources(tokenizer, path: str, rows: int, length: int, offset: int = 0) -> torch.Tensor:
+    """``rows`` sources of exactly ``length`` tokens (<s> ... </s>) of real text: row i is the documents
+    from number offset + i on, one after the other, cut at ``length``."""
+    documents = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
+    encoded = {}
+    out = []
+    for row in range(rows):
+        ids, k = [], offset + row
+        while len(ids) < length - 2:
+            d = k % len(documents)
+            if d not in encoded:
+                encoded[d] = tokenizer(" " + documents[d], add_special_tokens=False)["input_ids"]
+            ids += encoded[d]
+            k += 1
+        out.append([tokenizer.bos_token_id] + ids[:length - 2] + [tokenizer.eos_token_id])
+    return torch.tensor(out)
+
+
+def first_difference(model, ours: torch.Tensor, theirs: torch.Tensor, ids: torch.Tensor, pad: int):
+    """(row, position, log-prob gap) of the first position where a row of ``theirs`` leaves ``ours``: the
+    difference of the fp32 model's log-probs of the two tokens there, given the common prefix (a gap near 0
+    is a near-tie that rounding decides). None when every row is the same."""
+    width = max(ours.shape[1], theirs.shape[1])
+    a = torch.nn.functional.pad(ours, (0, width - ours.shape[1]), value=pad)
+    b = torch.nn.functional.pad(theirs.to(ours.device), (0, width - theirs.shape[1]), value=pad)
+    for row in range(a.shape[0]):
+        diff = (a[row] != b[row]).nonzero()
+        if len(diff):
+            position = int(diff[0])
+            with torch.no_grad():
+                logits = model(input_ids=ids[row:row + 1], attention_mask=torch.ones_like(ids[row:row + 1]),
+                               decoder_input_ids=a[row:row + 1, :position]).logits[0, -1].float()
+            logp = torch.log_softmax(logits, -1)
+            return row, position, abs(float(logp[a[row, position]] - logp[b[row, position]]))
+    return None
+
+
+def rouge_l(predictions: list, references: list) -> float:
+    """Mean ROUGE-L F1 x 100 of each prediction against its reference; a prediction equal to its
+    reference counts 100 (rouge-score gives 0 for two empty texts)."""
+    from utils.metrics import calculate_rouge
+
+    scores = [100.0 if p == r else calculate_rouge([p], [r], rouge_keys=("rougeL",), bootstrap=False)["rougeL"]
+              for p, r in zip(predictions, references)]
+    return sum(scores) / max(len(scores), 1)
+
+
+def _gap_reason(found, renormalized_same: bool, reduced: bool = False) -> str:
+    """Why a contender's output differs from this project's fp32 one, in a few words."""
+    if renormalized_same:
+        return "settings: = ours with renormalize_logits=True (CT2 takes its log-softmax after the bans)"
+    if found is None:
+        return ""
+    row, position, gap = found
+    kind = ("reduced precision" if reduced else "numerics (near-tie)" if gap < 1e-3 else
+            "numerics or settings (beam scores)")
+    return f"{kind}: row {row} leaves ours at token {position}, log-prob gap {gap:.2g}"
+
+
+def _convert_ct2(ours, config_values: dict, tokenizer_dir: str, folder: str) -> str:
+    """``ours``'s weights through ``python -m bart.export``'s code and CTranslate2's converter; returns the
+    CTranslate2 model folder. Tokens for the rows the tokenizer lacks (a model's vocab_size above it) are
+    added to the converter's copy only: CTranslate2 needs one token per row."""
+    import transformers
+    from ctranslate2.converters import TransformersConverter
+
+    from bart.export import export
+
+    checkpoint = os.path.join(folder, "model.ckpt")
+    torch.save({"model": ours.state_dict(), "config": ours.config.to_dict(), "step": 0}, checkpoint)
+    hf_dir = os.path.join(folder, "hf")
+    export(checkpoint, hf_dir, tokenizer=tokenizer_dir, allow_tokenizer_mismatch=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    missing = config_values["vocab_size"] - len(tokenizer)
+    if missing > 0:
+        tokenizer.add_tokens([f"<bench_unused_{i}>" for i in range(missing)])
+        tokenizer.save_pretrained(hf_dir)
+    return TransformersConverter(hf_dir).convert(os.path.join(folder, "ct2"), force=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/config_base.json")
-    parser.add_argument("--batch_sizes", type=int, nargs="+", default=[1, 8, 32, 64])
-    parser.add_argument("--workload", choices=["full", "ragged"], default="full")
+    parser.add_argument("--batch_sizes", type=int, nargs="+", help="default: the workload's")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="full")
     parser.add_argument("--eos_bias", type=float, default=12.0, help="ragged: added to the EOS logit")
-    parser.add_argument("--source_length", type=int, default=512)
-    parser.add_argument("--new_tokens", type=int, default=64)
+    parser.add_argument("--source_length", type=int, help="default: the workload's")
+    parser.add_argument("--new_tokens", type=int, help="default: the workload's")
     parser.add_argument("--num_beams", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=1, help="timed runs after the checked warm-up run")
     parser.add_argument("--threads", type=int, default=2)
@@ -217,7 +354,27 @@ def main() -> None:
                              "(half precision: the two implementations round differently and near-ties can flip)")
     parser.add_argument("--json", help="also write the rows here (rewritten after every batch size)")
     parser.add_argument("--bandwidth", type=float, help="copy bandwidth in GB/s to divide by (measured when not given)")
+    parser.add_argument("--contenders", default="ours,hf",
+                        help=f"comma-separated, from {','.join(CONTENDERS)}, or 'all' (those not available are "
+                             f"reported and left out)")
+    parser.add_argument("--hf_max_batch", type=int, help="transformers only up to this batch size (its time is the "
+                                                         "longest)")
+    parser.add_argument("--sources", default="random",
+                        help="random token ids, 'lee' (the Lee news corpus, real English) or a text file (one "
+                             "document a line)")
+    parser.add_argument("--tokenizer", help="tokenizer folder for text sources, CTranslate2 and ROUGE (default: "
+                                            "GPT-2's BPE as BART's, assembled offline)")
     args = parser.parse_args()
+    source_length, new_tokens, batch_sizes = WORKLOADS[args.workload]
+    args.source_length = args.source_length or source_length
+    args.new_tokens = args.new_tokens or new_tokens
+    args.batch_sizes = args.batch_sizes or batch_sizes
+    names = list(CONTENDERS) if args.contenders == "all" else [n.strip() for n in args.contenders.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown or "ours" not in names:
+        raise SystemExit(f"bench_generation: --contenders {args.contenders!r}: "
+                         + (f"unknown {unknown}" if unknown else "'ours' (the reference of the agreement) is missing")
+                         + f"; choose from {','.join(CONTENDERS)} or all")
     import transformers  # here: the GPU suite's peaks part uses _copy_bandwidth alone
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -235,9 +392,79 @@ def main() -> None:
     bandwidth = args.bandwidth * 1e9 if args.bandwidth else (
         _copy_bandwidth(args.device) if args.device.startswith("cuda") else None)
     settings = dict(num_beams=args.num_beams, max_length=args.new_tokens + 1,
-                    min_length=args.new_tokens if args.workload == "full" else 0,
+                    min_length=args.new_tokens if args.workload in ("full", "short") else 0,
                     no_repeat_ngram_size=3, length_penalty=1.0, early_stopping=True)
     pad = values.get("pad_token_id", 1)
+
+    # the contenders: name -> (label, generate(ids) -> (sequences, seconds)); those not available say why
+    tokenizer = tokenizer_dir = None
+    wants_text = args.sources != "random" or any(n.startswith("ct2") or n in REDUCED for n in names)
+    if wants_text:
+        from bart.tokenization.tokenization_bart import BartTokenizer
+        tokenizer_dir = args.tokenizer
+        if tokenizer_dir is None:
+            from bart.tokenization.build_tokenizer import build_tokenizer_folder
+            tokenizer_dir = build_tokenizer_folder(os.path.join(_cache_dir(), "gpt2_bart_tokenizer"))
+        tokenizer = BartTokenizer.from_pretrained(tokenizer_dir)
+    text_path = None if args.sources == "random" else (lee_corpus() if args.sources == "lee" else args.sources)
+    runners, skipped, versions = {}, {}, [f"torch {torch.__version__}", f"transformers {transformers.__version__}"]
+    ct2_dir = []  # the converted model, made once for both CTranslate2 contenders
+
+    def ours_runner(model, **extra):
+        def run(ids, mask):
+            start = time.perf_counter()
+            out = model.generate(ids, attention_mask=mask, **settings, **extra)
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            return out, time.perf_counter() - start
+        return run
+
+    for name in names:
+        try:
+            if name == "ours":
+                runners[name] = ("this project fp32" if args.dtype == "fp32" else f"this project {args.dtype}",
+                                 ours_runner(ours))
+            elif name == "hf":
+                runners[name] = (f"transformers {transformers.__version__} generate", ours_runner(hf))
+            elif name == "ours_compiled":
+                probe = torch.tensor([[0, 5, 6, 2]], device=args.device)
+                ours.generate(probe, max_length=3, num_beams=2, compile_generation=False)  # the option exists
+                runners[name] = ("this project fp32, compile_generation", ours_runner(ours, compile_generation=True))
+            elif name in ("ours_bf16", "ours_int8"):
+                from bart.generation.precision import prepare_for_decoding
+                runners[name] = (f"this project {REDUCED[name]}",
+                                 ours_runner(prepare_for_decoding(ours, REDUCED[name])))
+            else:
+                import tempfile
+
+                import ctranslate2
+                if not versions[-1].startswith("ctranslate2"):
+                    versions.append(f"ctranslate2 {ctranslate2.__version__}")
+                if not ct2_dir:
+                    folder = tempfile.mkdtemp(prefix="bench_ct2_")
+                    atexit.register(shutil.rmtree, folder, True)
+                    ct2_dir.append(_convert_ct2(ours.float().cpu(), values, tokenizer_dir, folder))
+                    ours.to(args.device, dtype)
+                compute = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
+                translator = ctranslate2.Translator(ct2_dir[0], device="cuda" if args.device.startswith("cuda")
+                                                    else "cpu", compute_type=compute, intra_threads=args.threads)
+                vocabulary = ct2_vocabulary(os.path.join(os.path.dirname(ct2_dir[0]), "hf"))
+                index = {token: i for i, token in enumerate(vocabulary)}
+
+                def run(ids, mask, translator=translator, vocabulary=vocabulary, index=index):
+                    source = [[vocabulary[i] for i in row[m.bool()].tolist()] for row, m in zip(ids.cpu(), mask.cpu())]
+                    options = ct2_options(settings, vocabulary, len(source))
+                    start = time.perf_counter()
+                    results = translator.translate_batch(source, **options)
+                    seconds = time.perf_counter() - start
+                    rows = [[values["decoder_start_token_id"]] + [index[t] for t in r.hypotheses[0]] for r in results]
+                    width = max(map(len, rows))
+                    return torch.tensor([r + [pad] * (width - len(r)) for r in rows]), seconds
+                runners[name] = (f"CTranslate2 {ctranslate2.__version__} {compute}", run)
+        except (ImportError, TypeError, ValueError, RuntimeError) as err:
+            skipped[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}" if str(err) else type(err).__name__
+            print(f"{name}: not available, left out ({skipped[name]})", flush=True)
+    names = [n for n in names if n in runners]
     rows, identical_rows, results = [], [], []
 
     def write_json():
@@ -245,30 +472,42 @@ def main() -> None:
             with open(args.json, "w") as f:
                 json.dump({"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU",
                            "dtype": args.dtype, "num_beams": args.num_beams, "source_length": args.source_length,
-                           "new_tokens": args.new_tokens, "workload": args.workload,
+                           "new_tokens": args.new_tokens, "workload": args.workload, "sources": args.sources,
+                           "versions": versions, "skipped": skipped, "load_average": os.getloadavg(),
                            "bandwidth_bytes_s": bandwidth, "rows": results}, f, indent=1)
+
+    def decode(sequences):
+        return [t.strip() for t in tokenizer.batch_decode(sequences.cpu(), skip_special_tokens=True)]
 
     gc.freeze()  # the modules and models live to the end: each run's gc.collect walks only what runs make
     for batch in args.batch_sizes:
-        ids = torch.randint(4, values["vocab_size"] - 1, (batch, args.source_length), device=args.device)
-        ids[:, 0], ids[:, -1] = 0, 2
+        if text_path:
+            ids = text_sources(tokenizer, text_path, batch, args.source_length).to(args.device)
+        else:
+            ids = torch.randint(4, values["vocab_size"] - 1, (batch, args.source_length), device=args.device)
+            ids[:, 0], ids[:, -1] = 0, 2
+        mask = torch.ones_like(ids)
+        batch_names = [n for n in names if not (n == "hf" and args.hf_max_batch and batch > args.hf_max_batch)]
 
-        def run(model):
+        def run(name):
             with PeakMemory(args.device) as memory, torch.no_grad():
-                start = time.perf_counter()
-                out = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
-                if args.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                seconds = time.perf_counter() - start
+                out, seconds = runners[name][1](ids, mask)
             return out, seconds, memory.peak
 
-        outputs = {}  # warm-up runs, and the outputs compared; one that runs out of memory is reported
-        for name, model in (("ours", ours), ("hf", hf)):
+        outputs, out_of_memory, failed = {}, [], {}  # warm-up runs, and the outputs compared; one that runs out of memory is reported
+        for name in batch_names:
             try:
-                outputs[name], *_ = run(model)
+                outputs[name], *_ = run(name)
             except torch.OutOfMemoryError as err:
                 print(f"batch {batch}: {name} ran out of memory ({str(err).splitlines()[0][:200]})", flush=True)
-                break
+                out_of_memory.append(name)
+                if name == "ours":
+                    break
+            except Exception as err:  # noqa: BLE001 - another contender's failure is reported, the rest run
+                if name in ("ours", "hf"):
+                    raise
+                failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+                print(f"batch {batch}: {name} failed ({failed[name]})", flush=True)
         gc.collect()
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
@@ -286,56 +525,98 @@ def main() -> None:
                 raise SystemExit(f"batch {batch}: outputs differ ({identical}/{batch} rows identical): the comparison "
                                  f"would be meaningless (--allow_mismatch to report it anyway)")
         identical_rows.append((identical, batch))
+        # every other contender against this project's fp32 output: rows, tokens, why they differ, ROUGE-L
+        compared, renormalized = {}, None
+        ours_text = decode(ours_out) if tokenizer is not None else None
+        for name in outputs:
+            if name in ("ours", "hf"):
+                continue
+            out = outputs[name].to(ours_out.device)
+            entry = dict(identical_rows=_identical_rows(ours_out, out, pad), token_agreement=_token_agreement(ours_out, out, pad))
+            if entry["identical_rows"] < batch:
+                if name.startswith("ct2") and renormalized is None:
+                    with torch.no_grad():
+                        renormalized = ours.generate(ids, attention_mask=mask, renormalize_logits=True, **settings)
+                same = name == "ct2_fp32" and _identical_rows(renormalized, out, pad) == batch
+                entry["reason"] = _gap_reason(None if same else first_difference(ours, ours_out, out, ids, pad), same,
+                                              name in REDUCED)
+            if name in REDUCED and ours_text is not None:
+                entry["rougeL_vs_fp32"] = rouge_l(decode(out), ours_text)
+            compared[name] = entry
         new_tokens = int((ours_out[:, 1:] != pad).sum())
-        timed = [("ours", ours)] + ([("hf", hf)] if hf_out is not None else [])
-        timings = {name: [] for name, _ in timed}
-        peaks = {name: 0 for name, _ in timed}
+        timed = [n for n in batch_names if n in outputs]
+        timings = {name: [] for name in timed}
+        peaks = {name: 0 for name in timed}
         for _ in range(args.repeats):
-            for name, model in timed:
-                _, seconds, peak = run(model)
+            for name in timed:
+                _, seconds, peak = run(name)
                 timings[name].append(seconds)
                 peaks[name] = max(peaks[name], peak)
         median = {name: statistics.median(t) for name, t in timings.items()}
         hf_s, ours_s = median.get("hf"), median["ours"]
         least = _least_bytes(ours, ours_out, args.source_length, pad, args.num_beams) if bandwidth else None
-        for name, label in (("hf", f"transformers {transformers.__version__} generate"), ("ours", "this project")):
+        for name in ["hf"] + [n for n in batch_names if n != "hf"]:
+            if name not in batch_names:
+                continue
+            label = runners[name][0]
+            if name in failed:
+                rows.append(f"| {batch} | {label}: failed ({failed[name]}) | | | | | | | | |" + (" |" if bandwidth else ""))
+                continue
             if name not in median:
-                rows.append(f"| {batch} | {label}: out of memory | | | | | |" + (" |" if bandwidth else ""))
+                rows.append(f"| {batch} | {label}: out of memory | | | | | | | | |" + (" |" if bandwidth else ""))
                 continue
             seconds = median[name]
             share = f" {least / bandwidth / seconds:.1%} |" if bandwidth else ""
             speedup = f"{hf_s / seconds:.2f}x" if hf_s else "-"
+            if name == "ours":
+                same, note = "-", ""
+            elif name == "hf":
+                same, note = (f"{identical}/{batch}", f"token agreement {agreement:.1%}")
+            else:
+                entry = compared[name]
+                same = f"{entry['identical_rows']}/{batch}"
+                note = "; ".join(x for x in (f"token agreement {entry['token_agreement']:.1%}", entry.get("reason", ""),
+                                             f"ROUGE-L vs fp32 {entry['rougeL_vs_fp32']:.2f}"
+                                             if "rougeL_vs_fp32" in entry else "") if x)
             rows.append(f"| {batch} | {label} | {seconds:.3f} | {batch / seconds:.2f} | {new_tokens / seconds:.0f} | "
-                        f"{peaks[name] / 2**20:.0f} | {speedup} |{share}")
-        if hf_s:
-            print(f"batch {batch}: transformers {hf_s:.2f} s, ours {ours_s:.2f} s, {new_tokens} new tokens, "
-                  f"{identical}/{batch} rows token-identical, token agreement {agreement:.1%}", flush=True)
-        else:
-            print(f"batch {batch}: ours {ours_s:.2f} s, {new_tokens} new tokens (transformers ran out of memory)",
-                  flush=True)
+                        f"{peaks[name] / 2**20:.0f} | {speedup} | {ours_s / seconds:.2f}x | {same} | {note} |{share}")
+        line = ", ".join(f"{n} {median[n]:.2f} s" for n in timed)
+        print(f"batch {batch}: {line}, {new_tokens} new tokens" + (
+            f", {identical}/{batch} rows token-identical to transformers, token agreement {agreement:.1%}" if hf_s
+            else "") + "".join(f", {n} {c['identical_rows']}/{batch} rows as ours" for n, c in compared.items()),
+            flush=True)
         result = dict(batch=batch, new_tokens=new_tokens, identical_rows=identical, token_agreement=agreement,
-                      speedup=hf_s / ours_s if hf_s else None, out_of_memory=None if hf_s else "transformers")
+                      speedup=hf_s / ours_s if hf_s else None,
+                      out_of_memory=None if hf_s or "hf" not in batch_names else "transformers")
         for name in ("ours", "hf"):
             seconds = median.get(name)
             result.update({f"{name}_seconds": seconds, f"{name}_summaries_s": batch / seconds if seconds else None,
                            f"{name}_peak_mib": peaks[name] / 2**20 if seconds else None,
                            f"{name}_bandwidth_share": least / bandwidth / seconds if least and seconds else None})
+        result["contenders"] = {n: dict(compared.get(n, {}), label=runners[n][0], seconds=median.get(n),
+                                        times=timings.get(n), vs_ours=ours_s / median[n] if n in median else None,
+                                        out_of_memory=n in out_of_memory, failed=failed.get(n)) for n in batch_names}
         results.append(result)
         write_json()
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
     shape = os.path.splitext(os.path.basename(args.config))[0].replace("config_", "bart-")
     same = ", ".join(f"{'-' if n is None else n}/{b}" for n, b in identical_rows)
-    print(f"\nbeam search, {device}, torch {torch.__version__}: {shape} geometry, {args.dtype}, beams {args.num_beams}, "
-          f"source {args.source_length}, up to {args.new_tokens} new tokens, no-repeat 3, workload {args.workload}, "
-          f"batch sizes {args.batch_sizes}, medians of {args.repeats}, token-identical rows: {same}")
+    sources = {"random": "random token ids", "lee": "Lee news corpus (real English)"}.get(args.sources, args.sources)
+    print(f"\nbeam search, {device}, {', '.join(versions)}: {shape} geometry, {args.dtype}, beams {args.num_beams}, "
+          f"source {args.source_length} ({sources}), up to {args.new_tokens} new tokens, no-repeat 3, workload "
+          f"{args.workload}, batch sizes {args.batch_sizes}, medians of {args.repeats}, contenders interleaved, "
+          f"token-identical rows (ours vs transformers): {same}; load average {os.getloadavg()[0]:.2f}")
+    if skipped:
+        print("left out: " + "; ".join(f"{n} ({why})" for n, why in skipped.items()))
     if bandwidth:
         measured = "given by --bandwidth" if args.bandwidth else "device-to-device copy measured in this run"
         print(f"memory-bandwidth limit: the least bytes a run must read (weights of the encoder once and of the decoder "
               f"and LM head per step, cross K/V of the live sources and the self K/V cache per step) at "
               f"{bandwidth / 1e12:.2f} TB/s ({measured}, read + write)")
     extra = (" share of bandwidth limit |", "---|") if bandwidth else ("", "")
-    print("| batch | implementation | median s | summaries/s | new tokens/s | peak memory MiB | speedup |" + extra[0])
-    print("|---|---|---|---|---|---|---|" + extra[1])
+    print("| batch | implementation | median s | summaries/s | new tokens/s | peak memory MiB | speedup | vs this project "
+          "fp32 | rows as this project fp32 | agreement, why different, ROUGE-L |" + extra[0])
+    print("|---|---|---|---|---|---|---|---|---|---|" + extra[1])
     print("\n".join(rows))
 
 
