@@ -439,3 +439,14 @@ def test_what_the_project_writes_gets_the_umasks_permissions(mask, umask, tmp_pa
     assert {p: oct(mode(p)) for p in (tokenizer, punkt)} == {p: oct(folder_mode) for p in (tokenizer, punkt)}
     files = [os.path.join(tokenizer, "vocab.json"), str(tmp_path / "hf" / "model.safetensors"), str(tmp_path / "w.ckpt")]
     assert {p: oct(mode(p)) for p in files} == {p: oct(file_mode) for p in files}
+
+
+def test_value_check_counts_only_real_nan_and_inf():
+    """The fast check sums each tensor: finite values whose sum overflows are not NaN/inf; -inf and +inf
+    together (a NaN sum) are counted as two."""
+    from bart.modeling.weights import check_weight_values
+    large = {"w": torch.full((10,), 3e38)}
+    check_weight_values(large, large, "big.ckpt")
+    both = {"w": torch.tensor([1.0, float("inf"), float("-inf")])}
+    with pytest.raises(CheckpointError, match=r"big.ckpt: tensor w holds 2 NaN/inf value\(s\) of 3"):
+        check_weight_values(both, both, "big.ckpt")
