@@ -537,9 +537,16 @@ def main() -> None:
                 if name.startswith("ct2") and renormalized is None:
                     with torch.no_grad():
                         renormalized = ours.generate(ids, attention_mask=mask, renormalize_logits=True, **settings)
-                same = name == "ct2_fp32" and _identical_rows(renormalized, out, pad) == batch
-                entry["reason"] = _gap_reason(None if same else first_difference(ours, ours_out, out, ids, pad), same,
+                reference = ours_out
+                if name.startswith("ct2"):  # CTranslate2's settings are ours with renormalize_logits=True
+                    entry["identical_rows_renormalized"] = _identical_rows(renormalized, out, pad)
+                    reference = renormalized
+                same = name == "ct2_fp32" and entry["identical_rows_renormalized"] == batch
+                entry["reason"] = _gap_reason(None if same else first_difference(ours, reference, out, ids, pad), same,
                                               name in REDUCED)
+                if name.startswith("ct2") and not same:
+                    entry["reason"] += (f" (against ours with renormalize_logits=True, which "
+                                        f"{entry['identical_rows_renormalized']}/{batch} rows equal)")
             if name in REDUCED and ours_text is not None:
                 entry["rougeL_vs_fp32"] = rouge_l(decode(out), ours_text)
             compared[name] = entry
