@@ -302,7 +302,8 @@ def test_contradictory_flags_are_one_line(case, world, tmp_path, capsys):
     ["--init_checkpoint", "{weights}", "--model_name_or_path", "{weights}"],     # the same weights twice
     ["--resume_from_checkpoint={weights}", "--load_model_weights_only"],         # the reference's spelling
     ["--init_checkpoint", "{weights}", "--lamb", "--use_nvlamb", "--no_tensorboard"],
-], ids=["auto", "true", "scratch-auto", "same-weights", "reference-weights-only", "nvlamb"])
+    ["--init_checkpoint", "{weights}", "--val_check_interval", "0"],  # run_summarization.sh with N_VAL=0
+], ids=["auto", "true", "scratch-auto", "same-weights", "reference-weights-only", "nvlamb", "script-n_val-0"])
 def test_compatible_flags_still_parse(extra, world, tmp_path):
     import finetune
     args = finetune.parse_args(_argv(FT + extra, world, str(tmp_path / "out")))

@@ -337,7 +337,7 @@ CONTRADICTIONS = (
                                                 "drop one"),
     ("use_nvlamb", None, lambda a: not getattr(a, "lamb", False),
      "NVLAMB is a LAMB option but the optimizer is AdamW without --lamb: add --lamb, or drop it"),
-    ("val_check_interval", "n_val", lambda a: a.n_val == 0,
+    ("val_check_interval", "n_val", lambda a: a.n_val == 0 and bool(a.val_check_interval),
      "--n_val 0 turns validation off, so it would never run: give --n_val N, or drop it"),
 )
 
