@@ -16,6 +16,7 @@ import torch
 
 from bart.cli import run_main
 from bart.evaluation import run_evaluation
+from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision, prepare_for_decoding
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import resolve_weights
@@ -50,6 +51,12 @@ def parse_args(argv=None):
     add_architecture_args(parser)
     add_dist_timeout_arg(parser)
     add_precision_args(parser)
+    parser.add_argument("--decode_precision", choices=DECODE_PRECISIONS, default="fp32",
+                        help="weights to decode with: fp32, a bf16 copy, int8 dynamically quantized linear layers (CPU); "
+                             "see bart/generation/precision.py")
+    parser.add_argument("--compile_generation", nargs="?", const="default", default=False,
+                        choices=("default", "reduce-overhead"),
+                        help="the decode step under torch.compile (no value: default mode; reduce-overhead: CUDA graphs)")
     add_generation_args(parser, batch_alias="--bs", max_length_alias="--max_target_length")
     add_reference_args(parser, "run_eval.py")
     parser.set_defaults(eval_batch_size=8, eval_max_gen_length=142)
@@ -65,6 +72,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    check_decode_precision(args.decode_precision, Precision.from_args(args).name)  # against --bf16/--fp16
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
                                       rendezvous_timeout_s=args.rendezvous_timeout)
     builder.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
@@ -77,9 +85,12 @@ def main(argv=None) -> dict:
     # the architecture from the checkpoint (its config, else its tensors); an explicit --pre_ln must agree
     model = BartForConditionalGeneration.from_pretrained(model_path, config=config, explicit={"pre_ln": args.pre_ln})
     builder.check_lengths(args, model.config, ("max_source_length", "eval_max_gen_length"))
-    model = model.to(builder.device_for(env) if args.device in (None, "cuda") else torch.device(args.device)).eval()
+    device = builder.device_for(env) if args.device in (None, "cuda") else torch.device(args.device)
+    check_decode_precision(args.decode_precision, device=device)  # int8 is CPU's
+    model = model.to(device).eval()
+    model = prepare_for_decoding(model, args.decode_precision)
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
-                  "num_return_sequences": args.num_return_sequences}
+                  "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)
     result = run_evaluation(model, tokenizer, args, gen_kwargs, precision.autocast_dtype, is_main=env.is_main)
     if args.debug and env.is_main:

@@ -11,6 +11,11 @@ the ``generation_config`` passed, or in the model's config. An unknown keyword,
 or an option of transformers' ``generate`` this project does not implement, is an error naming it:
 run_eval.py passes extra ``--key value`` pairs through, and a typo must not be ignored.
 
+``compile_generation`` (not an option of transformers): False (the eager step, the default), True or
+"default" (the decoder step under ``torch.compile``), "reduce-overhead" (the same, CUDA graphs on GPU);
+see :mod:`bart.generation.compiled`. The precision a model decodes with is chosen before the call, with
+:func:`bart.generation.precision.prepare_for_decoding`.
+
 Sampling (``do_sample=True``) draws from ``generator=`` (a ``torch.Generator``) or, without one,
 from torch's global generator: after ``torch.manual_seed(s)`` the tokens are those of transformers'
 ``generate(do_sample=True, ...)`` after the same seed.
@@ -25,6 +30,7 @@ from typing import Optional
 
 import torch
 
+from bart.generation.compiled import compile_mode, make_decoder
 from bart.generation.search import GenerateOutput, GenerationOptions, _Decoder, beam_search, greedy_search
 
 
@@ -390,7 +396,14 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     with pad_token_id, or with ``return_dict_in_generate=True`` a :class:`GenerateOutput`
     (sequences, sequences_scores for beam search, scores per step when ``output_scores``)."""
     start = time.monotonic()
+    try:
+        mode = compile_mode(kwargs.pop("compile_generation", False))
+    except ValueError as err:
+        raise GenerationOptionError(str(err)) from None
     opts = _options(model.config, kwargs)
+    if mode is not None and not opts.use_cache:
+        raise GenerationOptionError("generate: compile_generation needs use_cache=True (the compiled step runs on "
+                                    "the preallocated cache)")
     opts.start_time = start
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
@@ -407,7 +420,10 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     try:
         encoder_hidden = model.model.encoder(input_ids, attention_mask)
         rows_per_source = opts.num_beams if opts.num_beams > 1 else (opts.num_return_sequences if opts.do_sample else 1)
-        decoder = _Decoder(model, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
+        if mode is None:
+            decoder = _Decoder(model, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
+        else:
+            decoder = make_decoder(model, encoder_hidden, attention_mask, rows_per_source, opts.max_length, mode)
         search = greedy_search if opts.num_beams == 1 else beam_search
         sequences, sequence_scores, scores = search(decoder, opts, input_ids)
     finally:

@@ -1,0 +1,133 @@
+"""``generate(compile_generation=...)``: the decoder's per-token step as one function of fixed-shape tensors
+under ``torch.compile``.
+
+    False                    the eager step (the default)
+    True / "default"         torch.compile (inductor) of the static step; CPU or GPU
+    "reduce-overhead"        the same function compiled with CUDA graphs (GPU; on CPU inductor ignores the
+                             graphs and it runs as "default")
+
+The static step (:class:`CompiledDecoder`) takes one new token per row, the position as a (1,) device
+tensor, the preallocated self-attention cache of :class:`~bart.modeling.modeling_bart.StaticCache` (written
+at that position with ``index_copy_``, attended over all ``max_length`` positions with a mask, so the
+shapes never change from step to step), the cross-attention keys/values projected once per source and
+the encoder mask; it returns the fp32 logits of the LM head. Nothing in it reads a Python number that
+changes per step, so one graph serves the whole call (and every later call of the same shapes). The
+running batch keeps its rows: finished sources are not compacted away (that would change the shapes),
+their rows idle on pad tokens as in transformers, so results are the same sequences. The first step of
+a multi-token decoder prompt (``decoder_input_ids``) runs eager. The logits processors and the beam
+bookkeeping stay the eager, tensor-shaped code of :mod:`bart.generation.search` (no Python per beam; one
+host sync per step, the stopping check).
+
+Tokens equal the eager path's wherever float rounding does not flip a choice: the compiled kernels
+round differently from eager ones (fused layer norms, another GEMM orientation for the LM head), as the
+eager path already differs from transformers by rounding; tests/test_generation_compiled.py checks token
+identity on greedy and beam settings. Measured on the 2-core CPU (see the closing note of issue 27 and
+``benchmarks/profile_decode_step.py``) the compiled step is not faster than eager for bart-base shapes
+(the step is bound by the GEMMs, which inductor hands to the same MKL/oneDNN kernels), so eager stays
+the default; compile time is paid once per shape.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from bart.modeling.modeling_bart import StaticLayerCache, padding_mask_to_bool
+
+MODES = {True: "default", "default": "default", "reduce-overhead": "reduce-overhead"}
+
+
+def compile_mode(value) -> Optional[str]:
+    """None for the eager step, else the ``torch.compile`` mode; ValueError naming the value otherwise."""
+    if value is False or value is None:
+        return None
+    if isinstance(value, (bool, str)) and value in MODES:
+        return MODES[value]
+    raise ValueError(f"generate: compile_generation must be False, True, 'default' or 'reduce-overhead', got {value!r}")
+
+
+class _PositionCache(StaticLayerCache):
+    """One layer's view of the cache for the static step: the new key/value are written at ``position``
+    (a device tensor) and the whole buffer (every position; the mask hides the unwritten ones) is read."""
+
+    def __init__(self, key: torch.Tensor, value: torch.Tensor, cross: tuple, position: torch.Tensor) -> None:
+        self.key, self.value, self._cross, self.position = key, value, cross, position
+
+    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.key.index_copy_(2, self.position, key)
+        self.value.index_copy_(2, self.position, value)
+        return self.key, self.value
+
+    @property
+    def cross(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._cross
+
+
+def static_step(model, token: torch.Tensor, position: torch.Tensor, kv: torch.Tensor, cross: list,
+                cross_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """fp32 logits (N, V) of the next token after ``token`` (N, 1) at ``position`` ((1,) long); ``kv``: the
+    (layers, 2, N, H, max_length, Dh) self-attention cache, written at ``position`` in place."""
+    decoder = model.model.decoder
+    embed = decoder.embed_positions
+    hidden = decoder.embed_tokens(token) * decoder.embed_scale
+    hidden = hidden + embed.weight.index_select(0, position + embed.offset).to(hidden.dtype)
+    hidden = decoder.layernorm_embedding(hidden)
+    self_mask = (torch.arange(kv.shape[4], device=kv.device) <= position).view(1, 1, 1, -1)
+    for i, layer in enumerate(decoder.layers):
+        past = _PositionCache(kv[i, 0], kv[i, 1], cross[i], position)
+        hidden, _ = layer(hidden, None, cross_mask, self_mask, past)
+    hidden = decoder.final_norm(hidden)[:, -1]
+    bias = model.final_logits_bias[0]
+    head = model.lm_head
+    if isinstance(getattr(head, "weight", None), torch.Tensor):
+        return F.linear(hidden, head.weight, bias.to(hidden.dtype)).float()
+    return head(hidden).float() + bias  # an int8 dynamically quantized head
+
+
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _compiled(model, mode: str):
+    per_model = _COMPILED.setdefault(model, {})
+    if mode not in per_model:
+        per_model[mode] = torch.compile(lambda *args: static_step(model, *args), mode=mode, dynamic=False,
+                                        fullgraph=False)
+    return per_model[mode]
+
+
+def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_length: int, mode: str):
+    from bart.generation.search import _Decoder  # search imports this module's users lazily
+
+    class CompiledDecoder(_Decoder):
+        """The :class:`~bart.generation.search._Decoder` whose one-token steps run the compiled static step;
+        its rows stay fixed for the call (``fixed_rows``: the search keeps finished sources)."""
+        fixed_rows = True
+
+        def __init__(self):
+            super().__init__(model, encoder_hidden, encoder_mask, True, rows_per_source, max_length)
+            cache = self.cache
+            cache.buffer.zero_()  # positions not yet written are read (masked): no NaN from torch.empty
+            cache.spare = torch.zeros_like(cache.buffer)
+            if mode == "reduce-overhead":  # CUDA graphs: the cache buffers are written in place at fixed addresses
+                torch._dynamo.mark_static_address(cache.buffer)
+                torch._dynamo.mark_static_address(cache.spare)
+            self.cross_mask = None if encoder_mask is None else padding_mask_to_bool(encoder_mask)
+            self.position = torch.zeros(1, dtype=torch.long, device=encoder_hidden.device)
+            self.step = _compiled(model, mode)
+            self.mode = mode
+
+        def next_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+            cache = self.cache
+            new = tokens[:, cache.length:]
+            if new.shape[1] != 1 or cache.rows != tokens.shape[0]:
+                return super().next_logits(tokens)  # a decoder prompt's first step
+            self.position.fill_(cache.length)
+            if self.mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            logits = self.step(new.contiguous(), self.position, cache.buffer, cache.cross, self.cross_mask)
+            cache.length += 1
+            return logits  # valid until the next step, as the eager decoder's buffer
+
+    return CompiledDecoder()

@@ -1,0 +1,73 @@
+"""Decode precision: the numbers a model decodes with, chosen knowingly (``run_eval.py --decode_precision``).
+
+    fp32  the model as given (the default; the only one token-identical to transformers' fp32 generate)
+    bf16  a bf16 copy of the model (weights and activations; on CPU oneDNN runs its products with
+          avx512_bf16/AMX where the CPU has them); the logits are taken to fp32 before the processors
+    int8  a copy with every ``nn.Linear`` (the tied LM head included) dynamically quantized to int8
+          (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized per call);
+          embeddings and layer norms stay fp32. CPU only (quantized kernels are fbgemm/oneDNN's).
+
+This is one home for decode precision. How it relates to the training precision flags of
+:mod:`utils.precision` (``--bf16``/``--fp16``, which are *autocast* over fp32 weights, for training and
+for ``run_eval.py``'s forward pass): ``--decode_precision`` changes the weights the model decodes
+with. The two are not combined: ``--decode_precision bf16|int8`` with ``--bf16``/``--fp16`` is refused
+in one line (:func:`check_decode_precision`): autocast over a bf16 copy is the copy, and autocast
+over int8 layers would run the remaining fp32 layers in half precision unasked. ``--bf16`` alone stays
+what it was (bf16 autocast, fp32 weights). Token agreement with fp32 and the ROUGE change are measured
+by ``benchmarks/bench_generation.py``; :func:`prepare_for_decoding` never changes the model it is given.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Optional
+
+import torch
+from torch import nn
+
+from utils.errors import UserError
+
+DECODE_PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def check_decode_precision(precision: str, training_precision: Optional[str] = None, device=None) -> None:
+    """One line (:class:`UserError`) for a decode precision that cannot be honoured: an unknown name, a
+    reduced precision combined with ``--bf16``/``--fp16`` autocast (``training_precision``), int8 off CPU."""
+    if precision not in DECODE_PRECISIONS:
+        raise UserError(f"--decode_precision {precision!r} is not one of {', '.join(DECODE_PRECISIONS)}")
+    if precision != "fp32" and training_precision in ("bf16", "fp16"):
+        raise UserError(f"--decode_precision {precision} with --{training_precision}: the two contradict each other "
+                        f"(--{training_precision} is autocast over fp32 weights, --decode_precision {precision} decodes "
+                        f"with {precision} weights); drop one of them")
+    if precision == "int8" and device is not None and torch.device(device).type != "cpu":
+        raise UserError(f"--decode_precision int8 runs on CPU only (dynamically quantized int8 linear layers), the "
+                        f"model is on {torch.device(device)}; use --decode_precision bf16 there or --device cpu")
+
+
+def prepare_for_decoding(model: nn.Module, precision: str = "fp32") -> nn.Module:
+    """The model to decode with at ``precision`` (one of :data:`DECODE_PRECISIONS`), in eval mode.
+    ``fp32`` returns ``model`` itself; ``bf16`` and ``int8`` return a modified copy (the given model is
+    never changed: its weights, dtype, modules and training mode stay as they were)."""
+    check_decode_precision(precision, device=_device(model))
+    if precision == "fp32":
+        return model
+    decoded = copy.deepcopy(model).eval()
+    if precision == "bf16":
+        return decoded.to(torch.bfloat16)
+    decoded = decoded.float()
+    # the LM head is tied to the embeddings: quantizing it gives the head its own int8 copy, the
+    # embedding table stays fp32
+    with warnings.catch_warnings():  # torch 2.10+: quantized tensors are "deprecated" (still supported)
+        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*deprecated", category=UserWarning)
+        return torch.ao.quantization.quantize_dynamic(decoded, {nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def lm_head_is_float(model: nn.Module) -> bool:
+    """Whether the LM head is a plain float ``nn.Linear`` (not an int8 dynamically quantized one)."""
+    return isinstance(getattr(model.lm_head, "weight", None), torch.Tensor)
+
+
+def _device(model: nn.Module):
+    for tensor in model.parameters():
+        return tensor.device
+    return None

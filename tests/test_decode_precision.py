@@ -1,0 +1,155 @@
+"""Reduced-precision decoding (bart/generation/precision.py, run_eval.py --decode_precision / --compile_generation):
+int8 really int8, bf16 really bf16, the given model untouched, token agreement with fp32 on a small trained
+model, the flags through run_eval.py, contradictory combinations refused in one line."""
+import importlib
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision, prepare_for_decoding
+from bart.modeling.modeling_bart import BartForConditionalGeneration
+from tests.helpers.synthetic import collate, example, tiny_config
+from utils.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETTINGS = dict(max_new_tokens=14, eos_token_id=2, pad_token_id=1, decoder_start_token_id=2, bos_token_id=0,
+                forced_bos_token_id=None, forced_eos_token_id=None)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny model with weights of std 0.2: peaked next-token distributions (hypotheses run to
+    max_new_tokens), unlike the default std 0.02 whose tiny model stops at once. Its agreement
+    figures are lower bounds: a d_model-32 layer has the coarsest per-tensor int8 scales."""
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                                     init_std=0.2, max_position_embeddings=64)).eval()
+    sources = collate([example(10_000 + i) for i in range(24)])
+    return model, sources
+
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_int8_linear_layers_are_int8_and_the_given_model_is_untouched(trained):
+    model, _ = trained
+    before = _state(model)
+    kinds_before = [type(m) for m in model.modules()]
+    quantized = prepare_for_decoding(model, "int8")
+    dynamic = torch.ao.nn.quantized.dynamic.Linear
+    linears = [m for m in quantized.modules() if isinstance(m, (nn.Linear, dynamic))]
+    # every projection, both feed-forward layers and the LM head: 2 encoder layers x 6, 2 decoder layers x 10, head
+    assert len(linears) == 2 * 6 + 2 * 10 + 1
+    assert all(type(m) is dynamic for m in linears), {type(m) for m in linears}
+    assert all(m.weight().dtype == torch.qint8 for m in linears)
+    assert quantized.model.shared.weight.dtype == torch.float32  # the embeddings stay fp32
+    assert [type(m) for m in model.modules()] == kinds_before
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert model.lm_head.weight is model.model.shared.weight  # still tied
+
+
+def test_bf16_is_a_bf16_copy_and_fp32_is_the_model_itself(trained):
+    model, _ = trained
+    half = prepare_for_decoding(model, "bf16")
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert prepare_for_decoding(model, "fp32") is model
+
+
+# measured: bf16 0.967 (greedy) / 0.953 (beam 4), int8 0.783 / 0.742 of the tokens; bart-base sizes are in
+# benchmarks/bench_generation.py's table (with the ROUGE change)
+@pytest.mark.parametrize("precision,minimum", [("bf16", 0.93), ("int8", 0.7)])
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_tokens_agree_with_fp32(trained, precision, minimum, num_beams):
+    """The share of equal tokens (positions of the fp32 output) against fp32 decoding, and not all equal:
+    the reduced precision really decodes with other numbers."""
+    model, sources = trained
+    settings = dict(SETTINGS, num_beams=num_beams, no_repeat_ngram_size=3 if num_beams > 1 else 0)
+    reference = model.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **settings)
+    got = prepare_for_decoding(model, precision).generate(sources["input_ids"],
+                                                          attention_mask=sources["attention_mask"], **settings)
+    width = max(reference.shape[1], got.shape[1])
+    pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=1)  # noqa: E731
+    agreement = (pad(reference) == pad(got)).float().mean().item()
+    assert reference.shape[1] == 15  # the hypotheses run to max_new_tokens: 14 positions compared per row
+    assert minimum <= agreement < 1.0, (precision, num_beams, agreement)
+
+
+def test_bad_precisions_are_one_line():
+    with pytest.raises(UserError, match="--decode_precision 'fp8' is not one of fp32, bf16, int8"):
+        check_decode_precision("fp8")
+    with pytest.raises(UserError, match="--decode_precision bf16 with --fp16: .*drop one of them"):
+        check_decode_precision("bf16", "fp16")
+    with pytest.raises(UserError, match="int8 runs on CPU only.*cuda"):
+        check_decode_precision("int8", device="cuda")
+    check_decode_precision("fp32", "bf16")  # --bf16 autocast alone, as before
+    assert DECODE_PRECISIONS == ("fp32", "bf16", "int8")
+
+
+@pytest.fixture(scope="module")
+def eval_world(tmp_path_factory, small_tokenizer_dir):
+    from tests.helpers.corpus import SMALL_VOCAB_SIZE
+    from tests.helpers.summaries import write_summarization_data
+    base = tmp_path_factory.mktemp("decode_precision")
+    config = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
+                  decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
+                  vocab_size=SMALL_VOCAB_SIZE)
+    (base / "config.json").write_text(json.dumps(config))
+    torch.manual_seed(0)
+    from bart.configuration import BartConfig
+    torch.save(BartForConditionalGeneration(BartConfig(**config)).state_dict(), base / "weights.ckpt")
+    data = write_summarization_data(str(base / "data"), sizes=(("train", 4), ("val", 4), ("test", 4)))
+    return [str(base / "weights.ckpt"), str(base / "config.json"), data], small_tokenizer_dir, base
+
+
+def _run_eval(argv):
+    from bart.cli import run_main
+    module = importlib.import_module("run_eval")
+    try:
+        run_main(lambda: module.main(argv), "run_eval.py")
+    except SystemExit as stop:
+        return stop.code
+    return 0
+
+
+def test_run_eval_decodes_with_the_precision_and_compile_asked(eval_world, monkeypatch, tmp_path):
+    positional, tok, _ = eval_world
+    run_eval = importlib.import_module("run_eval")
+    seen = {}
+    original = run_eval.run_evaluation
+
+    def spy(model, tokenizer, args, gen_kwargs, *rest, **kw):
+        seen["model"], seen["gen_kwargs"] = model, dict(gen_kwargs)
+        return original(model, tokenizer, args, gen_kwargs, *rest, **kw)
+
+    monkeypatch.setattr(run_eval, "run_evaluation", spy)
+    monkeypatch.setattr("bart.generation.compiled._compiled", lambda model, mode: lambda *a: (seen.setdefault(
+        "mode", mode), __import__("bart.generation.compiled", fromlist=["x"]).static_step(model, *a))[1])
+    out = tmp_path / "out"
+    code = _run_eval(positional + [str(out), "--tokenizer", tok, "--device", "cpu", "--bs", "2", "--max_target_length",
+                                   "8", "--max_source_length", "32", "--decode_precision", "int8", "--compile_generation"])
+    assert code == 0
+    layers = [m for m in seen["model"].modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert layers and not any(type(m) is nn.Linear for m in seen["model"].modules())
+    assert seen["gen_kwargs"]["compile_generation"] == "default" and seen["mode"] == "default"
+    assert len((out / "test_generations.txt").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--decode_precision", "bf16", "--bf16"], ["--decode_precision bf16", "--bf16", "drop one"]),
+    (["--decode_precision", "int8", "--fp16"], ["--decode_precision int8", "--fp16"]),
+    (["--decode_precision", "fp8"], ["--decode_precision", "fp8"]),
+    (["--compile_generation", "max-autotune"], ["--compile_generation", "max-autotune"]),
+])
+def test_run_eval_refuses_in_one_line(eval_world, tmp_path, capsys, argv, words):
+    positional, tok, _ = eval_world
+    out = tmp_path / "out"
+    code = _run_eval(positional + [str(out), "--tokenizer", tok, "--device", "cpu"] + argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert all(w in err[-1] for w in words), err
+    assert not out.exists()  # refused before anything was written
