@@ -7,6 +7,10 @@
 
 To add a precision (say fp8), add its name to ``PRECISIONS`` and say here what it means for the
 autocast dtype, TF32 and the scaler; the training loop, evaluation and the flags follow.
+
+These are the precisions of training and of run_eval.py's forward pass (autocast over fp32 weights). The
+weights a model *decodes* with (``run_eval.py --decode_precision fp32|bf16|int8``) are another concept, whose
+one home is ``bart/generation/precision.py`` (it refuses a reduced decode precision next to --bf16/--fp16).
 """
 from __future__ import annotations
 
