@@ -5,8 +5,9 @@ bart-base geometry (configs/config_base.json; --config configs/config_large.json
 random weights, beams 4, no-repeat 3. Three workloads: ``full`` (512-token sources, 64 new tokens, batch
 sizes 1, 8, 32, 64) suppresses EOS until the last step (min_length), so every row decodes every step (pure
 decode cost); ``short`` (128-token sources, 24 new tokens, batch 4 and 8) likewise, where per-step
-overheads weigh most; ``ragged`` (as full) makes EOS likely (a bias on its logit, --eos_bias) so that, as
-in real summarization, sources finish at different steps (what finished rows still cost shows there).
+overheads weigh most; ``ragged`` (as full) makes EOS likely (a bias on its logit, --eos_bias; min_length 8,
+as the start token, EOS, makes it the likeliest first token of random weights) so that, as in real
+summarization, sources finish at different steps (what finished rows still cost shows there).
 --batch_sizes, --source_length and --new_tokens override the workload's. Sources are random token ids, or
 real English text with --sources lee (the Lee news corpus, 300 Australian news documents, from gensim's
 wheel on PyPI, downloaded once into ~/.cache/bart_bench) or --sources FILE (a document a line): row i is
@@ -225,6 +226,9 @@ def ct2_generate(translator, vocabulary: list, index: dict, ids: torch.Tensor, a
 
 WORKLOADS = {  # source length, new tokens, batch sizes (flags override)
     "full": (512, 64, [1, 8, 32, 64]), "ragged": (512, 64, [1, 8, 32, 64]), "short": (128, 24, [4, 8])}
+# ragged: the decoder's start token is EOS, so random weights make EOS the likeliest first tokens; rows may end
+# from this length on (then at different steps)
+RAGGED_MIN_LENGTH = 8
 CONTENDERS = ("ours", "ours_compiled", "ours_bf16", "ours_int8", "hf", "ct2_fp32", "ct2_int8")
 REDUCED = {"ours_bf16": "bf16", "ours_int8": "int8", "ct2_int8": "int8"}
 LEE_WHEEL = "gensim==4.4.0"  # its wheel ships the Lee news corpus (300 Australian news documents), as the demo uses
@@ -340,7 +344,9 @@ def main() -> None:
     parser.add_argument("--config", default="configs/config_base.json")
     parser.add_argument("--batch_sizes", type=int, nargs="+", help="default: the workload's")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="full")
-    parser.add_argument("--eos_bias", type=float, default=12.0, help="ragged: added to the EOS logit")
+    parser.add_argument("--eos_bias", type=float,
+                        help="ragged: added to the EOS logit (default 1.5 with text sources, 2.0 with random ids: "
+                             "rows of bart-base's random weights then end between about 10 and 64 new tokens)")
     parser.add_argument("--source_length", type=int, help="default: the workload's")
     parser.add_argument("--new_tokens", type=int, help="default: the workload's")
     parser.add_argument("--num_beams", type=int, default=4)
@@ -384,6 +390,8 @@ def main() -> None:
     hf = transformers.BartForConditionalGeneration(transformers.BartConfig(**hf_values, attn_implementation="sdpa"))
     ours = BartForConditionalGeneration(BartConfig(**values))
     if args.workload == "ragged":
+        if args.eos_bias is None:
+            args.eos_bias = 2.0 if args.sources == "random" else 1.5
         with torch.no_grad():
             hf.final_logits_bias[0, values["eos_token_id"]] = args.eos_bias
     ours.load_state_dict(hf.state_dict())
@@ -392,7 +400,7 @@ def main() -> None:
     bandwidth = args.bandwidth * 1e9 if args.bandwidth else (
         _copy_bandwidth(args.device) if args.device.startswith("cuda") else None)
     settings = dict(num_beams=args.num_beams, max_length=args.new_tokens + 1,
-                    min_length=args.new_tokens if args.workload in ("full", "short") else 0,
+                    min_length=args.new_tokens if args.workload in ("full", "short") else RAGGED_MIN_LENGTH,
                     no_repeat_ngram_size=3, length_penalty=1.0, early_stopping=True)
     pad = values.get("pad_token_id", 1)
 
@@ -473,6 +481,7 @@ def main() -> None:
                 json.dump({"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU",
                            "dtype": args.dtype, "num_beams": args.num_beams, "source_length": args.source_length,
                            "new_tokens": args.new_tokens, "workload": args.workload, "sources": args.sources,
+                           "settings": settings, "eos_bias": args.eos_bias if args.workload == "ragged" else None,
                            "versions": versions, "skipped": skipped, "load_average": os.getloadavg(),
                            "bandwidth_bytes_s": bandwidth, "rows": results}, f, indent=1)
 
