@@ -70,10 +70,11 @@ def test_static_step_gives_the_eager_tokens(uncompiled_step, monkeypatch, case, 
     lm_head = search._Decoder.lm_head
     monkeypatch.setattr(search._Decoder, "lm_head", lambda self, h: (eager_steps.append(1), lm_head(self, h))[1])
     expected = model.generate(ids, attention_mask=mask, **settings)
+    steps = len(eager_steps)
     got = model.generate(ids, attention_mask=mask, compile_generation=True, **settings)
     assert got.shape == expected.shape and torch.equal(got, expected), (got.tolist(), expected.tolist())
     # every step ran the static step (none of the eager decoder's), as many steps as the eager path
-    assert len(uncompiled_step) == len(eager_steps) >= 1 and set(uncompiled_step) == {"default"}
+    assert len(uncompiled_step) == steps >= 1 and set(uncompiled_step) == {"default"}
     # ragged: the eager path dropped finished sources, the static one kept its rows and gave the same tokens
     if eos_bias and not pre_ln and case in RAGGED:
         lengths = ((expected != 1) & (expected != 2)).sum(1)

@@ -66,9 +66,10 @@ class _PositionCache(StaticLayerCache):
 
 
 def static_step(model, token: torch.Tensor, position: torch.Tensor, kv: torch.Tensor, cross: list,
-                cross_mask: Optional[torch.Tensor]) -> torch.Tensor:
+                cross_mask: Optional[torch.Tensor], head: bool = True) -> torch.Tensor:
     """fp32 logits (N, V) of the next token after ``token`` (N, 1) at ``position`` ((1,) long); ``kv``: the
-    (layers, 2, N, H, max_length, Dh) self-attention cache, written at ``position`` in place."""
+    (layers, 2, N, H, max_length, Dh) self-attention cache, written at ``position`` in place. ``head=False``:
+    the last hidden states (N, D) instead (the caller applies the LM head)."""
     decoder = model.model.decoder
     embed = decoder.embed_positions
     hidden = decoder.embed_tokens(token) * decoder.embed_scale
@@ -79,6 +80,8 @@ def static_step(model, token: torch.Tensor, position: torch.Tensor, kv: torch.Te
         past = _PositionCache(kv[i, 0], kv[i, 1], cross[i], position)
         hidden, _ = layer(hidden, None, cross_mask, self_mask, past)
     hidden = decoder.final_norm(hidden)[:, -1]
+    if not head:
+        return hidden
     bias = model.final_logits_bias[0]
     head = model.lm_head
     if isinstance(getattr(head, "weight", None), torch.Tensor):
@@ -117,6 +120,9 @@ def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_
             self.position = torch.zeros(1, dtype=torch.long, device=encoder_hidden.device)
             self.step = _compiled(model, mode)
             self.mode = mode
+            # on CPU the LM head stays the eager one (_Decoder.lm_head: MKL's fast orientation for few rows, vocabulary
+            # slices for many, into the logits buffer); measured faster there than the compiled product
+            self.head = encoder_hidden.device.type != "cpu"
 
         def next_logits(self, tokens: torch.Tensor) -> torch.Tensor:
             cache = self.cache
@@ -126,8 +132,9 @@ def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_
             self.position.fill_(cache.length)
             if self.mode == "reduce-overhead":
                 torch.compiler.cudagraph_mark_step_begin()
-            logits = self.step(new.contiguous(), self.position, cache.buffer, cache.cross, self.cross_mask)
+            out = self.step(new.contiguous(), self.position, cache.buffer, cache.cross, self.cross_mask, self.head)
             cache.length += 1
-            return logits  # valid until the next step, as the eager decoder's buffer
+            # valid until the next step, as the eager decoder's buffer
+            return out if self.head else self.lm_head(out)
 
     return CompiledDecoder()

@@ -2,10 +2,16 @@
 
     fp32  the model as given (the default; the only one token-identical to transformers' fp32 generate)
     bf16  a bf16 copy of the model (weights and activations; on CPU oneDNN runs its products with
-          avx512_bf16/AMX where the CPU has them); the logits are taken to fp32 before the processors
+          avx512_bf16/AMX where the CPU has them); the logits (rounded to bf16 by the LM head's product)
+          are taken to fp32 before the processors
     int8  a copy with every ``nn.Linear`` (the tied LM head included) dynamically quantized to int8
           (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized per call);
           embeddings and layer norms stay fp32. CPU only (quantized kernels are fbgemm/oneDNN's).
+
+Measured (one decode step of beam search, bart-base, batch 8 x 4 beams, 512-token sources, 2 threads on
+the 2-core avx512_bf16 test CPU, medians of 10 interleaved, load 1.9): fp32 68.1 ms; bf16 autocast over the
+fp32 weights 66.0 ms (1.03x: every product casts its weights again); the bf16 copy 32.0 ms (2.13x, chosen);
+int8 with the LM head quantized 22.0 ms (3.09x, chosen), with an fp32 LM head 40.9 ms (1.67x).
 
 This is one home for decode precision. How it relates to the training precision flags of
 :mod:`utils.precision` (``--bf16``/``--fp16``, which are *autocast* over fp32 weights, for training and
@@ -57,8 +63,8 @@ def prepare_for_decoding(model: nn.Module, precision: str = "fp32") -> nn.Module
     decoded = decoded.float()
     # the LM head is tied to the embeddings: quantizing it gives the head its own int8 copy, the
     # embedding table stays fp32
-    with warnings.catch_warnings():  # torch 2.10+: quantized tensors are "deprecated" (still supported)
-        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*deprecated", category=UserWarning)
+    with warnings.catch_warnings():  # torch 2.10+: eager-mode quantization is "deprecated" (still supported)
+        warnings.simplefilter("ignore")
         return torch.ao.quantization.quantize_dynamic(decoded, {nn.Linear}, dtype=torch.qint8, inplace=True)
 
 
