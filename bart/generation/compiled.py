@@ -7,9 +7,9 @@ under ``torch.compile``.
                              graphs and it runs as "default")
 
 The static step (:class:`CompiledDecoder`) takes one new token per row, the position as a (1,) device
-tensor, the preallocated self-attention cache of :class:`~bart.modeling.modeling_bart.StaticCache` (written
-at that position with ``index_copy_``, attended over all ``max_length`` positions with a mask, so the
-shapes never change from step to step), the cross-attention keys/values projected once per source and
+tensor, the preallocated self-attention cache of :class:`~bart.modeling.modeling_bart.StaticCache` (read
+over all ``max_length`` positions with a mask, so the shapes never change from step to step; the step's
+keys/values are returned and written into their slot with one ``index_copy_``), the cross-attention keys/values projected once per source and
 the encoder mask; it returns the fp32 logits of the LM head. Nothing in it reads a Python number that
 changes per step, so one graph serves the whole call (and every later call of the same shapes). The
 running batch keeps its rows: finished sources are not compacted away (that would change the shapes),
@@ -21,10 +21,12 @@ host sync per step, the stopping check).
 Tokens equal the eager path's wherever float rounding does not flip a choice: the compiled kernels
 round differently from eager ones (fused layer norms, another GEMM orientation for the LM head), as the
 eager path already differs from transformers by rounding; tests/test_generation_compiled.py checks token
-identity on greedy and beam settings. Measured on the 2-core CPU (see the closing note of issue 27 and
-``benchmarks/profile_decode_step.py``) the compiled step is not faster than eager for bart-base shapes
-(the step is bound by the GEMMs, which inductor hands to the same MKL/oneDNN kernels), so eager stays
-the default; compile time is paid once per shape.
+identity on greedy and beam settings. Measured (one beam-search decode step, bart-base, 4 beams,
+512-token sources, 2 threads on the 2-core test CPU, medians of 10 interleaved, load 0.9-1.3): batch 1
+eager 26.1 ms, compiled 25.6 ms; batch 8 eager 71.8 ms, compiled 75.0 ms; bf16 batch 8 eager 34.0 ms,
+compiled 36.8 ms. The step is bound by its GEMMs (84% of an eager step at batch 1: reading the weights),
+which inductor hands to the same MKL/oneDNN kernels, and the eager step's Python costs ~2 ms; so on CPU the
+compiled step is not faster and eager stays the default. Compile time: 2-10 s per shape (bart-base).
 """
 from __future__ import annotations
 
@@ -49,16 +51,18 @@ def compile_mode(value) -> Optional[str]:
 
 
 class _PositionCache(StaticLayerCache):
-    """One layer's view of the cache for the static step: the new key/value are written at ``position``
-    (a device tensor) and the whole buffer (every position; the mask hides the unwritten ones) is read."""
+    """One layer's view of the cache for the static step: the keys/values read are the cache's (every
+    position; the mask hides the unwritten ones) with this step's key/value in the slot ``slot`` marks.
+    Nothing is written here: a graph that wrote into a slice of its input cache copied the whole buffer
+    per layer (functionalization), 13 ms of a 40 ms step at batch 1; the new keys/values are returned and
+    written by the caller with one ``index_copy_``."""
 
-    def __init__(self, key: torch.Tensor, value: torch.Tensor, cross: tuple, position: torch.Tensor) -> None:
-        self.key, self.value, self._cross, self.position = key, value, cross, position
+    def __init__(self, key: torch.Tensor, value: torch.Tensor, cross: tuple, slot: torch.Tensor, new: list) -> None:
+        self.key, self.value, self._cross, self.slot, self.new = key, value, cross, slot, new
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.key.index_copy_(2, self.position, key)
-        self.value.index_copy_(2, self.position, value)
-        return self.key, self.value
+        self.new.extend((key, value))
+        return torch.where(self.slot, key, self.key), torch.where(self.slot, value, self.value)
 
     @property
     def cross(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,27 +70,31 @@ class _PositionCache(StaticLayerCache):
 
 
 def static_step(model, token: torch.Tensor, position: torch.Tensor, kv: torch.Tensor, cross: list,
-                cross_mask: Optional[torch.Tensor], head: bool = True) -> torch.Tensor:
-    """fp32 logits (N, V) of the next token after ``token`` (N, 1) at ``position`` ((1,) long); ``kv``: the
-    (layers, 2, N, H, max_length, Dh) self-attention cache, written at ``position`` in place. ``head=False``:
-    the last hidden states (N, D) instead (the caller applies the LM head)."""
+                cross_mask: Optional[torch.Tensor], head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 logits (N, V) of the next token after ``token`` (N, 1) at ``position`` ((1,) long), the step's
+    keys/values (layers, 2, N, H, 1, Dh) for the cache's slot ``position``); ``kv``: the (layers, 2, N, H,
+    max_length, Dh) self-attention cache, read only. ``head=False``: the last hidden states (N, D) instead
+    of the logits (the caller applies the LM head)."""
     decoder = model.model.decoder
     embed = decoder.embed_positions
     hidden = decoder.embed_tokens(token) * decoder.embed_scale
     hidden = hidden + embed.weight.index_select(0, position + embed.offset).to(hidden.dtype)
     hidden = decoder.layernorm_embedding(hidden)
-    self_mask = (torch.arange(kv.shape[4], device=kv.device) <= position).view(1, 1, 1, -1)
+    places = torch.arange(kv.shape[4], device=kv.device)
+    self_mask = (places <= position).view(1, 1, 1, -1)
+    slot = (places == position).view(1, 1, -1, 1)
+    new: list = []
     for i, layer in enumerate(decoder.layers):
-        past = _PositionCache(kv[i, 0], kv[i, 1], cross[i], position)
-        hidden, _ = layer(hidden, None, cross_mask, self_mask, past)
+        hidden, _ = layer(hidden, None, cross_mask, self_mask, _PositionCache(kv[i, 0], kv[i, 1], cross[i], slot, new))
+    written = torch.stack(new).view(kv.shape[0], 2, *new[0].shape)
     hidden = decoder.final_norm(hidden)[:, -1]
     if not head:
-        return hidden
+        return hidden, written
     bias = model.final_logits_bias[0]
-    head = model.lm_head
-    if isinstance(getattr(head, "weight", None), torch.Tensor):
-        return F.linear(hidden, head.weight, bias.to(hidden.dtype)).float()
-    return head(hidden).float() + bias  # an int8 dynamically quantized head
+    head_module = model.lm_head
+    if isinstance(getattr(head_module, "weight", None), torch.Tensor):
+        return F.linear(hidden, head_module.weight, bias.to(hidden.dtype)).float(), written
+    return head_module(hidden).float() + bias, written  # an int8 dynamically quantized head
 
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -113,7 +121,7 @@ def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_
             cache = self.cache
             cache.buffer.zero_()  # positions not yet written are read (masked): no NaN from torch.empty
             cache.spare = torch.zeros_like(cache.buffer)
-            if mode == "reduce-overhead":  # CUDA graphs: the cache buffers are written in place at fixed addresses
+            if mode == "reduce-overhead":  # CUDA graphs: the cache buffers (graph inputs) keep fixed addresses
                 torch._dynamo.mark_static_address(cache.buffer)
                 torch._dynamo.mark_static_address(cache.spare)
             self.cross_mask = None if encoder_mask is None else padding_mask_to_bool(encoder_mask)
@@ -132,7 +140,9 @@ def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_
             self.position.fill_(cache.length)
             if self.mode == "reduce-overhead":
                 torch.compiler.cudagraph_mark_step_begin()
-            out = self.step(new.contiguous(), self.position, cache.buffer, cache.cross, self.cross_mask, self.head)
+            out, written = self.step(new.contiguous(), self.position, cache.buffer, cache.cross, self.cross_mask,
+                                     self.head)
+            cache.buffer.index_copy_(4, self.position, written)  # the step's keys/values into their slot
             cache.length += 1
             # valid until the next step, as the eager decoder's buffer
             return out if self.head else self.lm_head(out)
