@@ -7,6 +7,9 @@
     int8  a copy with every ``nn.Linear`` (the tied LM head included) dynamically quantized to int8
           (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized per call);
           embeddings and layer norms stay fp32. CPU only (quantized kernels are fbgemm/oneDNN's).
+          The activations' int8 scale is per tensor, over all rows of a product: a row's tokens can
+          depend on the other rows decoded with it (the batch, finished sources leaving it, the compiled
+          step keeping them), so int8 outputs are close to fp32's, not a fixed function of one source.
 
 Measured (one decode step of beam search, bart-base, batch 8 x 4 beams, 512-token sources, 2 threads on
 the 2-core avx512_bf16 test CPU, medians of 10 interleaved, load 1.9): fp32 68.1 ms; bf16 autocast over the
