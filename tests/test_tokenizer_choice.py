@@ -1,4 +1,4 @@
-"""The tokenizer a model was trained with wins (bart/tokenizer_choice.py).
+"""The tokenizer a model was trained with wins (bart/training/tokenizer_choice.py).
 
 An offline hub cache holds a "facebook/bart-large" whose tokenizer (the small trained one) has other ids
 than the offline GPT-2+4 folder that ``$TOKENIZER`` names, as the image used to set it. Starting from

@@ -7,7 +7,7 @@ under ``torch.compile``.
                              graphs and it runs as "default")
 
 The static step (:class:`CompiledDecoder`) takes one new token per row, the position as a (1,) device
-tensor, the preallocated self-attention cache of :class:`~bart.modeling.modeling_bart.StaticCache` (read
+tensor, the preallocated self-attention cache of :class:`~bart.generation.cache.StaticCache` (read
 over all ``max_length`` positions with a mask, so the shapes never change from step to step; the step's
 keys/values are returned and written into their slot with one ``index_copy_``), the cross-attention keys/values projected once per source and
 the encoder mask; it returns the fp32 logits of the LM head. Nothing in it reads a Python number that
@@ -36,7 +36,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from bart.modeling.modeling_bart import StaticLayerCache, padding_mask_to_bool
+from bart.generation.cache import StaticLayerCache, padding_mask_to_bool
 
 MODES = {True: "default", "default": "default", "reduce-overhead": "reduce-overhead"}
 

@@ -3,7 +3,7 @@
 The encoder runs once per source and each decoder layer projects the encoder output to keys and
 values once; beams share them (the decoder folds beams into the query length), so nothing of the
 source is repeated ``num_beams`` times. The self-attention cache is a preallocated
-:class:`~bart.modeling.modeling_bart.StaticCache`: a step writes its position in place, and beam
+:class:`~bart.generation.cache.StaticCache`: a step writes its position in place, and beam
 search reorders the filled positions with one ``index_select(out=)`` into a second buffer. The
 logits and log-probs of a step go to buffers made once per call and the score processors work in
 place, so a decode step allocates nothing of size rows x vocab or rows x cache (on a machine where
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from bart.generation import logits_processors as lp
-from bart.modeling.modeling_bart import StaticCache
+from bart.generation.cache import StaticCache
 
 NEG = -1.0e9
 _LM_HEAD_SLICE = 1024  # vocabulary rows per LM-head product on CPU (see _Decoder.lm_head)

@@ -22,6 +22,7 @@ from typing import Any, Optional
 import torch
 
 from bart.configuration.configuration_bart import BartConfig
+from utils.checkpoint_io import CheckpointError
 
 DROPPED = ("encoder.version", "decoder.version", "model.encoder.version", "model.decoder.version",
            "encoder.embed_positions._float_tensor", "decoder.embed_positions._float_tensor", "_float_tensor")
@@ -69,7 +70,6 @@ def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def fairseq_to_hf(state: dict[str, torch.Tensor], where: str = "checkpoint") -> dict[str, torch.Tensor]:
     """Hugging Face BART names for a fairseq BART state dict (a new dict; tensors shared)."""
-    from bart.modeling.weights import CheckpointError
 
     state = {k: v for k, v in state.items()
              if k not in DROPPED and not k.endswith("._float_tensor") and not k.startswith("classification_heads.")}
@@ -96,7 +96,6 @@ def _count_layers(state: dict, stack: str) -> int:
 def config_from_fairseq(data: dict, state: dict[str, torch.Tensor], where: str = "checkpoint") -> BartConfig:
     """A :class:`BartConfig` for a fairseq checkpoint: sizes from the tensors (``state`` in fairseq names),
     the rest from its ``args``/``cfg`` and arch defaults."""
-    from bart.modeling.weights import CheckpointError
 
     args = _model_args(data)
     for key in ("encoder.embed_tokens.weight", "encoder.embed_positions.weight", "decoder.embed_positions.weight",

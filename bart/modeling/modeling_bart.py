@@ -17,93 +17,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bart.configuration.configuration_bart import BartConfig
+from bart.generation.cache import StaticCache, StaticLayerCache, padding_mask_to_bool
 from bart.modeling.cross_entropy import cross_entropy, linear_cross_entropy
 
 # One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
 LayerCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
-
-class StaticCache:
-    """The decoder's KV cache for incremental decoding, allocated once per ``generate`` call.
-
-    Self-attention keys and values live in one preallocated buffer (layers, 2, rows, H, max_length,
-    Dh): a step writes its position in place (no ``torch.cat`` growth, no allocation per step) and
-    attends over a view of the filled positions. Cross-attention keys and values are projected once
-    per source (not per beam; the decoder folds beams into the query length) and stay as they are.
-
-    ``reorder(rows)`` (beam search) gathers the filled positions of the chosen rows with ONE
-    ``index_select(out=)`` into a second buffer of the same shape and swaps the two: the cache never
-    reallocates, so memory is touched once. ``keep_sources(sources, rows)`` drops finished sources
-    (their cross K/V are compacted in place, the self K/V with the reorder) so that finished rows
-    stop costing work. Only the live rows ``[:rows]`` and positions ``[:length]`` are ever read.
-
-    For a captured decode step (CUDA graphs) the buffers have fixed addresses; a capture would
-    write at a device-side position and attend over all ``max_length`` positions with a mask, one
-    graph per buffer of the pair. Nothing here is CUDA-specific.
-    """
-
-    def __init__(self, num_layers: int, rows: int, heads: int, head_dim: int, max_length: int,
-                 cross_kv: list[tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype, device) -> None:
-        self.shape = (num_layers, 2, rows, heads, max_length, head_dim)
-        self.dtype, self.device = dtype, device
-        self.buffer = torch.empty(self.shape, dtype=dtype, device=device)
-        self.spare: Optional[torch.Tensor] = None  # the second buffer, made at the first reorder
-        self.cross = list(cross_kv)
-        self.rows, self.sources, self.length = rows, cross_kv[0][0].shape[0], 0
-        self.max_length = max_length
-
-    def layer(self, index: int) -> "StaticLayerCache":
-        return StaticLayerCache(self, index)
-
-    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store ``key``/``value`` (rows, H, q, Dh) at positions [length, length + q); return the
-        keys/values of positions [0, length + q) of the live rows (views of the buffer)."""
-        rows, end = key.shape[0], self.length + key.shape[2]
-        if end > self.max_length:
-            raise ValueError(f"StaticCache holds {self.max_length} positions, step needs {end}")
-        if rows != self.rows:
-            raise ValueError(f"StaticCache has {self.rows} live rows, the step has {rows}")
-        kv = self.buffer[layer, :, :rows]
-        kv[0, :, :, self.length:end].copy_(key)
-        kv[1, :, :, self.length:end].copy_(value)
-        return kv[0, :, :, :end], kv[1, :, :, :end]
-
-    def reorder(self, rows: torch.Tensor) -> None:
-        """The live rows become ``rows`` (indices into the current live rows; fewer when sources left)."""
-        if self.spare is None:
-            self.spare = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        count = rows.shape[0]
-        if self.length:
-            torch.index_select(self.buffer[:, :, :self.rows, :, :self.length], 2, rows,
-                               out=self.spare[:, :, :count, :, :self.length])
-        self.buffer, self.spare = self.spare, self.buffer
-        self.rows = count
-
-    def keep_sources(self, sources: list[int], rows: torch.Tensor) -> None:
-        """Only ``sources`` (increasing indices into the live sources) stay; ``rows`` are the decoder
-        rows that stay (indices into the live rows, in their new order)."""
-        for key, value in self.cross:  # in place: row i takes row sources[i] >= i
-            for i, source in enumerate(sources):
-                if source != i:
-                    key[i].copy_(key[source])
-                    value[i].copy_(value[source])
-        self.cross = [(key[:len(sources)], value[:len(sources)]) for key, value in self.cross]
-        self.sources = len(sources)
-        self.reorder(rows)
-
-
-class StaticLayerCache:
-    """One decoder layer's view of a :class:`StaticCache`."""
-
-    def __init__(self, cache: StaticCache, index: int) -> None:
-        self.cache, self.index = cache, index
-
-    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cache.write(self.index, key, value)
-
-    @property
-    def cross(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cache.cross[self.index]
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -124,11 +43,6 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill_(shifted == -100, pad_token_id)
 
 
-def padding_mask_to_bool(mask: torch.Tensor) -> torch.Tensor:
-    """(B, S) 1/0 padding mask → (B, 1, 1, S) boolean SDPA mask (True = attend).
-
-    Boolean masks work under autocast whatever the query dtype is."""
-    return mask[:, None, None, :].to(torch.bool)
 
 
 @dataclass

@@ -108,9 +108,9 @@ def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
     """The tokenizer the starting weights were trained with (``model_path``; when resuming, the checkpoint
     resumed from), checked against ``--tokenizer`` / ``$TOKENIZER`` (``--allow_tokenizer_mismatch`` overrides);
     from scratch: ``--tokenizer``, else ``$TOKENIZER``, else ``$BART_DEFAULT_TOKENIZER``, else
-    facebook/bart-large. See :mod:`bart.tokenizer_choice`."""
+    facebook/bart-large. See :mod:`bart.training.tokenizer_choice`."""
     from bart.tokenization.tokenization_bart import BartTokenizer
-    from bart.tokenizer_choice import choose_tokenizer
+    from bart.training.tokenizer_choice import choose_tokenizer
     from bart.training.checkpoint import resumable_checkpoints
     from utils.checkpoint_io import CheckpointError
 
