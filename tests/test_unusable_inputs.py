@@ -152,6 +152,22 @@ def test_unusable_weights_are_refused_by_each_entry_point(case, world, tmp_path,
     assert not [f for f in _written(out) if f.endswith((".ckpt", ".safetensors", ".txt", ".json"))], _written(out)
 
 
+def test_a_resumed_training_checkpoint_with_nan_weights_is_refused_naming_the_tensor(world, tmp_path, capsys):
+    """A run's own _step{N}.ckpt whose weights went bad on disk (old code: resumed and trained on NaN until
+    --max_consecutive_nonfinite stopped it, exit 3, naming no tensor)."""
+    out = tmp_path / "out"
+    argv = _argv(FT, world, str(out)) + ["--init_checkpoint", world["weights"]]
+    assert _main("finetune.py", argv) == 0
+    path = out / "_epoch0_step1.ckpt"
+    state = torch.load(path, weights_only=True)
+    state["model"]["model.decoder.layers.0.fc2.weight"][0, 0] = float("inf")
+    torch.save(state, path)
+    capsys.readouterr()
+    code = _main("finetune.py", argv + ["--max_steps", "2", "--resume_from_checkpoint", str(path)])
+    line = _one_line(capsys, code, "finetune.py")
+    assert "_epoch0_step1.ckpt" in line and "model.decoder.layers.0.fc2.weight" in line, line
+
+
 def _sharded(folder, state: dict) -> str:
     """transformers' sharded layout: model.safetensors.index.json and two shards."""
     from safetensors.torch import save_file

@@ -274,6 +274,8 @@ class Trainer:
 
     def load_state_dict(self, state: dict, path: str = "the checkpoint") -> None:
         _check_same_architecture(state.get("config") or {}, self.model.config.to_dict(), path)
+        from bart.modeling.weights import check_weight_values  # the rule every weight file meets
+        check_weight_values(state["model"], self.model.state_dict(), path)
         try:
             self.strategy.load(self.model, self.optimizer, state["model"], state["optimizer"])
         except (RuntimeError, KeyError, ValueError) as err:
