@@ -24,6 +24,10 @@
     process's start-up) although BART's loader uses only ``lddl.torch.datasets``, ``.log`` and
     ``.utils``: the ``lddl.torch`` package is registered with its ``__init__`` deferred until an
     attribute of the package itself is asked for (:func:`utils.lazy_package.defer_package_init`).
+(i) a damaged shard (cut short, garbage bytes, bad snappy data) is a :class:`bart.data.DataError` naming it:
+    at start-up :func:`check_shard` reads each shard's footer and first page; damage further in stops
+    the run when its row group is read, naming the shard and the row group (pyarrow itself raises
+    ``ArrowInvalid`` / ``OSError: Corrupt snappy compressed data`` naming neither).
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bart.data import DataError
 from utils.lazy_package import defer_package_init
 
 EXPECTED_COLUMN = "sentences"
@@ -58,20 +63,42 @@ def parquet_files(folder: str) -> list[str]:
     return files
 
 
+_REPAIR = "delete it and preprocess again (or restore it from where it was copied)"
+# a damaged shard: what pyarrow raises (truncated footer, bad page headers, snappy/zstd data, bad UTF-8)
+SHARD_READ_ERRORS = (pa.ArrowException, OSError, EOFError, ValueError, IndexError)
+
+
 def check_shard(path: str) -> int:
-    """Number of rows of a shard; errors name the file for unreadable, empty or wrongly shaped shards."""
+    """Number of rows of a shard; errors (:class:`bart.data.DataError`) name the file for unreadable, empty
+    or wrongly shaped shards. Besides the footer (schema, row counts) it reads the first rows of the first
+    row group: the dictionary page and the first data page, decompressed and decoded (measured: 2.3 ms for
+    a 19 MB shard, 145 ms for 64 of them, where reading them whole takes 3.2 s), so a shard damaged from
+    its start stops the run before it starts; damage further in is found, and named, when the row group is
+    read (:func:`_read_file_rows`)."""
     try:
-        schema = pq.read_schema(path)
-        rows = pq.ParquetFile(path).metadata.num_rows
-    except (pa.ArrowInvalid, OSError) as err:
-        raise ValueError(f"{path} is not a readable parquet shard ({err}); delete it and preprocess again") from err
+        shard = pq.ParquetFile(path, buffer_size=1 << 16)  # buffered: only the pages read are fetched
+        schema, rows = shard.schema_arrow, shard.metadata.num_rows
+    except SHARD_READ_ERRORS as err:
+        raise DataError(f"{path} is not a readable parquet shard ({type(err).__name__}: {_first_line(err)}); "
+                        f"{_REPAIR}") from err
     if rows == 0:
-        raise ValueError(f"{path} holds no rows; delete it and balance the shards again")
+        raise DataError(f"{path} holds no rows; delete it and balance the shards again")
     column_type = schema.field(EXPECTED_COLUMN).type if EXPECTED_COLUMN in schema.names else None
     if column_type is None or not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
-        raise ValueError(f"{path} has columns {schema.names}; a BART pretraining shard needs a string column "
-                         f"'{EXPECTED_COLUMN}' (LDDL's preprocess_bart_pretrain output)")
+        raise DataError(f"{path} has columns {schema.names}; a BART pretraining shard needs a string column "
+                        f"'{EXPECTED_COLUMN}' (LDDL's preprocess_bart_pretrain output)")
+    try:
+        next(shard.iter_batches(batch_size=1, columns=[EXPECTED_COLUMN]), None)
+    except SHARD_READ_ERRORS as err:
+        raise DataError(f"pretraining shard {path} is damaged: its first page (row group 0 of "
+                        f"{shard.metadata.num_row_groups}) cannot be read ({type(err).__name__}: {_first_line(err)}); "
+                        f"{_REPAIR}") from err
     return rows
+
+
+def _first_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text[:200] or type(err).__name__
 
 
 def _split_largest(files: list[str]) -> list[str]:
@@ -79,7 +106,7 @@ def _split_largest(files: list[str]) -> list[str]:
     largest = max(files, key=lambda f: pq.ParquetFile(f).metadata.num_rows)
     table = pq.read_table(largest)
     if table.num_rows < 2:
-        raise ValueError(f"cannot make more shards: {largest} holds {table.num_rows} row(s); preprocess with "
+        raise DataError(f"cannot make more shards: {largest} holds {table.num_rows} row(s); preprocess with "
                          f"more data or ask for fewer shards")
     half = table.num_rows // 2
     stem = largest[: -len(".parquet")]
@@ -174,7 +201,7 @@ class BalancedParquetDataset(_base_dataset()):
         rows = {path: check_shard(path) for path in file_paths}
         per_process = len(file_paths) // self._world_size
         if len(file_paths) % self._world_size or per_process % max(num_workers, 1):
-            raise ValueError(
+            raise DataError(
                 f"{len(file_paths)} shards cannot be split evenly over {self._world_size} process(es) x "
                 f"{max(num_workers, 1)} loader worker(s): balance into a multiple of "
                 f"{self._world_size * max(num_workers, 1)} shards, or change --num_workers "
@@ -182,12 +209,12 @@ class BalancedParquetDataset(_base_dataset()):
         self._files = self._get_files(file_paths)
         for f in self._files:  # rows are found by number: the counts must be the files' own
             if f.num_samples != rows[f.path]:
-                raise ValueError(f"{os.path.join(os.path.dirname(f.path), '.num_samples.json')} gives "
+                raise DataError(f"{os.path.join(os.path.dirname(f.path), '.num_samples.json')} gives "
                                  f"{f.num_samples} rows for {os.path.basename(f.path)}, the file holds "
                                  f"{rows[f.path]}: delete the .json (it is rebuilt from the files) or balance again")
         counts = [f.num_samples for f in self._files]
         if max(counts) - min(counts) > 1:
-            raise ValueError(f"shards are not balanced ({min(counts)}..{max(counts)} samples per file); run "
+            raise DataError(f"shards are not balanced ({min(counts)}..{max(counts)} samples per file); run "
                              f"lddl's balancer (scripts/preprocess_pretrain_data.sh does)")
         self._num_samples_per_file = min(counts)
         self._world_rng_state = None
@@ -259,7 +286,43 @@ class BalancedParquetDataset(_base_dataset()):
 
 
 def _read_file_rows(path: str, start: int, stop: int, cache: dict) -> list:
-    """Rows [start, stop) of one parquet file from the row groups that hold them."""
+    """Rows [start, stop) of one parquet file from the row groups that hold them; a damaged shard is a
+    :class:`bart.data.DataError` naming the file and the row group that cannot be read."""
+    try:
+        return _read_rows_of_groups(path, start, stop, cache)
+    except SHARD_READ_ERRORS as err:
+        cache.pop(path, None)
+        raise DataError(_damaged_shard_message(path, start, stop, err)) from err
+
+
+def read_shard_rows(path: str, start: int = 0, stop: int | None = None) -> list:
+    """The texts of rows [start, stop) of a shard (stop None: to its end), errors as :func:`_read_file_rows`'s."""
+    return _read_file_rows(path, start, check_shard(path) if stop is None else stop, {})
+
+
+def _damaged_shard_message(path: str, start: int, stop: int, err: BaseException) -> str:
+    """Which row group of ``path`` fails to read (each of those holding rows [start, stop) read alone)."""
+    where = f"rows {start}-{stop - 1}"
+    try:
+        shard = pq.ParquetFile(path)
+        begin, count = 0, shard.metadata.num_row_groups
+        for group in range(count):
+            rows = shard.metadata.row_group(group).num_rows
+            if begin < stop and begin + rows > start:
+                try:
+                    shard.read_row_group(group, columns=[EXPECTED_COLUMN]).column(0).to_pylist()
+                except SHARD_READ_ERRORS as found:
+                    where, err = f"row group {group} of {count} (rows {begin}-{begin + rows - 1})", found
+                    break
+            begin += rows
+    except SHARD_READ_ERRORS as footer:
+        where, err = "its footer", footer
+    return (f"pretraining shard {path} is damaged: {where} cannot be read ({type(err).__name__}: "
+            f"{_first_line(err)}); the start-up check reads only each shard's first page. {_REPAIR[0].upper()}"
+            f"{_REPAIR[1:]}; pyarrow.parquet.read_table on it shows the same error")
+
+
+def _read_rows_of_groups(path: str, start: int, stop: int, cache: dict) -> list:
     if path not in cache:
         cache[path] = {"file": pq.ParquetFile(path), "groups": None, "column": None}
     entry = cache[path]

@@ -19,6 +19,11 @@ next sample. :meth:`PretrainingLoader.position` holds that for every worker and 
 next batch comes from (the DataLoader takes batches from its workers in turn);
 :meth:`PretrainingLoader.seek` starts every worker at its row, so a resumed epoch reads one
 window of rows per worker and decodes and noises nothing it skips.
+
+A damaged shard met by a worker (:func:`bart.data.lddl_compat._read_file_rows` names the shard and the
+row group) is sent to the main process as a :class:`ShardFailure` and raised there as a
+:class:`bart.data.DataError` (one line from the entry scripts; a worker's exception would come back as
+its traceback in text); whatever ends an epoch, its loader workers are shut down at once.
 """
 from __future__ import annotations
 
@@ -28,12 +33,11 @@ import re
 import zlib
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader
 
 from bart.data import DataError
-from bart.data.lddl_compat import BalancedParquetDataset, parquet_files, usable_workers
+from bart.data.lddl_compat import BalancedParquetDataset, check_shard, parquet_files, read_shard_rows, usable_workers
 from bart.data.noise import MIN_DOCUMENT_TOKENS, DenoisingCollator, DenoisingNoise, NoiseConfig
 from utils.signals import ignore_stop_signals
 
@@ -114,7 +118,15 @@ class BartPretrainingDataset(BalancedParquetDataset):
         row, piece = self.start_rows[worker] if worker < len(self.start_rows) else (0, 0)
         total = sum(f.num_samples for f in self.worker_files(worker, num_workers))
         pending, skipped = [], 0
-        for number, _, samples in self.worker_rows(worker, num_workers, start=row):
+        rows = self.worker_rows(worker, num_workers, start=row)
+        while True:
+            try:
+                number, _, samples = next(rows)
+            except StopIteration:
+                break
+            except DataError as err:  # a damaged shard: sent on for the main process to raise, in one line
+                yield ShardFailure(str(err)), worker, (row, piece), 0
+                return
             if samples is None:  # held out for validation
                 continue
             if not samples:
@@ -129,6 +141,13 @@ class BartPretrainingDataset(BalancedParquetDataset):
             yield pending, worker, (total, 0), skipped
 
 
+class ShardFailure:
+    """Sent by a loader worker in place of a batch when a shard cannot be read: the DataError's message."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
 class _NoiseBatch:
     """Runs in the loader workers: the noise collator on a batch's samples; the rest passes through."""
 
@@ -137,6 +156,8 @@ class _NoiseBatch:
 
     def __call__(self, item):
         samples, worker, row, skipped = item
+        if isinstance(samples, ShardFailure):
+            return item
         return (self.collator(samples) if samples else None), worker, row, skipped
 
 
@@ -198,12 +219,23 @@ class PretrainingLoader:
                             num_workers=self.num_workers, generator=generator, persistent_workers=False,
                             worker_init_fn=ignore_stop_signals if self.num_workers else None,
                             prefetch_factor=4 if self.num_workers else None)
-        for batch, worker, row, skipped in loader:
-            self._rows[worker] = list(row)
-            self._next_worker = (worker + 1) % workers  # the DataLoader asks its workers in turn
-            self.skipped_rows += skipped
-            if batch is not None:
-                yield batch
+        batches = iter(loader)
+        try:
+            for batch, worker, row, skipped in batches:
+                if isinstance(batch, ShardFailure):
+                    raise DataError(batch.message)
+                self._rows[worker] = list(row)
+                self._next_worker = (worker + 1) % workers  # the DataLoader asks its workers in turn
+                self.skipped_rows += skipped
+                if batch is not None:
+                    yield batch
+        finally:
+            # the workers end now, whatever ended the epoch: left to the garbage collector while an error
+            # unwinds, they outlive the main thread, and the interpreter's exit waits on them for ever (they
+            # ignore the SIGTERM it sends them: ignore_stop_signals)
+            shutdown = getattr(batches, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
 
 
 def held_out_rows(files: list[str], n_val: int) -> list[str]:
@@ -212,9 +244,9 @@ def held_out_rows(files: list[str], n_val: int) -> list[str]:
     for path in reversed(files):
         if len(rows) >= n_val:
             break
-        texts = [t for t in pq.read_table(path, columns=["sentences"]).column("sentences").to_pylist() if t]
+        texts = [t for t in read_shard_rows(path) if t]
         rows = texts[max(len(texts) - (n_val - len(rows)), 0):] + rows
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files) if n_val else 0
+    total = sum(check_shard(f) for f in files) if n_val else 0
     if n_val and n_val >= total:
         raise DataError(f"--n_val {n_val}: the data holds only {total} rows; hold out fewer")
     return rows
