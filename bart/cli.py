@@ -1,11 +1,13 @@
 """How the entry scripts end. A user's mistake (a bad flag or config value, a missing file, an
 unreadable checkpoint, a hub id that cannot be resolved) is one line on stderr and exit code 2; a run
 that stopped itself (non-finite losses, the fp16 loss scale at its floor, a collective that timed
-out, a stop signal after its checkpoint) is one line and its own exit code (``utils.errors``); a
-programming error keeps its traceback."""
+out, a stop signal after its checkpoint) is one line and its own exit code (``utils.errors``); a full
+disk, quota or read-only file system, whatever layer raises it (``utils.checkpoint_io.storage_errno``), is
+one line naming the folder and its free space, exit code 2; Ctrl-C during a checkpoint write one line
+naming the newest complete checkpoint, exit code 130; a programming error keeps its traceback."""
 from __future__ import annotations
 
-import errno
+import os
 import sys
 
 from bart.data import DataError
@@ -15,8 +17,34 @@ from utils.metric_writers import MetricWriterError
 
 USER_ERRORS = (UserError, HubResolutionError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
                NotADirectoryError, PermissionError)
-# OS errors that are the machine's state, not a bug: a full disk or quota, a read-only file system
-_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+_TRAINING_SCRIPTS = ("pretrain.py", "finetune.py")
+
+
+def _resume_hint(script: str, err: BaseException | None = None) -> str:
+    """After a failed checkpoint write of a training script: how to go on."""
+    from utils.checkpoint_io import StorageError, WriteInterrupted  # imports torch: only when needed
+
+    if err is not None and not isinstance(err, (StorageError, WriteInterrupted)):
+        return ""
+    return ("; then run the same command with --resume_from_checkpoint auto (it resumes from the newest complete "
+            "checkpoint, or starts anew where there is none)" if script in _TRAINING_SCRIPTS else "")
+
+
+def _written_folder(err: BaseException):
+    """The folder a failed write was writing into: the file an OSError names, else the run's --output_dir."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.filename:
+            name = os.path.abspath(os.fsdecode(err.filename))
+            return name if os.path.isdir(name) else os.path.dirname(name)
+        err = err.__cause__ or err.__context__
+    for i, arg in enumerate(sys.argv):
+        if arg == "--output_dir" and i + 1 < len(sys.argv):
+            return os.path.abspath(sys.argv[i + 1])
+        if arg.startswith("--output_dir="):
+            return os.path.abspath(arg.split("=", 1)[1])
+    return None
 
 
 def is_collective_timeout(err: RuntimeError) -> bool:
@@ -36,19 +64,21 @@ def run_main(main, script: str) -> None:
     try:
         main()
     except (*USER_ERRORS, GenerationOptionError) as err:
-        print(f"{script}: error: {one_line(err)}", file=sys.stderr)
+        print(f"{script}: error: {one_line(err)}{_resume_hint(script, err)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except RunStopped as err:
-        print(f"{script}: stopped: {one_line(err)}", file=sys.stderr)
+        print(f"{script}: stopped: {one_line(err)}{_resume_hint(script, err)}", file=sys.stderr)
         sys.exit(err.exit_code)
-    except OSError as err:
-        if err.errno not in _ENVIRONMENT_ERRNOS:
-            raise
-        print(f"{script}: error: {one_line(err)} (free space or write access is needed; nothing half-written "
-              f"was left under a checkpoint's name)", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
-    except RuntimeError as err:
-        if not is_collective_timeout(err):
+    except Exception as err:  # noqa: BLE001 - a full disk raised by any layer, else as it was
+        from utils.checkpoint_io import storage_errno, storage_message
+
+        code = storage_errno(err)
+        if code is not None:
+            detail = f"{one_line(err)[:200]}; checkpoints are written whole or not at all"
+            print(f"{script}: error: {storage_message(code, _written_folder(err), detail=detail)}"
+                  f"{_resume_hint(script)}", file=sys.stderr)
+            sys.exit(EXIT_USER_ERROR)
+        if not isinstance(err, RuntimeError) or not is_collective_timeout(err):
             raise
         from utils import distributed as dist_utils
         print(f"{script}: stopped: rank {dist_utils.rank()} of {dist_utils.world_size()}: a collective operation "

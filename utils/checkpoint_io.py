@@ -7,6 +7,7 @@ errors that name the file.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -16,7 +17,7 @@ import zipfile
 
 import torch
 
-from utils.errors import UserError
+from utils.errors import RunStopped, UserError
 from utils.file_modes import new_file_mode
 
 
@@ -123,17 +124,29 @@ def atomic_write_text(path: str, text: str) -> None:
     """A small text file (JSON, a log) written under a temporary name and renamed into place, so a
     reader never sees half of it."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException as err:
+        failure = failed_write(path, tmp, err, needed=len(text.encode("utf-8")))
+        if failure is None:
+            raise
+        raise failure from err
 
 
 def atomic_copy(source: str, path: str) -> None:
     """A copy of the file ``source`` (symlinks followed) written under a temporary name and renamed
     into place, with the permissions any new file gets here (as :func:`atomic_write_text`'s)."""
     tmp = path + ".tmp"
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, path)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, path)
+    except BaseException as err:
+        failure = failed_write(path, tmp, err, needed=os.path.getsize(source) if os.path.isfile(source) else 0)
+        if failure is None:
+            raise
+        raise failure from err
 
 
 def remove_stale_partials(folder: str) -> list[tuple[str, int]]:
@@ -184,7 +197,183 @@ def atomic_save(path: str, obj) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as err:  # a full disk, a second Ctrl-C: the partial file goes, one line says why
+        failure = failed_write(path, tmp, err, needed=tensor_bytes(obj))
+        if failure is None:
+            raise
+        raise failure from err
+
+
+# -- writes that fail: a full disk or quota, a read-only file system, a Ctrl-C midway -------------------------
+# Whatever layer raises it (a file's write, torch's zip writer, which raises its own RuntimeError "unexpected
+# pos" with the OSError only as its context, safetensors' Rust writer, which puts the errno in its text), the
+# run ends in one line naming the folder, the space free there and the space needed, with the partial file
+# removed: nothing half-written is ever left under the real name.
+
+STORAGE_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                  errno.EROFS: "read-only file system"}
+_STORAGE_TEXTS = (("no space left on device", errno.ENOSPC), ("storagefull", errno.ENOSPC),
+                  ("disk quota exceeded", errno.EDQUOT), ("quota exceeded", errno.EDQUOT),
+                  ("read-only file system", errno.EROFS))
+# torch's zip writer: a write that fell short, the errno hidden (a path given to torch.save, not a file object)
+_SHORT_WRITE_TEXTS = ("unexpected pos", "failed writing file", "file write failed")
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+
+class StorageError(UserError):
+    """A write refused by the machine's storage (full, over quota, read-only); the message names the
+    folder, the free space there and the space needed. The machine's state, not a bug: exit code 2."""
+
+
+class WriteInterrupted(RunStopped):
+    """Ctrl-C (a second one, after the first asked for a checkpoint) while a file was being written: the
+    partial file was removed; the message names the file not written and the newest complete one."""
+    exit_code = EXIT_INTERRUPTED
+
+
+def _chain(err: BaseException):
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def storage_errno(err: BaseException, folder: str | None = None, needed: int = 0) -> int | None:
+    """ENOSPC, EDQUOT or EROFS when ``err`` (or an error it was raised from) is a write the storage refused,
+    else None. Also when only the text says so (safetensors' ``IoError(Os { code: 28 ...``), and for
+    torch's zip writer's short write (no errno) when ``folder`` has less free space than ``needed`` bytes."""
+    texts = []
+    for e in _chain(err):
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+            return e.errno
+        texts.append(str(e).lower())
+    text = " ".join(texts)
+    for words, code in _STORAGE_TEXTS:
+        if words in text:
+            return code
+    for code in STORAGE_ERRNOS:
+        if f"code: {code}," in text or f"errno {code}]" in text:
+            return code
+    if folder and needed and any(words in text for words in _SHORT_WRITE_TEXTS):
+        free = free_bytes(folder)
+        if free is not None and free < needed:
+            return errno.ENOSPC
+    return None
+
+
+def interrupted(err: BaseException) -> bool:
+    """Whether a Ctrl-C (KeyboardInterrupt) is what ``err`` was raised from."""
+    return any(isinstance(e, KeyboardInterrupt) for e in _chain(err))
+
+
+def free_bytes(folder: str) -> int | None:
+    """Bytes free to this user in ``folder`` (its nearest existing parent), or None when unknown."""
+    while folder and not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    try:
+        return shutil.disk_usage(folder or ".").free
+    except OSError:
+        return None
+
+
+def human_bytes(size: float | None) -> str:
+    if size is None:
+        return "an unknown amount"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+
+
+def tensor_bytes(obj) -> int:
+    """Bytes of the tensors in ``obj`` (dicts, lists, tuples walked; a storage shared by several tensors
+    counted once): about the size ``torch.save`` writes."""
+    seen, total, stack = set(), 0, [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            try:
+                storage = item.untyped_storage()
+                key = (storage.data_ptr(), storage.nbytes())
+                if key not in seen:
+                    seen.add(key)
+                    total += storage.nbytes()
+            except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, some subclasses)
+                total += item.numel() * item.element_size()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total
+
+
+def newest_complete(folder: str, like: str) -> str | None:
+    """The newest file of ``folder`` with the extension of ``like``, not a partial one (``like`` itself
+    when it is there: a failed atomic write leaves the previous version whole)."""
+    ext = os.path.splitext(like)[1]
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(ext)
+                 and not n.startswith(PARTIAL_PREFIX) and not n.endswith(".tmp")]
+    except OSError:
+        return None
+    paths = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
+    return max(paths, key=os.path.getmtime) if paths else None
+
+
+def storage_message(code: int, folder: str | None, what: str | None = None, needed: int = 0,
+                    written: int = 0, detail: str = "") -> str:
+    """One line: what could not be written, why, the folder, its free space, the space needed, ``detail``
+    (what became of the file), the fix."""
+    where = folder or "the output folder"
+    free = free_bytes(folder) if folder else None
+    head = f"could not write {what}: " if what else ""
+    detail = f"; {detail}" if detail else ""
+    if code == errno.EROFS:
+        return f"{head}{where} is on a read-only file system{detail}. Write the run's output to a writable folder"
+    need = max(needed, written)
+    needs = (f"; about {human_bytes(need)} needed for this file" if need else "") + (
+        f", {human_bytes(written)} of it written when the write failed" if written else "")
+    if code == errno.EDQUOT:
+        return (f"{head}disk quota exceeded in {where} ({human_bytes(free)} free on its device, your quota used "
+                f"up{needs}){detail}. Free space in your quota (quota -s shows it) or write to another folder")
+    return (f"{head}no space left on device in {where} ({human_bytes(free)} free there{needs}){detail}. Free "
+            f"space there or write to another folder")
+
+
+def failed_write(path: str, tmp: str, err: BaseException, needed: int = 0) -> BaseException | None:
+    """After a write of ``path`` through the temporary ``tmp`` failed with ``err``: the partial file removed,
+    and the one-line error to raise instead (:class:`StorageError`, :class:`WriteInterrupted`), or None
+    when ``err`` is another failure (re-raise it as it is)."""
+    written = 0
+    if os.path.exists(tmp):
+        try:
+            written = os.path.getsize(tmp)
             os.remove(tmp)
-        raise
+        except OSError:
+            pass
+        partial_was_there = True
+    else:
+        partial_was_there = False
+    folder = os.path.dirname(os.path.abspath(path))
+    newest = newest_complete(folder, path)
+    kept = (f"the newest complete {os.path.splitext(path)[1] or 'file'} there is "
+            f"{os.path.basename(newest)}" if newest else f"no complete {os.path.splitext(path)[1]} file is there")
+    if interrupted(err):
+        if not partial_was_there and os.path.exists(path):
+            return None  # the rename had happened: the file is whole; the interrupt goes on as it is
+        return WriteInterrupted(f"interrupted (Ctrl-C) while writing {path}: this write was stopped and its "
+                                f"partial file removed (nothing half-written is left); {kept} in {folder}")
+    if newest is not None and os.path.splitext(path)[1]:  # the last file of its kind: about the size of this one
+        try:
+            needed = max(needed, os.path.getsize(newest))
+        except OSError:
+            pass
+    code = storage_errno(err, folder, needed)
+    if code is None:
+        return None
+    return StorageError(storage_message(code, folder, os.path.basename(path), needed, written, detail=(
+        f"its partial file was removed, nothing half-written is left under its name; {kept}")))

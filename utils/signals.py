@@ -1,7 +1,9 @@
 """Stop signals as a request, not a kill: SIGTERM (what SLURM, Kubernetes and torchrun send before
 killing), SIGUSR1 (SLURM's ``--signal`` warning before the time limit) and the first Ctrl-C set a
 flag that a loop checks at a safe point (after an update), so it can write a checkpoint and exit.
-A second Ctrl-C interrupts at once, as usual."""
+A second Ctrl-C interrupts at once, as usual (raises KeyboardInterrupt); landing inside a checkpoint
+write, it removes the partial file and the run ends in one line naming the newest complete checkpoint
+(``utils.checkpoint_io.WriteInterrupted``, exit code 130)."""
 from __future__ import annotations
 
 import signal
@@ -32,7 +34,7 @@ class StopRequest:
         if self.received is None:
             self.received = name
             print(f"[signal] {name} received: finishing the current update, then writing a checkpoint and "
-                  f"exiting{' (Ctrl-C again to quit at once)' if signum == signal.SIGINT else ''}",
+                  f"exiting{' (Ctrl-C again to quit at once, without that checkpoint)' if signum == signal.SIGINT else ''}",
                   file=sys.stderr, flush=True)
 
     def __enter__(self) -> "StopRequest":

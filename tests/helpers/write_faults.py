@@ -1,0 +1,80 @@
+"""Run an entry script with a fault injected at the lowest layer of checkpoint writes: the file object
+that ``torch.save`` writes a checkpoint's temporary file (``.tmp-*.partial``) through.
+
+    python -m tests.helpers.write_faults MODE pretrain.py --flag value ...
+
+MODE ``enospc:N:K`` / ``edquot:N:K``: the K-th such file's (K from 1) ``write`` raises OSError(ENOSPC /
+EDQUOT) once N bytes of it have been written (as a full disk or quota does; torch's zip writer then raises
+its own RuntimeError "unexpected pos" with the OSError as its context). ``ctrlc:K``: at the first write
+into the K-th such file the process sends itself SIGINT (a first Ctrl-C, arriving while that checkpoint
+is written), and again at the first write into the next one (the second Ctrl-C, arriving while the
+checkpoint the first one asked for is written). The script runs as ``__main__`` (``runpy``), so it is
+the real entry script.
+"""
+import errno
+import os
+import re
+import runpy
+import signal
+import sys
+
+_PARTIAL = re.compile(r"^\.tmp-.*\.partial$")
+
+
+class FaultyFile:
+    def __init__(self, file, kind: str, limit: int = 0) -> None:
+        self._file, self._kind, self._limit, self._written, self._signalled = file, kind, limit, 0, False
+
+    def write(self, data) -> int:
+        kind, limit = self._kind, self._limit
+        if kind == "sigint" and not self._signalled:
+            self._signalled = True
+            os.kill(os.getpid(), signal.SIGINT)
+        elif kind in ("enospc", "edquot") and self._written + len(data) > limit:
+            room = max(int(limit) - self._written, 0)
+            if room:
+                self._written += self._file.write(bytes(memoryview(data)[:room]))
+            code = errno.ENOSPC if kind == "enospc" else errno.EDQUOT
+            raise OSError(code, os.strerror(code))
+        self._written += len(data)
+        return self._file.write(data)
+
+    def __enter__(self):
+        self._file.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._file.__exit__(*exc)
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+
+def install(mode: str) -> None:
+    original, opened = os.fdopen, [0]
+    kind, *values = mode.split(":")
+    numbers = [int(v) for v in values]
+
+    def fdopen(fd, *args, **kwargs):
+        file = original(fd, *args, **kwargs)
+        try:
+            name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            return file
+        if not (_PARTIAL.match(name) and "w" in getattr(file, "mode", "")):
+            return file
+        opened[0] += 1
+        if kind == "ctrlc" and opened[0] in (numbers[0], numbers[0] + 1):
+            return FaultyFile(file, "sigint")
+        if kind in ("enospc", "edquot") and opened[0] == (numbers[1] if len(numbers) > 1 else 1):
+            return FaultyFile(file, kind, numbers[0])
+        return file
+
+    os.fdopen = fdopen
+
+
+if __name__ == "__main__":
+    install(sys.argv[1])
+    sys.argv = sys.argv[2:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+    runpy.run_path(sys.argv[0], run_name="__main__")

@@ -1,0 +1,333 @@
+"""Issue 29, cases 4 and 5, through the real entry script (pretrain.py, tiny, in a subprocess) and at the
+layer that raises them:
+
+4. a full disk or quota (ENOSPC/EDQUOT, raised by the file object torch.save writes through, by a real
+   full tmpfs, or hidden by torch's zip writer) and a second Ctrl-C while the checkpoint the first one
+   asked for is written: one line naming the folder, its free space and the space needed (or the
+   checkpoint not written and the newest complete one), exit 2 / 130, nothing half-written left;
+5. a damaged LDDL shard (cut short, garbage in its first page, bad snappy data further in): one line
+   naming the shard (and the row group), exit 2, also with --num_workers 2 (which used to hang).
+"""
+import errno
+import io
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from bart.data import DataError
+from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from utils import checkpoint_io
+from utils.checkpoint_io import StorageError, atomic_save, atomic_write_text, safe_load, storage_errno
+from utils.errors import EXIT_USER_ERROR
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXIT_INTERRUPTED = 130
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, small_tokenizer_dir):
+    base = tmp_path_factory.mktemp("disk_and_shards")
+    values = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
+                  decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
+                  vocab_size=SMALL_VOCAB_SIZE)
+    (base / "config.json").write_text(json.dumps(values))
+    write_shards(str(base / "raw"), [40, 40])
+    balance_shards(str(base / "raw"), str(base / "shards"), 4)  # written as LDDL's balancer writes them
+    argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--tokenizer", small_tokenizer_dir,
+            "--max_steps", "8", "--train_batch_size", "4", "--max_source_length", "48", "--num_workers", "0",
+            "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7"]
+    return {"base": base, "argv": argv, "shards": str(base / "shards")}
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+
+
+def _run(args, timeout=120):
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    done.elapsed = time.perf_counter() - start
+    return done
+
+
+def _one_line(stderr: str, prefix: str) -> str:
+    """The run's last stderr line, which must be its only line starting with ``prefix``; no traceback."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1 and stderr.rstrip().endswith(lines[0]), stderr[-3000:]
+    return lines[0]
+
+
+def _faulty(mode: str, argv: list) -> list:
+    return ["-m", "tests.helpers.write_faults", mode, *argv]
+
+
+# -- case 4: full disk, quota, Ctrl-C inside a checkpoint write ---------------------------------------------
+
+@pytest.mark.parametrize("kind, words", [("enospc", "no space left on device"), ("edquot", "disk quota exceeded")])
+def test_full_disk_inside_torch_save_is_one_line_and_loses_nothing(setup, tmp_path, kind, words):
+    """The file object torch.save writes the second checkpoint through fails after 64 KiB (torch's zip writer
+    then raises RuntimeError 'unexpected pos' over the OSError). Old code: two tracebacks, exit 1."""
+    out = tmp_path / "run"
+    done = _run(_faulty(f"{kind}:65536:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
+                                                            "--save_checkpoint_steps", "2"]))
+    assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
+    line = _one_line(done.stderr, "pretrain.py: error:")
+    assert f"could not write _step4.ckpt: {words} in {out} (" in line, line
+    assert " free " in line and "needed for this file" in line and "64.0 KiB of it written" in line, line
+    assert "the newest complete .ckpt there is _step2.ckpt" in line and "--resume_from_checkpoint auto" in line, line
+    names = sorted(os.listdir(out))
+    assert not [n for n in names if n.endswith((".partial", ".tmp"))] and "_step4.ckpt" not in names, names
+    assert safe_load(str(out / "_step2.ckpt"))["global_step"] == 2  # the one before is whole
+
+
+def _mount_tmpfs_and_run(mount: str, size_kib: int, argv: list, copy_to: str):
+    """argv in a mount namespace of its own with a tmpfs of size_kib at ``mount`` (unshare -rm: root, or a
+    user namespace); what the run left there is copied to ``copy_to``. None where mounting is not allowed."""
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {mount}"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return None
+    script = (f'mount -t tmpfs -o size={size_kib}k tmpfs {mount} || exit 99; "$@"; rc=$?; '
+              f'cp -a {mount}/. {copy_to}; exit $rc')
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, *argv], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, tmp_path):
+    """A real ENOSPC: the output folder on a tmpfs with room for the run's files and one checkpoint and a half.
+    Old code: two tracebacks (OSError ENOSPC, then RuntimeError 'unexpected pos'), exit 1."""
+    sized = tmp_path / "sized"  # the run's folder after its first checkpoint, to size the tmpfs
+    first = _run(setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(sized), "--max_steps", "2",
+                                  "--save_checkpoint_steps", "2"])
+    assert first.returncode == 0, first.stderr[-2000:]
+    checkpoint = os.path.getsize(sized / "_step2.ckpt")
+    files = sum(-(-os.path.getsize(os.path.join(d, n)) // 4096) * 4096 for d, _, ns in os.walk(sized) for n in ns)
+    mount, copy = tmp_path / "mnt", tmp_path / "copy"
+    mount.mkdir()
+    copy.mkdir()
+    done = _mount_tmpfs_and_run(str(mount), (files + checkpoint // 2) // 1024 + 64,
+                                setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(mount / "run"),
+                                                 "--save_checkpoint_steps", "2"], str(copy))
+    if done is None:
+        pytest.skip("mounting a tmpfs is not allowed here (no root, no user namespaces)")
+    assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
+    line = _one_line(done.stderr, "pretrain.py: error:")
+    assert f"could not write _step4.ckpt: no space left on device in {mount / 'run'} (" in line, line
+    assert "the newest complete .ckpt there is _step2.ckpt" in line, line
+    needed = line.split("about ")[1].split(" needed")[0]
+    assert needed == checkpoint_io.human_bytes(checkpoint), line  # the size of the last checkpoint
+    names = sorted(os.listdir(copy / "run"))
+    assert "_step4.ckpt" not in names and not [n for n in names if n.endswith(".partial")], names
+    assert safe_load(str(copy / "run" / "_step2.ckpt"))["global_step"] == 2
+
+
+def test_a_second_ctrl_c_during_the_checkpoint_write_is_one_line(setup, tmp_path):
+    """Ctrl-C while the periodic _step4.ckpt is written (the write goes on), then Ctrl-C again while the
+    checkpoint that first one asked for (the same step: _step4.ckpt again) is written: that write stops, the
+    one before stays whole. Old code: two tracebacks (KeyboardInterrupt, then torch's RuntimeError over it),
+    exit 1."""
+    out = tmp_path / "run"
+    done = _run(_faulty("ctrlc:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
+                                                    "--save_checkpoint_steps", "2", "--max_steps", "100"]))
+    assert done.returncode == EXIT_INTERRUPTED, done.stderr[-3000:]
+    assert "SIGINT received" in done.stderr
+    line = _one_line(done.stderr, "pretrain.py: stopped:")
+    assert f"interrupted (Ctrl-C) while writing {out / '_step4.ckpt'}: this write was stopped and its partial " \
+           f"file removed" in line, line
+    assert f"the newest complete .ckpt there is _step4.ckpt in {out}" in line, line
+    names = sorted(os.listdir(out))
+    assert not [n for n in names if n.endswith(".partial")] and "_step5.ckpt" not in names, names
+    assert safe_load(str(out / "_step4.ckpt"))["global_step"] == 4
+
+
+def test_torch_zip_writer_short_write_without_errno(tmp_path, monkeypatch):
+    """torch.save given a path writes in C++ and says only 'unexpected pos': a full disk when the folder has
+    less free space than the file needs, not otherwise; safetensors' Rust error carries the errno in text."""
+    hidden = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 272576 vs 272468")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(checkpoint_io.shutil, "disk_usage", lambda p: usage._replace(free=1000))
+    assert storage_errno(hidden, str(tmp_path), needed=5000) == errno.ENOSPC
+    assert storage_errno(hidden, str(tmp_path), needed=500) is None
+    assert storage_errno(RuntimeError("unexpected pos 1 vs 2")) is None  # no folder, no size: not guessed
+    rust = Exception('Error while serializing: IoError(Os { code: 122, kind: QuotaExceeded, message: "Disk quota '
+                     'exceeded" })')
+    assert storage_errno(rust) == errno.EDQUOT
+    assert storage_errno(ValueError("no such key")) is None
+
+
+def test_atomic_writes_of_text_and_checkpoints_on_a_full_disk(tmp_path, monkeypatch):
+    """Every atomic write: StorageError naming the folder, the partial file removed, the old file kept."""
+    (tmp_path / "best.json").write_text("old")
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real_open = open
+    monkeypatch.setattr(checkpoint_io, "open", lambda p, *a, **k: (real_open(p, *a, **k).close(), Full())[1],
+                        raising=False)
+    with pytest.raises(StorageError, match=rf"could not write best.json: no space left on device in {tmp_path} "):
+        atomic_write_text(str(tmp_path / "best.json"), "new")
+    assert sorted(os.listdir(tmp_path)) == ["best.json"] and (tmp_path / "best.json").read_text() == "old"
+    monkeypatch.undo()
+
+    def full_save(obj, f):
+        f.write(b"x" * 1000)
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(checkpoint_io.torch, "save", full_save)
+    with pytest.raises(StorageError, match="is on a read-only file system"):
+        atomic_save(str(tmp_path / "w.ckpt"), {"w": torch.zeros(10)})
+    assert sorted(os.listdir(tmp_path)) == ["best.json"]
+
+
+def test_the_entry_scripts_name_the_folder_and_its_free_space_whatever_layer_fails(tmp_path, capsys, monkeypatch):
+    """A full disk met outside the atomic writes (a log line, torch.save of another library): one line with
+    the folder and its free space, exit 2. Old code: 'free space or write access is needed' without either
+    for an OSError, and a traceback for torch's RuntimeError raised over the OSError."""
+    from bart.cli import run_main
+
+    def log_line():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "dllogger.json"))
+
+    def zip_writer():
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 31680 vs 31632")
+
+    monkeypatch.setattr(sys, "argv", ["pretrain.py", "--output_dir", str(tmp_path)])
+    for main in (log_line, zip_writer):
+        with pytest.raises(SystemExit) as ended:
+            run_main(main, "pretrain.py")
+        assert ended.value.code == EXIT_USER_ERROR
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"pretrain.py: error: no space left on device in {tmp_path} ("), err
+        assert " free there" in err and "--resume_from_checkpoint auto" in err, err
+
+
+# -- case 5: damaged LDDL shards ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def big_shards(tmp_path_factory):
+    """Two LDDL-balanced shards large enough for several pages (a dictionary page, then data pages): a
+    page further in can be damaged while the first stays readable."""
+    base = tmp_path_factory.mktemp("big_shards")
+    write_shards(str(base / "raw"), [3000, 3000], words=(60, 100))
+    balance_shards(str(base / "raw"), str(base / "shards"), 2)
+    return str(base / "shards")
+
+
+def _damaged_copy(shards: str, folder, how: str) -> str:
+    """A copy of the shard folder with shard-1.parquet cut short, or garbage written into its first page
+    (the dictionary page) or into its last data page."""
+    shutil.copytree(shards, folder)
+    path = os.path.join(folder, "shard-1.parquet")
+    data = bytearray(open(path, "rb").read())
+    column = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    start = column.dictionary_page_offset or column.data_page_offset
+    garbage = random.Random(1).randbytes(64)
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    elif how == "first page":
+        data[start + 200: start + 264] = garbage
+    else:  # "further in"
+        end = start + column.total_compressed_size
+        data[end - 2000: end - 1936] = garbage
+    open(path, "wb").write(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "first page"])
+def test_a_shard_damaged_from_its_start_stops_before_training_in_one_line(setup, big_shards, tmp_path, how):
+    """Old code: a traceback around a good message (plain ValueError) for a cut shard; for garbage in the first
+    page the metadata check passed and pyarrow's 'OSError: Corrupt snappy compressed data' came mid-run,
+    a traceback naming no shard."""
+    bad = _damaged_copy(big_shards, tmp_path / "shards", how)
+    done = _run(setup["argv"] + ["--data_dir", str(tmp_path / "shards"), "--output_dir", str(tmp_path / "run")])
+    assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
+    line = _one_line(done.stderr, "pretrain.py: error:")
+    assert bad in line and "delete it and preprocess again" in line, line
+    assert not os.path.exists(tmp_path / "run" / "dllogger.json") or "loss" not in open(
+        tmp_path / "run" / "dllogger.json").read()  # stopped before the first update
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_damaged_further_in_stops_in_one_line_naming_the_row_group(setup, big_shards, tmp_path, workers):
+    """The start-up check passes (the first page is whole); the loader (in its workers with --num_workers 2)
+    meets the damage and the run stops in one line naming the shard and the row group, within seconds.
+    Old code: a worker's traceback with pyarrow's 'Corrupt snappy compressed data' naming no shard, and with
+    --num_workers 2 the process never ended (the exit waited on workers that ignore SIGTERM)."""
+    bad = _damaged_copy(big_shards, tmp_path / "shards", "further in")
+    assert check_shard(bad) == 3000  # precondition: the damage is past the first page
+    with pytest.raises(OSError, match="Corrupt snappy"):
+        pq.read_table(bad)
+    done = _run(setup["argv"] + ["--data_dir", str(tmp_path / "shards"), "--output_dir", str(tmp_path / "run"),
+                                 "--num_workers", str(workers)], timeout=90)
+    assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
+    line = _one_line(done.stderr, "pretrain.py: error:")
+    assert f"pretraining shard {bad} is damaged: row group 0 of 1 (rows 0-2999) cannot be read (OSError: Corrupt " \
+           f"snappy compressed data.)" in line, line
+    assert done.elapsed < 60, done.elapsed
+
+
+def test_start_up_check_reads_a_page_and_the_reader_names_the_row_group(tmp_path):
+    """In-process: garbage in the first data page is caught by check_shard (old: only the footer was read);
+    damage in the second of two row groups is named as row group 1 by the reader."""
+    texts = [f"Row {i} " + "words of a sentence " * (i % 7 + 3) for i in range(400)]
+    path = str(tmp_path / "two_groups.parquet")
+    pq.write_table(pa.table({"sentences": texts}), path, row_group_size=200)
+    groups = pq.ParquetFile(path).metadata
+    second = groups.row_group(1).column(0)
+    data = bytearray(open(path, "rb").read())
+    offset = (second.dictionary_page_offset or second.data_page_offset) + 40
+    data[offset: offset + 64] = random.Random(2).randbytes(64)
+    open(path, "wb").write(bytes(data))
+    assert check_shard(path) == 400  # the first row group is whole
+    assert _read_file_rows(path, 0, 10, {})[0] == texts[0]
+    with pytest.raises(DataError, match=rf"{path} is damaged: row group 1 of 2 \(rows 200-399\) cannot be read"):
+        _read_file_rows(path, 150, 250, {})
+    first = groups.row_group(0).column(0)
+    offset = (first.dictionary_page_offset or first.data_page_offset) + 40
+    data[offset: offset + 64] = random.Random(3).randbytes(64)
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(DataError, match=rf"pretraining shard {path} is damaged: its first page"):
+        check_shard(path)
+
+
+def _failing_decode(texts):
+    raise RuntimeError("a bug in a loader worker")
+
+
+def test_loader_workers_end_when_the_epoch_fails(tmp_path, small_tokenizer_dir):
+    """Whatever a worker raises, the workers are gone when the error reaches the training loop (old code:
+    alive as long as the traceback was, and the interpreter's exit waited on them for ever)."""
+    from bart.data.noise import NoiseConfig
+    from bart.data.pretraining_dataset import BartPretrainingDataset, PretrainingLoader, build_pretraining_loader
+    from bart.tokenization.tokenization_bart import BartTokenizer
+
+    shards = write_shards(str(tmp_path), [8, 8])
+    loader = build_pretraining_loader(str(tmp_path), BartTokenizer.from_pretrained(small_tokenizer_dir), 2, 48,
+                                      NoiseConfig(), seed=1, num_workers=2)
+    assert isinstance(loader, PretrainingLoader) and isinstance(loader.dataset, BartPretrainingDataset)
+    loader.dataset._decode_rows = _failing_decode  # runs in the (forked) workers
+    loader.set_epoch(0)
+    with pytest.raises(RuntimeError, match="a bug in a loader worker") as raised:
+        next(iter(loader))
+    assert raised.value is not None and not multiprocessing.active_children(), multiprocessing.active_children()
+    assert len(shards) == 2
