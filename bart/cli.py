@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 from bart.data import DataError
 from bart.hub import HubResolutionError
@@ -58,9 +59,27 @@ def is_collective_timeout(err: RuntimeError) -> bool:
     return dist.is_available() and dist.is_initialized() and any(w in text for w in timeout_words)
 
 
+def _storage_errors_in_threads_as_one_line(script: str) -> None:
+    """A background writer thread (TensorBoard's event writer) that dies of a full disk prints one line, not
+    its traceback; its owner raises the error again in the main thread, which ends the run in one line."""
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        from utils.checkpoint_io import storage_errno
+
+        if args.exc_value is not None and storage_errno(args.exc_value) is not None:
+            name = args.thread.name if args.thread is not None else "a thread"
+            print(f"{script}: {name} (a background writer) stopped: {one_line(args.exc_value)}", file=sys.stderr)
+            return
+        previous(args)
+
+    threading.excepthook = hook
+
+
 def run_main(main, script: str) -> None:
     from bart.generation import GenerationOptionError
 
+    _storage_errors_in_threads_as_one_line(script)
     try:
         main()
     except (*USER_ERRORS, GenerationOptionError) as err:

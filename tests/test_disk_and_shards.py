@@ -108,9 +108,13 @@ def _mount_tmpfs_and_run(mount: str, size_kib: int, argv: list, copy_to: str):
                           capture_output=True, text=True, timeout=120)
 
 
-def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, tmp_path):
-    """A real ENOSPC: the output folder on a tmpfs with room for the run's files and one checkpoint and a half.
-    Old code: two tracebacks (OSError ENOSPC, then RuntimeError 'unexpected pos'), exit 1."""
+@pytest.mark.parametrize("filled_by", ["checkpoint", "logs"])
+def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, tmp_path, filled_by):
+    """A real ENOSPC: the output folder on a tmpfs with room for the run's files and one checkpoint and a half
+    (filled by the second checkpoint), or for the run's files and 48 KiB (filled by dllogger.json and
+    TensorBoard's event file, whose writer thread meets it first). Old code: two tracebacks (OSError ENOSPC,
+    then RuntimeError 'unexpected pos'), exit 1; for the logs a TensorBoard thread's traceback, then a line
+    naming neither the folder nor its free space."""
     sized = tmp_path / "sized"  # the run's folder after its first checkpoint, to size the tmpfs
     first = _run(setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(sized), "--max_steps", "2",
                                   "--save_checkpoint_steps", "2"])
@@ -120,18 +124,25 @@ def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, tmp_path):
     mount, copy = tmp_path / "mnt", tmp_path / "copy"
     mount.mkdir()
     copy.mkdir()
-    done = _mount_tmpfs_and_run(str(mount), (files + checkpoint // 2) // 1024 + 64,
-                                setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(mount / "run"),
-                                                 "--save_checkpoint_steps", "2"], str(copy))
+    run = setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(mount / "run")]
+    if filled_by == "checkpoint":
+        size, run = (files + checkpoint // 2) // 1024 + 64, run + ["--save_checkpoint_steps", "2"]
+    else:
+        size, run = (files - checkpoint) // 1024 + 48, run + ["--max_steps", "100000"]
+    done = _mount_tmpfs_and_run(str(mount), size, run, str(copy))
     if done is None:
         pytest.skip("mounting a tmpfs is not allowed here (no root, no user namespaces)")
     assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
     line = _one_line(done.stderr, "pretrain.py: error:")
+    names = sorted(os.listdir(copy / "run"))
+    if filled_by == "logs":
+        assert line.startswith(f"pretrain.py: error: no space left on device in {mount / 'run'} ("), line
+        assert " free there" in line and "--resume_from_checkpoint auto" in line, line
+        return
     assert f"could not write _step4.ckpt: no space left on device in {mount / 'run'} (" in line, line
     assert "the newest complete .ckpt there is _step2.ckpt" in line, line
     needed = line.split("about ")[1].split(" needed")[0]
     assert needed == checkpoint_io.human_bytes(checkpoint), line  # the size of the last checkpoint
-    names = sorted(os.listdir(copy / "run"))
     assert "_step4.ckpt" not in names and not [n for n in names if n.endswith(".partial")], names
     assert safe_load(str(copy / "run" / "_step2.ckpt"))["global_step"] == 2
 
