@@ -550,7 +550,7 @@ def main() -> None:
                 if name.startswith("ct2"):  # CTranslate2's settings are ours with renormalize_logits=True
                     entry["identical_rows_renormalized"] = _identical_rows(renormalized, out, pad)
                     reference = renormalized
-                same = name == "ct2_fp32" and entry["identical_rows_renormalized"] == batch
+                same = name.startswith("ct2") and entry["identical_rows_renormalized"] == batch
                 entry["reason"] = _gap_reason(None if same else first_difference(ours, reference, out, ids, pad), same,
                                               name in REDUCED)
                 if name.startswith("ct2") and not same:
