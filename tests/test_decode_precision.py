@@ -153,3 +153,40 @@ def test_run_eval_refuses_in_one_line(eval_world, tmp_path, capsys, argv, words)
     assert code == 2
     assert all(w in err[-1] for w in words), err
     assert not out.exists()  # refused before anything was written
+
+
+# -- fp32, packed: the linear layers' weights in oneDNN's blocked layout (run_eval.py's CPU default) ---------
+PACKED_SETTINGS = [dict(num_beams=1), dict(num_beams=4, no_repeat_ngram_size=3),
+                   dict(num_beams=4, min_new_tokens=6, length_penalty=2.0), dict(num_beams=3, early_stopping=True)]
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("pre_ln", [False, True], ids=["post_ln", "pre_ln"])
+def test_packed_fp32_decodes_the_same_tokens_and_leaves_the_model_untouched(pre_ln):
+    from bart.generation.precision import PackedLinear, can_pack
+
+    torch.manual_seed(1)
+    model = BartForConditionalGeneration(tiny_config(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                                     init_std=0.2, max_position_embeddings=64,
+                                                     pre_ln=pre_ln)).eval()
+    before = _state(model)
+    assert can_pack(model)
+    packed = prepare_for_decoding(model, "fp32", packed=True)
+    assert packed is not model
+    # every projection, both feed-forward layers and the tied LM head are packed; the given model keeps its own
+    assert sum(type(m) is PackedLinear for m in packed.modules()) == 2 * 6 + 2 * 10 + 1
+    assert not any(type(m) is nn.Linear for m in packed.modules())
+    assert sum(type(m) is nn.Linear for m in model.modules()) == 2 * 6 + 2 * 10 + 1
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert model.lm_head.weight is model.model.shared.weight
+    sources = collate([example(20_000 + i) for i in range(12)])
+    sources["attention_mask"][3, 5:] = 0  # a padded source
+    with torch.no_grad():
+        for settings in PACKED_SETTINGS:
+            want = model.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **SETTINGS, **settings)
+            got = packed.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **SETTINGS, **settings)
+            assert torch.equal(got, want), settings
+            assert (want != SETTINGS["pad_token_id"]).sum(1).float().mean() > 5  # hypotheses of some length
+    # not for what it cannot take: a bf16 model, or unasked
+    assert prepare_for_decoding(model, "fp32") is model
+    assert not can_pack(model.to(torch.bfloat16))

@@ -1,6 +1,9 @@
 """Decode precision: the numbers a model decodes with, chosen knowingly (``run_eval.py --decode_precision``).
 
-    fp32  the model as given (the default; the only one token-identical to transformers' fp32 generate)
+    fp32  the model as given (the default; the only one token-identical to transformers' fp32 generate);
+          with ``packed`` (run_eval.py on CPU, unless compiling or under --bf16/--fp16 autocast) a copy whose
+          linear layers hold their weights in oneDNN's blocked layout (:class:`PackedLinear`): the same
+          tokens in the tests, 1.6-2.4x faster products for a decode step's few rows on the test CPU
     bf16  a bf16 copy of the model (weights and activations; on CPU oneDNN runs its products with
           avx512_bf16/AMX where the CPU has them); the logits (rounded to bf16 by the LM head's product)
           are taken to fp32 before the processors
@@ -53,13 +56,15 @@ def check_decode_precision(precision: str, training_precision: Optional[str] = N
                         f"model is on {torch.device(device)}; use --decode_precision bf16 there or --device cpu")
 
 
-def prepare_for_decoding(model: nn.Module, precision: str = "fp32") -> nn.Module:
+def prepare_for_decoding(model: nn.Module, precision: str = "fp32", packed: bool = False) -> nn.Module:
     """The model to decode with at ``precision`` (one of :data:`DECODE_PRECISIONS`), in eval mode.
-    ``fp32`` returns ``model`` itself; ``bf16`` and ``int8`` return a modified copy (the given model is
-    never changed: its weights, dtype, modules and training mode stay as they were)."""
+    ``fp32`` returns ``model`` itself, or with ``packed`` on CPU a copy whose linear layers and LM head
+    hold their weights in oneDNN's blocked layout (:func:`pack_linears`: the same products, token-identical
+    decoding, 1.3-1.5x faster end to end on the test CPU); ``bf16`` and ``int8`` return a modified copy (the
+    given model is never changed: its weights, dtype, modules and training mode stay as they were)."""
     check_decode_precision(precision, device=_device(model))
     if precision == "fp32":
-        return model
+        return pack_linears(model) if packed and can_pack(model) else model
     decoded = copy.deepcopy(model).eval()
     if precision == "bf16":
         return decoded.to(torch.bfloat16)
@@ -69,6 +74,50 @@ def prepare_for_decoding(model: nn.Module, precision: str = "fp32") -> nn.Module
     with warnings.catch_warnings():  # torch 2.10+: eager-mode quantization is "deprecated" (still supported)
         warnings.simplefilter("ignore")
         return torch.ao.quantization.quantize_dynamic(decoded, {nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def can_pack(model: nn.Module) -> bool:
+    """Whether :func:`pack_linears` applies: an fp32 model on CPU, with oneDNN in this torch build."""
+    device, dtype = _device(model), next(model.parameters()).dtype
+    return (device is not None and device.type == "cpu" and dtype == torch.float32
+            and torch.backends.mkldnn.is_available())
+
+
+class PackedLinear(nn.Module):
+    """An fp32 ``nn.Linear`` for decoding on CPU, its weight (and bias) held in oneDNN's blocked layout
+    (``Tensor.to_mkldnn``): oneDNN's product reads it without repacking per call. For the few rows of a
+    decode step this ran 1.6-2.4x faster than ``F.linear`` (MKL's sgemm) on the 2-core AMD EPYC test
+    machine (bart-base shapes, 4-128 rows, 2 threads). No ``weight`` attribute: code that reads a plain
+    linear's weight (the training path, the LM head's MKL orientations in ``_Decoder.lm_head``) calls the
+    module instead. Inference only (no autograd)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float().contiguous()
+        self.packed_weight = weight.to_mkldnn()
+        bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros(self.out_features)
+        self.packed_bias = bias.contiguous().to_mkldnn()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._C._nn.mkldnn_linear(x.contiguous().to_mkldnn(), self.packed_weight, self.packed_bias).to_dense()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN blocked layout"
+
+
+def pack_linears(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` (fp32, CPU) for decoding whose every ``nn.Linear``, the tied LM head included,
+    is a :class:`PackedLinear`; embeddings and norms are shared with nothing (a deep copy: the given model
+    is not changed). The copy's products are oneDNN's instead of MKL's: each value may differ from the
+    model's by float rounding (as MKL's orientations already differ from transformers'); the
+    token-identity tests decode with both."""
+    packed = copy.deepcopy(model).eval()
+    for module in list(packed.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, PackedLinear(child))
+    return packed
 
 
 def lm_head_is_float(model: nn.Module) -> bool:
