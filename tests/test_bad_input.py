@@ -1,7 +1,6 @@
 """Bad input, table-driven: every case is one line on stderr naming the flag, key or file, exit code 2,
 no traceback, nothing written. The entry scripts run in-process through their real ``run_main``
 (as ``python script.py ...`` would) so the table stays cheap."""
-import importlib
 import json
 import os
 
@@ -10,6 +9,7 @@ import torch
 
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.summaries import write_summarization_data
+from tests.helpers.entry import run_entry as _main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
@@ -75,17 +75,6 @@ def world(tmp_path_factory, small_tokenizer_dir):
     w["train_ckpt"] = str(run / "_epoch0_step1.ckpt")
     assert os.path.isfile(w["train_ckpt"]), os.listdir(run)
     return w
-
-
-def _main(script: str, argv: list[str]) -> int:
-    """``python script argv`` in this process: its exit code (0 when main returns)."""
-    from bart.cli import run_main
-    module = importlib.import_module(script[:-3])
-    try:
-        run_main(lambda: module.main(argv), script)
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 1
-    return 0
 
 
 FT = ["--config_path", "{cfg}", "--data_dir", "{data}", "--tokenizer", "{tok}", "--init_checkpoint", "{weights}",

@@ -19,6 +19,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from utils.checkpoint_io import safe_load
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
 PT, FT, EV = "pretrain.py", "finetune.py", "run_eval.py"
@@ -581,7 +583,7 @@ def test_reference_pretraining_phase2_command_line_runs(tiny_run, monkeypatch):
     run_main(lambda: summary.update(pretrain.main(argv)), "pretrain.py")
     assert summary["steps"] == 2
     start = torch.load(tiny_run.weights)
-    end = torch.load(out / "_step2.ckpt", weights_only=False)["model"]
+    end = safe_load(str(out / "_step2.ckpt"))["model"]
     assert torch.equal(end["model.shared.weight"], start["model.shared.weight"])  # frozen, from phase 1
     assert not torch.equal(end["model.encoder.layers.0.fc1.weight"], start["model.encoder.layers.0.fc1.weight"])
     run = json.load(open(out / "run_config.json"))

@@ -3,7 +3,6 @@ training checkpoint, else start), and ``torchrun --max_restarts`` after a rank w
 processes set up their process group again (a fresh key prefix in torchrun's store, which outlives the
 attempt) within ``--rendezvous_timeout``, resume from the newest checkpoint and end where an uninterrupted
 run ends."""
-import importlib
 import json
 import os
 import socket
@@ -17,6 +16,7 @@ import torch
 
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.summaries import write_summarization_data
+from tests.helpers.entry import run_entry as _main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
@@ -41,17 +41,6 @@ def world(tmp_path_factory, small_tokenizer_dir):
             "--max_source_length", "32", "--max_target_length", "16", "--learning_rate", "1e-3",
             "--log_freq", "1", "--keep_checkpoints", "0", "--no_tensorboard"]
     return {"base": base, "argv": argv}
-
-
-def _main(script: str, argv: list[str]) -> int:
-    """``python script argv`` in this process (its real ``run_main``): the exit code."""
-    from bart.cli import run_main
-    module = importlib.import_module(script[:-3])
-    try:
-        run_main(lambda: module.main(argv), script)
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 1
-    return 0
 
 
 def _records(out_dir) -> list[dict]:

@@ -15,6 +15,7 @@ import torch
 from bart.modeling.weights import CheckpointError
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.summaries import write_summarization_data
+from tests.helpers.entry import run_entry as _main
 from utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,21 +80,6 @@ def world(tmp_path_factory, small_tokenizer_dir):
             f.write(data.replace(b"\n", b"\r"))
     w["data_one"] = write_summarization_data(str(base / "data_one"), sizes=(("train", 1), ("val", 4), ("test", 4)))
     return w
-
-
-def _main(script: str, argv: list[str]) -> int:
-    """``python script argv`` in this process (``script`` a file or ``-m module``): its exit code."""
-    import importlib
-
-    from bart.cli import run_main
-    module = importlib.import_module(script[:-3] if script.endswith(".py") else script)
-    if script == "bart.export":
-        return module.main(argv)
-    try:
-        run_main(lambda: module.main(argv), script)
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 1
-    return 0
 
 
 def _one_line(capsys, code: int, script: str) -> str:
