@@ -384,3 +384,31 @@ def test_results_dir_is_where_every_script_writes_and_output_dir_wins(sandbox):
     assert run.returncode == 0 and _arg(_python_calls(sandbox)[0], "--output_dir") == res + "_slurm", run.stderr
     run = sandbox.run(["scripts/slurm_summarization.sbatch", *SUMMARIZATION], SLURM)
     assert run.returncode == 0 and _arg(_python_calls(sandbox)[0], "--output_dir") == "results/bart_pyt_77"
+
+
+def _launch(env_extra: dict, processes: int = 2) -> subprocess.CompletedProcess:
+    """scripts/params/common.sh's launch_command N under the given environment: the LAUNCH words, one a line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAX_RESTARTS", "NNODES", "MASTER_PORT", "RDZV_ID",
+                                                            "SLURM_JOB_ID", "NODE_RANK", "MASTER_ADDR")}
+    env.update(env_extra)
+    script = f'source scripts/params/common.sh; launch_command {processes}; printf "%s\\n" "${{LAUNCH[@]}}"'
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_max_restarts_reaches_torchrun_with_c10d_rendezvous_across_nodes():
+    """MAX_RESTARTS=N (the training scripts resume by themselves: --resume_from_checkpoint auto) becomes torchrun's
+    --max_restarts; across nodes with c10d rendezvous on MASTER_ADDR:MASTER_PORT (a node's restart brings every
+    node's processes back); one process on one node still goes through torchrun, which does the restarting."""
+    plain = _launch({}).stdout.split()
+    assert "--max_restarts=2" not in plain and not any(w.startswith("--max_restarts") for w in plain)
+    one_node = _launch({"MAX_RESTARTS": "2"}).stdout.split()
+    assert "--max_restarts=2" in one_node and "--rdzv_backend=c10d" not in one_node, one_node
+    alone = _launch({"MAX_RESTARTS": "1"}, processes=1).stdout.split()
+    assert alone[1:3] == ["-m", "torch.distributed.run"] and "--max_restarts=1" in alone, alone
+    nodes = _launch({"MAX_RESTARTS": "3", "NNODES": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600",
+                     "SLURM_JOB_ID": "77"}).stdout.split()
+    assert {"--max_restarts=3", "--rdzv_backend=c10d", "--rdzv_endpoint=10.0.0.1:29600", "--rdzv_id=77",
+            "--nnodes=2"} <= set(nodes), nodes
+    bad = _launch({"MAX_RESTARTS": "twice"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "MAX_RESTARTS (environment) 'twice'" in bad.stderr, \
+        bad.stderr
