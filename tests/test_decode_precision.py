@@ -92,12 +92,10 @@ def test_bad_precisions_are_one_line():
 
 @pytest.fixture(scope="module")
 def eval_world(tmp_path_factory, small_tokenizer_dir):
-    from tests.helpers.corpus import SMALL_VOCAB_SIZE
+    from tests.helpers.corpus import micro_config
     from tests.helpers.summaries import write_summarization_data
     base = tmp_path_factory.mktemp("decode_precision")
-    config = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
-                  decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
-                  vocab_size=SMALL_VOCAB_SIZE)
+    config = micro_config()
     (base / "config.json").write_text(json.dumps(config))
     torch.manual_seed(0)
     from bart.configuration import BartConfig

@@ -26,7 +26,7 @@ import torch
 
 from bart.data import DataError
 from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.corpus import micro_config, write_shards
 from utils import checkpoint_io
 from utils.checkpoint_io import StorageError, atomic_save, atomic_write_text, safe_load, storage_errno
 from utils.errors import EXIT_USER_ERROR
@@ -38,9 +38,7 @@ EXIT_INTERRUPTED = 130
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, small_tokenizer_dir):
     base = tmp_path_factory.mktemp("disk_and_shards")
-    values = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
-                  decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
-                  vocab_size=SMALL_VOCAB_SIZE)
+    values = micro_config()
     (base / "config.json").write_text(json.dumps(values))
     write_shards(str(base / "raw"), [40, 40])
     balance_shards(str(base / "raw"), str(base / "shards"), 4)  # written as LDDL's balancer writes them

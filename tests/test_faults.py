@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.corpus import micro_config, write_shards
 from utils.dllogger_compat import read_dllogger
 from utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
 
@@ -25,9 +25,7 @@ STEPS = 8
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, small_tokenizer_dir):
     base = tmp_path_factory.mktemp("faults")
-    values = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
-                  decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
-                  vocab_size=SMALL_VOCAB_SIZE)
+    values = micro_config()
     (base / "config.json").write_text(json.dumps(values))
     shards = os.path.dirname(write_shards(str(base / "shards"), [24, 24])[0])
     argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--data_dir", shards, "--tokenizer",

@@ -14,14 +14,12 @@ import time
 import pytest
 import torch
 
-from tests.helpers.corpus import SMALL_VOCAB_SIZE
+from tests.helpers.corpus import micro_config
 from tests.helpers.summaries import write_summarization_data
 from tests.helpers.entry import run_entry as _main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
-              decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
-              vocab_size=SMALL_VOCAB_SIZE, dropout=0.0)
+CONFIG = micro_config(dropout=0.0)
 
 
 @pytest.fixture(scope="module")

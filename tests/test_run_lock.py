@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.corpus import micro_config, write_shards
 from utils import run_lock
 from utils.dllogger_compat import read_dllogger
 from utils.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
@@ -205,9 +205,7 @@ def test_run_folder_watch_names_what_went(tmp_path):
 @pytest.fixture(scope="module")
 def pretraining(tmp_path_factory, small_tokenizer_dir):
     base = tmp_path_factory.mktemp("run_lock")
-    values = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
-                  decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, max_position_embeddings=64,
-                  vocab_size=SMALL_VOCAB_SIZE)
+    values = micro_config()
     (base / "config.json").write_text(json.dumps(values))
     shards = os.path.dirname(write_shards(str(base / "shards"), [24, 24])[0])
     argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--data_dir", shards, "--tokenizer",

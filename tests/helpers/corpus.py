@@ -41,6 +41,20 @@ def write_shards(folder: str, rows_per_shard, seed: int = 0, words=(8, 30)) -> l
 # Vocabulary of the small trained tokenizer used where the vocabulary is not the point of a test
 # (conftest.py's small_tokenizer_dir): the 50,265-way softmax of GPT-2's would dominate every step.
 SMALL_VOCAB_SIZE = 1024
+
+
+def micro_config(**changes) -> dict:
+    """configs/config_tiny.json cut to the smallest model the entry-script tests run (d_model 32, one layer
+    per stack, 64 positions) with the small tokenizer's vocabulary; ``changes`` override keys."""
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "configs", "config_tiny.json")) as f:
+        values = json.load(f)
+    return dict(values, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1,
+                max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE, **changes)
+
+
 SYLLABLES = ("ka lo mi ne su ta ri vo ze pa do gu le ni so fa mu te ro bi ya ke lu "
              "ma no si ha be ju we di xo").split()
 NON_ASCII = ("Café crème à l'été, naïve façade.", "中文分词很有趣。", "Emoji 🤗 and 🚀 travel as bytes.",
