@@ -35,7 +35,8 @@ ours, ...) and medians are reported. Per contender and batch: median seconds, su
 (generated tokens of ours' sequences, start token excluded), peak memory during generate (CUDA: max
 allocated above the level before the call; CPU: peak resident set size above the level before the call,
 sampled every 5 ms, after freed memory is handed back to the system with malloc_trim so that one run does
-not reuse what the previous one left), the speedup over transformers and over ours. The summary line
+not reuse what the previous one left; measured in the checked run only: the timed runs have no sampler
+thread, which on a 2-core machine preempts one of torch's OpenMP threads), the speedup over transformers and over ours. The summary line
 gives the versions and the load average.
 
     python benchmarks/bench_generation.py [--workload full|short|ragged] [--batch_sizes 1 8 32 64] [--threads 2]
@@ -50,6 +51,7 @@ reported as such and the next one runs.
 """
 import argparse
 import atexit
+import contextlib
 import ctypes
 import gc
 import json
@@ -419,13 +421,17 @@ def main() -> None:
     runners, skipped, versions = {}, {}, [f"torch {torch.__version__}", f"transformers {transformers.__version__}"]
     ct2_dir = []  # the converted model, made once for both CTranslate2 contenders
 
+    # a runner: (ids, mask, meter) -> (output, seconds), the call timed and measured (meter: a context
+    # manager, PeakMemory or nullcontext) without what it needs before (loading, conversion of the inputs)
     def ours_runner(model, **extra):
-        def run(ids, mask):
-            start = time.perf_counter()
-            out = model.generate(ids, attention_mask=mask, **settings, **extra)
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            return out, time.perf_counter() - start
+        def run(ids, mask, meter):
+            with meter:
+                start = time.perf_counter()
+                out = model.generate(ids, attention_mask=mask, **settings, **extra)
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+            return out, seconds
         return run
 
     for name in names:
@@ -461,17 +467,22 @@ def main() -> None:
                     ct2_dir.append(_convert_ct2(ours.float().cpu(), values, tokenizer_dir, folder))
                     ours.to(args.device, dtype)
                 compute = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
-                translator = ctranslate2.Translator(ct2_dir[0], device="cuda" if args.device.startswith("cuda")
-                                                    else "cpu", compute_type=compute, intra_threads=args.threads)
                 vocabulary = ct2_vocabulary(os.path.join(os.path.dirname(ct2_dir[0]), "hf"))
                 index = {token: i for i, token in enumerate(vocabulary)}
 
-                def run(ids, mask, translator=translator, vocabulary=vocabulary, index=index):
+                def run(ids, mask, meter, compute=compute, vocabulary=vocabulary, index=index):
+                    # A Translator lives for one call (its loading untimed): once it has translated, its idle
+                    # thread pool slowed torch's small parallel kernels in the same process by up to 1.7x on
+                    # the 2-core test machine (a decode step at batch 1: 1.4 s -> 2.0 s) until it was deleted.
+                    translator = ctranslate2.Translator(ct2_dir[0], device="cuda" if args.device.startswith("cuda")
+                                                        else "cpu", compute_type=compute, intra_threads=args.threads)
                     source = [[vocabulary[i] for i in row[m.bool()].tolist()] for row, m in zip(ids.cpu(), mask.cpu())]
                     options = ct2_options(settings, vocabulary, len(source))
-                    start = time.perf_counter()
-                    results = translator.translate_batch(source, **options)
-                    seconds = time.perf_counter() - start
+                    with meter:
+                        start = time.perf_counter()
+                        results = translator.translate_batch(source, **options)
+                        seconds = time.perf_counter() - start
+                    del translator
                     rows = [[values["decoder_start_token_id"]] + [index[t] for t in r.hypotheses[0]] for r in results]
                     width = max(map(len, rows))
                     return torch.tensor([r + [pad] * (width - len(r)) for r in rows]), seconds
@@ -506,14 +517,24 @@ def main() -> None:
         batch_names = [n for n in names if not (n == "hf" and args.hf_max_batch and batch > args.hf_max_batch)]
 
         def run(name):
-            with PeakMemory(args.device) as memory, torch.no_grad():
-                out, seconds = runners[name][1](ids, mask)
+            """The checked run: outputs and peak memory (a sampler thread, after malloc_trim)."""
+            memory = PeakMemory(args.device)
+            with torch.no_grad():
+                out, seconds = runners[name][1](ids, mask, memory)
             return out, seconds, memory.peak
 
+        def timed_run(name):
+            """A timed run: nothing else running in the process (on 2 cores a sampler thread preempts one of
+            torch's OpenMP threads every 5 ms, which cost this project's many small kernels up to 30%)."""
+            gc.collect()
+            with torch.no_grad():
+                return runners[name][1](ids, mask, contextlib.nullcontext())[1]
+
         outputs, out_of_memory, failed = {}, [], {}  # warm-up runs, and the outputs compared; one that runs out of memory is reported
+        peaks = {}
         for name in batch_names:
             try:
-                outputs[name], *_ = run(name)
+                outputs[name], _, peaks[name] = run(name)
             except torch.OutOfMemoryError as err:
                 print(f"batch {batch}: {name} ran out of memory ({str(err).splitlines()[0][:200]})", flush=True)
                 out_of_memory.append(name)
@@ -569,12 +590,9 @@ def main() -> None:
         new_tokens = int((ours_out[:, 1:] != pad).sum())
         timed = [n for n in batch_names if n in outputs]
         timings = {name: [] for name in timed}
-        peaks = {name: 0 for name in timed}
         for _ in range(args.repeats):
             for name in timed:
-                _, seconds, peak = run(name)
-                timings[name].append(seconds)
-                peaks[name] = max(peaks[name], peak)
+                timings[name].append(timed_run(name))
         median = {name: statistics.median(t) for name, t in timings.items()}
         hf_s, ours_s = median.get("hf"), median["ours"]
         least = _least_bytes(ours, ours_out, args.source_length, pad, args.num_beams) if bandwidth else None

@@ -2,7 +2,7 @@
 """Profile of the decode steps of beam search (the encoder excluded): the top operators and their share.
 
     python benchmarks/profile_decode_step.py [--batch 8] [--beams 4] [--source_len 512] [--new_tokens 16]
-        [--compile_generation default] [--decode_precision fp32|bf16|int8] [--threads 2]
+        [--compile_generation default] [--decode_precision fp32|bf16|int8] [--packed] [--threads 2]
 
 bart-base shapes (configs/config_base.json), random weights, random source ids; no_repeat_ngram_size 3,
 ``max_new_tokens`` forced by min_length (every step runs). A first untimed call warms up (and compiles);
@@ -33,13 +33,15 @@ def main() -> None:
     parser.add_argument("--new_tokens", type=int, default=16)
     parser.add_argument("--compile_generation", default="false", choices=("false", "default", "reduce-overhead"))
     parser.add_argument("--decode_precision", default="fp32", choices=DECODE_PRECISIONS)
+    parser.add_argument("--packed", action="store_true", help="fp32 with oneDNN-packed linear layers (run_eval's CPU default)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     config = BartConfig.from_json_file(os.path.join(ROOT, "configs", "config_base.json"))
-    model = prepare_for_decoding(BartForConditionalGeneration(config).eval(), args.decode_precision)
+    model = prepare_for_decoding(BartForConditionalGeneration(config).eval(), args.decode_precision,
+                                 packed=args.packed)
     ids = torch.randint(4, config.vocab_size, (args.batch, args.source_len))
     compile_generation = False if args.compile_generation == "false" else args.compile_generation
     settings = dict(num_beams=args.beams, no_repeat_ngram_size=3, max_new_tokens=args.new_tokens,
@@ -70,7 +72,7 @@ def main() -> None:
     events = timing["prof"].key_averages()
     total = sum(e.self_cpu_time_total for e in events)
     print(f"decode loop: {timing['loop']:.2f} s for {args.new_tokens} steps = {1000 * timing['loop'] / args.new_tokens:.1f} "
-          f"ms/step (batch {args.batch}, beams {args.beams}, source {args.source_len}, {args.decode_precision}, "
+          f"ms/step (batch {args.batch}, beams {args.beams}, source {args.source_len}, {args.decode_precision}{' packed' if args.packed else ''}, "
           f"compile_generation={args.compile_generation}, threads {args.threads}, load {os.getloadavg()[0]:.2f})")
     print(f"| operator | self CPU ms/step | share | calls/step |\n|---|---|---|---|")
     for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:args.top]:

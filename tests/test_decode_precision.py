@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision, prepare_for_decoding
 from bart.modeling.modeling_bart import BartForConditionalGeneration
@@ -188,3 +189,50 @@ def test_packed_fp32_decodes_the_same_tokens_and_leaves_the_model_untouched(pre_
     # not for what it cannot take: a bf16 model, or unasked
     assert prepare_for_decoding(model, "fp32") is model
     assert not can_pack(model.to(torch.bfloat16))
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_packed_linear_takes_what_a_linear_takes():
+    from bart.generation.precision import PackedLinear, can_pack
+
+    torch.manual_seed(3)
+    for bias in (True, False):
+        linear = nn.Linear(24, 40, bias=bias)
+        packed = PackedLinear(linear)
+        assert not hasattr(packed, "weight")
+        for x in (torch.randn(5, 24), torch.randn(2, 3, 24), torch.randn(24, 7).t(), torch.randn(0, 24)):
+            with torch.no_grad():
+                got, want = packed(x), linear(x)
+            assert got.shape == want.shape and got.dtype == torch.float32
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not can_pack(nn.ReLU())  # no parameters: nothing to pack (and no error)
+    # the fused exact GELU is F.gelu of the product bit for bit
+    linear = nn.Linear(24, 40)
+    x = torch.randn(33, 24)
+    with torch.no_grad():
+        assert torch.equal(PackedLinear(linear, gelu=True)(x), F.gelu(PackedLinear(linear)(x)))
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("activation", ["gelu", "gelu_new", "relu"])
+def test_packing_fuses_only_the_exact_gelu_and_the_layers_give_the_same_values(activation):
+    from bart.generation.precision import PackedLinear, pack_linears
+
+    torch.manual_seed(2)
+    model = BartForConditionalGeneration(tiny_config(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                                     activation_function=activation)).eval()
+    packed = pack_linears(model)
+    fused = [m.fc1.attr == "gelu" for m in packed.modules() if isinstance(getattr(m, "fc1", None), PackedLinear)]
+    assert len(fused) == 4 and all(f == (activation == "gelu") for f in fused)
+    sources = collate([example(30_000 + i) for i in range(3)])
+    decoder_ids = sources["input_ids"][:, :7]
+    with torch.no_grad():
+        want = model(sources["input_ids"], attention_mask=sources["attention_mask"], decoder_input_ids=decoder_ids)
+        got = packed(sources["input_ids"], attention_mask=sources["attention_mask"], decoder_input_ids=decoder_ids)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-4)
+    if activation == "gelu":  # the int8 copy's forward too (its head is a quantized module, not a weight)
+        with torch.no_grad():
+            int8 = prepare_for_decoding(model, "int8")(sources["input_ids"], attention_mask=sources["attention_mask"],
+                                                       decoder_input_ids=decoder_ids)
+        assert int8.logits.shape == want.logits.shape
+        assert (int8.logits.argmax(-1) == want.logits.argmax(-1)).float().mean() > 0.8

@@ -416,8 +416,11 @@ class BartForConditionalGeneration(BartPreTrainedModel):
         return self.model.encoder
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        bias, weight = self.final_logits_bias[0].to(hidden.dtype), getattr(self.lm_head, "weight", None)
+        if not isinstance(weight, torch.Tensor):  # a decoding copy's head (oneDNN-packed or int8) owns its product
+            return self.lm_head(hidden) + bias
         # the bias inside the matrix multiplication: no second pass over the (tokens x vocab) logits
-        return F.linear(hidden, self.lm_head.weight, self.final_logits_bias[0].to(hidden.dtype))
+        return F.linear(hidden, weight, bias)
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 labels=None, encoder_outputs=None, past_key_values=None, use_cache: bool = False,
