@@ -453,8 +453,9 @@ def main() -> None:
                 runners[name] = ("this project fp32, compile_generation", ours_runner(ours, compile_generation=True))
             elif name in ("ours_bf16", "ours_int8"):
                 from bart.generation.precision import prepare_for_decoding
+                # as run_eval.py --decode_precision decodes: bf16 with packed linear layers where oneDNN can
                 runners[name] = (f"this project {REDUCED[name]}",
-                                 ours_runner(prepare_for_decoding(ours, REDUCED[name])))
+                                 ours_runner(prepare_for_decoding(ours, REDUCED[name], packed=True)))
             else:
                 import tempfile
 

@@ -188,7 +188,8 @@ def test_packed_fp32_decodes_the_same_tokens_and_leaves_the_model_untouched(pre_
             assert (want != SETTINGS["pad_token_id"]).sum(1).float().mean() > 5  # hypotheses of some length
     # not for what it cannot take: a bf16 model, or unasked
     assert prepare_for_decoding(model, "fp32") is model
-    assert not can_pack(model.to(torch.bfloat16))
+    assert not can_pack(model.to(torch.float16))
+    assert prepare_for_decoding(model.to(torch.bfloat16), "fp32", packed=True) is model  # "fp32" packs fp32 only
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
@@ -236,3 +237,25 @@ def test_packing_fuses_only_the_exact_gelu_and_the_layers_give_the_same_values(a
                                                        decoder_input_ids=decoder_ids)
         assert int8.logits.shape == want.logits.shape
         assert (int8.logits.argmax(-1) == want.logits.argmax(-1)).float().mean() > 0.8
+
+
+@pytest.mark.skipif(not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+                    reason="no oneDNN bf16 on this CPU")
+def test_bf16_packed_keeps_bf16_weights_and_decodes_close_to_bf16():
+    from bart.generation.precision import PackedLinear
+
+    torch.manual_seed(1)
+    model = BartForConditionalGeneration(tiny_config(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                                     init_std=0.2, max_position_embeddings=64)).eval()
+    plain, packed = prepare_for_decoding(model, "bf16"), prepare_for_decoding(model, "bf16", packed=True)
+    layers = [m for m in packed.modules() if type(m) is PackedLinear]
+    assert len(layers) == 2 * 6 + 2 * 10 + 1 and all(m.packed_weight.dtype == torch.bfloat16 for m in layers)
+    assert all(m.attr == "none" for m in layers)  # no fused GELU in bf16 (it would not be F.gelu's rounding)
+    assert next(model.parameters()).dtype == torch.float32  # the given model untouched
+    sources = collate([example(20_000 + i) for i in range(12)])
+    with torch.no_grad():
+        want = plain.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **SETTINGS, num_beams=4)
+        got = packed.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **SETTINGS, num_beams=4)
+    assert got.shape[0] == want.shape[0] == 12
+    width = min(got.shape[1], want.shape[1])
+    assert (got[:, :width] == want[:, :width]).float().mean() > 0.8

@@ -65,10 +65,11 @@ def prepare_for_decoding(model: nn.Module, precision: str = "fp32", packed: bool
     given model is never changed: its weights, dtype, modules and training mode stay as they were)."""
     check_decode_precision(precision, device=_device(model))
     if precision == "fp32":
-        return pack_linears(model) if packed and can_pack(model) else model
+        return pack_linears(model) if packed and can_pack(model) and _dtype(model) == torch.float32 else model
     decoded = copy.deepcopy(model).eval()
     if precision == "bf16":
-        return decoded.to(torch.bfloat16)
+        decoded = decoded.to(torch.bfloat16)
+        return _pack_in_place(decoded) if packed and can_pack(decoded) else decoded
     decoded = decoded.float()
     # the LM head is tied to the embeddings: quantizing it gives the head its own int8 copy, the
     # embedding table stays fp32
@@ -79,9 +80,10 @@ def prepare_for_decoding(model: nn.Module, precision: str = "fp32", packed: bool
 
 def can_pack(model: nn.Module) -> bool:
     """Whether :func:`pack_linears` applies: an fp32 model on CPU, with oneDNN in this torch build."""
-    first = next(model.parameters(), None)
-    device, dtype = _device(model), first.dtype if first is not None else None
-    return (device is not None and device.type == "cpu" and dtype == torch.float32
+    device, dtype = _device(model), _dtype(model)
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False  # oneDNN would emulate bf16 on this CPU
+    return (device is not None and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
             and torch.backends.mkldnn.is_available() and _has_packed_kernels())
 
 
@@ -107,9 +109,9 @@ class PackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear, gelu: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().float().contiguous()
+        weight = linear.weight.detach().contiguous()  # float32 or bfloat16 (can_pack)
         self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-        self.bias = linear.bias.detach().float().contiguous() if linear.bias is not None else None
+        self.bias = linear.bias.detach().contiguous() if linear.bias is not None else None
         # with ``gelu``, the exact (erf) GELU is applied in the product's epilogue: F.gelu of the output
         # bit for bit (checked by the tests), without a pass over the feed-forward's widest activations
         self.attr, self.algorithm = ("gelu", "none") if gelu else ("none", "")
@@ -128,11 +130,16 @@ def pack_linears(model: nn.Module) -> nn.Module:
     is not changed). The copy's products are oneDNN's instead of MKL's: each value may differ from the
     model's by float rounding (as MKL's orientations already differ from transformers'); the
     token-identity tests decode with both."""
-    packed = copy.deepcopy(model).eval()
+    return _pack_in_place(copy.deepcopy(model).eval())
+
+
+def _pack_in_place(packed: nn.Module) -> nn.Module:
     for module in list(packed.modules()):
         # a feed-forward block whose activation is the exact GELU (``activation_function`` "gelu", BART's)
         # gets it inside its first product; the layer's own activation becomes the identity
-        if getattr(module, "activation", None) is F.gelu and type(getattr(module, "fc1", None)) is nn.Linear:
+        # (fp32 only: in bf16 the epilogue's GELU of the unrounded product is not F.gelu of the rounded one)
+        fc1 = getattr(module, "fc1", None)
+        if getattr(module, "activation", None) is F.gelu and type(fc1) is nn.Linear and fc1.weight.dtype == torch.float32:
             module.fc1, module.activation = PackedLinear(module.fc1, gelu=True), _identity
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
@@ -147,6 +154,12 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
 def lm_head_is_float(model: nn.Module) -> bool:
     """Whether the LM head is a plain float ``nn.Linear`` (not an int8 dynamically quantized one)."""
     return isinstance(getattr(model.lm_head, "weight", None), torch.Tensor)
+
+
+def _dtype(model: nn.Module):
+    for tensor in model.parameters():
+        return tensor.dtype
+    return None
 
 
 def _device(model: nn.Module):
