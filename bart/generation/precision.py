@@ -2,11 +2,14 @@
 
     fp32  the model as given (the default; the only one token-identical to transformers' fp32 generate);
           with ``packed`` (run_eval.py on CPU, unless compiling or under --bf16/--fp16 autocast) a copy whose
-          linear layers hold their weights in oneDNN's blocked layout (:class:`PackedLinear`): the same
-          tokens in the tests, 1.6-2.4x faster products for a decode step's few rows on the test CPU
+          linear layers hold their weights in oneDNN's blocked layout (:class:`PackedLinear`, the exact
+          GELU fused into the first feed-forward product): the same tokens in the tests and in every row
+          of the benchmark, products 1.9-5x faster than MKL's on the test CPU (an AMD EPYC, where MKL's
+          sgemm ran at about half of oneDNN's speed from a decode step's 4 rows to an encoder's 2,048)
     bf16  a bf16 copy of the model (weights and activations; on CPU oneDNN runs its products with
-          avx512_bf16/AMX where the CPU has them); the logits (rounded to bf16 by the LM head's product)
-          are taken to fp32 before the processors
+          avx512_bf16/AMX where the CPU has them; with ``packed``, run_eval.py's CPU bf16, on prepacked
+          weights: the same values, 1.1-2x faster per product); the logits (rounded to bf16 by the LM
+          head's product) are taken to fp32 before the processors
     int8  a copy with every ``nn.Linear`` (the tied LM head included) dynamically quantized to int8
           (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized per call);
           embeddings and layer norms stay fp32. CPU only (quantized kernels are fbgemm/oneDNN's).
@@ -17,7 +20,8 @@
 Measured (one decode step of beam search, bart-base, batch 8 x 4 beams, 512-token sources, 2 threads on
 the 2-core avx512_bf16 test CPU, medians of 10 interleaved, load 1.9): fp32 68.1 ms; bf16 autocast over the
 fp32 weights 66.0 ms (1.03x: every product casts its weights again); the bf16 copy 32.0 ms (2.13x, chosen);
-int8 with the LM head quantized 22.0 ms (3.09x, chosen), with an fp32 LM head 40.9 ms (1.67x).
+int8 with the LM head quantized 22.0 ms (3.09x, chosen), with an fp32 LM head 40.9 ms (1.67x). Packed
+(later, load 0.6-0.8, medians of 16 steps): fp32 packed 36.7 ms, bf16 35.4 ms unpacked, 30.3 ms packed.
 
 This is one home for decode precision. How it relates to the training precision flags of
 :mod:`utils.precision` (``--bf16``/``--fp16``, which are *autocast* over fp32 weights, for training and
