@@ -126,7 +126,8 @@ def _run_driver(out_dir, *extra, nproc=1, timeout=240):
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                f"--master_port={_free_port()}", "-m", "tests.helpers.train_driver", str(out_dir), *extra]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True, timeout=timeout, capture_output=True)
+    done = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)
+    assert done.returncode == 0, f"exit {done.returncode}: {' '.join(cmd[2:])}\n{done.stderr[-6000:]}"
 
 
 def _steps(log_path):

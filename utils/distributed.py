@@ -170,7 +170,11 @@ def attempt_store(rank: int, world_size: int, timeout_s: float, store=None):
 
 
 def cleanup() -> None:
+    """The end of a run that went well on every rank: a barrier first, so that no rank closes its
+    connections while a peer is still in the last collective (gloo aborts a process whose peer hung up
+    mid-operation)."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
