@@ -259,3 +259,15 @@ def test_bf16_packed_keeps_bf16_weights_and_decodes_close_to_bf16():
     assert got.shape[0] == want.shape[0] == 12
     width = min(got.shape[1], want.shape[1])
     assert (got[:, :width] == want[:, :width]).float().mean() > 0.8
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_compiling_a_packed_copy_is_refused_in_one_line():
+    from bart.generation import GenerationOptionError
+
+    model = BartForConditionalGeneration(tiny_config()).eval()
+    packed = prepare_for_decoding(model, "fp32", packed=True)
+    sources = collate([example(i) for i in range(2)])
+    with pytest.raises(GenerationOptionError, match="packed decoding copy"):
+        packed.generate(sources["input_ids"], attention_mask=sources["attention_mask"], max_length=6,
+                        compile_generation=True)

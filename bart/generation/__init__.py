@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 
 from bart.generation.compiled import compile_mode, make_decoder
+from bart.generation.precision import PackedLinear
 from bart.generation.search import GenerateOutput, GenerationOptions, _Decoder, beam_search, greedy_search
 
 
@@ -404,6 +405,10 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     if mode is not None and not opts.use_cache:
         raise GenerationOptionError("generate: compile_generation needs use_cache=True (the compiled step runs on "
                                     "the preallocated cache)")
+    if mode is not None and any(isinstance(m, PackedLinear) for m in model.modules()):
+        raise GenerationOptionError("generate: compile_generation cannot compile a packed decoding copy (its oneDNN "
+                                    "weights are opaque to torch.compile); compile the model itself, or decode "
+                                    "the packed copy without compile_generation")
     opts.start_time = start
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
