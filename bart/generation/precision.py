@@ -83,7 +83,8 @@ def prepare_for_decoding(model: nn.Module, precision: str = "fp32", packed: bool
 
 
 def can_pack(model: nn.Module) -> bool:
-    """Whether :func:`pack_linears` applies: an fp32 model on CPU, with oneDNN in this torch build."""
+    """Whether packing applies: an fp32 model on CPU, or a bf16 one where oneDNN runs bf16 natively, with
+    oneDNN's packed-linear kernels in this torch build."""
     device, dtype = _device(model), _dtype(model)
     if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return False  # oneDNN would emulate bf16 on this CPU
@@ -153,11 +154,6 @@ def _pack_in_place(packed: nn.Module) -> nn.Module:
 
 def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
-
-
-def lm_head_is_float(model: nn.Module) -> bool:
-    """Whether the LM head is a plain float ``nn.Linear`` (not an int8 dynamically quantized one)."""
-    return isinstance(getattr(model.lm_head, "weight", None), torch.Tensor)
 
 
 def _dtype(model: nn.Module):
