@@ -271,3 +271,14 @@ def test_compiling_a_packed_copy_is_refused_in_one_line():
     with pytest.raises(GenerationOptionError, match="packed decoding copy"):
         packed.generate(sources["input_ids"], attention_mask=sources["attention_mask"], max_length=6,
                         compile_generation=True)
+
+
+def test_a_decoding_copy_is_not_prepared_again():
+    model = BartForConditionalGeneration(tiny_config()).eval()
+    copies = {"int8": prepare_for_decoding(model, "int8")}
+    if torch.backends.mkldnn.is_available():
+        copies["packed"] = prepare_for_decoding(model, "fp32", packed=True)
+    for kind, made in copies.items():
+        for precision in DECODE_PRECISIONS:
+            with pytest.raises(UserError, match=f"already a decoding copy \\({kind}\\)"):
+                prepare_for_decoding(made, precision, packed=True)

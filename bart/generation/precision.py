@@ -68,6 +68,10 @@ def prepare_for_decoding(model: nn.Module, precision: str = "fp32", packed: bool
     decoding, 1.3-1.5x faster end to end on the test CPU); ``bf16`` and ``int8`` return a modified copy (the
     given model is never changed: its weights, dtype, modules and training mode stay as they were)."""
     check_decode_precision(precision, device=_device(model))
+    made = _decoding_copy_kind(model)
+    if made is not None:
+        raise UserError(f"prepare_for_decoding: the model given is already a decoding copy ({made}); prepare "
+                        f"the {precision} copy from the model itself")
     if precision == "fp32":
         return pack_linears(model) if packed and can_pack(model) and _dtype(model) == torch.float32 else model
     decoded = copy.deepcopy(model).eval()
@@ -154,6 +158,18 @@ def _pack_in_place(packed: nn.Module) -> nn.Module:
 
 def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
+
+
+def _decoding_copy_kind(model: nn.Module) -> Optional[str]:
+    """What :func:`prepare_for_decoding` made of ``model``, if it made it: "packed" or "int8"; else None."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+    for module in model.modules():
+        if isinstance(module, PackedLinear):
+            return "packed"
+        if isinstance(module, DynamicQuantizedLinear):
+            return "int8"
+    return None
 
 
 def _dtype(model: nn.Module):
