@@ -33,6 +33,7 @@ import tempfile
 from typing import Optional
 
 from utils.errors import one_line
+from utils.file_modes import staging_folder
 
 EXIT_USAGE = 2
 
@@ -144,13 +145,12 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
     tokenizer_path = choose_tokenizer(model_path, tokenizer, allow_mismatch=allow_tokenizer_mismatch).path
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.export-", dir=parent)
+    staging = staging_folder(parent, prefix=f".{os.path.basename(out_dir)}.export-")  # the umask's mode
     try:
         files = write_model_files(model, staging)
         _write_layer_norm_keys(staging, model)
         files += _write_tokenizer(tokenizer_path, staging, model)
         max_diff = _verify(staging, model) if verify else None
-        os.chmod(staging, 0o755)  # mkdtemp makes it private; an export is for others
         if os.path.isdir(out_dir):
             old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
             os.replace(out_dir, os.path.join(old, "previous"))

@@ -135,3 +135,17 @@ def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_di
                    "--tokenizer", tokenizer_dir)
     assert done.returncode == 0, done.stderr
     assert json.load(open(tmp_path / "out" / "config.json"))["d_model"] == 32
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002], ids=["umask022", "umask077", "umask002"])
+def test_the_exported_folder_gets_the_umasks_mode(mask, tmp_path, tokenizer_dir):
+    """Old code: the folder was 0755 whatever the umask (shared under 077, not group-writable under 002)."""
+    _checkpoint(tmp_path / "m.ckpt", False, 2)
+    old = os.umask(mask)
+    try:  # the export process inherits the umask
+        done = _export(tmp_path / "m.ckpt", tmp_path / "hf", "--tokenizer", tokenizer_dir, "--no-verify")
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    assert oct(os.stat(tmp_path / "hf").st_mode & 0o777) == oct(0o777 & ~mask)
+    assert oct(os.stat(tmp_path / "hf" / "model.safetensors").st_mode & 0o777) == oct(0o666 & ~mask)
