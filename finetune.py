@@ -11,10 +11,10 @@ from bart.cli import run_main
 from bart.evaluation import predict_split
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
-from bart.training import builder
-from bart.training.args import ArgumentParser, add_shared_args, check_args, generation_kwargs
+from bart.cli import builder
+from bart.cli.args import ArgumentParser, add_shared_args, check_args, generation_kwargs
 from bart.training.checkpoint import resolve_weights, write_final_weights
-from bart.training.reference_flags import (add_reference_args, apply_reference_args, resolve_epochs,
+from bart.cli.reference_flags import (add_reference_args, apply_reference_args, resolve_epochs,
                                            validate_before_training, weights_summary)
 from bart.training.validation import Validation
 from utils import distributed as dist_utils

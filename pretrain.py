@@ -9,9 +9,9 @@ from bart.data.noise import add_noise_args, noise_config_from_args
 from bart.cli import run_main
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
-from bart.training import builder
-from bart.training.args import FINETUNE_ONLY, ArgumentParser, add_shared_args, check_args, reject_unused
-from bart.training.reference_flags import add_reference_args, apply_reference_args
+from bart.cli import builder
+from bart.cli.args import FINETUNE_ONLY, ArgumentParser, add_shared_args, check_args, reject_unused
+from bart.cli.reference_flags import add_reference_args, apply_reference_args
 from bart.training.validation import PretrainingValidation
 from utils import distributed as dist_utils
 

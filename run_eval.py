@@ -20,10 +20,10 @@ from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision,
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import resolve_weights
-from bart.training.reference_flags import add_reference_args, apply_reference_args, write_debug_references
+from bart.cli.reference_flags import add_reference_args, apply_reference_args, write_debug_references
 from bart.modeling.modeling_bart import BartForConditionalGeneration
-from bart.training import builder
-from bart.training.args import (POSITIVE, ArgumentParser, add_architecture_args, add_dist_timeout_arg, add_generation_args, check_args, generate_option_pairs,
+from bart.cli import builder
+from bart.cli.args import (POSITIVE, ArgumentParser, add_architecture_args, add_dist_timeout_arg, add_generation_args, check_args, generate_option_pairs,
                                generation_kwargs)
 from utils import distributed as dist_utils
 from utils.precision import Precision, add_precision_args

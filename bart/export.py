@@ -10,7 +10,7 @@ tokens), model.safetensors and the tokenizer files. A post-LN model is written a
 as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
 builds BART's byte-level BPE tokenizer rather than mBART's SentencePiece one.
 
-The tokenizer is the one CKPT was trained with (:mod:`bart.training.tokenizer_choice`): a folder's own files, the
+The tokenizer is the one CKPT was trained with (:mod:`bart.cli.tokenizer_choice`): a folder's own files, the
 one recorded in (or saved beside) a training checkpoint, facebook/bart-large's for NGC reference and fairseq
 checkpoints. ``--tokenizer`` (else $TOKENIZER) names it for weights that carry none, and is checked
 against the stored one otherwise: a different one is an error unless ``--allow_tokenizer_mismatch``.
@@ -139,7 +139,7 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
     from bart.modeling.weights import write_model_files  # torch: imported once the cheap checks passed
 
-    from bart.training.tokenizer_choice import choose_tokenizer
+    from bart.cli.tokenizer_choice import choose_tokenizer
 
     model = _load_model(model_path, config_path, pre_ln)
     tokenizer_path = choose_tokenizer(model_path, tokenizer, allow_mismatch=allow_tokenizer_mismatch).path

@@ -461,7 +461,7 @@ def _positive(text: str) -> float:
 
 def main(argv=None) -> int:
     started = time.time()
-    from bart.training.args import ArgumentParser  # errors in one line
+    from bart.cli.args import ArgumentParser  # errors in one line
     parser = ArgumentParser(prog="gpu_suite.py", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", help="folder for report.md and the raw logs (created)")

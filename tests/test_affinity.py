@@ -321,7 +321,7 @@ def gpu_rank(monkeypatch, machine):
 
 
 def test_setup_distributed_pins_as_the_flag_says(gpu_rank, capsys):
-    from bart.training import builder
+    from bart.cli import builder
     env = builder.setup_distributed(_parse("pretrain.py"))
     assert env.local_rank == 4 and gpu_rank == [[8, 12, 24, 28]]  # GPU 4 is on node 1
     out = capsys.readouterr().out.strip().splitlines()
@@ -335,7 +335,7 @@ def test_setup_distributed_pins_as_the_flag_says(gpu_rank, capsys):
 
 
 def test_cpu_run_leaves_affinity_alone_and_says_so(monkeypatch, capsys):
-    from bart.training import builder
+    from bart.cli import builder
     from utils import distributed as dist_utils
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(dist_utils, "set_cpu_affinity", lambda *a: pytest.fail("pinned a CPU run"))

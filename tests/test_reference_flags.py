@@ -421,7 +421,7 @@ def test_max_steps_or_max_epochs_is_required(tmp_path, capsys):
     (10, 2, dict(min_epochs=1, min_steps=8), dict(min_steps=8)),
 ])
 def test_epochs_become_updates(batches, accumulation, flags, expected):
-    from bart.training.reference_flags import resolve_epochs
+    from bart.cli.reference_flags import resolve_epochs
     args = SimpleNamespace(**{**dict(gradient_accumulation_steps=accumulation, val_check_interval=0, max_steps=None,
                                      max_epochs=None, min_epochs=None, min_steps=None), **flags})
     resolve_epochs(args, batches)
@@ -465,7 +465,7 @@ def test_process_state_flags(tmp_path, monkeypatch):
 
 
 def test_weights_summary_counts_every_parameter():
-    from bart.training.reference_flags import weights_summary
+    from bart.cli.reference_flags import weights_summary
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Sequential(torch.nn.Linear(4, 2)))
     model[0].weight.requires_grad = False
     top = weights_summary(model, "top")

@@ -82,7 +82,7 @@ def test_resume_true_with_no_checkpoint_names_auto_in_one_line(world, capsys):
 
 
 def test_auto_rules(tmp_path, capsys):
-    from bart.training.args import _bool_or_path
+    from bart.cli.args import _bool_or_path
     from bart.training.checkpoint import resolve_resume, resumable_checkpoints
 
     assert [_bool_or_path(v) for v in ("auto", "AUTO", "True", "latest", "runs/x.ckpt")] == \

@@ -1,4 +1,4 @@
-"""The tokenizer a model was trained with wins (bart/training/tokenizer_choice.py).
+"""The tokenizer a model was trained with wins (bart/cli/tokenizer_choice.py).
 
 An offline hub cache holds a "facebook/bart-large" whose tokenizer (the small trained one) has other ids
 than the offline GPT-2+4 folder that ``$TOKENIZER`` names, as the image used to set it. Starting from
@@ -23,7 +23,7 @@ from bart.hub import resolve_model_path
 from bart.modeling import BartForConditionalGeneration
 from bart.tokenization.identity import read_record, tokenizer_identity
 from bart.tokenization.tokenization_bart import BartTokenizer
-from bart.training import builder
+from bart.cli import builder
 from bart.training.checkpoint import BestCheckpoints, write_final_weights, write_training_checkpoint
 from tests.helpers.hub_cache import add_to_hub_cache
 from tests.helpers.summaries import write_summarization_data

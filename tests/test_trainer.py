@@ -242,7 +242,7 @@ def test_two_torchrun_nodes_train_together(tmp_path, one_process_params):
 def test_no_tf32_reaches_the_training_loop(tmp_path, flags, allowed):
     """--no-tf32 keeps the fp32 parts of a bf16/fp16 run strict fp32: the builder hands it to the trainer."""
     import pretrain
-    from bart.training import builder
+    from bart.cli import builder
     from utils.distributed import read_env
 
     args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path), "--output_dir",

@@ -16,7 +16,7 @@ The step a checkpoint belongs to is stored inside it; names only order files. A 
 Every checkpoint written into a run's folder records the run's tokenizer (the one saved in that folder:
 fingerprint, tokens, name; :mod:`bart.tokenization.identity`): a ``tokenizer`` entry, or for the raw
 ``final_step.ckpt`` its state dict's metadata (``load_state_dict`` ignores it), so a checkpoint copied
-elsewhere still says which tokenizer it was trained with (:mod:`bart.training.tokenizer_choice` reads it).
+elsewhere still says which tokenizer it was trained with (:mod:`bart.cli.tokenizer_choice` reads it).
 """
 from __future__ import annotations
 

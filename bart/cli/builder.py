@@ -12,7 +12,7 @@ import torch
 from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler, describe_optimizer
-from bart.training.args import write_run_config
+from bart.cli.args import write_run_config
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
 from utils import distributed as dist_utils
 from utils.checkpoint_io import remove_stale_partials
@@ -108,9 +108,9 @@ def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
     """The tokenizer the starting weights were trained with (``model_path``; when resuming, the checkpoint
     resumed from), checked against ``--tokenizer`` / ``$TOKENIZER`` (``--allow_tokenizer_mismatch`` overrides);
     from scratch: ``--tokenizer``, else ``$TOKENIZER``, else ``$BART_DEFAULT_TOKENIZER``, else
-    facebook/bart-large. See :mod:`bart.training.tokenizer_choice`."""
+    facebook/bart-large. See :mod:`bart.cli.tokenizer_choice`."""
     from bart.tokenization.tokenization_bart import BartTokenizer
-    from bart.training.tokenizer_choice import choose_tokenizer
+    from bart.cli.tokenizer_choice import choose_tokenizer
     from bart.training.checkpoint import resumable_checkpoints
     from utils.checkpoint_io import CheckpointError
 

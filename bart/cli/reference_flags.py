@@ -5,7 +5,7 @@ The reference is NVIDIA's BART recipe: its current ``pretrain.py``, ``finetune.p
 (``training_base.add_model_specific_args``, ``add_generic_args``) and the first release's
 ``finetune.py``, which also took every PyTorch Lightning 1.1.5 ``Trainer`` argument
 (``pl.Trainer.add_argparse_args``: ``--gpus``, ``--max_epochs``, ``--val_check_interval``, ...).
-Flags whose name and meaning are already this recipe's live in :mod:`bart.training.args`; the ones
+Flags whose name and meaning are already this recipe's live in :mod:`bart.cli.args`; the ones
 here are either translated onto this recipe's flags (``--max_epochs`` becomes a number of updates,
 ``--precision 16`` is ``--fp16``) or refused with the replacement (``--adafactor``, ``--tpu_cores``).
 The README's "Flags of the reference recipe" table lists every one of them with its status.
@@ -367,7 +367,7 @@ def specs_for(script: str) -> list[Spec]:
 
 
 def add_reference_args(parser: argparse.ArgumentParser, script: str) -> None:
-    """The reference's flags of ``script`` that :mod:`bart.training.args` does not define. Every one
+    """The reference's flags of ``script`` that :mod:`bart.cli.args` does not define. Every one
     defaults to None (not given); refused ones stay out of --help."""
     group = parser.add_argument_group("flags of the reference recipe (see README: Flags of the reference recipe)")
     for spec in specs_for(script):
