@@ -50,7 +50,7 @@ def parse_args(argv=None):
                         help="store the generation arguments in the metrics file")
     add_architecture_args(parser)
     add_dist_timeout_arg(parser)
-    add_precision_args(parser)
+    add_precision_args(parser, training=False)
     parser.add_argument("--decode_precision", choices=DECODE_PRECISIONS, default="fp32",
                         help="weights to decode with: fp32, a bf16 copy, int8 dynamically quantized linear layers (CPU); "
                              "see bart/generation/precision.py")

@@ -129,6 +129,11 @@ CASES = [
     # relations between flags
     ("ft-fp16-bf16", "finetune.py", FT + ["--fp16", "--bf16"], ["--fp16", "--bf16"]),
     ("ev-fp16-bf16", "run_eval.py", EV + ["--fp16", "--bf16"], ["--fp16", "--bf16"]),
+    ("ft-fp8-fp16", "finetune.py", FT + ["--fp8", "--fp16"], ["--fp16 with --fp8", "choose one"]),
+    ("pt-fp8-bf16", "pretrain.py", PT + ["--bf16", "--fp8", "--fp8_emulate"], ["--bf16 with --fp8", "bf16 autocast"]),
+    ("pt-fp8_emulate-alone", "pretrain.py", PT + ["--fp8_emulate"], ["--fp8_emulate", "add --fp8"]),
+    ("ev-fp8", "run_eval.py", EV + ["--fp8"], ["--fp8 is a training precision", "--bf16"]),
+    ("ev-fp8_emulate", "run_eval.py", EV + ["--fp8_emulate"], ["--fp8_emulate is a training precision"]),
     ("pt-lr-below-lr_end", "pretrain.py", _with(PT, learning_rate=1e-8), ["--lr_end", "--learning_rate"]),
     ("ft-source-over-positions", "finetune.py", _with(FT, max_source_length=100), ["--max_source_length", "64"]),
     ("ft-target-over-positions", "finetune.py", _with(FT, max_target_length=65), ["--max_target_length", "64"]),
@@ -191,3 +196,33 @@ def test_bad_input_is_one_line(case, world, tmp_path, capsys):
         assert word.format(**values) in lines[0], (word, lines[0])
     out = tmp_path / "out"  # nothing half-made: no checkpoint, no log
     assert not out.exists() or not [f for f in os.listdir(out) if f.endswith((".ckpt", ".partial"))]
+
+
+@pytest.mark.parametrize("torchao, gpus, words", [
+    (False, [(9, 0)], ["torchao is not installed", "pip install torchao==0.18.0"]),
+    (True, [], ["compute capability 8.9", "no CUDA GPU is visible", "--bf16", "--fp8_emulate"]),
+    (True, [(9, 0), (8, 0)], ["compute capability 8.9", "GPU 1 (NVIDIA A100-SXM4-80GB) has 8.0", "--bf16"]),
+], ids=["no-torchao", "no-gpu", "gpu-below-8.9"])
+def test_fp8_that_cannot_run_here_is_one_line_before_anything_runs(world, tmp_path, capsys, monkeypatch,
+                                                                     torchao, gpus, words):
+    """--fp8 where it cannot be honoured (torchao missing, no CUDA, a GPU without float8 tensor cores):
+    one line at parse time naming the fix, exit 2, nothing written. torchao's presence and the GPUs are
+    stood in for, so that every case runs on any machine."""
+    import importlib.machinery
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        (importlib.machinery.ModuleSpec(name, None) if torchao else None) if name == "torchao" else find_spec(name, *a)))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(gpus))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(gpus))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: gpus[index])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: ["NVIDIA H100", "NVIDIA A100-SXM4-80GB"][index])
+    out = tmp_path / "out"
+    code = _main("pretrain.py", [a.format(**dict(world, out=str(out))) for a in PT + ["--fp8"]])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("pretrain.py: error: --fp8 "), err[-3000:]
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert not out.exists()

@@ -12,7 +12,7 @@ import torch
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
-from tests.helpers.synthetic import SyntheticBatches, tiny_config
+from tests.helpers.synthetic import SyntheticBatches, WalkBatches, tiny_config
 from utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -257,3 +257,97 @@ def test_no_tf32_reaches_the_training_loop(tmp_path, flags, allowed):
         assert torch.backends.cuda.matmul.allow_tf32 is allowed and torch.backends.cudnn.allow_tf32 is allowed
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+FP8_STEPS, FP8_WINDOW, FP8_BOUND = 200, 25, 0.1  # updates, window of the loss means compared, nats
+
+
+def _built_run(tmp_path, flags, steps):
+    """A run built as pretrain.py builds it (its flags, ``builder.build_model`` and ``build_trainer``) on a micro
+    BART (two layers per stack) and copy-task batches, not yet trained."""
+    import pretrain
+    from bart.cli import builder
+    from bart.configuration import BartConfig
+    from tests.helpers.corpus import micro_config
+    from utils.distributed import read_env
+
+    args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path),
+                                "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), "--log_freq", "1",
+                                "--learning_rate", "1e-2", "--warmup_steps", "5", "--lr_end", "0", "--dropout", "0",
+                                "--weight_decay", "0", "--no_tensorboard", *flags])
+    torch.manual_seed(0)
+    config = BartConfig(**micro_config(encoder_layers=2, decoder_layers=2, vocab_size=64, dropout=0.0))
+    model = builder.build_model(args, config)
+    return builder.build_trainer(args, model, WalkBatches(steps), read_env({}), total_steps=steps)
+
+
+@pytest.fixture(scope="module")
+def fp8_and_bf16_runs(tmp_path_factory):
+    """The same micro run, --bf16 and --fp8 --fp8_emulate (torchao's emulation on CPU), FP8_STEPS updates each."""
+    pytest.importorskip("torchao.float8")
+    runs = {}
+    for name, flags in (("bf16", ["--bf16"]), ("fp8", ["--fp8", "--fp8_emulate"])):
+        trainer = _built_run(tmp_path_factory.mktemp(name), flags, FP8_STEPS)
+        runs[name] = trainer, trainer.fit()
+    return runs
+
+
+def test_fp8_emulated_loss_stays_within_bound_of_bf16(fp8_and_bf16_runs):
+    """--fp8 (float8 products of every linear layer but the LM head and the first and last layer, emulated):
+    over 200 updates of a micro BART the loss falls as bf16's does, every 25-update mean within 0.1 nats."""
+    from bart.training.float8 import float8_summary
+
+    (bf16, _), (fp8, _) = fp8_and_bf16_runs["bf16"], fp8_and_bf16_runs["fp8"]
+    assert "float8 linear layers 16 of 33 (torchao, emulated" in float8_summary(fp8.model)
+    assert fp8.precision.name == "fp8" and fp8.precision.autocast_dtype == torch.bfloat16 and fp8.scaler is None
+    curves = [[h["loss"] for h in run.history] for run in (bf16, fp8)]
+    assert [len(c) for c in curves] == [FP8_STEPS, FP8_STEPS]
+    means = [[sum(c[i:i + FP8_WINDOW]) / FP8_WINDOW for i in range(0, FP8_STEPS, FP8_WINDOW)] for c in curves]
+    assert means[0][-1] < means[0][0] - 2.0, means  # the task is learned
+    assert max(abs(a - b) for a, b in zip(*means)) < FP8_BOUND, means
+    assert curves[0] != curves[1]  # the float8 rounding did happen
+
+
+def test_fp8_checkpoint_layout_is_bf16s(fp8_and_bf16_runs, tmp_path):
+    """An --fp8 run's checkpoint holds what a bf16 run's does (names, shapes, fp32 dtypes; Float8Linear keeps
+    nn.Linear's parameters): it loads strictly into a plain model, and a bf16 run resumes from it."""
+    from bart.configuration import BartConfig
+    from tests.helpers.corpus import micro_config
+
+    saved = {name: torch.load(summary["checkpoint"], weights_only=True)["model"]
+             for name, (_, summary) in fp8_and_bf16_runs.items()}
+    layout = {name: {k: (v.shape, v.dtype) for k, v in sd.items()} for name, sd in saved.items()}
+    assert layout["fp8"] == layout["bf16"] and all(dtype == torch.float32 for _, dtype in layout["fp8"].values())
+    plain = BartForConditionalGeneration(BartConfig(**micro_config(encoder_layers=2, decoder_layers=2, vocab_size=64)))
+    plain.load_state_dict(saved["fp8"], strict=True)
+    resumed = _built_run(tmp_path, ["--bf16"], FP8_STEPS + 1)
+    resumed.resume(fp8_and_bf16_runs["fp8"][1]["checkpoint"])
+    assert resumed.step == FP8_STEPS
+    for name, value in resumed.model.state_dict().items():
+        assert torch.equal(value, saved["fp8"][name]), name
+
+
+def test_fp8_converts_every_chosen_linear_layer_and_each_computes():
+    """--fp8's conversion (applied by the builder): every linear layer but the LM head, the first layer
+    (encoder.layers.0) and the last (decoder.layers[-1]) is a Float8Linear, the tied head still shares the
+    embeddings, and every converted layer does the product of a training step (attention's fused q/k/v
+    GEMM would bypass the projections' own forward)."""
+    pytest.importorskip("torchao.float8")
+    from bart.configuration import BartConfig
+    from bart.training.float8 import convert_to_float8
+    from tests.helpers.corpus import micro_config
+
+    model = BartForConditionalGeneration(BartConfig(**micro_config(encoder_layers=3, decoder_layers=3, vocab_size=64)))
+    converted = convert_to_float8(model, emulate=True)
+    float8 = {n for n, m in model.named_modules() if type(m).__name__ == "Float8Linear"}
+    linear = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    kept = {n for n in linear if n == "lm_head" or n.startswith(("model.encoder.layers.0.", "model.decoder.layers.2."))}
+    assert float8 == set(converted) == linear - kept and len(float8) == 2 * 6 + 2 * 10
+    assert model.lm_head.weight is model.model.shared.weight
+    ran = set()
+    for name in float8:
+        model.get_submodule(name).register_forward_hook(lambda m, i, o, name=name: ran.add(name))
+    ids = torch.randint(4, 64, (2, 9))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert ran == float8

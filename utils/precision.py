@@ -4,11 +4,17 @@
     tf32  fp32 parameters and activations, TF32 matrix products on Ampere+ (the default)
     bf16  bf16 autocast, fp32 master weights
     fp16  fp16 autocast with a dynamic loss scale (torch.amp.GradScaler), fp32 master weights
+    fp8   the linear layers' products in float8 (torchao's float8 training: e4m3 activations and weights,
+          e5m2 gradients, one dynamic scale per tensor), bf16 autocast for the rest, fp32 master weights;
+          CUDA compute capability >= 8.9 (Ada, Hopper, Blackwell), or ``--fp8_emulate`` (any device: the
+          float8 rounding in higher-precision products, for tests). Which layers is the model's choice
+          (BART's: bart/training/float8.py, applied once by the builder)
 
-To add a precision (say fp8), add its name to ``PRECISIONS`` and say here what it means for the
-autocast dtype, TF32 and the scaler; the training loop, evaluation and the flags follow.
+To add a precision, add its name to ``PRECISIONS`` and say here what it means for the autocast dtype,
+TF32 and the scaler; the training loop, evaluation and the flags follow.
 
-These are the precisions of training and of run_eval.py's forward pass (autocast over fp32 weights). The
+These are the precisions of training and (all but fp8, a training precision) of run_eval.py's forward pass
+(autocast over fp32 weights). The
 weights a model *decodes* with (``run_eval.py --decode_precision fp32|bf16|int8``) are another concept, whose
 one home is ``bart/generation/precision.py`` (it refuses a reduced decode precision next to --bf16/--fp16).
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,14 +30,38 @@ import torch
 
 from utils.errors import UserError
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+FP8_LIBRARY = "torchao==0.18.0"  # what --fp8 converts the linear layers with (as pinned in requirements.txt)
+FP8_MIN_CAPABILITY = (8, 9)      # float8 tensor cores
 
 
-def add_precision_args(parser: argparse.ArgumentParser) -> None:
+class _TrainingOnly(argparse.Action):
+    """A training precision's flag on an evaluation command line: refused in one line."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=False, help=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is a training precision (float8 linear layers): an fp8 run's checkpoints "
+                     f"hold the same fp32 weights as a bf16 run's; evaluate them with --bf16")
+
+
+def add_precision_args(parser: argparse.ArgumentParser, training: bool = True) -> None:
+    """The precision flags; ``training=False`` (evaluation) refuses --fp8/--fp8_emulate in one line."""
     group = parser.add_argument_group("precision")
     group.add_argument("--fp16", action="store_true", help="fp16 autocast with loss scaling")
     group.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    if training:
+        group.add_argument("--fp8", action="store_true",
+                           help=f"float8 linear layers (torchao's float8 training, {FP8_LIBRARY}) under bf16 "
+                                f"autocast; CUDA compute capability >= 8.9")
+        group.add_argument("--fp8_emulate", action="store_true",
+                           help="--fp8 with the float8 products emulated in higher precision: any device, slow "
+                                "(tests, CPU checks)")
+    else:
+        group.add_argument("--fp8", action=_TrainingOnly)
+        group.add_argument("--fp8_emulate", action=_TrainingOnly)
     group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
                        help="TF32 matmuls on Ampere+ for the fp32 parts (--no-tf32 for strict fp32)")
 
@@ -38,21 +69,57 @@ def add_precision_args(parser: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class Precision:
     name: str = "tf32"
-    allow_tf32: bool = True  # --no-tf32 with --bf16/--fp16: the fp32 parts stay strict fp32
+    allow_tf32: bool = True  # --no-tf32 with --bf16/--fp16/--fp8: the fp32 parts stay strict fp32
+    emulate_fp8: bool = False  # --fp8_emulate: float8 rounding in higher-precision products (any device)
 
     def __post_init__(self) -> None:
         if self.name not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.name!r}")
+        if self.emulate_fp8 and self.name != "fp8":
+            raise ValueError(f"emulate_fp8 is an fp8 setting, the precision is {self.name}")
 
     @classmethod
-    def from_flags(cls, fp16: bool = False, bf16: bool = False, tf32: bool = True) -> "Precision":
-        if fp16 and bf16:
-            raise UserError("choose one of --fp16 and --bf16")
-        return cls("fp16" if fp16 else "bf16" if bf16 else "tf32" if tf32 else "fp32", allow_tf32=tf32)
+    def from_flags(cls, fp16: bool = False, bf16: bool = False, tf32: bool = True, fp8: bool = False,
+                   fp8_emulate: bool = False) -> "Precision":
+        chosen = [flag for flag, on in (("--fp16", fp16), ("--bf16", bf16), ("--fp8", fp8)) if on]
+        if len(chosen) > 1:
+            raise UserError(f"{' with '.join(chosen)}: choose one of --fp16, --bf16 and --fp8"
+                            + (" (--fp8 already runs the rest of the model under bf16 autocast)" if fp8 else ""))
+        if fp8_emulate and not fp8:
+            raise UserError("--fp8_emulate emulates --fp8's float8 products: add --fp8, or drop --fp8_emulate")
+        name = "fp16" if fp16 else "bf16" if bf16 else "fp8" if fp8 else "tf32" if tf32 else "fp32"
+        return cls(name, allow_tf32=tf32, emulate_fp8=fp8_emulate)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Precision":
-        return cls.from_flags(args.fp16, args.bf16, args.tf32)
+        return cls.from_flags(args.fp16, args.bf16, args.tf32, args.fp8, args.fp8_emulate)
+
+    @property
+    def uses_float8(self) -> bool:
+        """The model's linear layers are to be converted to float8 ones (see the module docstring)."""
+        return self.name == "fp8"
+
+    def require_supported(self) -> None:
+        """One line (:class:`UserError`) where this precision cannot be honoured here, before anything is built:
+        --fp8 needs torchao, and (unless emulated) every visible GPU of compute capability >= 8.9."""
+        if not self.uses_float8:
+            return
+        if importlib.util.find_spec("torchao") is None:
+            raise UserError(f"--fp8 trains through torchao's float8 linear layers and torchao is not installed: "
+                            f"pip install {FP8_LIBRARY}")
+        if self.emulate_fp8:
+            return
+        need = ".".join(map(str, FP8_MIN_CAPABILITY))
+        if not torch.cuda.is_available():
+            raise UserError(f"--fp8 needs an NVIDIA GPU of compute capability {need} or later (float8 tensor cores: "
+                            f"Ada, Hopper, Blackwell) and no CUDA GPU is visible: train with --bf16, or add "
+                            f"--fp8_emulate to emulate the float8 products (slow; for tests)")
+        for index in range(torch.cuda.device_count()):
+            capability = torch.cuda.get_device_capability(index)
+            if capability < FP8_MIN_CAPABILITY:
+                raise UserError(f"--fp8 needs an NVIDIA GPU of compute capability {need} or later (float8 tensor "
+                                f"cores); GPU {index} ({torch.cuda.get_device_name(index)}) has "
+                                f"{capability[0]}.{capability[1]}: train with --bf16 on it")
 
     @property
     def autocast_dtype(self) -> Optional[torch.dtype]:

@@ -373,7 +373,7 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=N
         parser.error("the following arguments are required: --max_steps"
                      + (" (or --max_epochs)" if hasattr(args, "max_epochs") else ""))
     try:
-        Precision.from_args(args)  # its rules (one of --fp16/--bf16), at parse time
+        Precision.from_args(args).require_supported()  # its rules and needs (--fp8: torchao, the GPU), at parse time
     except UserError as err:
         parser.error(str(err))
     if getattr(args, "lr_scheduler", None) == "polynomial" and args.lr_end > args.learning_rate:

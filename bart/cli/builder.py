@@ -13,6 +13,7 @@ from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler, describe_optimizer
 from bart.cli.args import write_run_config
+from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
 from utils import distributed as dist_utils
 from utils.checkpoint_io import remove_stale_partials
@@ -140,12 +141,15 @@ def save_run_files(args: argparse.Namespace, tokenizer, config: BartConfig, worl
 
 def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:
     """A fresh model, or one holding ``init_from``'s weights (a local path: the entry scripts resolve hub ids
-    first; strict; Pre-LN must match)."""
+    first; strict; Pre-LN must match); under --fp8 with float8 linear layers (:mod:`bart.training.float8`)."""
     if init_from:
         model = BartForConditionalGeneration.from_pretrained(init_from, config=config)
     else:
         model = BartForConditionalGeneration(config)
     model.gradient_checkpointing_enable(config.gradient_checkpointing)
+    precision = Precision.from_args(args)
+    if precision.uses_float8:
+        convert_to_float8(model, emulate=precision.emulate_fp8)
     return model.train()
 
 
@@ -269,7 +273,8 @@ def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data
         "optimizer": describe_optimizer(trainer.optimizer),
         "attention": attention + (", gradient checkpointing" if trainer.model.config.gradient_checkpointing else ""),
         "precision": (f"{precision.name} (autocast {precision.autocast_dtype or 'off'}, loss scaling "
-                      f"{'on' if trainer.scaler is not None else 'off'}, TF32 matmul {tf32})"),
+                      f"{'on' if trainer.scaler is not None else 'off'}, TF32 matmul {tf32}"
+                      + (f", {float8_summary(trainer.model)})" if precision.uses_float8 else ")")),
         "compile": bool(args.compile),
         "device": str(trainer.device),
         "world_size": world_size,

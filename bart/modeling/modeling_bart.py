@@ -105,8 +105,9 @@ class BartAttention(nn.Module):
         """Several projections of the same states, split into heads. In training as ONE matrix
         multiplication (fewer GEMMs forward and backward; the weights are concatenated per call, not
         stored fused, so parameter names stay Hugging Face's). Without autograd (generation, one token
-        per step, bound by reading weights) that copy would cost more than it saves: one GEMM each."""
-        if not torch.is_grad_enabled():
+        per step, bound by reading weights) that copy would cost more than it saves: one GEMM each. Layers
+        that own their product (``--fp8``'s ``Float8Linear``: a scale per weight) also run one GEMM each."""
+        if not torch.is_grad_enabled() or any(type(p) is not nn.Linear for p in projections):
             return tuple(self._heads(p(states)) for p in projections)
         weight = torch.cat([p.weight for p in projections])
         bias = torch.cat([p.bias for p in projections])

