@@ -12,7 +12,10 @@ Contenders, all from the same random weights, bf16 autocast with fp32 master wei
 - ``lamb``: the same with LAMB, the pretraining optimizer (apex FusedLAMB when importable, else the
   project's foreach LAMB: the table names which); ``lamb_foreach``: the project's foreach LAMB always;
 - ``lamb_fce`` / ``adamw_fce``: with ``--fused_cross_entropy`` (LM head + loss in token chunks);
-- ``lamb_compile`` / ``lamb_fce_compile``: the same under ``--compile``.
+- ``lamb_compile`` / ``lamb_fce_compile``: the same under ``--compile``;
+- ``lamb_fce_fp8_compile``: ``lamb_fce_compile`` under ``--fp8`` (torchao's float8 linear layers, LM head, first and
+  last layer in bf16: bart/training/float8.py; CUDA compute capability >= 8.9; emulated on ``--device cpu``). Its
+  MFU counts the same model FLOPs against the same bf16 peaks.
 
 Model FLOPs per sequence (forward x 3 for training): every matrix multiplication counts
 2 x (its parameters) x (tokens it sees): encoder layers on the S source tokens, decoder layers on the
@@ -49,6 +52,7 @@ sys.path.insert(0, ROOT)
 from bart.configuration import BartConfig  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
+from bart.training.float8 import convert_to_float8  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
 
 SHAPES = {  # name: (batch, source length, target length)
@@ -133,19 +137,21 @@ def project_step_fn(state_dict, config, name, device="cuda"):
         model = BartForConditionalGeneration(config)
     model.load_state_dict(state_dict)
     model = model.to(device)
+    if "fp8" in name:
+        convert_to_float8(model, emulate=not device.startswith("cuda"))
     optimizer_name = "adamw" if name.startswith("adamw") else "lamb"
     optimizer, clips = build_optimizer(model, optimizer_name, lr=LR, weight_decay=WEIGHT_DECAY, max_grad_norm=CLIP,
                                        prefer_apex="foreach" not in name)
     scheduler = build_scheduler(optimizer, "linear", 2, 10_000)
     trainer = Trainer(model, optimizer, scheduler, [], TrainerConfig(
-        output_dir=tempfile.mkdtemp(), max_steps=10_000, precision="bf16", gradient_clip_val=CLIP,
+        output_dir=tempfile.mkdtemp(), max_steps=10_000, precision="fp8" if "fp8" in name else "bf16", gradient_clip_val=CLIP,
         compile="compile" in name, fused_cross_entropy="fce" in name, progress_bar=False),
         clips_internally=clips, device=torch.device(device))
     kind = type(optimizer).__name__
     kind = {"FusedLAMB": "apex FusedLAMB", "Lamb": "foreach LAMB",
             "AdamW": f"AdamW({'fused' if optimizer.defaults.get('fused') else 'foreach'})"}.get(kind, kind)
     label = f"this project: {kind}"
-    label += "".join(s for k, s in (("fce", " + fused CE"), ("compile", " + compile")) if k in name)
+    label += "".join(s for k, s in (("fce", " + fused CE"), ("fp8", " + fp8"), ("compile", " + compile")) if k in name)
     return (lambda batch: trainer.train_step([batch])), label
 
 
@@ -210,7 +216,8 @@ def versions(device="cuda") -> str:
             f"transformers {transformers.__version__}, NGC container {container}")
 
 
-CONTENDERS = ("hf", "adamw", "adamw_fce", "lamb", "lamb_foreach", "lamb_fce", "lamb_compile", "lamb_fce_compile")
+CONTENDERS = ("hf", "adamw", "adamw_fce", "lamb", "lamb_foreach", "lamb_fce", "lamb_compile", "lamb_fce_compile",
+              "lamb_fce_fp8_compile")
 
 
 def _batch_candidates(batch: int, shrink: bool) -> list:

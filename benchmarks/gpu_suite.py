@@ -113,10 +113,20 @@ def part_env(out_dir: str, dry_run: bool) -> None:
         "gpu_count": torch.cuda.device_count() if cuda else 0, "driver": driver,
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if cuda else None,
         "torch": torch.__version__, "transformers": version("transformers"), "apex": apex,
-        "apex_fused_lamb": fused_lamb,
+        "apex_fused_lamb": fused_lamb, "fp8_training": _fp8_problem() or "yes",
         "dllogger": version("dllogger"), "python": sys.version.split()[0],
         "container": os.environ.get("NVIDIA_PYTORCH_VERSION") or os.environ.get("PYTORCH_BUILD_VERSION")
         or "none (NVIDIA_PYTORCH_VERSION and PYTORCH_BUILD_VERSION not set)"})
+
+
+def _fp8_problem():
+    """Why --fp8 cannot run here (torchao missing, no GPU with float8 tensor cores), or None."""
+    from utils.precision import Precision
+    try:
+        Precision("fp8").require_supported()
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def part_peaks(out_dir: str, dry_run: bool) -> None:
@@ -208,6 +218,7 @@ PART_NAMES = tuple(PART_WEIGHTS)
 CONTENDERS = {"pretrain128": "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile",
               "pretrain512": "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile",
               "finetune_xsum": "hf,adamw,adamw_fce"}
+FP8_CONTENDERS = {"pretrain128": "lamb_fce_fp8_compile"}  # where env.json says the GPU and torchao can run --fp8
 
 
 class Suite:
@@ -270,6 +281,8 @@ class Suite:
         contenders = CONTENDERS[part]
         if part != "finetune_xsum" and (self.figures("env") or {}).get("apex_fused_lamb"):
             contenders = contenders.replace("lamb_fce,", "lamb_fce,lamb_foreach,", 1)  # apex's LAMB and ours
+        if (self.figures("env") or {}).get("fp8_training") == "yes" and part in FP8_CONTENDERS:
+            contenders += "," + FP8_CONTENDERS[part]
         shape = "xsum" if part == "finetune_xsum" else part
         command = [py, os.path.join(HERE, "bench_gpu_training.py"), "--config", config, "--shapes", shape,
                    "--contenders", contenders, "--batch", str(batch), "--source_length", str(source),

@@ -198,16 +198,18 @@ def test_bad_input_is_one_line(case, world, tmp_path, capsys):
     assert not out.exists() or not [f for f in os.listdir(out) if f.endswith((".ckpt", ".partial"))]
 
 
-@pytest.mark.parametrize("torchao, gpus, words", [
-    (False, [(9, 0)], ["torchao is not installed", "pip install torchao==0.18.0"]),
-    (True, [], ["compute capability 8.9", "no CUDA GPU is visible", "--bf16", "--fp8_emulate"]),
-    (True, [(9, 0), (8, 0)], ["compute capability 8.9", "GPU 1 (NVIDIA A100-SXM4-80GB) has 8.0", "--bf16"]),
-], ids=["no-torchao", "no-gpu", "gpu-below-8.9"])
+@pytest.mark.parametrize("torchao, gpus, flags, words", [
+    (False, [(9, 0)], [], ["torchao is not installed", "pip install torchao==0.18.0"]),
+    (True, [], [], ["compute capability 8.9", "no CUDA GPU is visible", "--bf16", "--fp8_emulate"]),
+    (True, [(9, 0), (8, 0)], [], ["compute capability 8.9", "GPU 1 (NVIDIA A100-SXM4-80GB) has 8.0", "--bf16"]),
+    (True, [], ["--fp8_emulate"], ["finds no linear layer", "1 encoder and 1 decoder layers", "--bf16"]),
+], ids=["no-torchao", "no-gpu", "gpu-below-8.9", "nothing-to-convert"])
 def test_fp8_that_cannot_run_here_is_one_line_before_anything_runs(world, tmp_path, capsys, monkeypatch,
-                                                                     torchao, gpus, words):
-    """--fp8 where it cannot be honoured (torchao missing, no CUDA, a GPU without float8 tensor cores):
-    one line at parse time naming the fix, exit 2, nothing written. torchao's presence and the GPUs are
-    stood in for, so that every case runs on any machine."""
+                                                                     torchao, gpus, flags, words):
+    """--fp8 where it cannot be honoured (torchao missing, no CUDA, a GPU without float8 tensor cores; a
+    model whose every linear layer stays in bf16: one layer per stack): one line before training starts
+    naming the fix, exit 2, nothing written. torchao's presence and the GPUs are stood in for, so that every
+    case runs on any machine."""
     import importlib.machinery
     import importlib.util
 
@@ -219,10 +221,10 @@ def test_fp8_that_cannot_run_here_is_one_line_before_anything_runs(world, tmp_pa
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: gpus[index])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: ["NVIDIA H100", "NVIDIA A100-SXM4-80GB"][index])
     out = tmp_path / "out"
-    code = _main("pretrain.py", [a.format(**dict(world, out=str(out))) for a in PT + ["--fp8"]])
+    code = _main("pretrain.py", [a.format(**dict(world, out=str(out))) for a in PT + ["--fp8", *flags]])
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("pretrain.py: error: --fp8 "), err[-3000:]
     for word in words:
         assert word in lines[0], (word, lines[0])
-    assert not out.exists()
+    assert not out.exists() or not [f for f in os.listdir(out) if f.endswith((".ckpt", ".partial"))]

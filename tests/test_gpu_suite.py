@@ -317,6 +317,12 @@ def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp
     assert flag(suite.command("profile"), "--train_batch") == "150" and "--dry-run" not in suite.command("profile")
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "apex_fused_lamb": False}))
     assert flag(suite.command("pretrain128"), "--contenders") == "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile"
+    # --fp8 where the env part found torchao and float8 tensor cores: at 128, the FP8 target's shape
+    (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "fp8_training": "yes"}))
+    assert flag(suite.command("pretrain128"), "--contenders") == \
+        "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile,lamb_fce_fp8_compile"
+    assert "fp8" not in flag(suite.command("pretrain512"), "--contenders") + flag(suite.command("finetune_xsum"),
+                                                                                 "--contenders")
 
 
 def test_training_contenders_build_the_optimizer_their_name_says():
@@ -334,6 +340,26 @@ def test_training_contenders_build_the_optimizer_their_name_says():
         trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
         assert type(trainer.optimizer) is optimizer and trainer.config.fused_cross_entropy == ("fce" in name)
         step(batch)
+
+
+def test_fp8_contender_trains_with_float8_linear_layers():
+    """bench_gpu_training's --fp8 contender (emulated on CPU): float8 layers, the fp8 precision, a step that runs;
+    the env part says why a machine cannot run it."""
+    pytest.importorskip("torchao.float8")
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    values = json.load(open(os.path.join(ROOT, "configs", "config.json")))
+    config = BartConfig(**{**values, **gpu_suite.DRY_CONFIG, "encoder_layers": 2, "decoder_layers": 2})
+    state = BartForConditionalGeneration(config).state_dict()
+    step, label = bench_gpu_training.project_step_fn(state, config, "lamb_fce_fp8_compile", "cpu")
+    assert label.endswith("+ fused CE + fp8 + compile")
+    trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
+    assert trainer.precision.name == "fp8" and trainer.config.compile and trainer.config.fused_cross_entropy
+    assert any(type(m).__name__ == "Float8Linear" for m in trainer.model.modules())
+    trainer.forward_model = trainer.model  # the step itself, not inductor's compile of it
+    step(bench_gpu_training.make_batches(1, 2, 16, 16, config.vocab_size, device="cpu")[0])
+    if not torch.cuda.is_available():
+        assert "no CUDA GPU is visible" in gpu_suite._fp8_problem()
 
 
 def test_sigterm_ends_the_running_part_and_keeps_the_report(tmp_path):

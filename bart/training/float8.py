@@ -65,15 +65,24 @@ def _quiet_import():
 def convert_to_float8(model: nn.Module, emulate: bool = False) -> list[str]:
     """Replace ``model``'s linear layers by ``Float8Linear`` in place (before the strategy wraps and
     ``--compile`` compiles it); ``emulate``: torchao's emulation (any device). Returns the converted names."""
+    config = model.config
+    selected = float8_filter(config)
+    converted = [name for name, module in model.named_modules() if selected(module, name)]
+    if not converted:  # --fp8 would be --bf16 under another name
+        raise UserError(f"--fp8 finds no linear layer to run in float8 in this model ({config.encoder_layers} encoder "
+                        f"and {config.decoder_layers} decoder layers, d_model {config.d_model}): the LM head, the first "
+                        f"and the last layer stay in bf16 and float8 products need sizes that are multiples of 16; "
+                        f"train it with --bf16")
     try:
         with _quiet_import():
             from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as err:
         raise UserError(f"--fp8 needs torchao's float8 training, which does not import ({err}): "
                         f"pip install {FP8_LIBRARY}") from err
-    selected = float8_filter(model.config)
-    converted = [name for name, module in model.named_modules() if selected(module, name)]
-    convert_to_float8_training(model, module_filter_fn=selected, config=Float8LinearConfig(emulate=emulate))
+    # pad_inner_dim: the weight gradient's product runs over the batch's tokens, any number of them (fine-tuning's
+    # batches): padded to a multiple of 16 there, as float8 products need
+    convert_to_float8_training(model, module_filter_fn=selected,
+                               config=Float8LinearConfig(emulate=emulate, pad_inner_dim=True))
     return converted
 
 
