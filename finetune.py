@@ -18,7 +18,6 @@ from bart.cli.reference_flags import (add_reference_args, apply_reference_args, 
                                            validate_before_training, weights_summary)
 from bart.training.validation import Validation
 from utils import distributed as dist_utils
-from utils.precision import Precision
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -66,11 +65,10 @@ def main(argv=None) -> dict:
                                     args.sortish_sampler, args.max_tokens_per_batch, args.num_workers)
     resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
     gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
-    dtype = Precision.from_args(args).autocast_dtype
     batch_size = args.eval_batch_size or 8
     validation = None if args.n_val == 0 else Validation(
         args.data_dir, tokenizer, args.task, args.val_metric, args.n_val, args.max_source_length,
-        args.max_target_length, batch_size, gen_kwargs, dtype, args.output_dir, args.save_top_k,
+        args.max_target_length, batch_size, gen_kwargs, args.output_dir, args.save_top_k,
         args.early_stopping_patience, min_steps=args.min_steps)
     if validation is not None and args.resume_from_checkpoint and env.is_main:
         validation.best.restore()  # the top-k of the interrupted run goes on
@@ -89,8 +87,9 @@ def main(argv=None) -> dict:
     if args.do_predict:
         test_kwargs = dict(gen_kwargs, max_length=args.test_max_target_length or gen_kwargs.get("max_length")
                            or model.config.max_length)
-        summary["test"] = predict_split(model, tokenizer, args.data_dir, "test", args.output_dir, args.task,
-                                        batch_size, args.max_source_length, test_kwargs, args.n_test, dtype)
+        with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
+            summary["test"] = predict_split(whole, tokenizer, args.data_dir, "test", args.output_dir, args.task,
+                                            batch_size, args.max_source_length, test_kwargs, args.n_test, args.precision)
     if validation is not None:
         summary["validation"] = validation.history
     if env.is_main:

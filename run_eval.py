@@ -26,7 +26,7 @@ from bart.cli import builder
 from bart.cli.args import (POSITIVE, ArgumentParser, add_architecture_args, add_dist_timeout_arg, add_generation_args, check_args, generate_option_pairs,
                                generation_kwargs)
 from utils import distributed as dist_utils
-from utils.precision import Precision, add_precision_args
+from utils.precision import add_precision_args
 
 
 def parse_args(argv=None):
@@ -72,12 +72,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    check_decode_precision(args.decode_precision, Precision.from_args(args).name)  # against --bf16/--fp16
+    precision = args.precision  # the run's one Precision, made at parse time
+    check_decode_precision(args.decode_precision, precision.name)  # against --bf16/--fp16
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
                                       rendezvous_timeout_s=args.rendezvous_timeout)
     builder.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
-    precision = Precision.from_args(args)
     precision.configure()
     config = builder.model_config(args, training=False)
     model_path = resolve_weights(resolve_model_path(args.model_path))  # a run's folder: its newest checkpoint
@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)
-    result = run_evaluation(model, tokenizer, args, gen_kwargs, precision.autocast_dtype, is_main=env.is_main)
+    result = run_evaluation(model, tokenizer, args, gen_kwargs, precision, is_main=env.is_main)
     if args.debug and env.is_main:
         write_debug_references(args)
     dist_utils.cleanup()

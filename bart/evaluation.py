@@ -20,15 +20,16 @@ from bart.tokenization.tokenization_bart import model_inputs
 from utils import distributed as dist_utils
 from utils.dllogger_compat import Logger
 from utils.metrics import calculate_bleu, calculate_rouge
+from utils.precision import FP32, Precision
 from utils.progress import Progress
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
-                   gen_kwargs: dict, dtype: Optional[torch.dtype] = None,
+                   gen_kwargs: dict, precision: Precision = FP32,
                    desc: str = "generate", nested: bool = False) -> tuple[list[str], list[float]]:
-    """(generated text per source in input order, per-batch seconds on this rank). Rank 0 shows its
-    progress in examples (ranks share the work evenly); ``nested``: inside other work (validation
-    during training), so a log gets only its final line."""
+    """(generated text per source in input order, per-batch seconds on this rank), under the run's
+    ``precision`` (its autocast). Rank 0 shows its progress in examples (ranks share the work evenly);
+    ``nested``: inside other work (validation during training), so a log gets only its final line."""
     world, rank = dist_utils.world_size(), dist_utils.rank()
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -42,7 +43,7 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        with precision.autocast(device.type):
             out = model.generate(encoded["input_ids"].to(device), attention_mask=encoded["attention_mask"].to(device),
                                  **gen_kwargs)
         if device.type == "cuda":
@@ -89,12 +90,12 @@ def score(task: str, predictions: list[str], references: list[str]) -> dict:
 
 def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, task: str, batch_size: int,
                   max_source_length: int, gen_kwargs: dict, n_obs: Optional[int] = None,
-                  autocast_dtype: Optional[torch.dtype] = None) -> dict:
+                  precision: Precision = FP32) -> dict:
     """Generate for a split, score it, and (rank 0) write ``{split}_generations.txt`` and
     ``{split}_rouge.json`` (``_bleu.json`` for translation). Returns the metrics."""
     sources, targets = read_split(data_dir, split, n_obs)
     predictions, _ = generate_texts(model, tokenizer, sources, batch_size, max_source_length, gen_kwargs,
-                                    autocast_dtype)
+                                    precision)
     metrics = score(task, predictions, targets)
     if dist_utils.is_main_process():
         with open(os.path.join(output_dir, f"{split}_generations.txt"), "w", encoding="utf-8") as f:
@@ -104,14 +105,13 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
     return metrics
 
 
-def run_evaluation(model, tokenizer, args, gen_kwargs: dict, autocast_dtype: Optional[torch.dtype],
-                   is_main: bool) -> dict:
+def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precision, is_main: bool) -> dict:
     """run_eval.py's work: generate for ``args.type_path``, write the generations, the metrics
     (``{type_path}_rouge.json`` / ``_bleu.json``) and the dllogger record with latency figures."""
     sources, targets = read_split(args.data_dir, args.type_path, args.n_obs)
     start = time.perf_counter()
     predictions, latencies = generate_texts(model, tokenizer, [args.prefix + s for s in sources], args.eval_batch_size,
-                                            args.max_source_length, gen_kwargs, autocast_dtype)
+                                            args.max_source_length, gen_kwargs, precision)
     elapsed = time.perf_counter() - start
     all_latencies = [x for part in dist_utils.all_gather_objects(latencies) for x in part]
     result = {}

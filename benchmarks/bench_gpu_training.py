@@ -54,6 +54,7 @@ from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.training.float8 import convert_to_float8  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
+from utils.precision import Precision  # noqa: E402
 
 SHAPES = {  # name: (batch, source length, target length)
     "pretrain128": (200, 128, 128),
@@ -144,7 +145,8 @@ def project_step_fn(state_dict, config, name, device="cuda"):
                                        prefer_apex="foreach" not in name)
     scheduler = build_scheduler(optimizer, "linear", 2, 10_000)
     trainer = Trainer(model, optimizer, scheduler, [], TrainerConfig(
-        output_dir=tempfile.mkdtemp(), max_steps=10_000, precision="fp8" if "fp8" in name else "bf16", gradient_clip_val=CLIP,
+        output_dir=tempfile.mkdtemp(), max_steps=10_000, precision=Precision("fp8" if "fp8" in name else "bf16"),
+        gradient_clip_val=CLIP,
         compile="compile" in name, fused_cross_entropy="fce" in name, progress_bar=False),
         clips_internally=clips, device=torch.device(device))
     kind = type(optimizer).__name__

@@ -37,6 +37,7 @@ from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.tokenization.build_tokenizer import build_tokenizer_folder  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
+from utils.precision import Precision  # noqa: E402
 from tests.helpers.corpus import write_shards  # noqa: E402
 
 LR, WEIGHT_DECAY, CLIP = 1e-4, 0.01, 1.0
@@ -91,7 +92,7 @@ def project_loop(state_dict, config, optimizer_name, batches, warmup, compile_mo
     optimizer, clips = build_optimizer(model, optimizer_name, lr=LR, weight_decay=WEIGHT_DECAY, max_grad_norm=CLIP)
     scheduler = build_scheduler(optimizer, "linear", 2, 1000)
     trainer = Trainer(model, optimizer, scheduler, [], TrainerConfig(
-        output_dir=tempfile.mkdtemp(), max_steps=len(batches), precision="fp32", gradient_clip_val=CLIP,
+        output_dir=tempfile.mkdtemp(), max_steps=len(batches), precision=Precision("fp32"), gradient_clip_val=CLIP,
         compile=compile_model, progress_bar=False), clips_internally=clips)
     return timed(lambda batch: trainer.train_step([batch]), batches, warmup)
 

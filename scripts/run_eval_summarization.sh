@@ -54,5 +54,5 @@ mkdir -p "$OUTPUT_DIR"
 N_OBS_FLAG=(); [ -n "${N_OBS:-}" ] && N_OBS_FLAG=(--n_obs "$N_OBS")
 launcher "$NUM_GPU" run_eval.py "$INIT_CKPT" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --type_path "${TYPE_PATH:-test}" \
   --bs "$PRED_BS" --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
-  "${EVAL_PREC[@]+"${EVAL_PREC[@]}"}" "${PRELN_FLAG[@]+"${PRELN_FLAG[@]}"}" "${N_OBS_FLAG[@]+"${N_OBS_FLAG[@]}"}" \
+  "${PREC_FLAGS[@]}" "${PRELN_FLAG[@]+"${PRELN_FLAG[@]}"}" "${N_OBS_FLAG[@]+"${N_OBS_FLAG[@]}"}" \
   --json-summary "$OUTPUT_DIR/dllogger.json" ${EXTRA_ARGS:-} "${PASS[@]+"${PASS[@]}"}" 2>&1 | tee "$OUTPUT_DIR/joblog.log"

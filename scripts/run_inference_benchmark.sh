@@ -37,13 +37,13 @@ RESULTS=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_inference_benchmark_${DATE
 mkdir -p "$RESULTS"
 for n in "${GPU_COUNTS[@]}"; do
   for prec in "${PRECISION_LIST[@]}"; do
-    case "$prec" in fp16) FLAGS=(--fp16) ;; bf16) FLAGS=(--bf16) ;; tf32) FLAGS=(--tf32) ;; *) FLAGS=(--no-tf32) ;; esac
+    precision_flags "$prec"
     run="$RESULTS/${n}${DEVICE_KIND}_${prec}"
     mkdir -p "$run"
     echo "== $n $DEVICE_KIND process(es), $prec, batch $PRED_BS, beams $EVAL_BEAMS"
     launcher "$n" run_eval.py "$MODEL" "$CONFIG_PATH" "$DATA_DIR" "$run" --bs "$PRED_BS" --eval_beams "$EVAL_BEAMS" \
       --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --n_obs "${N_OBS:-1000}" \
-      --type_path "$TYPE_PATH" "${FLAGS[@]}" \
+      --type_path "$TYPE_PATH" "${PREC_FLAGS[@]}" \
       --json-summary "$run/dllogger.json" > "$run/joblog.log" 2>&1 || { tail -n 20 "$run/joblog.log" >&2; exit 1; }
   done
 done

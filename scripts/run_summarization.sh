@@ -82,5 +82,5 @@ FINAL="$OUTPUT_DIR/final_step.ckpt"
 echo "== evaluating $FINAL"
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
-  "${EVAL_PREC[@]+"${EVAL_PREC[@]}"}" "${PRELN_FLAG[@]}" \
+  "${PREC_FLAGS[@]}" "${PRELN_FLAG[@]}" \
   --json-summary "$OUTPUT_DIR/eval_dllogger.json" ${EVAL_EXTRA_ARGS:-} > >(tee "$OUTPUT_DIR/eval_joblog.log") 2>&1

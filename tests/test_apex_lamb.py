@@ -352,12 +352,13 @@ def _fit(tmp_path, prefer_apex, precision="fp32", steps=3):
     from bart.modeling import BartForConditionalGeneration
     from bart.training.trainer import Trainer, TrainerConfig
     from tests.helpers.synthetic import SyntheticBatches, tiny_config
+    from utils.precision import Precision
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))
     opt, clips = build_optimizer(model, "lamb", lr=1e-2, weight_decay=0.01, max_grad_norm=0.0,
                                  prefer_apex=prefer_apex)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=steps, log_freq=1, precision=precision,
+    config = TrainerConfig(output_dir=str(tmp_path), max_steps=steps, log_freq=1, precision=Precision(precision),
                            progress_bar=False)
     trainer = Trainer(model, opt, build_scheduler(opt, "linear", 1, steps), SyntheticBatches(2, 4), config,
                       clips_internally=clips)

@@ -217,11 +217,12 @@ def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
     from bart.optim import build_optimizer, build_scheduler
     from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
     from tests.helpers.synthetic import SyntheticBatches, tiny_config
+    from utils.precision import Precision
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))
     optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=50, precision="fp16", progress_bar=False,
+    config = TrainerConfig(output_dir=str(tmp_path), max_steps=50, precision=Precision("fp16"), progress_bar=False,
                            min_loss_scale=2.0 ** 12)  # 65536 halves to 4096 after 4 skipped updates
     trainer = Trainer(model, optimizer, build_scheduler(optimizer, "linear", 0, 50), SyntheticBatches(4, 4), config,
                       clips_internally=clips)

@@ -107,6 +107,114 @@ def test_final_checkpoint_loads_in_snippet_and_run_eval(finetuned, small_tokeniz
     assert "latency_p99_s" in logs and "throughput_seq_per_s" in logs
 
 
+# fine-tuning on from the fixture's weights, the same seed under each strategy: 2 updates, validation at steps 0, 1
+# and 2 (rouge2, the default), the best 2 kept, the test split predicted, the final weights written
+STRATEGY_LR = 1e-3
+
+
+@pytest.fixture(scope="module")
+def ddp_and_fsdp(finetuned):
+    base, data, config = finetuned
+    runs = {}
+    for strategy in ("ddp", "fsdp"):
+        runs[strategy] = base / f"strategy_{strategy}"
+        _run("finetune.py", "--config_path", config, "--data_dir", data, "--init_checkpoint",
+             str(base / "out" / "final_step.ckpt"), "--max_steps", "2", "--train_batch_size", "4", "--learning_rate",
+             str(STRATEGY_LR), "--lr_scheduler", "constant", "--warmup_steps", "0", "--max_source_length", "64",
+             "--max_target_length", "24", "--val_check_interval", "1", "--n_val", "6", "--eval_beams", "2",
+             "--eval_max_gen_length", "24", "--save_top_k", "2", "--do_predict", "--n_test", "6", "--no_tensorboard",
+             "--log_freq", "1", "--distributed_strategy", strategy, "--output_dir", str(runs[strategy]), nproc=2)
+    return base / "out" / "final_step.ckpt", runs["ddp"], runs["fsdp"]
+
+
+def _close_weights(fsdp: dict, ddp: dict) -> None:
+    assert list(fsdp) == list(ddp)  # every name, tied ones included, in the same order
+    for name, value in ddp.items():
+        assert type(fsdp[name]) is torch.Tensor and fsdp[name].shape == value.shape, name
+        # a key projection's bias has no gradient in exact arithmetic (softmax ignores a constant added to every
+        # score): AdamW turns the strategies' different rounding of that zero into steps of up to the learning rate
+        atol = 2 * STRATEGY_LR if name.endswith("k_proj.bias") else 1e-5
+        torch.testing.assert_close(fsdp[name], value, atol=atol, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp_fine_tuning_writes_what_ddp_writes(ddp_and_fsdp):
+    """Fine-tuning under FSDP validates (generation + ROUGE), keeps best-k, predicts and writes the final weights
+    as under DDP: the same files, the same ROUGE and predictions, the same weights within float tolerance (the
+    issue's crash: generation on the sharded model, `aten.embedding.default got mixed torch.Tensor and DTensor`)."""
+    from utils.checkpoint_io import safe_load
+    from utils.dllogger_compat import read_dllogger
+
+    start, ddp, fsdp = ddp_and_fsdp
+    assert sorted(os.listdir(fsdp)) == sorted(os.listdir(ddp))
+    names = set(os.listdir(ddp))
+    assert {"final_step.ckpt", "_epoch0_step2.ckpt", "best_rouge2.json", "test_generations.txt",
+            "test_rouge.json"} <= names and sum(n.startswith("best_rouge2_step") for n in names) == 2
+    for name in ("test_generations.txt", "test_rouge.json", "best_rouge2.json"):
+        assert (fsdp / name).read_text() == (ddp / name).read_text(), name
+    predictions = (ddp / "test_generations.txt").read_text().splitlines()
+    assert len(predictions) == 6 and all(p.split() for p in predictions)  # words, not empty lines
+    logged = {}
+    for run in (ddp, fsdp):
+        records = [r for r in read_dllogger(str(run / "dllogger.json")) if r["type"] == "LOG" and isinstance(r["step"], int)]
+        logged[run] = {(r["step"], k): v for r in records for k, v in r["data"].items() if k.startswith(("val_", "loss"))}
+    assert {k for k in logged[ddp] if k[1] == "val_rouge1"} == {(0, "val_rouge1"), (1, "val_rouge1"), (2, "val_rouge1")}
+    assert max(v for k, v in logged[ddp].items() if k[1] == "val_rouge1") > 0
+    assert logged[fsdp] == pytest.approx(logged[ddp], abs=1e-5)
+    moved = 0.0
+    for name in sorted(names):
+        if not name.endswith(".ckpt"):
+            continue
+        a, b = safe_load(str(ddp / name)), safe_load(str(fsdp / name))
+        if name == "final_step.ckpt":  # the reference's raw state dict
+            _close_weights(b, a)
+            initial = safe_load(str(start))
+            moved = max(float((a[k] - initial[k]).abs().max()) for k in a if not k.endswith("k_proj.bias"))
+            continue
+        assert sorted(a) == sorted(b) and a["kind"] == b["kind"], name
+        _close_weights(b["model"], a["model"])
+        assert b.get("metrics") == a.get("metrics") and b["config"] == a["config"], name
+        if "optimizer" in a:  # a training checkpoint: the optimizer state in optimizer.state_dict()'s layout
+            assert b["optimizer"]["param_groups"] == a["optimizer"]["param_groups"]
+            assert sorted(b["optimizer"]["state"]) == sorted(a["optimizer"]["state"])
+            for number, state in a["optimizer"]["state"].items():
+                for key, value in state.items():
+                    torch.testing.assert_close(b["optimizer"]["state"][number][key], value, atol=1e-5, rtol=1e-4)
+    assert moved > 100 * 1e-5  # the weights trained: their agreement is not the starting weights'
+    model = BartForConditionalGeneration(BartConfig(**json.load(open(ddp.parent / "config.json"))))
+    model.load_state_dict(safe_load(str(fsdp / "final_step.ckpt")))  # as the reference loads final_step.ckpt
+
+
+def test_one_precision_travels_through_the_run(tmp_path, small_tokenizer_dir, monkeypatch):
+    """A run makes its Precision once (at parse time) and every autocast of it, training, validation's generation
+    and prediction, is opened by that one object; --no-tf32 reaches the process-wide TF32 switch."""
+    import finetune
+    from tests.helpers.corpus import micro_config
+    from utils.precision import Precision
+
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
+    (tmp_path / "config.json").write_text(json.dumps(micro_config(dropout=0.0)))
+    made, opened = [], []
+    post_init, autocast = Precision.__post_init__, Precision.autocast
+    monkeypatch.setattr(Precision, "__post_init__", lambda self: (made.append(self), post_init(self))[1])
+    monkeypatch.setattr(Precision, "autocast", lambda self, device: (opened.append(self), autocast(self, device))[1])
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        finetune.main(["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer",
+                       small_tokenizer_dir, "--from_scratch", "--max_steps", "1", "--train_batch_size", "4",
+                       "--max_source_length", "32", "--max_target_length", "8", "--val_check_interval", "1",
+                       "--n_val", "2", "--eval_max_gen_length", "6", "--do_predict", "--n_test", "2", "--bf16",
+                       "--no-tf32", "--no_tensorboard", "--num_workers", "0", "--output_dir", str(tmp_path / "out")])
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    [run_precision] = made
+    assert (run_precision.name, run_precision.allow_tf32) == ("bf16", False)
+    # 1 update, validation before training and after it (1 batch each), prediction (1 batch)
+    assert len(opened) == 4 and all(p is run_precision for p in opened)
+
+
 def test_bad_inputs_are_explained(tmp_path, finetuned):
     _, data, config = finetuned
     folder = tmp_path / "bad"

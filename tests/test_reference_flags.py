@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from utils.checkpoint_io import safe_load
+from utils.precision import Precision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
@@ -225,7 +226,7 @@ WORKS = {
     "--log_every_n_steps": (["--log_every_n_steps", "50"], {"log_freq": 50}),
     "--accelerator": (["--accelerator", "ddp"], {"distributed_strategy": "ddp"}),
     "--sync_batchnorm": (["--sync_batchnorm"], {}),
-    "--precision": (["--precision", "16"], {"fp16": True}),
+    "--precision": (["--precision", "16"], {"fp16": True, "precision": Precision("fp16")}),  # the run's one Precision
     "--weights_summary": (["--weights_summary", "top"], {"weights_summary": "top"}),
     "--num_sanity_val_steps": (["--num_sanity_val_steps=0"], {"num_sanity_val_steps": 0}),
     "--profiler": (["--profiler", "false"], {}),

@@ -386,6 +386,34 @@ def test_results_dir_is_where_every_script_writes_and_output_dir_wins(sandbox):
     assert run.returncode == 0 and _arg(_python_calls(sandbox)[0], "--output_dir") == "results/bart_pyt_77"
 
 
+def _precision(call: str):
+    """The Precision a recorded python call computes in, read by the project's own precision flags."""
+    import argparse
+
+    from utils.precision import Precision, add_precision_args
+
+    parser = argparse.ArgumentParser()
+    add_precision_args(parser)
+    flags, _ = parser.parse_known_args(call.split()[2:])
+    return Precision.from_args(flags)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32", "fp32"])
+def test_evaluation_computes_in_the_precision_it_is_given(sandbox, precision):
+    """PRECISION reaches run_eval.py as it reaches finetune.py: fp32 evaluation is fp32 (TF32 off), not TF32
+    products as with run_eval.py's default."""
+    run = sandbox.run(["scripts/run_summarization.sh", *_at(SUMMARIZATION, 8, precision)])
+    assert run.returncode == 0, run.stderr
+    finetune, evaluate = _python_calls(sandbox)
+    assert _precision(evaluate) == _precision(finetune) and _precision(evaluate).name == precision
+    run = sandbox.run(["scripts/run_eval_summarization.sh", *_at(EVALUATION, 4, precision)])
+    assert run.returncode == 0, run.stderr
+    assert _precision(_python_calls(sandbox)[0]).name == precision
+    run = sandbox.run(["scripts/run_inference_benchmark.sh", *INFERENCE], {"PRECISIONS": precision})
+    assert run.returncode == 0, run.stderr
+    assert _precision(_python_calls(sandbox)[0]).name == precision
+
+
 def _launch(env_extra: dict, processes: int = 2) -> subprocess.CompletedProcess:
     """scripts/params/common.sh's launch_command N under the given environment: the LAUNCH words, one a line."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAX_RESTARTS", "NNODES", "MASTER_PORT", "RDZV_ID",

@@ -10,8 +10,11 @@
           float8 rounding in higher-precision products, for tests). Which layers is the model's choice
           (BART's: bart/training/float8.py, applied once by the builder)
 
-To add a precision, add its name to ``PRECISIONS`` and say here what it means for the autocast dtype,
-TF32 and the scaler; the training loop, evaluation and the flags follow.
+A run makes its ``Precision`` once, from the final flags at parse time (``args.precision``, made by
+``bart.cli.reference_flags.apply_reference_args``, parsing's last step), and hands it to the trainer,
+validation, prediction and evaluation; every autocast of the project is opened by
+:meth:`Precision.autocast`. To add a precision, add its name to ``PRECISIONS`` and say here what it
+means for the autocast dtype, TF32 and the scaler; the training loop, evaluation and the flags follow.
 
 These are the precisions of training and (all but fp8, a training precision) of run_eval.py's forward pass
 (autocast over fp32 weights). The
@@ -78,15 +81,23 @@ class Precision:
         if self.emulate_fp8 and self.name != "fp8":
             raise ValueError(f"emulate_fp8 is an fp8 setting, the precision is {self.name}")
 
-    @classmethod
-    def from_flags(cls, fp16: bool = False, bf16: bool = False, tf32: bool = True, fp8: bool = False,
-                   fp8_emulate: bool = False) -> "Precision":
+    def __str__(self) -> str:  # as run_config.json and a checkpoint's run arguments record it
+        return self.name
+
+    @staticmethod
+    def check_flags(fp16: bool = False, bf16: bool = False, fp8: bool = False, fp8_emulate: bool = False) -> None:
+        """The flags' rules, checked as they are parsed: one of --fp16, --bf16 and --fp8; --fp8_emulate with --fp8."""
         chosen = [flag for flag, on in (("--fp16", fp16), ("--bf16", bf16), ("--fp8", fp8)) if on]
         if len(chosen) > 1:
             raise UserError(f"{' with '.join(chosen)}: choose one of --fp16, --bf16 and --fp8"
                             + (" (--fp8 already runs the rest of the model under bf16 autocast)" if fp8 else ""))
         if fp8_emulate and not fp8:
             raise UserError("--fp8_emulate emulates --fp8's float8 products: add --fp8, or drop --fp8_emulate")
+
+    @classmethod
+    def from_flags(cls, fp16: bool = False, bf16: bool = False, tf32: bool = True, fp8: bool = False,
+                   fp8_emulate: bool = False) -> "Precision":
+        cls.check_flags(fp16, bf16, fp8, fp8_emulate)
         name = "fp16" if fp16 else "bf16" if bf16 else "fp8" if fp8 else "tf32" if tf32 else "fp32"
         return cls(name, allow_tf32=tf32, emulate_fp8=fp8_emulate)
 
@@ -143,3 +154,6 @@ class Precision:
 
     def grad_scaler(self, device_type: str) -> Optional[torch.amp.GradScaler]:
         return torch.amp.GradScaler(device_type) if self.uses_loss_scaling else None
+
+
+FP32 = Precision("fp32", allow_tf32=False)  # plain fp32, no autocast: the default of library calls given none

@@ -372,8 +372,8 @@ def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=N
     if hasattr(args, "max_steps") and args.max_steps is None and not getattr(args, "max_epochs", None):
         parser.error("the following arguments are required: --max_steps"
                      + (" (or --max_epochs)" if hasattr(args, "max_epochs") else ""))
-    try:
-        Precision.from_args(args).require_supported()  # its rules and needs (--fp8: torchao, the GPU), at parse time
+    try:  # the precision flags' rules at parse time; the run's Precision is made when the flags are final
+        Precision.check_flags(args.fp16, args.bf16, args.fp8, args.fp8_emulate)  # (reference_flags, parsing's end)
     except UserError as err:
         parser.error(str(err))
     if getattr(args, "lr_scheduler", None) == "polynomial" and args.lr_end > args.learning_rate:

@@ -20,7 +20,6 @@ from utils.checkpoint_io import remove_stale_partials
 from utils.dllogger_compat import Logger, drop_records_after
 from utils.errors import UserError
 from utils.metric_writers import build_writers, config_text
-from utils.precision import Precision
 
 
 def seed_everything(seed: int, rank: int = 0) -> None:
@@ -147,9 +146,8 @@ def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | N
     else:
         model = BartForConditionalGeneration(config)
     model.gradient_checkpointing_enable(config.gradient_checkpointing)
-    precision = Precision.from_args(args)
-    if precision.uses_float8:
-        convert_to_float8(model, emulate=precision.emulate_fp8)
+    if args.precision.uses_float8:  # the run's one Precision, made at parse time
+        convert_to_float8(model, emulate=args.precision.emulate_fp8)
     return model.train()
 
 
@@ -171,10 +169,9 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
     banner (printed, in run_config.json, in TensorBoard)."""
     device = device_for(env)
     model.to(device)
-    precision = Precision.from_args(args)
     config = TrainerConfig(
         output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
-        precision=precision.name, allow_tf32=precision.allow_tf32, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
+        precision=args.precision, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
         log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
         max_consecutive_nonfinite=args.max_consecutive_nonfinite, min_loss_scale=args.min_loss_scale, step_offset=args.phase1_end_step,
         val_check_interval=getattr(args, "val_check_interval", 0),

@@ -24,6 +24,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from utils.errors import UserError
+from utils.precision import Precision
+
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
 _TRUE = {"y", "yes", "t", "true", "on", "1"}
@@ -417,6 +420,11 @@ def apply_reference_args(args: argparse.Namespace, parser: argparse.ArgumentPars
                 spec.apply(args, value, script)
             except _Refusal as err:
                 parser.error(f"{shown} {err}")
+    try:  # the flags are final (--precision 16 was --fp16): the run's one Precision, handed on from here
+        args.precision = Precision.from_args(args)
+        args.precision.require_supported()  # --fp8: torchao and the GPU
+    except UserError as err:
+        parser.error(str(err))
 
 
 def _plain(text: str) -> str:

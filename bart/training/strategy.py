@@ -1,8 +1,11 @@
 """How the model is spread over processes: one small object the trainer receives.
 
 A strategy wraps the model for the forward pass, switches gradient synchronisation off for the
-micro-batches of an accumulation (all but the last), and turns model and optimizer state into full,
-plain state dicts for checkpoints (and back). The trainer knows nothing else about distribution.
+micro-batches of an accumulation (all but the last), turns model and optimizer state into full,
+plain state dicts for checkpoints (and back), and lends the whole model for work whose forwards differ
+between ranks (:meth:`Strategy.whole_model`: generation, where each rank decodes its own sources for its
+own number of steps, and the weights best-k keeps). Training, validation, prediction and the final
+weights know nothing else about distribution: a checkpoint is the same file whatever the strategy.
 
 - ``single``: one process, the model as it is.
 - ``ddp``: torch DistributedDataParallel (the default with more than one process); optional
@@ -11,8 +14,9 @@ plain state dicts for checkpoints (and back). The trainer knows nothing else abo
   optimizer state sharded over the processes, each encoder/decoder layer its own unit; the same
   flag reduces gradients in half precision.
 
-To add a strategy, subclass :class:`Strategy`, add it to ``STRATEGIES`` and give it a test that its
-losses match DDP's (tests/test_trainer.py).
+To add a strategy, subclass :class:`Strategy` and give it its row in ``STRATEGIES`` (the
+``--distributed_strategy`` choices follow), with a test that its losses match DDP's
+(tests/test_trainer.py) and that fine-tuning under it writes DDP's files (tests/test_finetune.py).
 """
 from __future__ import annotations
 
@@ -21,8 +25,6 @@ from typing import Optional
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-STRATEGIES = ("ddp", "fsdp")
 
 
 def full_tensor(value: torch.Tensor) -> torch.Tensor:
@@ -51,7 +53,15 @@ class Strategy:
         return contextlib.nullcontext()
 
     def model_state_dict(self, model: torch.nn.Module) -> dict:
+        """The full model state dict, every name ``model.state_dict()`` of the unwrapped model has (collective)."""
         return model.state_dict()
+
+    @contextlib.contextmanager
+    def whole_model(self, model: torch.nn.Module):
+        """The model with all its weights on this rank, as a plain module whose forwards run no collective
+        (collective to enter): for generation and for the weights of a best-k checkpoint. One process and
+        DDP: the model itself."""
+        yield model
 
     def optimizer_state_dict(self, model: torch.nn.Module, optimizer) -> dict:
         return optimizer.state_dict()
@@ -107,17 +117,48 @@ class FSDPStrategy(Strategy):
             target.set_requires_gradient_sync(True)
 
     @staticmethod
-    def _options(**kwargs):
+    def _options(cpu_offload: bool = True, **kwargs):
         from torch.distributed.checkpoint.state_dict import StateDictOptions
-        return StateDictOptions(full_state_dict=True, cpu_offload=True, **kwargs)
+        return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload, **kwargs)
 
-    def model_state_dict(self, model):
+    def model_state_dict(self, model, cpu_offload: bool = True):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
-        return get_model_state_dict(model, options=self._options())
+        state = get_model_state_dict(model, options=self._options(cpu_offload=cpu_offload))
+        # tied weights (shared embeddings, LM head): every name the unwrapped model's state dict has, all of
+        # them one tensor (gathered once per name, they would be stored once per name), so the files are DDP's
+        for alias, canonical in _aliases(model).items():
+            if canonical in state:  # cpu_offload: rank 0 alone holds the state
+                state[alias] = state[canonical]
+        return state
+
+    @contextlib.contextmanager
+    def whole_model(self, model):
+        """A plain copy of the model holding the gathered full weights on this rank's device (no FSDP
+        hooks: each rank may run its own forwards, as generation over a rank's own sources does),
+        dropped on leaving."""
+        from torch.distributed.fsdp import FSDPModule
+        state = self.model_state_dict(model, cpu_offload=False)  # collective: every rank takes part
+        plain = next(cls for cls in type(model).__mro__ if not issubclass(cls, FSDPModule))
+        with torch.device("meta"):
+            whole = plain(model.config)
+        whole.load_state_dict(state, assign=True)
+        whole.train(model.training)
+        try:
+            yield whole
+        finally:
+            del whole, state
 
     def optimizer_state_dict(self, model, optimizer):
+        """``optimizer.state_dict()``'s layout (parameters numbered in the optimizer's order, as DDP's), with
+        full tensors; torch's full state dict names parameters instead."""
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-        return get_optimizer_state_dict(model, optimizer, options=self._options())
+        state = get_optimizer_state_dict(model, optimizer, options=self._options())
+        if not state:  # cpu_offload: rank 0 alone holds the state
+            return state
+        number = _parameter_numbers(model, optimizer)
+        return {"state": {number[name]: value for name, value in state["state"].items()},
+                "param_groups": [dict(group, params=[number[name] for name in group["params"]])
+                                 for group in state["param_groups"]]}
 
     def load(self, model, optimizer, model_state, optimizer_state):
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
@@ -129,15 +170,41 @@ class FSDPStrategy(Strategy):
             raise KeyError(f"the checkpoint lacks {len(missing)} model entries, e.g. {missing[:5]}")
         set_model_state_dict(model, {k: v for k, v in model_state.items() if k in canonical},
                              options=self._options(strict=False))
+        if all(isinstance(number, int) for group in optimizer_state["param_groups"] for number in group["params"]):
+            name = {number: name for name, number in _parameter_numbers(model, optimizer).items()}
+            optimizer_state = {"state": {name[number]: value for number, value in optimizer_state["state"].items()},
+                               "param_groups": [dict(group, params=[name[number] for number in group["params"]])
+                                                for group in optimizer_state["param_groups"]]}
         set_optimizer_state_dict(model, optimizer, optimizer_state, options=self._options())
+
+
+def _parameter_numbers(model: torch.nn.Module, optimizer) -> dict:
+    """{parameter name: its number in ``optimizer.state_dict()``} (the optimizer's groups in order)."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    return {name: number for number, name in enumerate(ordered)}
+
+
+def _aliases(model: torch.nn.Module) -> dict:
+    """{name: first name} of the parameters and buffers registered under several names (tied weights)."""
+    first, aliases = {}, {}
+    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        canonical = first.setdefault(id(tensor), name)
+        if canonical != name:
+            aliases[name] = canonical
+    return aliases
+
+
+# name -> class: --distributed_strategy's choices; one process runs the base Strategy whatever the name
+STRATEGIES = {"ddp": DDPStrategy, "fsdp": FSDPStrategy}
+DEFAULT_STRATEGY = "ddp"  # several processes and no name given
 
 
 def build_strategy(name: Optional[str], world_size: int, device: torch.device,
                    half_precision_reduce: Optional[torch.dtype] = None, find_unused_parameters: bool = False) -> Strategy:
-    """``name`` None: DDP with several processes, nothing with one."""
-    if name not in (None, *STRATEGIES):
-        raise ValueError(f"distributed strategy must be one of {STRATEGIES}, got {name!r}")
+    """``name`` None: DDP with several processes; one process: the model as it is. An unknown name is refused."""
+    if name is not None and name not in STRATEGIES:
+        raise ValueError(f"distributed strategy must be one of {', '.join(STRATEGIES)}, got {name!r}")
     if world_size <= 1:
         return Strategy(device)
-    cls = FSDPStrategy if name == "fsdp" else DDPStrategy
-    return cls(device, half_precision_reduce, find_unused_parameters)
+    return STRATEGIES[name or DEFAULT_STRATEGY](device, half_precision_reduce, find_unused_parameters)

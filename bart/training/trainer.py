@@ -34,8 +34,7 @@ class TrainerConfig:
     output_dir: str
     max_steps: int
     gradient_accumulation_steps: int = 1
-    precision: str = "tf32"
-    allow_tf32: bool = True                 # False (--no-tf32): bf16/fp16 runs keep their fp32 parts strict fp32
+    precision: Precision = field(default_factory=Precision)  # the run's one Precision (args.precision)
     gradient_clip_val: float = 1.0
     label_smoothing: float = 0.0
     log_freq: int = 10
@@ -55,7 +54,9 @@ class TrainerConfig:
     run_args: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        Precision(self.precision)  # validates the name
+        if not isinstance(self.precision, Precision):
+            raise TypeError(f"TrainerConfig.precision is a utils.precision.Precision (e.g. Precision('fp32')), "
+                            f"got {self.precision!r}")
         if self.max_steps <= 0 or self.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
                              f"{self.max_steps} and {self.gradient_accumulation_steps}")
@@ -66,7 +67,7 @@ def strategy_for(config: TrainerConfig, world_size: int, device: torch.device) -
     half type, bf16 for fp32/tf32 runs (its range matches fp32's)."""
     reduce_dtype = None
     if config.allreduce_half_precision:
-        reduce_dtype = Precision(config.precision).autocast_dtype or torch.bfloat16
+        reduce_dtype = config.precision.autocast_dtype or torch.bfloat16
     return build_strategy(config.distributed_strategy, world_size, device, reduce_dtype, config.find_unused_parameters)
 
 
@@ -93,7 +94,7 @@ class Trainer:
         self.batches_in_epoch = 0
         self._data_position = None  # where a seekable loader resumes (see _batches)
         self._bad_steps = 0
-        self.precision = Precision(config.precision, allow_tf32=config.allow_tf32)
+        self.precision = config.precision  # validation and prediction take it from here
         self.scaler = self.precision.grad_scaler(self.device.type)
         self.precision.configure()
         self.strategy = strategy or strategy_for(config, self.world_size, self.device)

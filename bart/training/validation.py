@@ -7,6 +7,11 @@ ROUGE/BLEU, or the token loss), the best ``save_top_k`` weights kept
 reference's ``--min_epochs``/``--min_steps``). Pretraining
 (:class:`PretrainingValidation`): the reconstruction loss on the rows held out of training
 (``--n_val``), their noise drawn once so that every validation sees the same inputs.
+
+Both run under the trainer's precision (``trainer.precision``). Fine-tuning validation works on the
+strategy's whole model (:meth:`bart.training.strategy.Strategy.whole_model`: under FSDP a gathered
+copy), so that each rank generates for its own sources, and best-k keeps the same full weights, the same
+files, whatever the strategy.
 """
 from __future__ import annotations
 
@@ -21,29 +26,30 @@ from utils import distributed as dist_utils
 from utils.progress import track
 
 
-def token_loss(trainer, batches: list[dict]) -> float:
-    """Mean cross-entropy per target token (nat/token) of the model over ``batches``, under the
-    run's autocast. Every rank evaluates every batch (FSDP needs the same forwards on all ranks)."""
+def token_loss(trainer, batches: list[dict], model: Optional[torch.nn.Module] = None) -> float:
+    """Mean cross-entropy per target token (nat/token) of ``model`` (default the trainer's) over
+    ``batches``, under the run's autocast. Every rank evaluates every batch (the trainer's model under
+    FSDP needs the same forwards on all ranks)."""
+    model = trainer.model if model is None else model
     total, tokens = 0.0, 0
-    trainer.model.eval()
+    model.eval()
     with torch.no_grad():
         for batch in track(batches, "validate", unit="batch", enabled=dist_utils.is_main_process(), leave=False):
             batch = {k: v.to(trainer.device) for k, v in batch.items() if k != "index" and v is not None}
             with trainer.precision.autocast(trainer.device.type):
-                total += float(trainer.model(**batch, reduction="sum").loss)
+                total += float(model(**batch, reduction="sum").loss)
             tokens += int((batch["labels"] != -100).sum())
-    trainer.model.train()
+    model.train()
     return total / max(tokens, 1)
 
 
 class Validation:
     def __init__(self, data_dir: str, tokenizer, task: str, metric: str, n_val: Optional[int],
                  max_source_length: int, max_target_length: int, batch_size: int, gen_kwargs: dict,
-                 autocast_dtype: Optional[torch.dtype], output_dir: str, save_top_k: int,
-                 early_stopping_patience: int = 0, min_steps: int = 0) -> None:
+                 output_dir: str, save_top_k: int, early_stopping_patience: int = 0, min_steps: int = 0) -> None:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
-        self.batch_size, self.gen_kwargs, self.dtype = batch_size, gen_kwargs, autocast_dtype
+        self.batch_size, self.gen_kwargs = batch_size, gen_kwargs
         self.sources, self.targets = read_split(data_dir, "val", n_val)
         self.lower_is_better = metric == "loss"
         self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=self.lower_is_better)
@@ -64,27 +70,28 @@ class Validation:
         self.best_value, self.best_step = (None if best is None else float(best)), state["best_step"]
         self.without_improvement, self.history = int(state["without_improvement"]), list(state["history"])
 
-    def metric(self, trainer) -> dict:
+    def metric(self, trainer, model: torch.nn.Module) -> dict:
+        """The validation metrics of ``model`` (the strategy's whole model of ``trainer``)."""
         if self.metric_name == "loss":
-            return {"loss": self._loss(trainer)}
-        predictions, _ = generate_texts(trainer.model, self.tokenizer, self.sources, self.batch_size,
-                                        self.max_source_length, self.gen_kwargs, self.dtype, desc="validate",
-                                        nested=True)
-        trainer.model.train()
+            return {"loss": self._loss(trainer, model)}
+        predictions, _ = generate_texts(model, self.tokenizer, self.sources, self.batch_size, self.max_source_length,
+                                        self.gen_kwargs, trainer.precision, desc="validate", nested=True)
+        model.train()
         return score(self.task, predictions, self.targets)
 
-    def _loss(self, trainer) -> float:
+    def _loss(self, trainer, model: torch.nn.Module) -> float:
         dataset = Seq2SeqDataset(self.data_dir, "val", self.tokenizer, self.max_source_length,
                                  self.max_target_length, n_obs=self.n_val)
         batches = [dataset.collate([dataset[i] for i in range(start, min(start + 8, len(dataset)))])
                    for start in range(0, len(dataset), 8)]
-        return token_loss(trainer, batches)
+        return token_loss(trainer, batches, model)
 
     def __call__(self, trainer) -> dict:
-        metrics = self.metric(trainer)
-        self.history.append({"step": trainer.global_step, **metrics})
-        if dist_utils.is_main_process():
-            self.best.consider(metrics[self.metric_name], trainer.global_step, trainer.model, metrics)
+        with trainer.strategy.whole_model(trainer.model) as model:  # collective to enter; FSDP: gathered once
+            metrics = self.metric(trainer, model)
+            self.history.append({"step": trainer.global_step, **metrics})
+            if dist_utils.is_main_process():
+                self.best.consider(metrics[self.metric_name], trainer.global_step, model, metrics)
         self._early_stopping(trainer, float(metrics[self.metric_name]))
         return metrics
 

@@ -180,10 +180,9 @@ check_launch_env() {  # the environment of launch_command and launcher, and the 
   check_value command "PYTHON (environment, default python3)" "${PYTHON:-python3}"
 }
 
-precision_flags() {  # PREC: PREC_FLAGS (training: fp32 turns TF32 off) and EVAL_PREC (run_eval.py's autocast)
+precision_flags() {  # PREC: PREC_FLAGS, the same for training and evaluation (fp32 turns TF32 off: fp32 means fp32)
   case "$1" in
-    fp16) PREC_FLAGS=(--fp16); EVAL_PREC=(--fp16) ;; bf16) PREC_FLAGS=(--bf16); EVAL_PREC=(--bf16) ;;
-    tf32) PREC_FLAGS=(--tf32); EVAL_PREC=() ;; fp32) PREC_FLAGS=(--no-tf32); EVAL_PREC=() ;;
+    fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
   esac
 }
 

@@ -17,6 +17,7 @@ from bart.training.trainer import Trainer, TrainerConfig, strategy_for  # noqa: 
 from tests.helpers.synthetic import SyntheticBatches, tiny_config  # noqa: E402
 from utils import distributed as dist_utils  # noqa: E402
 from utils.dllogger_compat import Logger  # noqa: E402
+from utils.precision import Precision  # noqa: E402
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=args.dropout))
     torch.manual_seed(100 + env.rank)
-    config = TrainerConfig(output_dir=args.output_dir, max_steps=args.max_steps, log_freq=1, precision=args.precision,
+    config = TrainerConfig(output_dir=args.output_dir, max_steps=args.max_steps, log_freq=1, precision=Precision(args.precision),
                            gradient_accumulation_steps=args.grad_accum, save_checkpoint_steps=args.save_every,
                            keep_checkpoints=0, allreduce_half_precision=args.half_allreduce, progress_bar=False,
                            distributed_strategy=args.strategy)
