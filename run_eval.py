@@ -23,7 +23,7 @@ from bart.training.checkpoint import resolve_weights
 from bart.cli.reference_flags import add_reference_args, apply_reference_args, write_debug_references
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.cli import builder
-from bart.cli.args import (POSITIVE, ArgumentParser, add_architecture_args, add_dist_timeout_arg, add_generation_args, check_args, generate_option_pairs,
+from bart.cli.args import (POSITIVE, ArgumentParser, count_or_all, add_architecture_args, add_dist_timeout_arg, add_generation_args, check_args, generate_option_pairs,
                                generation_kwargs)
 from utils import distributed as dist_utils
 from utils.precision import add_precision_args
@@ -36,7 +36,7 @@ def parse_args(argv=None):
     parser.add_argument("data_dir", help="folder with {type_path}.source and .target")
     parser.add_argument("save_path", help="output folder")
     parser.add_argument("--type_path", default="test", help="split to evaluate (train, val, test)")
-    parser.add_argument("--n_obs", type=POSITIVE, default=None, help="only the first N examples")
+    parser.add_argument("--n_obs", type=count_or_all(1), default=None, help="only the first N examples (-1: all)")
     parser.add_argument("--num_return_sequences", type=POSITIVE, default=1)
     parser.add_argument("--max_source_length", type=POSITIVE, default=1024)
     parser.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
@@ -77,6 +77,8 @@ def main(argv=None) -> dict:
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
                                       rendezvous_timeout_s=args.rendezvous_timeout)
     builder.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
+    if env.is_main:
+        builder.record_start(args.save_path, env.world_size)  # SAVE_PATH/git_log.json: appended
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision.configure()
     config = builder.model_config(args, training=False)

@@ -18,6 +18,7 @@ import torch
 from bart.data.summarization import read_split
 from bart.tokenization.tokenization_bart import model_inputs
 from utils import distributed as dist_utils
+from utils.checkpoint_io import atomic_write_text
 from utils.dllogger_compat import Logger
 from utils.metrics import calculate_bleu, calculate_rouge
 from utils.precision import FP32, Precision
@@ -26,10 +27,12 @@ from utils.progress import Progress
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
                    gen_kwargs: dict, precision: Precision = FP32,
-                   desc: str = "generate", nested: bool = False) -> tuple[list[str], list[float]]:
+                   desc: str = "generate", nested: bool = False) -> tuple[list, list[float]]:
     """(generated text per source in input order, per-batch seconds on this rank), under the run's
-    ``precision`` (its autocast). Rank 0 shows its progress in examples (ranks share the work evenly);
-    ``nested``: inside other work (validation during training), so a log gets only its final line."""
+    ``precision`` (its autocast): a string per source, or with ``num_return_sequences`` > 1 in
+    ``gen_kwargs`` a list of that many strings per source. Rank 0 shows its progress in examples (ranks
+    share the work evenly); ``nested``: inside other work (validation during training), so a log gets
+    only its final line."""
     world, rank = dist_utils.world_size(), dist_utils.rank()
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -59,8 +62,8 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     by_index = {i: t for part in gathered for i, t in part}
     if len(by_index) != len(sources):
         raise RuntimeError(f"generation returned {len(by_index)} of {len(sources)} outputs")
-    return [" ".join(by_index[i]) if len(by_index[i]) == 1 else "\t".join(by_index[i])
-            for i in range(len(sources))], latencies
+    several = (gen_kwargs.get("num_return_sequences") or 1) > 1
+    return [by_index[i] if several else " ".join(by_index[i]) for i in range(len(sources))], latencies
 
 
 def latency_stats(latencies: list[float], examples: int, total_seconds: float, processes: int = 1) -> dict:
@@ -115,6 +118,8 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
     elapsed = time.perf_counter() - start
     all_latencies = [x for part in dist_utils.all_gather_objects(latencies) for x in part]
     result = {}
+    if is_main and (getattr(args, "num_return_sequences", 1) or 1) > 1:
+        return _write_pseudolabels(args, predictions, all_latencies, len(sources), elapsed)
     if is_main:
         os.makedirs(args.save_path, exist_ok=True)
         with open(os.path.join(args.save_path, f"{args.type_path}_generations.txt"), "w", encoding="utf-8") as f:
@@ -122,6 +127,8 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
         result = score(args.task, predictions, targets)
         stats = latency_stats(all_latencies, len(sources), elapsed, dist_utils.world_size())
         result.update(n_obs=len(sources), runtime_s=round(elapsed, 4), seconds_per_sample=round(elapsed / len(sources), 6))
+        # the reference's latency and throughput keys in the metrics file too, as its run_eval.py writes them
+        result.update({k: v for k, v in stats.items() if k.startswith("inference_") or k == "n_gpus"})
         if args.info:
             result["info"] = args.info
         if args.dump_args:
@@ -134,3 +141,19 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
         logger.close()
         print(json.dumps(result, indent=2), file=sys.stderr)
     return result
+
+
+def _write_pseudolabels(args, predictions: list[list[str]], latencies: list[float], examples: int,
+                        elapsed: float) -> dict:
+    """``--num_return_sequences`` > 1, as the reference's run_eval.py: every source's candidates, in input
+    order, as a JSON list of lists in ``pseudolabel_results.json`` (no ROUGE: there is no one prediction
+    to score); the latency figures go to the dllogger log."""
+    os.makedirs(args.save_path, exist_ok=True)
+    path = os.path.join(args.save_path, "pseudolabel_results.json")
+    atomic_write_text(path, json.dumps(predictions, indent=4))
+    stats = latency_stats(latencies, examples, elapsed, dist_utils.world_size())
+    logger = Logger(args.json_summary or os.path.join(args.save_path, "dllogger.json"))
+    logger.log(step=(), data={"n_obs": examples, **stats})
+    logger.close()
+    print(f"{examples} sources x {args.num_return_sequences} candidates written to {path}", file=sys.stderr)
+    return {"n_obs": examples, "pseudolabel_results": path, **stats}

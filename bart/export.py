@@ -6,7 +6,9 @@
 CKPT: a training checkpoint (``.ckpt``, which carries its config), a weights file (then ``--config``),
 a Hugging Face folder, a fairseq ``model.pt`` or a hub id. OUT_DIR receives config.json,
 generation_config.json (the model's generation settings: beams, lengths, n-gram blocking, forced
-tokens), model.safetensors and the tokenizer files. A post-LN model is written as BART, a Pre-LN one
+tokens), model.safetensors, the tokenizer files and README.md, a model card written from what the run
+left beside the checkpoint (data, steps and settings from run_config.json, the training summary,
+ROUGE/BLEU and best-validation metrics, and the provenance record git_log.json). A post-LN model is written as BART, a Pre-LN one
 as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
 builds BART's byte-level BPE tokenizer rather than mBART's SentencePiece one.
 
@@ -92,6 +94,81 @@ def _write_tokenizer(tokenizer_path: str, folder: str, model) -> list[str]:
     return sorted(set(os.listdir(folder)) - before)
 
 
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+# run_config.json keys the card shows, with their labels
+_CARD_SETTINGS = (("data_dir", "data"), ("init_checkpoint", "started from"), ("max_steps", "updates (--max_steps)"),
+                  ("train_batch_size", "batch size per process"), ("gradient_accumulation_steps", "accumulation"),
+                  ("world_size", "processes"), ("learning_rate", "learning rate"), ("lr_scheduler", "schedule"),
+                  ("warmup_steps", "warmup"), ("label_smoothing", "label smoothing"), ("dropout", "dropout"),
+                  ("attention_dropout", "attention dropout"), ("max_source_length", "max source length"),
+                  ("max_target_length", "max target length"), ("fp16", "fp16"), ("bf16", "bf16"), ("seed", "seed"))
+
+
+def model_card(model, model_path: str) -> str:
+    """README.md of the export, from what the run left beside the checkpoint: run_config.json (data, steps,
+    settings), the training log's summary (dllogger.json), the metrics files ({split}_rouge.json,
+    best_{metric}.json) and the provenance record (git_log.json: commit, versions, GPUs, command line)."""
+    from utils.dllogger_compat import read_dllogger
+
+    folder = os.path.dirname(os.path.abspath(model_path)) if os.path.isfile(model_path) else model_path
+    run = _read_json(os.path.join(folder, "run_config.json")) or {}
+    kind = "Pre-LN BART (saved as mBART, transformers' Pre-LN BART)" if model.config.pre_ln else "BART"
+    c = model.config
+    lines = ["---", "library_name: transformers", "pipeline_tag: summarization", "tags:", "- bart", "- summarization",
+             "---", "", f"# {os.path.basename(folder.rstrip(os.sep)) or 'BART'}", "",
+             f"{kind}: d_model {c.d_model}, {c.encoder_layers}+{c.decoder_layers} layers, "
+             f"{c.encoder_attention_heads} heads, vocabulary {c.vocab_size}; exported from `{os.path.basename(model_path)}` "
+             f"with `python -m bart.export`.", ""]
+    if run:
+        lines += ["## Training", "", "| setting | value |", "|---|---|"]
+        lines += [f"| {label} | `{run[key]}` |" for key, label in _CARD_SETTINGS if run.get(key) not in (None, False)]
+        lines.append("")
+    summary = {}
+    if os.path.isfile(os.path.join(folder, "dllogger.json")):
+        try:
+            for record in read_dllogger(os.path.join(folder, "dllogger.json")):
+                if record.get("type") == "LOG" and record.get("step") == []:
+                    summary.update(record.get("data", {}))
+        except (OSError, ValueError):
+            summary = {}
+    metrics = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        values = _read_json(os.path.join(folder, name)) if name.endswith(("_rouge.json", "_bleu.json")) else None
+        if isinstance(values, dict):
+            metrics.update({f"{name[:-5]}: {k}": v for k, v in values.items()
+                            if k.startswith(("rouge", "bleu")) and isinstance(v, (int, float))})
+        ranking = _read_json(os.path.join(folder, name)) if name.startswith("best_") and name.endswith(".json") else None
+        if isinstance(ranking, dict) and ranking.get("best"):
+            metrics[f"best validation {ranking.get('metric')}"] = f"{ranking['best'][0][0]} ({ranking['best'][0][1]})"
+    shown = {k: summary[k] for k in ("steps", "final_loss", "avg_train_throughput", "total_time_s") if k in summary}
+    if shown or metrics:
+        lines += ["## Results", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in {**shown, **metrics}.items()]
+        lines.append("")
+    log = _read_json(os.path.join(folder, "git_log.json"))
+    starts = log.get("starts") if isinstance(log, dict) else None
+    if starts:
+        first = starts[0]
+        git, build = first.get("git") or {}, first.get("torch_build") or {}
+        gpus = first.get("gpus") or {}
+        lines += ["## Provenance", "", f"From `git_log.json` beside the checkpoint ({len(starts)} start(s) of the run; "
+                  "the first shown).", "",
+                  f"- code: commit `{git.get('commit')}`{' (with uncommitted changes)' if git.get('dirty') else ''}, "
+                  f"branch `{git.get('branch')}`",
+                  f"- torch {build.get('torch')}, CUDA {build.get('cuda')}, cuDNN {build.get('cudnn')}, NCCL {build.get('nccl')}",
+                  f"- GPUs: {gpus.get('count', 0)} {', '.join(sorted(set(gpus.get('names') or []))) or '(none: CPU)'}",
+                  f"- container: {(first.get('container') or {}).get('NVIDIA_PYTORCH_VERSION') or 'none recorded'}",
+                  f"- command: `{first.get('command_line')}`", ""]
+    return "\n".join(lines)
+
+
 def _verify(folder: str, model) -> float:
     """Load ``folder`` with transformers' Auto classes; the largest logit difference to ``model``."""
     import torch
@@ -150,6 +227,9 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
         files = write_model_files(model, staging)
         _write_layer_norm_keys(staging, model)
         files += _write_tokenizer(tokenizer_path, staging, model)
+        with open(os.path.join(staging, "README.md"), "w", encoding="utf-8") as f:  # the model card
+            f.write(model_card(model, model_path))
+        files.append("README.md")
         max_diff = _verify(staging, model) if verify else None
         if os.path.isdir(out_dir):
             old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)

@@ -15,7 +15,7 @@ from bart.optim import build_optimizer, build_scheduler, describe_optimizer
 from bart.cli.args import write_run_config
 from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
-from utils import distributed as dist_utils
+from utils import distributed as dist_utils, provenance
 from utils.checkpoint_io import remove_stale_partials
 from utils.dllogger_compat import Logger, drop_records_after
 from utils.errors import UserError
@@ -136,6 +136,14 @@ def save_run_files(args: argparse.Namespace, tokenizer, config: BartConfig, worl
     run_eval.py and bart.export find the tokenizer a checkpoint was trained with."""
     write_run_config(args, args.output_dir, {"world_size": world_size, "model_config": config.to_dict()})
     tokenizer.save_pretrained(args.output_dir)
+    record_start(args.output_dir, world_size)
+
+
+def record_start(folder: str, world_size: int) -> str:
+    """Rank 0: this start's provenance (commit, versions, GPUs, container, command line) appended to
+    ``folder``/git_log.json (:mod:`utils.provenance`); a resume adds a record, never replaces one."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return provenance.append_start(folder, provenance.collect(root, extra={"world_size": world_size}))
 
 
 def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:

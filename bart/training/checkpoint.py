@@ -204,6 +204,31 @@ class BestCheckpoints:
         return path
 
 
+def best_checkpoint(output_dir: str) -> str:
+    """The best validation checkpoint of a fine-tuning run's folder: the top of its ``best_{metric}.json``
+    ranking (the run's ``val_metric`` in run_config.json when rankings of several metrics are there), as
+    transformers' ``load_best_model_at_end`` takes it. A folder without one is a :class:`CheckpointError`."""
+    rankings = sorted(glob.glob(os.path.join(glob.escape(output_dir), "best_*.json")))
+    if len(rankings) > 1 and os.path.isfile(os.path.join(output_dir, "run_config.json")):
+        with open(os.path.join(output_dir, "run_config.json"), encoding="utf-8") as f:
+            metric = json.load(f).get("val_metric")
+        rankings = [path for path in rankings if os.path.basename(path) == f"best_{metric}.json"] or rankings
+    if len(rankings) != 1:
+        found = ", ".join(os.path.basename(p) for p in rankings) if rankings else "none"
+        raise CheckpointError(f"{output_dir} holds no single best-checkpoint ranking best_{{metric}}.json ({found}): "
+                              f"the best checkpoint needs validation during training (--n_val not 0) and "
+                              f"--save_top_k >= 1")
+    try:
+        with open(rankings[0], encoding="utf-8") as f:
+            ranked = json.load(f)["best"]
+        path = os.path.join(output_dir, ranked[0][1])
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        raise CheckpointError(f"{rankings[0]} lists no best checkpoint ({type(err).__name__}: {err})") from err
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{rankings[0]} names {os.path.basename(path)}, which is not in {output_dir}")
+    return path
+
+
 def write_training_checkpoint(output_dir: str, state: dict, name: str | None, keep: int) -> str:
     """``name`` may use {epoch} and {step}; None: ``_step{N}.ckpt``, after which all but the newest
     ``keep`` step checkpoints are deleted."""
@@ -288,3 +313,13 @@ def restore_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+if __name__ == "__main__":  # python -m bart.training.checkpoint best OUTPUT_DIR: the path, or one line and exit 2
+    if len(sys.argv) != 3 or sys.argv[1] != "best":
+        sys.exit("usage: python -m bart.training.checkpoint best OUTPUT_DIR")
+    try:
+        print(best_checkpoint(sys.argv[2]))
+    except CheckpointError as err:
+        print(f"best checkpoint: {err}", file=sys.stderr)
+        sys.exit(2)

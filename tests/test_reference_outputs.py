@@ -1,0 +1,118 @@
+"""What the reference recipe's runs leave behind, from real (tiny, CPU) runs of the entry points: the
+provenance record git_log.json (appended by a resume and by run_eval.py, never replaced), the reference's
+latency keys in {type_path}_rouge.json, pseudolabel_results.json for --num_return_sequences > 1, the best
+validation checkpoint, and the model card bart.export writes from what the run knows."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers.corpus import micro_config
+from tests.helpers.summaries import write_summarization_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFERENCE_LATENCY_KEYS = ("inference_latency_mean", "inference_latency_conf_50", "inference_latency_conf_90",
+                          "inference_latency_conf_95", "inference_latency_conf_99", "inference_latency_conf_100",
+                          "inference_throughput_mean", "n_gpus")
+
+
+def _run(*args, timeout=600):
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, small_tokenizer_dir):
+    """finetune.py for 2 updates (validation at the end: a best-k checkpoint), resumed to 3; run_eval.py into the
+    run's folder (ROUGE) and into another with two candidates per source."""
+    base = tmp_path_factory.mktemp("reference_outputs")
+    data = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    config = base / "config.json"
+    config.write_text(json.dumps(micro_config()))
+    out = str(base / "out")
+    common = ["finetune.py", "--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+              "--from_scratch", "--train_batch_size", "4", "--max_source_length", "32", "--max_target_length", "12",
+              "--n_val", "4", "--eval_beams", "1", "--eval_max_gen_length", "12", "--num_workers", "0",
+              "--log_freq", "1", "--output_dir", out, "--resume_from_checkpoint", "auto"]
+    _run(*common, "--max_steps", "2")
+    _run(*common, "--max_steps", "3")
+    evaluation = [str(config), data, "--tokenizer", small_tokenizer_dir, "--bs", "2", "--eval_beams", "2",
+                  "--max_target_length", "12", "--max_source_length", "32"]
+    _run("run_eval.py", os.path.join(out, "final_step.ckpt"), evaluation[0], evaluation[1], out, *evaluation[2:])
+    _run("run_eval.py", os.path.join(out, "final_step.ckpt"), evaluation[0], evaluation[1], str(base / "pl"),
+         *evaluation[2:], "--num_return_sequences", "2")
+    return base, out, data, str(config)
+
+
+def test_provenance_is_recorded_and_a_resume_appends(run):
+    """Before: no record of where a run came from (the reference wrote git_log.json)."""
+    _, out, _, _ = run
+    log = json.load(open(os.path.join(out, "git_log.json")))
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # the reference's keys, from the first start
+    assert log["repo_sha"] == commit and log["hostname"] and "repo_branch" in log and "repo_id" in log
+    starts = log["starts"]
+    assert len(starts) == 3  # the first start, the resume, run_eval.py into the same folder: appended in order
+    assert [s["command"][1] for s in starts] == ["finetune.py", "finetune.py", "run_eval.py"]
+    assert starts[0]["command"][0] == sys.executable and starts[0]["command"][-2:] == ["--max_steps", "2"]
+    assert starts[1]["command"][-2:] == ["--max_steps", "3"] and "--max_steps 3" in starts[1]["command_line"]
+    first = starts[0]
+    assert first["git"]["commit"] == commit and isinstance(first["git"]["dirty"], bool)
+    assert first["torch_build"]["torch"] == torch.__version__ and first["torch_build"]["cuda"] == torch.version.cuda
+    assert {"cudnn", "nccl"} <= set(first["torch_build"])
+    assert first["libraries"]["transformers"] and first["libraries"]["numpy"]
+    assert first["gpus"]["count"] == torch.cuda.device_count() and first["world_size"] == 1
+    assert set(first["container"]) >= {"NVIDIA_PYTORCH_VERSION", "PYTORCH_VERSION"}
+
+
+def test_rouge_json_carries_the_reference_latency_keys(run):
+    """Before: inference_latency_* / inference_throughput_mean / n_gpus only in the dllogger log."""
+    _, out, _, _ = run
+    metrics = json.load(open(os.path.join(out, "test_rouge.json")))
+    missing = [k for k in REFERENCE_LATENCY_KEYS if k not in metrics]
+    assert not missing
+    assert metrics["n_gpus"] == 1 and metrics["n_obs"] == 4 and metrics["inference_throughput_mean"] > 0
+    assert metrics["inference_latency_conf_50"] <= metrics["inference_latency_conf_100"]
+
+
+def test_several_return_sequences_write_pseudolabel_results(run):
+    """Before: tab-joined candidates in test_generations.txt, scored as one summary."""
+    base, out, _, _ = run
+    labels = json.load(open(base / "pl" / "pseudolabel_results.json"))
+    assert len(labels) == 4 and all(isinstance(c, list) and len(c) == 2 and all(isinstance(t, str) for t in c)
+                                    for c in labels)
+    # beam search's best candidate first: the one-sequence run's summary, in input order
+    single = open(os.path.join(out, "test_generations.txt"), encoding="utf-8").read().splitlines()
+    assert [c[0] for c in labels] == single
+    assert not (base / "pl" / "test_generations.txt").exists() and not (base / "pl" / "test_rouge.json").exists()
+
+
+def test_best_checkpoint_is_the_top_of_the_ranking(run, tmp_path):
+    _, out, _, _ = run
+    ranking = json.load(open(os.path.join(out, "best_rouge2.json")))
+    found = _run("-m", "bart.training.checkpoint", "best", out).stdout.strip()
+    assert found == os.path.join(out, ranking["best"][0][1]) and os.path.isfile(found)
+    missing = subprocess.run([sys.executable, "-m", "bart.training.checkpoint", "best", str(tmp_path)], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+    assert "needs validation during training" in missing.stderr
+
+
+def test_export_writes_a_model_card_from_the_run(run, tmp_path):
+    """Before: the exported folder had no README.md."""
+    _, out, data, config = run
+    _run("-m", "bart.export", os.path.join(out, "final_step.ckpt"), str(tmp_path / "hf"), "--config", config)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers\n")
+    rouge = json.load(open(os.path.join(out, "test_rouge.json")))
+    log = json.load(open(os.path.join(out, "git_log.json")))
+    for text in (f"| data | `{data}` |", "| updates (--max_steps) | `3` |",  # the last start's settings
+                 f"| test_rouge: rouge1 | {rouge['rouge1']} |", "best validation rouge2",
+                 f"commit `{log['starts'][0]['git']['commit']}`", f"torch {torch.__version__}",
+                 "3 start(s) of the run", "finetune.py"):
+        assert text in card, text
