@@ -3,9 +3,11 @@
 #
 # usage: bash scripts/run_eval_summarization.sh INIT_CKPT [PRED_BS NUM_GPU PRECISION EVAL_BEAMS
 #   MAX_SOURCE_LEN MAX_TARGET_LEN DATA_DIR CONFIG_PATH PRELN] [run_eval.py flags]
-# defaults: 8 1 bf16 4 1024 142 data/cnn_dm configs/config.json auto; arguments from the first one
-# starting with -- go to run_eval.py. The reference README's example without NUM_GPU
-# (INIT_CKPT PRED_BS PRECISION EVAL_BEAMS ...) is read as NUM_GPU 1.
+# defaults (the reference script's): 96 8 fp16 4 1024 142 data/cnn_dm configs/config.json auto, NUM_GPU 8
+# capped at the GPUs present (1 process without a GPU); PRELN auto: as the checkpoint is (the reference's
+# true is the same for its Pre-LN checkpoints). Arguments from the first one starting with -- go to
+# run_eval.py. The reference README's example without NUM_GPU (INIT_CKPT PRED_BS PRECISION EVAL_BEAMS ...)
+# is read as NUM_GPU 1.
 # example: bash scripts/run_eval_summarization.sh results/final_step.ckpt 8 1 bf16 4 1024 142 data/cnn_dm configs/config.json true
 # INIT_CKPT: a .ckpt, a Hugging Face folder or hub id. The model's architecture (Pre-LN, sizes) comes from
 # the checkpoint; CONFIG_PATH gives the generation settings. PRELN: true | false (checked against the
@@ -13,11 +15,11 @@
 # (CHECK_ONLY=1: check, start nothing).
 # Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the run's folder), else
 # results/bart_pyt_inference_${DATESTAMP}; relative paths are read from the repository root.
-# Environment: TOKENIZER, TYPE_PATH (test), N_OBS, EXTRA_ARGS (more run_eval.py flags), CPU_PROCESSES
+# Environment: TOKENIZER, TYPE_PATH (test), N_OBS (-1 or unset: the whole split), EXTRA_ARGS (more run_eval.py flags), CPU_PROCESSES
 # (processes without a GPU), NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT (multi-node).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
 source scripts/params/common.sh
 [ "${1:-}" != "$PRESET_ERROR" ] && [ "${2:-}" != "$PRESET_ERROR" ] || exit 2  # a preset said what is wrong
@@ -32,14 +34,15 @@ case "${3:-}" in fp16|bf16|tf32|fp32)  # the reference README's order, without N
 esac
 ARG_NAMES=(INIT_CKPT PRED_BS NUM_GPU PRECISION EVAL_BEAMS MAX_SOURCE_LEN MAX_TARGET_LEN DATA_DIR CONFIG_PATH PRELN)
 ARG_KINDS=(model count count precision count count count folder file preln)
-INIT_CKPT=$1; PRED_BS=${2:-8}; NUM_GPU=${3:-1}; PRECISION=${4:-bf16}; EVAL_BEAMS=${5:-4}
+GPUS_HERE=$(gpus_present); DEFAULT_GPUS=$(( GPUS_HERE == 0 ? 1 : (GPUS_HERE < 8 ? GPUS_HERE : 8) ))
+INIT_CKPT=$1; PRED_BS=${2:-96}; NUM_GPU=${3:-$DEFAULT_GPUS}; PRECISION=${4:-fp16}; EVAL_BEAMS=${5:-4}
 MAX_SOURCE_LEN=${6:-1024}; MAX_TARGET_LEN=${7:-142}; DATA_DIR=${8:-data/cnn_dm}; CONFIG_PATH=${9:-configs/config.json}
 PRELN=${10:-auto}
 check_inputs $# "$INIT_CKPT" "$PRED_BS" "$NUM_GPU" "$PRECISION" "$EVAL_BEAMS" "$MAX_SOURCE_LEN" "$MAX_TARGET_LEN" \
   "$DATA_DIR" "$CONFIG_PATH" "$PRELN"
 check_env word TYPE_PATH
 check_data_dir DATA_DIR "$DATA_DIR" "${TYPE_PATH:-test}"
-check_env count N_OBS
+check_env count_or_all N_OBS
 check_env model TOKENIZER
 check_env outdir OUTPUT_DIR
 check_env outdir RESULTS_DIR
@@ -51,7 +54,7 @@ PYTHON=${PYTHON:-python3}
 precision_flags "$PRECISION"
 preln_flag "$PRELN"
 mkdir -p "$OUTPUT_DIR"
-N_OBS_FLAG=(); [ -n "${N_OBS:-}" ] && N_OBS_FLAG=(--n_obs "$N_OBS")
+N_OBS_FLAG=(); [ -n "${N_OBS:-}" ] && [ "$N_OBS" != -1 ] && N_OBS_FLAG=(--n_obs "$N_OBS")  # -1: the whole split
 launcher "$NUM_GPU" run_eval.py "$INIT_CKPT" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --type_path "${TYPE_PATH:-test}" \
   --bs "$PRED_BS" --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
   "${PREC_FLAGS[@]}" "${PRELN_FLAG[@]+"${PRELN_FLAG[@]}"}" "${N_OBS_FLAG[@]+"${N_OBS_FLAG[@]}"}" \

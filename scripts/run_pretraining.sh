@@ -6,7 +6,8 @@
 #   learning_rate_phase1 learning_rate_phase2 precision use_preln num_gpus warmup_steps_phase1
 #   warmup_steps_phase2 train_steps_phase1 train_steps_phase2 save_checkpoint_steps
 #   num_accumulation_phase1 num_accumulation_steps_phase2 config_path]
-# defaults: 200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 configs/config.json
+# Any leading part of the 15 values may be given (as in the reference); the rest take its defaults:
+#   200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 configs/config.json
 # precision: fp16 | bf16 | tf32 | fp32.  num_gpus: GPUs per node (processes on a CPU-only machine).
 # Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the run's folder), else
 # results/bart_pyt_pretraining; phase_1/ and phase_2/ inside (relative paths: from the repository root).
@@ -19,10 +20,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
-if [ $# -ne 0 ] && [ $# -ne 15 ]; then
-  echo "run_pretraining.sh: expected 15 arguments (or none for the defaults), got $#" >&2; usage >&2; exit 2
+if [ $# -gt 15 ]; then
+  echo "run_pretraining.sh: expected at most 15 arguments (a leading part of them: the rest take the defaults), got $# (--help: usage)" >&2
+  exit 2
 fi
 
 train_batch_size_phase1=${1:-200}
@@ -87,8 +89,9 @@ if [ "$GPUS_PRESENT" -eq 0 ]; then
 fi
 
 launch_command "$num_gpus"  # LAUNCH: torchrun, or python alone for one process on one node
+# the reference's fixed flags (--attention_dropout 0.1 included: the configs keep bart-large's 0.0)
 COMMON=(--config_path "$config_path" --lamb --lr_scheduler polynomial --weight_decay 0.1
-        --dropout 0.1 --gradient_clip_val 0.1 "${PRELN_FLAG[@]}" "${PREC_FLAGS[@]}" --seed "$SEED"
+        --dropout 0.1 --attention_dropout 0.1 --gradient_clip_val 0.1 "${PRELN_FLAG[@]}" "${PREC_FLAGS[@]}" --seed "$SEED"
         --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")
 # half-precision gradient all-reduce in mixed-precision runs, as the reference recipe does
 case "$precision" in fp16|bf16) COMMON+=(--allreduce_post_accumulation_half_precision) ;; esac

@@ -5,11 +5,15 @@
 #   TRAIN_STEPS WARMUP_STEPS MAX_SOURCE_LEN MAX_TARGET_LEN EVAL_BEAMS EVAL_BS PRED_BS PRELN] [finetune.py flags]
 # Any leading part of the 16 values may be given; the rest take these defaults:
 #   data/cnn_dm/ data/nvidia_pretrained/bart_large/ configs/config.json 8 1.25e-4 40 1 bf16
-#   2000 50 1024 142 4 128 128 true
+#   2000 50 1024 142 4 128 64 true   (the reference script's; its README's example leaves out PRED_BS)
 # Arguments after the 16th (flags, starting with --) go to finetune.py. Every value is checked before
 # anything starts: a bad one is one line and exit 2 (CHECK_ONLY=1: check, start nothing).
 # CKPT_PATH: a .ckpt, a folder holding checkpoints, a Hugging Face folder or hub id (never a silent fallback).
-# PREC: fp16 | bf16 | tf32 | fp32.  PRELN: true | false (must match the checkpoint).
+# PREC: fp16 | bf16 | tf32 | fp32 (fp32: no TF32 products, in training and in the evaluation).
+# PRELN: true | false (must match the checkpoint). As the reference, fine-tuning passes --attention_dropout 0.1
+# (the configs keep bart-large's 0.0, which evaluation and other uses of the config see).
+# EVAL_CHECKPOINT: final (the default, the reference's: final_step.ckpt) | best (the best validation
+# checkpoint, best_{metric}_step{N}.ckpt, as transformers' load_best_model_at_end; needs N_VAL not 0).
 # Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the run's folder), else
 # results/bart_pyt_${DATESTAMP}; relative paths are read from the repository root.
 # Environment: TOKENIZER, SEED (42), N_VAL (100; -1: all), VAL_CHECK_INTERVAL (0: validate at the end),
@@ -18,7 +22,7 @@
 # MAX_RESTARTS (0; torchrun restarts after a failure, each resuming from the newest checkpoint).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then usage; exit 0; fi
 source scripts/params/common.sh
 [ "${1:-}" != "$PRESET_ERROR" ] || exit 2  # a preset of scripts/params/ found a bad value and said so
@@ -42,7 +46,7 @@ MAX_SOURCE_LEN=${11:-1024}
 MAX_TARGET_LEN=${12:-142}
 EVAL_BEAMS=${13:-4}
 EVAL_BS=${14:-128}
-PRED_BS=${15:-128}
+PRED_BS=${15:-64}
 PRELN=${16:-true}
 check_inputs $# "$DATA_DIR" "$CKPT_PATH" "$CONFIG_PATH" "$NUM_GPU" "$LR" "$BS" "$ACCUM" "$PREC" "$TRAIN_STEPS" \
   "$WARMUP_STEPS" "$MAX_SOURCE_LEN" "$MAX_TARGET_LEN" "$EVAL_BEAMS" "$EVAL_BS" "$PRED_BS" "$PRELN"
@@ -50,6 +54,11 @@ check_data_dir DATA_DIR "$DATA_DIR" train val test
 check_env count0 SEED
 check_env count_all N_VAL
 check_env number0 VAL_CHECK_INTERVAL
+case "${EVAL_CHECKPOINT:-final}" in final|best) ;;
+  *) die "EVAL_CHECKPOINT (environment) '$EVAL_CHECKPOINT' is not final or best" ;; esac
+if [ "${EVAL_CHECKPOINT:-final}" = best ] && [ "${N_VAL:-100}" = 0 ]; then
+  die "EVAL_CHECKPOINT (environment) 'best' needs validation during training, but N_VAL is 0"
+fi
 check_env model TOKENIZER
 check_env outdir OUTPUT_DIR
 check_env outdir RESULTS_DIR
@@ -75,10 +84,14 @@ launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_
   --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --val_max_target_length "$MAX_TARGET_LEN" \
   --eval_beams "$EVAL_BEAMS" --eval_batch_size "$EVAL_BS" --n_val "${N_VAL:-100}" \
   --val_check_interval "${VAL_CHECK_INTERVAL:-0}" "${PRELN_FLAG[@]}" --label_smoothing 0.1 --weight_decay 0.1 --dropout 0.1 \
+  --attention_dropout 0.1 \
   --gradient_clip_val 0.1 --lr_scheduler polynomial --sortish_sampler --freeze_embeds --seed "${SEED:-42}" \
   --output_dir "$OUTPUT_DIR" --json-summary "$OUTPUT_DIR/dllogger.json" "${RESUME[@]+"${RESUME[@]}"}" "${EXTRA[@]}" \
   > >("${TEE[@]}" "$OUTPUT_DIR/joblog.log") 2>&1
 FINAL="$OUTPUT_DIR/final_step.ckpt"
+if [ "${EVAL_CHECKPOINT:-final}" = best ]; then
+  FINAL=$("$PYTHON" -m bart.training.checkpoint best "$OUTPUT_DIR") || exit 2  # it said why, in one line
+fi
 echo "== evaluating $FINAL"
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \

@@ -81,8 +81,8 @@ def test_inference_benchmark_table(tmp_path, small_tokenizer_dir):
 
 
 @pytest.mark.parametrize("script,args,message", [
-    ("run_training_benchmark.sh", ["8", "48"], "expected 4 arguments, got 2"),
-    ("run_inference_benchmark.sh", ["2", "2", "48"], "expected 7 arguments, got 3"),
+    ("run_training_benchmark.sh", ["8", "48", "16", "d", "x"], "expected at most 4 arguments, got 5"),
+    ("run_inference_benchmark.sh", ["2"] * 8, "expected at most 7 arguments, got 8"),
     ("run_training_benchmark.sh", ["8", "48", "16", "/nonexistent/data"], "data dir (4th): /nonexistent/data not found"),
 ])
 def test_benchmark_scripts_refuse_bad_arguments(script, args, message):

@@ -71,6 +71,19 @@ def test_hub_id_resolves_from_the_offline_cache_and_loads(hub, offline, tokenize
     assert explicit != folder and os.path.isfile(os.path.join(explicit, "tokenizer.json"))
 
 
+def test_from_pretrained_takes_a_hub_id_as_transformers_does(hub, offline):
+    """The custom-inference snippet's call with a hub id: resolved from the offline cache (before: `no
+    checkpoint at tiny-org/tiny-bart`); an id neither local nor cached is one line naming it and the fix."""
+    _, reference = hub
+    model = BartForConditionalGeneration.from_pretrained("tiny-org/tiny-bart")
+    torch.testing.assert_close(_logits(model), _logits(reference), atol=1e-6, rtol=1e-6)
+    bin_only = BartForConditionalGeneration.from_pretrained("tiny-org/tiny-bart-bin")  # pytorch_model.bin only
+    torch.testing.assert_close(_logits(bin_only), _logits(_hf_model(seed=1)), atol=1e-6, rtol=1e-6)
+    with pytest.raises(HubResolutionError) as err:
+        BartForConditionalGeneration.from_pretrained("facebook/bart-large-cnn")
+    assert "\n" not in str(err.value) and "'facebook/bart-large-cnn'" in str(err.value) and "HF_HUB_OFFLINE=0" in str(err.value)
+
+
 def test_pytorch_model_bin_repository_and_default_tokenizer(hub, offline):
     folder = resolve_model_path("tiny-org/tiny-bart-bin")
     assert os.path.isfile(os.path.join(folder, "pytorch_model.bin"))

@@ -7,6 +7,7 @@ line on stderr naming the value (and its place), and no recorded call: nothing w
 runs (RESULTS_DIR, OUTPUT_DIR) read the folders the scripts passed to the stub Python.
 """
 import os
+import re
 import subprocess
 
 import pytest
@@ -16,6 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the stub Python: records its call; a pretrain.py/finetune.py run leaves its last checkpoint as the real ones do
 PYTHON_STUB = r'''#!/bin/bash
 printf '%s\n' "python $*" >> "$STUB_LOG"
+# run_summarization.sh's EVAL_CHECKPOINT=best asks for the run's best checkpoint
+if [ "$1 $2 $3" = "-m bart.training.checkpoint best" ]; then echo "$4/best_rouge2_step7.ckpt"; exit 0; fi
 out=""; steps=""
 while [ $# -gt 0 ]; do case "$1" in --output_dir) out=$2; shift ;; --max_steps) steps=$2; shift ;; esac; shift; done
 if [ -n "$out" ] && [ -n "$steps" ]; then mkdir -p "$out"; touch "$out/_step$steps.ckpt"; fi
@@ -440,3 +443,131 @@ def test_max_restarts_reaches_torchrun_with_c10d_rendezvous_across_nodes():
     bad = _launch({"MAX_RESTARTS": "twice"})
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "MAX_RESTARTS (environment) 'twice'" in bad.stderr, \
         bad.stderr
+
+
+
+PRESET_FILES = ("cnn_dm_params.sh", "xsum_params.sh")
+
+
+def _with_xsum(sandbox):
+    """data/xsum beside data/cnn_dm (the XSum presets' and the benchmarks' default data)."""
+    import shutil
+    shutil.copytree(sandbox.root / "data" / "cnn_dm", sandbox.root / "data" / "xsum")
+    return sandbox
+
+
+def _presets(file):
+    text = open(os.path.join(ROOT, "scripts", "params", file)).read()
+    return re.findall(r"^([a-z][a-z0-9_]*)\(\) \{", text, flags=re.M)  # not the _helpers
+
+
+def test_the_seeds_and_the_references_presets_exist_and_pass_the_scripts_checks(sandbox):
+    """Before: xsum_params.sh had no dgxa100_8gpu_tf32_eval (the seed's Quick Start: "command not found"), no
+    1-GPU presets (the seed's XSum table: 1 GPU, batch 24/40), no DGX-1 V100 presets for either dataset."""
+    wanted = {"xsum_params.sh": {"dgxa100_8gpu_tf32_eval", "dgxa100_1gpu_bf16", "dgxa100_1gpu_tf32",
+                                 "dgxa100_1gpu_bf16_eval", "dgxa100_1gpu_tf32_eval", "dgx1_8gpu_fp16", "dgx1_8gpu_fp32",
+                                 "dgx1_8gpu_fp16_eval", "dgx1_8gpu_fp32_eval"},
+              "cnn_dm_params.sh": {"dgx1_8gpu_fp16", "dgx1_8gpu_fp32", "dgx1_8gpu_fp16_eval", "dgx1_8gpu_fp32_eval",
+                                   "dgxa100_1gpu_tf32"}}
+    _with_xsum(sandbox)
+    problems = []
+    for file in PRESET_FILES:
+        presets = _presets(file)
+        problems += [f"{file}: no {name}" for name in sorted(wanted[file] - set(presets))]
+        for name in presets:  # every preset prints values its script accepts
+            script = "run_eval_summarization.sh m.ckpt" if name.endswith("_eval") else "run_summarization.sh"
+            run = sandbox.run(None, command=f"CHECK_ONLY=1 bash scripts/{script} $(source scripts/params/{file} && {name})")
+            if run.returncode != 0:
+                problems.append(f"{file} {name}: exit {run.returncode} {run.stderr.strip()}")
+    assert not problems, "\n".join(problems)
+
+    def printed(file, name):
+        return subprocess.run(["bash", "-c", f"source scripts/params/{file} && {name}"], cwd=ROOT, capture_output=True,
+                              text=True, env={"PATH": os.environ["PATH"]}).stdout.split()
+    # the seed's XSum table (1 GPU: batch 24 TF32, 40 BF16) and the reference's values
+    assert printed("xsum_params.sh", "dgxa100_1gpu_bf16")[3:8] == ["1", "1.25e-4", "40", "8", "bf16"]
+    assert printed("xsum_params.sh", "dgxa100_1gpu_tf32")[3:9] == ["1", "1.25e-4", "24", "8", "tf32", "3333"]
+    assert printed("xsum_params.sh", "dgxa100_8gpu_tf32_eval") == ["64", "8", "tf32", "6", "1024", "60", "data/xsum/",
+                                                                  "configs/config_xsum.json", "auto"]
+    assert printed("xsum_params.sh", "dgx1_8gpu_fp16")[3:15] == ["8", "7e-5", "14", "1", "fp16", "7000", "200", "1024",
+                                                                "60", "6", "128", "64"]
+    assert printed("xsum_params.sh", "dgx1_8gpu_fp32_eval")[:3] == ["32", "8", "fp32"]
+    assert printed("cnn_dm_params.sh", "dgx1_8gpu_fp32")[3:15] == ["8", "7e-5", "8", "1", "fp32", "12250", "200", "1024",
+                                                                  "142", "4", "96", "32"]
+
+
+def test_scripts_take_a_leading_part_of_their_values_and_the_references_defaults(sandbox):
+    """Before: `run_pretraining.sh 200 32` was refused (15 or nothing), the benchmark scripts wanted all their
+    values, and the inference benchmark stopped at 1,000 examples and refused N_OBS=-1."""
+    _with_xsum(sandbox)
+    run = sandbox.run(["scripts/run_pretraining.sh", "200", "32"])
+    assert run.returncode == 0, run.stderr
+    phase1, phase2 = [c for c in _python_calls(sandbox) if "pretrain.py" in c]  # (8 processes: a free port asked first)
+    assert _arg(phase1, "--train_batch_size") == "200" and _arg(phase1, "--learning_rate") == "5e-3"
+    assert _arg(phase1, "--gradient_accumulation_steps") == "40" and _arg(phase1, "--max_steps") == "95040"
+    assert "--nproc_per_node=8" in phase1 and _arg(phase2, "--train_batch_size") == "32"
+    assert _arg(phase2, "--gradient_accumulation_steps") == "120" and "--bf16" in phase1.split()
+    # the reference passes --attention_dropout 0.1 (the configs keep bart-large's 0.0)
+    assert _arg(phase1, "--attention_dropout") == "0.1" and _arg(phase2, "--attention_dropout") == "0.1"
+
+    run = sandbox.run(["scripts/run_training_benchmark.sh"])
+    assert run.returncode == 0, run.stderr
+    finetune = _python_calls(sandbox)[0]
+    assert [_arg(finetune, f) for f in ("--train_batch_size", "--max_source_length", "--max_target_length",
+                                        "--data_dir", "--attention_dropout")] == ["24", "1024", "60", "data/xsum", "0.1"]
+    run = sandbox.run(["scripts/run_training_benchmark.sh", "8"])
+    assert run.returncode == 0 and _arg(_python_calls(sandbox)[0], "--train_batch_size") == "8"
+
+    run = sandbox.run(["scripts/run_inference_benchmark.sh"])
+    assert run.returncode == 0, run.stderr
+    evaluate = _python_calls(sandbox)[0].split()
+    assert evaluate[2:5] == ["facebook/bart-large", "configs/config_xsum.json", "data/xsum"]
+    assert [_arg(" ".join(evaluate), f) for f in ("--bs", "--eval_beams", "--max_source_length", "--max_target_length")] \
+        == ["128", "6", "1024", "60"]
+    assert "--n_obs" not in evaluate  # the whole split, as the reference
+    run = sandbox.run(["scripts/run_inference_benchmark.sh", *INFERENCE], {"N_OBS": "-1"})
+    assert run.returncode == 0 and "--n_obs" not in _python_calls(sandbox)[0], run.stderr
+    run = sandbox.run(["scripts/run_inference_benchmark.sh", *INFERENCE], {"N_OBS": "5000"})
+    assert run.returncode == 0 and _arg(_python_calls(sandbox)[0], "--n_obs") == "5000"
+    run = sandbox.run(["scripts/run_eval_summarization.sh", *EVALUATION], {"N_OBS": "-1"})
+    assert run.returncode == 0 and "--n_obs" not in _python_calls(sandbox)[0]
+    assert _refusals(sandbox, "run_inference_benchmark.sh", [(INFERENCE + ["x"], {}, "expected at most 7 arguments"),
+                                                             (INFERENCE, {"N_OBS": "-2"}, "N_OBS (environment) '-2'")]) == []
+
+    # run_eval_summarization.sh INIT_CKPT alone: the reference's 96 8 fp16 (8 capped at the GPUs present: 1 here)
+    run = sandbox.run(["scripts/run_eval_summarization.sh", "m.ckpt"])
+    assert run.returncode == 0, run.stderr
+    [evaluate] = _python_calls(sandbox)
+    assert _arg(evaluate, "--bs") == "96" and "--fp16" in evaluate.split() and "torch.distributed.run" not in evaluate
+    # run_summarization.sh: PRED_BS defaults to the reference script's 64; fine-tuning gets --attention_dropout 0.1
+    run = sandbox.run(["scripts/run_summarization.sh", *SUMMARIZATION[:14]])
+    assert run.returncode == 0, run.stderr
+    finetune, evaluate = _python_calls(sandbox)
+    assert _arg(evaluate, "--bs") == "64" and _arg(finetune, "--attention_dropout") == "0.1"
+
+
+def test_fp32_evaluation_is_fp32(sandbox):
+    """Before: PREC/PRECISION fp32 passed no precision flag to run_eval.py, which then ran TF32 products."""
+    for script, args in (("run_summarization.sh", _at(SUMMARIZATION, 8, "fp32")),
+                         ("run_eval_summarization.sh", _at(EVALUATION, 4, "fp32"))):
+        run = sandbox.run([f"scripts/{script}", *args])
+        assert run.returncode == 0, run.stderr
+        evaluate = [c for c in _python_calls(sandbox) if "run_eval.py" in c][0].split()
+        assert "--no-tf32" in evaluate and not {"--tf32", "--bf16", "--fp16"} & set(evaluate), (script, evaluate)
+    run = sandbox.run(["scripts/run_eval_summarization.sh", *_at(EVALUATION, 4, "tf32")])
+    assert run.returncode == 0 and "--tf32" in _python_calls(sandbox)[0].split()
+
+
+def test_run_summarization_can_evaluate_the_best_checkpoint(sandbox):
+    """EVAL_CHECKPOINT=best: the best validation checkpoint (load_best_model_at_end); the default stays final_step.ckpt."""
+    out = str(sandbox.tmp / "run")
+    run = sandbox.run(["scripts/run_summarization.sh", *SUMMARIZATION], {"OUTPUT_DIR": out, "EVAL_CHECKPOINT": "best"})
+    assert run.returncode == 0, run.stderr
+    calls = _python_calls(sandbox)
+    assert f"python -m bart.training.checkpoint best {out}" in calls
+    assert calls[-1].split()[1:3] == ["run_eval.py", f"{out}/best_rouge2_step7.ckpt"]
+    run = sandbox.run(["scripts/run_summarization.sh", *SUMMARIZATION], {"OUTPUT_DIR": out})
+    assert _python_calls(sandbox)[-1].split()[2] == f"{out}/final_step.ckpt"
+    assert _refusals(sandbox, "run_summarization.sh", [
+        (SUMMARIZATION, {"EVAL_CHECKPOINT": "last"}, "EVAL_CHECKPOINT (environment) 'last' is not final or best"),
+        (SUMMARIZATION, {"EVAL_CHECKPOINT": "best", "N_VAL": "0"}, "'best' needs validation during training")]) == []

@@ -54,6 +54,7 @@ value_ok() {  # KIND VALUE: is VALUE a KIND?
     count) [[ "$v" =~ ^[0-9]{1,15}$ ]] && [ "$v" -ge 1 ] ;;            # a whole number >= 1
     count0) [[ "$v" =~ ^[0-9]{1,15}$ ]] ;;                            # a whole number >= 0
     count_all) [[ "$v" =~ ^([0-9]{1,15}|-1)$ ]] ;;                    # >= 0, or -1 for all
+    count_or_all) [[ "$v" =~ ^([0-9]{1,15}|-1)$ ]] && [ "$v" != 0 ] ;; # >= 1, or -1 for all
     number) [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && [[ ! "$v" =~ ^[0.]+([eE].*)?$ ]] ;;
     number0) [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ;;
     precision) [[ "$v" =~ ^(fp16|bf16|tf32|fp32)$ ]] ;;
@@ -82,6 +83,7 @@ value_problem() {  # KIND LABEL VALUE: the sentence saying why VALUE is not a KI
     count) echo "$label '$v' is not a whole number >= 1" ;;
     count0) echo "$label '$v' is not a whole number >= 0" ;;
     count_all) echo "$label '$v' is not a whole number >= 0 (or -1 for all)" ;;
+    count_or_all) echo "$label '$v' is not a whole number >= 1 (or -1 for all)" ;;
     number) echo "$label '$v' is not a positive number (such as 1e-4 or 0.001)" ;;
     number0) echo "$label '$v' is not a number >= 0" ;;
     precision) echo "$label '$v' is not a precision: fp16, bf16, tf32 or fp32" ;;
