@@ -282,3 +282,57 @@ def test_readme_training_benchmark_runs_as_printed(tmp_path, small_tokenizer_dir
     [results] = glob.glob(str(repo / "results" / "bart_pyt_training_benchmark_*"))
     [row] = _table_rows(open(os.path.join(results, "training_benchmark.log")).read())
     assert float(row.split("|")[3]) > 0
+
+
+def test_pretraining_throughput_sweep_gives_the_weak_scaling_table(tmp_path, small_tokenizer_dir):
+    """scripts/run_pretraining_benchmark.sh in its CPU form (1 and 2 gloo processes, fp32, length 32): the
+    seed's pre-training performance table, each figure from the runs' own logs (before: no such sweep)."""
+    from tests.helpers.corpus import write_shards
+    write_shards(str(tmp_path / "data" / "pretrain_lddl_32"), [40, 40])
+    env = {"DATA_DIR": str(tmp_path / "data"), "SEQ_LENGTHS": "32", "CPU_PROCESS_COUNTS": "1 2", "TRAIN_STEPS": "6",
+           "LOG_FREQ": "2", "NUM_WORKERS": "0", "TOKENIZER": small_tokenizer_dir, "RESULTS_DIR": str(tmp_path / "r")}
+    run = _script("run_pretraining_benchmark.sh", ["8", "8", _tiny_config(tmp_path / "config.json")], env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    table = open(tmp_path / "r" / "pretraining_benchmark.log").read().splitlines()
+    assert table[0] == "| sequence length | nodes | processes per node | sequences/s fp32 | weak scaling fp32 |"
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    assert [r[:3] for r in rows] == [["32", "1", "1 CPU"], ["32", "1", "2 CPU"]]
+
+    def measured(name):  # the mean of the logged windows after the first (warm-up)
+        windows = [r["data"]["seq/s"] for r in read_dllogger(str(tmp_path / "r" / name / "dllogger.json"))
+                   if isinstance(r.get("step"), int) and "seq/s" in r["data"]]
+        assert len(windows) == 3
+        return sum(windows[1:]) / 2
+    one, two = measured("len32_1node_1cpu_fp32"), measured("len32_1node_2cpu_fp32")
+    assert float(rows[0][3]) == pytest.approx(one, abs=0.006) and float(rows[1][3]) == pytest.approx(two, abs=0.006)
+    assert rows[0][4] == "1.00" and float(rows[1][4]) == pytest.approx(two / one, abs=0.006)
+    assert not glob.glob(str(tmp_path / "r" / "*" / "*.ckpt"))
+
+
+def test_fine_tuning_stability_test_gives_mean_and_std_over_seeds(tmp_path, small_tokenizer_dir):
+    """scripts/run_stability_test.sh: run_summarization.sh once per seed, then ROUGE per seed, mean and standard
+    deviation (the seed README's stability table; before: nothing ran it)."""
+    import statistics
+
+    from tests.helpers.corpus import micro_config
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 2), ("test", 4)))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(micro_config()))
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig.from_json_file(str(config)))
+    model.save_pretrained(str(tmp_path / "weights"))
+    for name in os.listdir(small_tokenizer_dir):
+        shutil.copy(os.path.join(small_tokenizer_dir, name), tmp_path / "weights" / name)
+    values = [data, str(tmp_path / "weights"), str(config), "1", "1e-3", "4", "1", "fp32", "2", "1", "32", "12", "1",
+              "4", "4", "true", "--num_workers", "0"]
+    env = {"RESULTS_DIR": str(tmp_path / "r"), "N_VAL": "2", "PYTHON": sys.executable, "TOKENIZER": None}
+    run = _script("run_stability_test.sh", ["2", *values], env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    scores = [json.load(open(tmp_path / "r" / f"seed_{s}" / "test_rouge.json")) for s in (1, 2)]
+    commands = [json.load(open(tmp_path / "r" / f"seed_{s}" / "git_log.json"))["starts"][0]["command"] for s in (1, 2)]
+    assert [c[c.index("--seed") + 1] for c in commands] == ["1", "2"]  # each run its own seed
+    table = open(tmp_path / "r" / "stability.log").read().splitlines()
+    assert table[0] == "| metric | seed 1 | seed 2 | mean | std |"
+    row = next([c.strip() for c in line.strip("|").split("|")] for line in table if line.startswith("| rouge1 "))
+    r1 = [s["rouge1"] for s in scores]
+    assert row[1:] == [f"{r1[0]:.2f}", f"{r1[1]:.2f}", f"{statistics.fmean(r1):.2f}", f"{statistics.stdev(r1):.2f}"]

@@ -571,3 +571,23 @@ def test_run_summarization_can_evaluate_the_best_checkpoint(sandbox):
     assert _refusals(sandbox, "run_summarization.sh", [
         (SUMMARIZATION, {"EVAL_CHECKPOINT": "last"}, "EVAL_CHECKPOINT (environment) 'last' is not final or best"),
         (SUMMARIZATION, {"EVAL_CHECKPOINT": "best", "N_VAL": "0"}, "'best' needs validation during training")]) == []
+
+
+def test_new_benchmark_scripts_check_every_value_before_starting(sandbox):
+    """run_pretraining_benchmark.sh and run_stability_test.sh: one line and exit 2 for a bad value, nothing run."""
+    (sandbox.root / "data" / "pretrain_lddl_128").mkdir(exist_ok=True)
+    _accepted(sandbox, "run_pretraining_benchmark.sh", [], {"SEQ_LENGTHS": "128"})
+    _accepted(sandbox, "run_stability_test.sh", ["3", *SUMMARIZATION])
+    problems = _refusals(sandbox, "run_pretraining_benchmark.sh", [
+        (["big"], {}, "batch size at 128 (1st) 'big'"),
+        (["8", "8", "no.json"], {}, "config path (3rd): no.json not found"),
+        (["8", "8", "configs/config.json", "x"], {}, "expected at most 3 arguments"),
+        ([], {"SEQ_LENGTHS": "128 64"}, "data/pretrain_lddl_64 not found"),
+        ([], {"SEQ_LENGTHS": "128", "CPU_PROCESS_COUNTS": "1 0"}, "CPU_PROCESS_COUNTS (environment) entry '0'"),
+        ([], {"SEQ_LENGTHS": "128", "TRAIN_STEPS": "0"}, "TRAIN_STEPS (environment) '0'")])
+    problems += _refusals(sandbox, "run_stability_test.sh", [
+        (["0", *SUMMARIZATION], {}, "N_SEEDS (1st) '0'"),
+        (SUMMARIZATION, {"SEEDS": "1 x"}, "SEEDS (environment) entry 'x'"),
+        (["2", *_at(SUMMARIZATION, 8, "fp8")], {}, "PREC (8th) 'fp8' is not a precision"),
+        (SUMMARIZATION, {"RESULTS_DIR": "a_file"}, "RESULTS_DIR (environment): a_file is a file")])
+    assert not problems, "\n".join(problems)

@@ -1,11 +1,13 @@
-# What the benchmark scripts sweep (sourced): GPU counts and precisions this machine supports.
+# What the benchmark scripts sweep (sourced): GPU counts and precisions this machine supports; without a GPU,
+# CPU_PROCESS_COUNTS (default 1) gloo processes in fp32.
 check_sweep_settings() {  # NUM_GPUS and PRECISIONS, before anything starts
   local n present
   check_list count NUM_GPUS
   check_list precision PRECISIONS
+  check_list count CPU_PROCESS_COUNTS
   present=$(gpus_present)
   if [ "$present" -eq 0 ]; then
-    [ -z "${NUM_GPUS:-}" ] || die "NUM_GPUS (environment) '$NUM_GPUS' but this machine has no GPU (unset it: one CPU process)"
+    [ -z "${NUM_GPUS:-}" ] || die "NUM_GPUS (environment) '$NUM_GPUS' but this machine has no GPU (unset it: one CPU process, or CPU_PROCESS_COUNTS=\"1 2\")"
   else
     for n in ${NUM_GPUS:-}; do
       [ "$n" -le "$present" ] || die "NUM_GPUS (environment) entry '$n' is more than the $present GPUs of this machine"
@@ -25,7 +27,7 @@ sweep_settings() {
     if [ "$bf16" = 1 ]; then default_precisions="bf16 fp16 tf32"; else default_precisions="fp16 fp32"; fi
   else
     DEVICE_KIND=cpu
-    GPU_COUNTS=(1)
+    read -r -a GPU_COUNTS <<< "${CPU_PROCESS_COUNTS:-1}"  # gloo processes (a small form of the GPU sweep)
     default_precisions="fp32"
   fi
   read -r -a PRECISION_LIST <<< "${PRECISIONS:-$default_precisions}"
