@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Download and prepare the summarization data: XSum and CNN/Daily Mail.
-# usage: bash scripts/get_data.sh <data folder>
+# usage: bash scripts/get_data.sh [<data folder>]   (default data: /workspace/bart/data in the container, as the reference)
 # Writes <data folder>/xsum and <data folder>/cnn_dm with {train,val,test}.{source,target}.
 # XSum: the preprocessed tarball is downloaded (XSUM_URL). CNN/DM: the DeepMind Q&A story archives
 # (cnn_stories.tgz, dailymail_stories.tgz) are downloaded with gdown as the reference does, with the
@@ -14,10 +14,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
-[ $# -eq 1 ] || { echo "$(basename "$0"): expected 1 argument (the data folder), got $# (--help: usage)" >&2; exit 2; }
-DATA=$1
+[ $# -le 1 ] || { echo "$(basename "$0"): expected at most 1 argument (the data folder), got $# (--help: usage)" >&2; exit 2; }
+DATA=${1:-data}
 source scripts/params/common.sh  # the checks: every value before any download
-check_value outdir "data folder (1st)" "$DATA"
+check_value outdir "data folder ($([ $# -eq 1 ] && echo 1st || echo 'default data'))" "$DATA"
 check_env url XSUM_URL
 check_env url CNN_DM_MIRROR
 check_env path CNN_STORIES "a cnn_stories.tgz or its stories folder"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download the pretraining corpora with LDDL's downloaders: Wikipedia (en), Common Crawl news and
 # OpenWebText, into <data folder>/{wikipedia,common_crawl,openwebtext}. 200 GB+, a day or more.
-# usage: bash scripts/get_pretraining_data.sh <data folder>
+# usage: bash scripts/get_pretraining_data.sh [<data folder>]   (default data, as the reference's /workspace/bart/data)
 # Environment: CORPORA ("wikipedia common_crawl openwebtext"), CC_START/CC_END (Common Crawl news
 # date window, default 2016-09-01..2019-02-28; a shorter window downloads less), NPROC (processes),
 # WIKIPEDIA_DUMP (an enwiki-*-pages-articles.xml.bz2 already downloaded: extracted, not downloaded again).
@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
-[ $# -eq 1 ] || { echo "$(basename "$0"): expected 1 argument (the data folder), got $# (--help: usage)" >&2; exit 2; }
-DATA=$1
+[ $# -le 1 ] || { echo "$(basename "$0"): expected at most 1 argument (the data folder), got $# (--help: usage)" >&2; exit 2; }
+DATA=${1:-data}
 source scripts/params/common.sh  # the checks: every value before any download
-check_value outdir "data folder (1st)" "$DATA"
+check_value outdir "data folder ($([ $# -eq 1 ] && echo 1st || echo 'default data'))" "$DATA"
 check_list corpus CORPORA
 check_env count NPROC
 check_env date CC_START

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LDDL preprocessing and balancing of the pretraining corpora for lengths 128 and 512:
 # <data folder>/pretrain_lddl_128 and <data folder>/pretrain_lddl_512.
-# usage: bash scripts/preprocess_pretrain_data.sh <wikipedia> <common crawl> <openwebtext> <data folder>
+# usage: bash scripts/preprocess_pretrain_data.sh [<wikipedia> <common crawl> <openwebtext> <data folder>]
+# (a leading part; defaults: get_pretraining_data.sh's data/wikipedia data/common_crawl data/openwebtext data)
 # A corpus folder that does not exist is skipped (at least one must exist). Runs the dask pipeline on
 # MPI when mpirun and dask-mpi are available and NPROC >= 3 (then balanced in one process), on a
 # local dask cluster otherwise.
@@ -9,11 +10,11 @@
 # Every value is checked before anything starts (CHECK_ONLY=1: only that).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
-if [ $# -ne 4 ]; then echo "preprocess_pretrain_data.sh: expected 4 arguments, got $#" >&2; sed -n '4p' "$0" | sed 's/^# //' >&2; exit 2; fi
-WIKI=$1; CC=$2; OWT=$3; DATA=$4
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ $# -gt 4 ]; then echo "preprocess_pretrain_data.sh: expected at most 4 arguments, got $# (--help: usage)" >&2; exit 2; fi
+WIKI=${1:-data/wikipedia}; CC=${2:-data/common_crawl}; OWT=${3:-data/openwebtext}; DATA=${4:-data}
 source scripts/params/common.sh  # the checks
-check_value outdir "data folder (4th)" "$DATA"
+check_value outdir "data folder (4th$([ $# -ge 4 ] || echo ', not given: the default'))" "$DATA"
 check_env count NPROC
 check_env count NUM_SHARDS
 check_value command "PYTHON (environment, default python3)" "${PYTHON:-python3}"

@@ -33,7 +33,7 @@ def test_script_usage_and_argument_count_checks():
     env = dict(os.environ, PYTHON=sys.executable)
     for script, wrong in (("run_pretraining.sh", ["1"] * 16), ("run_summarization.sh", ["missing_data_dir"]),
                           ("run_eval_summarization.sh", []), ("run_summarization_eval.sh", []),
-                          ("preprocess_pretrain_data.sh", ["a"]),
+                          ("preprocess_pretrain_data.sh", ["a"] * 5),
                           ("run_training_benchmark.sh", ["1"] * 5), ("run_inference_benchmark.sh", ["1"] * 8)):
         path = os.path.join(ROOT, "scripts", script)
         help_out = subprocess.run(["bash", path, "--help"], capture_output=True, text=True, env=env)

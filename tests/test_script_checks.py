@@ -285,7 +285,7 @@ def test_data_and_setup_scripts_check_every_value_before_downloading(sandbox):
         (["data"], {"DM_STORIES": "dm.tgz"}, "DM_STORIES (environment): dm.tgz not found"),
         (["data"], {"CNN_DM_EXPORT": "export"}, "CNN_DM_EXPORT (environment): export not found"),
         (["a_file"], {}, "data folder (1st): a_file is a file"),
-        ([], {}, "expected 1 argument (the data folder), got 0")])
+        (["data", "more"], {}, "expected at most 1 argument (the data folder), got 2")])
     problems += _refusals(sandbox, "get_pretraining_data.sh", [
         (["data"], {"CORPORA": "wikipedia books"}, "CORPORA (environment) entry 'books' is not a corpus"),
         (["data"], {"CC_START": "2016-13-01"}, "CC_START (environment) '2016-13-01' is not a date"),
@@ -297,7 +297,12 @@ def test_data_and_setup_scripts_check_every_value_before_downloading(sandbox):
         (corpora, {"NPROC": "0"}, "NPROC (environment) '0'"),
         (corpora, {"NUM_SHARDS": "many"}, "NUM_SHARDS (environment) 'many'"),
         (["data/w", "data/cc", "data/owt", "data"], {}, "none of the three corpora exists"),
-        (corpora[:3] + ["a_file"], {}, "data folder (4th): a_file is a file")])
+        (corpora[:3] + ["a_file"], {}, "data folder (4th): a_file is a file"),
+        (corpora + ["x"], {}, "expected at most 4 arguments, got 5")])
+    # no values: the reference's defaults (data; the corpora where get_pretraining_data.sh puts them)
+    _accepted(sandbox, "get_data.sh", [])
+    _accepted(sandbox, "get_pretraining_data.sh", [])
+    _accepted(sandbox, "preprocess_pretrain_data.sh", ["data/wikipedia"])
     problems += _refusals(sandbox, "run_demo.sh", [
         ([], {"DEMO_VOCAB_SIZE": "4k"}, "DEMO_VOCAB_SIZE (environment) '4k'"),
         ([], {"DEMO_PHASE1_STEPS": "0"}, "DEMO_PHASE1_STEPS (environment) '0'"),
