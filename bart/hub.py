@@ -60,6 +60,14 @@ def _looks_like_path(name: str) -> bool:
             or name.count("/") > 1 or os.sep != "/" and os.sep in name)
 
 
+def looks_like_hub_id(name: str | os.PathLike) -> bool:
+    """True for a name that is no local path and reads as a hub id (``org/name``, ``name``), as
+    :func:`resolve_model_path` would try on the hub; False for an existing path or one that names a file
+    or folder (``./x``, ``/x``, ``x.ckpt``, ``a/b/c``), whose absence is the caller's to report."""
+    name = os.fspath(name)
+    return bool(name.strip()) and not os.path.exists(os.path.expanduser(name)) and not _looks_like_path(name)
+
+
 def _download(repo_id: str, what: str, patterns: list[str], revision: Optional[str]) -> str:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (GatedRepoError, HFValidationError, LocalEntryNotFoundError,
@@ -180,5 +188,5 @@ def resolve_tokenizer_path(name_or_path: str | os.PathLike | None, model_path: s
     return folder
 
 
-__all__ = ["HubResolutionError", "resolve_model_path", "resolve_tokenizer_path", "has_tokenizer_files", "hub_id_of",
+__all__ = ["HubResolutionError", "looks_like_hub_id", "resolve_model_path", "resolve_tokenizer_path", "has_tokenizer_files", "hub_id_of",
            "is_offline", "cache_dir"]

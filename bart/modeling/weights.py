@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 
 from bart.configuration.configuration_bart import TOKEN_KEYS, BartConfig
-from bart.hub import resolve_model_path
+from bart.hub import looks_like_hub_id, resolve_model_path
 from utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
 from utils.file_modes import give_new_file_mode
 
@@ -358,7 +358,7 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
     (generation settings) and what the weights cannot tell (heads, activation), and an explicit value that
     contradicts the weights is an error naming both."""
     path = os.path.expanduser(os.fspath(path))
-    if not os.path.exists(path):  # a hub id (downloaded, or its cache offline) as transformers does
+    if looks_like_hub_id(path):  # a hub id (downloaded, or its cache offline) as transformers does
         path = resolve_model_path(path)
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")) and _single_file_in(path):
         path = _single_file_in(path)  # fairseq's extracted bart.large/ holds model.pt, dict.txt, no config
