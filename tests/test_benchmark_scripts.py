@@ -284,6 +284,7 @@ def test_readme_training_benchmark_runs_as_printed(tmp_path, small_tokenizer_dir
     assert float(row.split("|")[3]) > 0
 
 
+@pytest.mark.slow
 def test_pretraining_throughput_sweep_gives_the_weak_scaling_table(tmp_path, small_tokenizer_dir):
     """scripts/run_pretraining_benchmark.sh in its CPU form (1 and 2 gloo processes, fp32, length 32): the
     seed's pre-training performance table, each figure from the runs' own logs (before: no such sweep)."""
@@ -309,6 +310,7 @@ def test_pretraining_throughput_sweep_gives_the_weak_scaling_table(tmp_path, sma
     assert not glob.glob(str(tmp_path / "r" / "*" / "*.ckpt"))
 
 
+@pytest.mark.slow
 def test_fine_tuning_stability_test_gives_mean_and_std_over_seeds(tmp_path, small_tokenizer_dir):
     """scripts/run_stability_test.sh: run_summarization.sh once per seed, then ROUGE per seed, mean and standard
     deviation (the seed README's stability table; before: nothing ran it)."""
