@@ -338,3 +338,20 @@ def test_fine_tuning_stability_test_gives_mean_and_std_over_seeds(tmp_path, smal
     row = next([c.strip() for c in line.strip("|").split("|")] for line in table if line.startswith("| rouge1 "))
     r1 = [s["rouge1"] for s in scores]
     assert row[1:] == [f"{r1[0]:.2f}", f"{r1[1]:.2f}", f"{statistics.fmean(r1):.2f}", f"{statistics.stdev(r1):.2f}"]
+
+
+def test_stability_table_of_the_seeds_rouge1_row(tmp_path):
+    """The seed README's five XSum rouge1 values per seed: mean 45.00 as printed, and the sample std it left blank."""
+    import statistics
+
+    from utils.benchmark_table import table
+    values = [45.08, 44.98, 45.10, 44.91, 44.95]
+    for seed, value in enumerate(values, 1):
+        (tmp_path / f"seed_{seed}").mkdir()
+        (tmp_path / f"seed_{seed}" / "test_rouge.json").write_text(json.dumps({"rouge1": value, "rouge2": 22.0 + seed}))
+    (tmp_path / "seed_9").mkdir()  # a seed whose run did not finish: no metrics file, not a column
+    lines = table("stability", str(tmp_path)).splitlines()
+    assert lines[0] == "| metric | seed 1 | seed 2 | seed 3 | seed 4 | seed 5 | mean | std |"
+    assert lines[2] == f"| rouge1 | 45.08 | 44.98 | 45.10 | 44.91 | 44.95 | 45.00 | {statistics.stdev(values):.2f} |"
+    assert lines[3] == "| rouge2 | 23.00 | 24.00 | 25.00 | 26.00 | 27.00 | 25.00 | 1.58 |"
+    assert len(lines) == 4  # rougeL/rougeLsum absent from every seed: no row
