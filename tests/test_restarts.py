@@ -211,3 +211,41 @@ def test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupt
     assert all(torch.equal(got[k], want[k]) for k in want), [k for k in want if not torch.equal(got[k], want[k])]
     losses = {r["step"]: r["data"]["loss"] for r in _records(restarted) if "loss" in r["data"]}
     assert losses == {r["step"]: r["data"]["loss"] for r in _records(plain) if "loss" in r["data"]}
+
+
+# -- what a resume checks (bart.training.checkpoint.check_resume: one table) -------------------------------------
+def _one_line_error(capsys, script="finetune.py"):
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith(("note:", "["))]
+    assert len(err) == 1 and err[0].startswith(f"{script}: error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("written, resumed, said", [
+    (["--lamb"], [], "optimizer LAMB in the checkpoint, --lamb AdamW now"),            # was: exit 0, LAMB state in AdamW
+    ([], ["--lamb"], "optimizer AdamW in the checkpoint, --lamb LAMB now"),            # was: KeyError 'bias_correction'
+    (["--bf16"], [], "precision bf16 in the checkpoint, --fp16/--bf16/--no-tf32 tf32 now"),
+    ([], ["--weight_decay", "0.1"], "weight_decay 0.0 in the checkpoint, --weight_decay 0.1 now"),
+    ([], ["--lr_scheduler", "constant"], "lr_scheduler linear in the checkpoint, --lr_scheduler constant now"),
+])
+def test_a_resume_that_differs_from_the_checkpoints_run_is_refused_in_one_line(world, capsys, written, resumed, said):
+    out = world["base"] / ("differs" + "".join(written).replace("-", "_"))
+    argv = world["argv"] + ["--output_dir", str(out)]
+    if not out.exists():
+        assert _main("finetune.py", argv + ["--max_steps", "1"] + written) == 0
+    capsys.readouterr()
+    assert _main("finetune.py", argv + ["--max_steps", "2", "--resume_from_checkpoint", "True"] + resumed) == 2
+    line = _one_line_error(capsys)
+    assert said in line and f"--init_checkpoint {out / '_epoch0_step1.ckpt'}" in line, line
+
+
+def test_an_allowed_change_resumes_and_says_so(world, capsys):
+    out = world["base"] / "differs__bf16"
+    argv = world["argv"] + ["--output_dir", str(out)]
+    if not out.exists():
+        assert _main("finetune.py", argv + ["--max_steps", "1", "--bf16"]) == 0
+    capsys.readouterr()
+    assert _main("finetune.py", argv + ["--max_steps", "2", "--resume_from_checkpoint", "True",
+                                        "--allow_resume_change", "precision"]) == 0
+    err = capsys.readouterr().err
+    assert "with precision tf32 instead of the checkpoint's bf16, as --allow_resume_change precision asks" in err, err
+    assert _steps(out) == [1, 2]

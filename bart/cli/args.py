@@ -18,6 +18,7 @@ import os
 import sys
 
 from bart.optim.schedulers import SCHEDULES
+from bart.training.checkpoint import ALLOWABLE_CHANGES
 from bart.training.strategy import STRATEGIES
 from utils.affinity import add_affinity_arg
 from utils.checkpoint_io import atomic_write_text
@@ -262,6 +263,9 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
                       help="True: the newest training checkpoint in --output_dir (none there is an error); auto: "
                            "that one when there is one, else a new run (one command for a first start and its "
                            "restarts); or a path. Restores everything")
+    ckpt.add_argument("--allow_resume_change", nargs="+", choices=ALLOWABLE_CHANGES, default=(), metavar="NAME",
+                      help=f"resume although the checkpoint was written with another {' / '.join(ALLOWABLE_CHANGES)} "
+                           f"(the run says what changed); any other difference from the checkpoint's run is refused")
     ckpt.add_argument("--init_checkpoint", dest="init_checkpoint", default=None,
                       help="start a new run from this checkpoint's model weights only (phase 2)")
     ckpt.add_argument("--load_model_weights_only", nargs="?", const=True, default=None, metavar="PATH",

@@ -290,6 +290,89 @@ def _training_state(path: str) -> dict:
     return state
 
 
+# -- what a resume checks ------------------------------------------------------------------------------
+# Everything that shapes the state a resume loads, read the same way from the checkpoint's run (its stored
+# arguments, config and process count) and from this run: a difference is refused in one line naming both
+# values and the way to start anew from the weights (--init_checkpoint), unless the entry may change
+# (--allow_resume_change NAME: the run then says what changed). Arguments a checkpoint does not record
+# (older checkpoints, the Trainer used without an entry script) are not compared.
+# name -> (the flag that sets it, its value in a run's record, whether --allow_resume_change may allow it)
+def _precision_of(args: dict):
+    if not {"fp16", "bf16"} <= args.keys():
+        return None
+    return "fp16" if args["fp16"] else "bf16" if args["bf16"] else "tf32" if args.get("tf32", True) else "fp32"
+
+
+def _arg(name: str, plain=lambda v: v):
+    return lambda record: plain(record["args"][name]) if name in record["args"] else None
+
+
+def _architecture(key: str):
+    return lambda record: record["config"].get(key)
+
+
+def _resume_checks() -> dict:
+    from bart.modeling.weights import ARCHITECTURE_KEYS  # the keys a model's weights depend on
+
+    checks = {
+        "optimizer": ("--lamb", lambda r: None if "lamb" not in r["args"] else "LAMB" if r["args"]["lamb"] else "AdamW",
+                      False),
+        "use_nvlamb": ("--use_nvlamb", _arg("use_nvlamb", bool), False),
+        "learning_rate": ("--learning_rate", _arg("learning_rate", float), False),
+        "weight_decay": ("--weight_decay", _arg("weight_decay", float), False),
+        "adam_betas": ("--adam_betas", _arg("adam_betas", lambda v: [float(x) for x in v]), False),
+        "adam_epsilon": ("--adam_epsilon", _arg("adam_epsilon", float), False),
+        "lr_scheduler": ("--lr_scheduler", _arg("lr_scheduler"), False),
+        "warmup_steps": ("--warmup_steps", _arg("warmup_steps", int), False),
+        "lr_end": ("--lr_end", _arg("lr_end", float), False),
+        "train_batch_size": ("--train_batch_size", _arg("train_batch_size", int), False),
+        "gradient_accumulation_steps": ("--gradient_accumulation_steps", _arg("gradient_accumulation_steps", int),
+                                        False),
+        "max_tokens_per_batch": ("--max_tokens_per_batch", _arg("max_tokens_per_batch"), False),
+        "processes": ("processes", lambda r: r["world_size"], False),
+        # fp16's loss scale is dropped or starts anew; the weights and optimizer state are fp32 either way
+        "precision": ("--fp16/--bf16/--no-tf32", lambda r: _precision_of(r["args"]), True),
+        # checkpoints hold full tensors whatever the strategy
+        "distributed_strategy": ("--distributed_strategy",
+                                 lambda r: None if "distributed_strategy" not in r["args"] else
+                                 r["args"]["distributed_strategy"] or "default", True),
+    }
+    for key in (*ARCHITECTURE_KEYS, "tie_word_embeddings"):
+        checks[key] = (f"the config's {key}", _architecture(key), False)
+    return checks
+
+
+ALLOWABLE_CHANGES = ("precision", "distributed_strategy")  # --allow_resume_change's choices
+
+
+def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]:
+    """Compare what shapes a checkpoint's state with this run: ``saved`` and ``current`` are run records
+    (``{"args": run arguments, "config": model config, "world_size": processes}``). Raises
+    :class:`CheckpointError` naming every difference that is not allowed (one line); returns a note for each
+    allowed one."""
+    refused, notes = [], []
+    for name, (flag, read, may_change) in _resume_checks().items():
+        before, now = read(saved), read(current)
+        if before is None or now is None or before == now:
+            continue
+        said = (f"{name} {_shown(before)} in the checkpoint, {_shown(now)} now ({flag})" if flag.startswith("the ")
+                or flag == "processes" else f"{name} {_shown(before)} in the checkpoint, {flag} {_shown(now)} now")
+        if may_change and name in allowed:
+            notes.append(f"[checkpoint] resuming {path} with {name} {_shown(now)} instead of the checkpoint's "
+                         f"{_shown(before)}, as --allow_resume_change {name} asks")
+        else:
+            refused.append(said + (f" (--allow_resume_change {name} resumes with the change)" if may_change else ""))
+    if refused:
+        raise CheckpointError(f"{path} was written by a run that differs from this one: {'; '.join(refused)}; resume "
+                              f"with the checkpoint's values, or start a new run from its weights with "
+                              f"--init_checkpoint {path}")
+    return notes
+
+
+def _shown(value) -> str:
+    return " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
 def capture_rng_state() -> dict:
     """Python, numpy, torch CPU and CUDA generator states as tensors and plain types
     (loadable with ``weights_only=True``)."""

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 import torch
 
-from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, latest_checkpoint, read_training_checkpoint,
-                                      restore_rng_state, write_training_checkpoint)
+from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, check_resume, latest_checkpoint,
+                                      read_training_checkpoint, restore_rng_state, write_training_checkpoint)
 from bart.training.strategy import Strategy, build_strategy, full_tensor
 from utils import distributed as dist_utils
 from utils.checkpoint_io import CheckpointError, first_line
@@ -274,7 +275,12 @@ class Trainer:
         return path
 
     def load_state_dict(self, state: dict, path: str = "the checkpoint") -> None:
-        _check_same_architecture(state.get("config") or {}, self.model.config.to_dict(), path)
+        saved = {"args": state.get("args") or {}, "config": state.get("config") or {}, "world_size": len(state["rng"])}
+        current = {"args": _plain(self.config.run_args), "config": self.model.config.to_dict(),
+                   "world_size": self.world_size}
+        for note in check_resume(saved, current, path, self.config.run_args.get("allow_resume_change") or ()):
+            if self.rank == 0:
+                print(note, file=sys.stderr, flush=True)
         from bart.modeling.weights import check_weight_values  # the rule every weight file meets
         check_weight_values(state["model"], self.model.state_dict(), path)
         try:
@@ -290,11 +296,7 @@ class Trainer:
             raise CheckpointError(f"{path} is at step {state['global_step']}, before --phase1_end_step "
                              f"{self.config.step_offset}")
         self.epoch, self.batches_in_epoch = int(state["epoch"]), int(state["batches_in_epoch"])
-        rng = state["rng"]
-        if len(rng) != self.world_size:
-            raise CheckpointError(f"{path} was written by {len(rng)} processes, this run has {self.world_size}: "
-                             f"exact resume needs the same number")
-        restore_rng_state(rng[self.rank])
+        restore_rng_state(state["rng"][self.rank])
         if state.get("eval_hook") is not None and hasattr(self.eval_hook, "load_state_dict"):
             self.eval_hook.load_state_dict(state["eval_hook"])
         positions = state.get("data_position")  # absent from older checkpoints: replayed instead
@@ -433,20 +435,6 @@ class Trainer:
         if metrics:
             self.logger.log(step=self.global_step, data={f"val_{k}" if not k.startswith("val") else k: v
                                                           for k, v in metrics.items()})
-
-
-# What a checkpoint's weights depend on: resuming with any of these changed cannot work.
-_ARCHITECTURE_KEYS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                      "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
-                      "pre_ln", "tie_word_embeddings")
-
-
-def _check_same_architecture(saved: dict, current: dict, path: str) -> None:
-    changed = [f"{key}: {saved[key]} in the checkpoint, {current.get(key)} now" for key in _ARCHITECTURE_KEYS
-               if key in saved and saved[key] != current.get(key)]
-    if changed:
-        raise CheckpointError(f"{path} was written by another model configuration ({'; '.join(changed)}); resume "
-                              f"with the --config_path (and --pre_ln) of the run that wrote it, or start a new run")
 
 
 def _plain(value):
