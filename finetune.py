@@ -63,6 +63,7 @@ def main(argv=None) -> dict:
     train = build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
                                     args.train_batch_size, env.world_size, env.rank, args.seed, args.n_train,
                                     args.sortish_sampler, args.max_tokens_per_batch, args.num_workers)
+    builder.check_global_batch(args, train, env.world_size)
     resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
     gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
     batch_size = args.eval_batch_size or 8

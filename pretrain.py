@@ -52,6 +52,7 @@ def main(argv=None) -> dict:
     loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
                                       noise_config_from_args(args), args.seed, args.num_workers, env.local_rank,
                                       n_val=args.n_val or 0, shuffle_buffer_size=args.buffer_size or 16384)
+    builder.check_global_batch(args, loader, env.world_size)
     validation = PretrainingValidation.from_loader(loader, args.eval_batch_size or args.train_batch_size)
     if env.is_main:
         builder.save_run_files(args, tokenizer, config, env.world_size)

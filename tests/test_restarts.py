@@ -58,6 +58,8 @@ def test_auto_starts_a_new_run_then_resumes_from_its_newest_checkpoint(world, ca
     said = capsys.readouterr().out
     assert f"--resume_from_checkpoint auto: no training checkpoint in {out}: starting a new run" in said
     assert _steps(out) == [1, 2, 3]
+    # the log gives the real sequences of each update (48 rows, 4 per update)
+    assert [r["data"]["sequences_per_update"] for r in _records(out) if "loss" in r["data"]] == [4.0] * 3
     assert not [r for r in _records(out) if "resumed_from" in r["data"]]
     # the same command again, for more updates: it resumes from fine-tuning's final checkpoint (step 3),
     # the newest, not the periodic _step2.ckpt

@@ -83,7 +83,7 @@ def world(tmp_path_factory, small_tokenizer_dir):
 def _one_line(capsys, code: int, script: str) -> str:
     err = capsys.readouterr().err
     lines = [line for line in err.strip().splitlines()
-             if not line.startswith(("note:", "[checkpoint]", "[generate]", "[data]", "[train]"))]
+             if not line.startswith(("note:", "[checkpoint]", "[generate]", "[data]", "[train]", "LDDL - "))]
     assert code == 2, f"exit {code}, stderr:\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
     prefix = "bart.export" if script == "bart.export" else script
@@ -377,6 +377,17 @@ def test_config_vocab_size_below_the_tokenizer_exits_2(script, world, tmp_path, 
         argv = _argv(FT + ["--from_scratch"] if script == "finetune.py" else PT, world, out, cfg=world["cfg_small_vocab"])
     line = _one_line(capsys, _main(script, argv), script)
     assert f"has {SMALL_VOCAB_SIZE} tokens but" in line and f"vocab_size {SMALL_VOCAB_SIZE - 10}" in line, line
+
+
+@pytest.mark.parametrize("script", ["pretrain.py", "finetune.py"])
+def test_a_global_batch_larger_than_the_data_is_one_line(script, world, tmp_path, capsys):
+    """Old code: exit 0; the banner said 1000 sequences per update, each held the 16 rows there are."""
+    out = str(tmp_path / "out")
+    argv = _argv(PT if script == "pretrain.py" else FT + ["--init_checkpoint", "{weights}"], world, out)
+    line = _one_line(capsys, _main(script, argv + ["--train_batch_size", "1000"]), script)
+    assert "global batch of 1000 sequences" in line and "larger than the 16 training rows" in line, line
+    assert "--train_batch_size to at most 16" in line, line
+    assert not os.path.exists(os.path.join(out, "run_config.json"))  # refused before anything is written
 
 
 def test_train_split_smaller_than_the_processes_is_one_line(world):

@@ -255,6 +255,25 @@ def data_rows(train_data, eval_hook) -> dict:
     return rows
 
 
+def check_global_batch(args: argparse.Namespace, train_data, world_size: int) -> None:
+    """A global batch (sequences per update) larger than the training data would silently hold fewer
+    sequences than it says: refused in one line naming the rows and the batch, before anything is written.
+    Token-budget batches (--max_tokens_per_batch) are sized by tokens, not sequences."""
+    rows = data_rows(train_data, None).get("train")
+    if rows is None or getattr(args, "max_tokens_per_batch", None):
+        return
+    accumulation = args.gradient_accumulation_steps
+    per_update = args.train_batch_size * accumulation * world_size
+    if per_update <= rows:
+        return
+    fits = rows // (accumulation * world_size)
+    fix = (f"lower --train_batch_size to at most {fits}" if fits else
+           f"lower --gradient_accumulation_steps or the processes, or add data")
+    raise UserError(f"a global batch of {per_update} sequences per update (--train_batch_size {args.train_batch_size} "
+                    f"x {accumulation} accumulation x {world_size} processes) is larger than the {rows} training rows "
+                    f"of {args.data_dir}: each update would hold fewer sequences than it says; {fix}")
+
+
 def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data_rows: dict) -> dict:
     """The implementation choices in effect for this run (what ran, not only what was asked)."""
     if trainer.device.type == "cuda":

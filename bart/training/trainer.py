@@ -421,6 +421,7 @@ class Trainer:
         record = {"loss": loss, "learning_rate": self.scheduler.get_last_lr()[0],
                   "grad_norm": float(last["grad_norm"]), "loss_scale": self.scaler.get_scale() if self.scaler else 1.0,
                   "seq/s": stats[2] / elapsed, "tokens/s": stats[1] / elapsed,
+                  "sequences_per_update": stats[2] / max(window["steps"], 1),  # the real count, over all ranks
                   "step_time_s": elapsed / max(window["steps"], 1), **_memory(self.device)}
         record.update(self._data_counts())
         self.history.append({"step": self.global_step, **record})
