@@ -390,6 +390,52 @@ def test_a_global_batch_larger_than_the_data_is_one_line(script, world, tmp_path
     assert not os.path.exists(os.path.join(out, "run_config.json"))  # refused before anything is written
 
 
+def _first_loss(out: str) -> float:
+    from utils.dllogger_compat import read_dllogger
+    return next(r["data"]["loss"] for r in read_dllogger(os.path.join(out, "dllogger.json"))
+                if r["type"] == "LOG" and r["step"] == 1 and "loss" in r["data"])
+
+
+@pytest.fixture(scope="module")
+def plain_loss(world, tmp_path_factory):
+    """The first loss of one fine-tuning update on the plain files (the peer of the two tests below)."""
+    out = str(tmp_path_factory.mktemp("plain") / "out")
+    assert _main("finetune.py", _argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], world, out)) == 0
+    return _first_loss(out)
+
+
+def test_a_byte_order_mark_is_removed_and_said_once(world, plain_loss, tmp_path, capsys):
+    """Old code: the mark reached the tokenizer as text of the first line, and the loss differed."""
+    data = tmp_path / "bom"
+    data.mkdir()
+    for name in os.listdir(world["data"]):
+        (data / name).write_bytes(b"\xef\xbb\xbf" + open(os.path.join(world["data"], name), "rb").read())
+    out = str(tmp_path / "out")
+    capsys.readouterr()
+    assert _main("finetune.py", _argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], world, out,
+                                      data=str(data))) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "byte-order mark" in line]
+    assert sorted(said) == [f"note: {data / n} starts with a UTF-8 byte-order mark: removed (it is not part of the "
+                            f"text)" for n in ("train.source", "train.target")], said
+    assert _first_loss(out) == pytest.approx(plain_loss, abs=1e-6)
+
+
+def test_a_config_key_nothing_reads_is_named_in_one_line(world, plain_loss, tmp_path, capsys):
+    """Old code: exit 0, no note, the key copied into run_config.json as if it meant something."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**CONFIG, "foo_bar": 1, "dropuot_prob": 0.3}))
+    out = str(tmp_path / "out")
+    capsys.readouterr()
+    assert _main("finetune.py", _argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], world, out,
+                                      cfg=str(config))) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "read by no part" in line]
+    assert said == [f"note: BartConfig: key 'foo_bar' (in {config}) is read by no part of this project: it changes "
+                    f"nothing",
+                    f"note: BartConfig: key 'dropuot_prob' (in {config}) is read by no part of this project: it "
+                    f"changes nothing (keys it might mean: dropout)"], said
+    assert _first_loss(out) == pytest.approx(plain_loss, abs=1e-6)
+
+
 def test_train_split_smaller_than_the_processes_is_one_line(world):
     from bart.data.summarization import SortishSampler, build_finetuning_loader
     from bart.tokenization.tokenization_bart import BartTokenizer

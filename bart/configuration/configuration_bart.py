@@ -10,8 +10,10 @@ takes its default.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import os
+import sys
 from typing import Any
 
 from utils.checkpoint_io import read_json_object
@@ -127,9 +129,13 @@ class ConfigError(UserError):
     """A config.json key or value this model cannot honour; the message names the key and the fix."""
 
 
-def _check_keys(values: dict) -> None:
+_NOTED_UNREAD: set = set()  # (key, file) already named in this process: a config is rebuilt from its dict often
+
+
+def _check_keys(values: dict, source: str | None = None) -> None:
     """A key that is neither known nor kept on purpose but is close to a known one is a misspelling:
-    it would be silently ignored, so it is refused with the likely intended name."""
+    it would be silently ignored, so it is refused with the likely intended name. Any other such key is
+    read by no part of the project: named once, in one line, with the keys it might mean."""
     known = set(_DEFAULTS) | _KNOWN_EXTRAS
     for key in values:
         if key in known or key in BartConfig._ALIASES:
@@ -137,6 +143,13 @@ def _check_keys(values: dict) -> None:
         hint = did_you_mean(key, sorted(_DEFAULTS), cutoff=0.8)
         if hint:
             raise ConfigError(f"BartConfig: unknown key '{key}'{hint}; it would be ignored: fix its name or remove it")
+        if (key, source) in _NOTED_UNREAD or (source is None and any(k == key for k, _ in _NOTED_UNREAD)):
+            continue
+        _NOTED_UNREAD.add((key, source))
+        close = difflib.get_close_matches(key, sorted(_DEFAULTS), n=3, cutoff=0.5)
+        print(f"note: BartConfig: key '{key}'{f' (in {source})' if source else ''} is read by no part of this "
+              f"project: it changes nothing" + (f" (keys it might mean: {', '.join(close)})" if close else ""),
+              file=sys.stderr, flush=True)
 
 
 class BartConfig:
@@ -251,6 +264,7 @@ class BartConfig:
             raise FileNotFoundError(f"BartConfig: no config file at {path}")
         values = read_json_object(os.fspath(path))  # CheckpointError (a ValueError) naming the file
         try:
+            _check_keys(values, os.fspath(path))
             return cls(**values)
         except ValueError as err:
             raise ConfigError(f"{err} (in {path})") from err
