@@ -49,3 +49,38 @@ def test_flags_named_in_the_readme_are_accepted():
     assert all(h for h in helps.values())
     missing = [f for f in flags if f not in helps["pretrain.py"] + helps["finetune.py"]]
     assert not missing
+
+
+def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
+    """The "Exporting to Hugging Face" block, each line run as printed in a folder laid out as it assumes
+    (a fine-tuning run's results/finetune, the tokenizer in data/tokenizer). Old code: exit 2 on
+    final_step.ckpt, asking for --config, which the README does not print."""
+    import json
+    import shutil
+
+    from tests.helpers.corpus import micro_config
+    from tests.helpers.entry import run_entry
+    from tests.helpers.summaries import write_summarization_data
+
+    block = README.split("### Exporting to Hugging Face")[1].split("```bash\n")[1].split("```")[0]
+    commands = [line for line in block.splitlines() if line.strip()]
+    assert commands and commands[0].startswith("python -m bart.export results/finetune/final_step.ckpt")
+    shutil.copytree(small_tokenizer_dir, tmp_path / "data" / "tokenizer")
+    (tmp_path / "config.json").write_text(json.dumps(micro_config()))
+    data = write_summarization_data(str(tmp_path / "data" / "cnn_dm"), sizes=(("train", 8), ("val", 2), ("test", 2)))
+    assert run_entry("finetune.py", ["--config_path", str(tmp_path / "config.json"), "--data_dir", data,
+                                     "--tokenizer", str(tmp_path / "data" / "tokenizer"), "--from_scratch",
+                                     "--max_steps", "1", "--train_batch_size", "2", "--n_val", "0", "--num_workers",
+                                     "0", "--max_source_length", "32", "--max_target_length", "8", "--no_tensorboard",
+                                     "--output_dir", str(tmp_path / "results" / "finetune")]) == 0
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    for command in commands:
+        argv = [sys.executable if word == "python" else word for word in _shell_words(command)]
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+    assert (tmp_path / "results" / "bart_hf" / "model.safetensors").is_file()
+
+
+def _shell_words(command: str) -> list[str]:
+    import shlex
+    return shlex.split(command)

@@ -382,6 +382,8 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
             stored_config = fairseq_config.to_dict()
             config = config or fairseq_config
             source = "its fairseq tensors and args"
+        if config is None and stored_config is None:
+            stored_config = _config_beside(path)
         if config is None:
             if stored_config is None:
                 raise CheckpointError(f"{path} carries no model config; pass config=BartConfig(...) (on the command line: --config CONFIG.json)")
@@ -404,6 +406,25 @@ def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool
         model.to({"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
                   "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}[config.dtype])
     return model.eval()
+
+
+RUN_CONFIG = "run_config.json"  # what a training run writes beside its checkpoints (bart.cli.args.write_run_config)
+
+
+def _config_beside(path: str) -> dict | None:
+    """The model config of the run that wrote ``path`` (a raw state dict such as fine-tuning's final_step.ckpt):
+    ``model_config`` of the run_config.json beside it, or None."""
+    beside = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
+    try:
+        with open(beside, encoding="utf-8") as f:
+            found = json.load(f).get("model_config")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    print(f"[checkpoint] {path} carries no model config: using the one of the run that wrote it ({beside})",
+          file=sys.stderr, flush=True)
+    return found
 
 
 def hf_config_dict(config: BartConfig) -> dict:
