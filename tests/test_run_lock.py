@@ -370,3 +370,31 @@ def test_deleted_run_files_stop_the_run_and_the_resume_writes_them_again(pretrai
     resumed = _run(argv + ["--max_steps", str(int(newest[5:-5]) + 2), "--resume_from_checkpoint", "True"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert (out / "run_config.json").is_file() and _logged_steps(out)[-1] == int(newest[5:-5]) + 2
+
+
+def test_an_output_folder_replaced_by_a_file_stops_the_run_in_one_line(pretraining, monkeypatch, capfd):
+    """TensorBoard on; the folder is replaced by a file just after the run's check at update 3 found it there
+    (the race a user meets: the check, then the writes). Old code: TensorBoard's writer-thread traceback, then
+    exit 2 (NotADirectoryError as a user's mistake) where the documented code is 3."""
+    from tests.helpers.entry import run_entry
+
+    argv = [a for a in pretraining["argv"][1:] if a != "--no_tensorboard"]
+    out = pretraining["base"] / "replaced"
+    check, calls = run_lock.RunFolderWatch.__call__, []
+
+    def check_then_replace(self, settle_s=0.5):
+        found = check(self, settle_s)
+        calls.append(found)
+        if len(calls) == 3 and found is None:
+            shutil.rmtree(out)
+            out.write_text("a file where the run's folder was\n")
+        return found
+
+    monkeypatch.setattr(run_lock.RunFolderWatch, "__call__", check_then_replace)
+    code = run_entry("pretrain.py", argv + ["--output_dir", str(out), "--max_steps", "6"])
+    err = capfd.readouterr().err
+    assert code == EXIT_RUN_STOPPED, err[-3000:]
+    errors = _errors(err)
+    assert "Traceback" not in err and len(errors) == 1, err[-3000:]
+    assert errors[0].startswith(f"pretrain.py: stopped: the folder {out} was deleted or moved away"), errors[0]
+    assert out.read_text() == "a file where the run's folder was\n"

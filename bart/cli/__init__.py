@@ -65,8 +65,13 @@ def _storage_errors_in_threads_as_one_line(script: str) -> None:
     previous = threading.excepthook
 
     def hook(args) -> None:
+        import errno
+
         from utils.checkpoint_io import storage_errno
 
+        writer = args.thread is not None and ".writer" in type(args.thread).__module__  # TensorBoard's event writer
+        if writer and isinstance(args.exc_value, OSError) and args.exc_value.errno in (errno.ENOENT, errno.ENOTDIR):
+            return  # its folder went (deleted, or a file put in its place): its owner's next write stops the run
         if args.exc_value is not None and storage_errno(args.exc_value) is not None:
             name = args.thread.name if args.thread is not None else "a thread"
             print(f"{script}: {name} (a background writer) stopped: {one_line(args.exc_value)}", file=sys.stderr)

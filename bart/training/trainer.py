@@ -337,8 +337,7 @@ class Trainer:
         summary = {"final_loss": final_loss, "total_loss": final_loss, "total_time_s": elapsed,
                    "avg_train_time": elapsed, "avg_train_throughput": total_sequences / max(elapsed, 1e-9),
                    "steps": self.step, "stopped_early": self.stop_reason is not None}
-        self.logger.log(step=(), data=summary)
-        self.logger.flush()
+        self._write_log((), summary, flush=True)
         return {**summary, "checkpoint": path}
 
     def _one_update(self, batches, window: dict, progress) -> Optional[float]:
@@ -393,6 +392,19 @@ class Trainer:
             found = dist_utils.all_gather_objects(found)[0]
         raise RunStopped(found if self.rank == 0 else f"rank 0: {found}")
 
+    def _write_log(self, step, data: dict, flush: bool = False) -> None:
+        """A record to the log and its writers. A write that fails because the run's folder went (deleted, or
+        replaced by a file: TensorBoard's writer meets it first) stops the run in one line, as the check does."""
+        try:
+            self.logger.log(step=step, data=data)
+            if flush:
+                self.logger.flush()
+        except (OSError, RuntimeError) as err:  # a metric writer's error is a RuntimeError
+            lost = self._run_folder_lost()
+            if lost is None:
+                raise
+            raise RunStopped(self._run_folder_message(lost)) from err
+
     def _run_folder_message(self, lost: str) -> str:
         # nothing more is written there: a folder being deleted would come back holding what is written next
         newest = latest_checkpoint(self.config.output_dir)
@@ -425,7 +437,7 @@ class Trainer:
                   "step_time_s": elapsed / max(window["steps"], 1), **_memory(self.device)}
         record.update(self._data_counts())
         self.history.append({"step": self.global_step, **record})
-        self.logger.log(step=self.global_step, data=record)
+        self._write_log(self.global_step, record)
         window.update(loss_sum=torch.zeros((), device=self.device), tokens=torch.zeros((), device=self.device),
                       sequences=0, start=time.perf_counter(), steps=0)
         return loss
@@ -434,7 +446,7 @@ class Trainer:
         self._check_run_folder()
         metrics = self.eval_hook(self) or {}
         if metrics:
-            self.logger.log(step=self.global_step, data={f"val_{k}" if not k.startswith("val") else k: v
+            self._write_log(self.global_step, {f"val_{k}" if not k.startswith("val") else k: v
                                                           for k, v in metrics.items()})
 
 
