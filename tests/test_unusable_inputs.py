@@ -436,6 +436,39 @@ def test_a_config_key_nothing_reads_is_named_in_one_line(world, plain_loss, tmp_
     assert _first_loss(out) == pytest.approx(plain_loss, abs=1e-6)
 
 
+@pytest.mark.parametrize("script", ["pretrain.py", "finetune.py"])
+def test_a_model_too_big_for_the_memory_is_one_line(script, world, tmp_path, capsys):
+    """Old code: a traceback from model construction ending in "DefaultCPUAllocator: can't allocate memory"."""
+    config = tmp_path / "huge.json"
+    config.write_text(json.dumps({**CONFIG, "encoder_ffn_dim": 2 ** 38}))  # fc1 alone: 32 TiB
+    out = str(tmp_path / "out")
+    argv = _argv(PT if script == "pretrain.py" else FT + ["--from_scratch"], world, out, cfg=str(config))
+    line = _one_line(capsys, _main(script, argv), script)
+    assert "out of memory: asked for 32768.0 GiB; this machine has " in line and "available)" in line, line
+    assert "--train_batch_size" in line and "d_model, layers, ffn dims" in line, line
+
+
+def test_cuda_out_of_memory_reads_as_one_sentence():
+    from utils.memory import out_of_memory
+    err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 GiB. GPU 0 has a total capacity of "
+                                 "139.80 GiB of which 120.12 GiB is free. Including non-PyTorch memory, ...")
+    said = out_of_memory(err)
+    assert said.startswith("out of GPU memory: asked for 256.00 GiB"), said
+    assert out_of_memory(RuntimeError("shape mismatch")) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_batch_too_big_for_the_gpu_is_one_line(world, tmp_path, capsys):
+    """Logits of 256 rows x 32 tokens x a 4M-token vocabulary: 128 GiB asked of the GPU at the first update."""
+    from tests.helpers.summaries import write_summarization_data
+    config = tmp_path / "wide.json"
+    config.write_text(json.dumps({**CONFIG, "vocab_size": 2 ** 22}))
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 256), ("val", 4), ("test", 4)))
+    argv = _argv(FT + ["--from_scratch"], world, str(tmp_path / "out"), cfg=str(config), data=data)
+    line = _one_line(capsys, _main("finetune.py", argv + ["--train_batch_size", "256"]), "finetune.py")
+    assert line.startswith("finetune.py: error: out of GPU memory: asked for ") and " GiB free now)" in line, line
+
+
 def test_train_split_smaller_than_the_processes_is_one_line(world):
     from bart.data.summarization import SortishSampler, build_finetuning_loader
     from bart.tokenization.tokenization_bart import BartTokenizer

@@ -3,7 +3,8 @@ unreadable checkpoint, a hub id that cannot be resolved) is one line on stderr a
 that stopped itself (non-finite losses, the fp16 loss scale at its floor, a collective that timed
 out, a stop signal after its checkpoint) is one line and its own exit code (``utils.errors``); a full
 disk, quota or read-only file system, whatever layer raises it (``utils.checkpoint_io.storage_errno``), is
-one line naming the folder and its free space, exit code 2; Ctrl-C during a checkpoint write one line
+one line naming the folder and its free space, exit code 2; memory that runs out (CPU or GPU) one line with
+the size asked for, the memory there is and what to lower (``utils.memory``), exit code 2; Ctrl-C during a checkpoint write one line
 naming the newest complete checkpoint, exit code 130; a programming error keeps its traceback."""
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ from utils.metric_writers import MetricWriterError
 USER_ERRORS = (UserError, HubResolutionError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
                NotADirectoryError, PermissionError)
 _TRAINING_SCRIPTS = ("pretrain.py", "finetune.py")
+# What to lower when a script runs out of memory (the model's size is the config's in every script)
+_TRAINING_LOWER = ("lower --train_batch_size (--gradient_accumulation_steps keeps the global batch) or "
+                   "--max_source_length, add --gradient_checkpointing or --bf16, or use a smaller model (the config's "
+                   "d_model, layers, ffn dims, vocab_size)")
+LOWER_WHEN_OUT_OF_MEMORY = {
+    "pretrain.py": _TRAINING_LOWER,
+    "finetune.py": _TRAINING_LOWER.replace("--max_source_length", "--max_source_length / --max_target_length"),
+    "run_eval.py": "lower --bs, --max_source_length or --num_beams, or use --decode_precision bf16 / int8",
+}
 
 
 def _resume_hint(script: str, err: BaseException | None = None) -> str:
@@ -96,6 +106,13 @@ def run_main(main, script: str) -> None:
     except Exception as err:  # noqa: BLE001 - a full disk raised by any layer, else as it was
         from utils.checkpoint_io import storage_errno, storage_message
 
+        from utils.memory import out_of_memory
+
+        short = out_of_memory(err)
+        if short is not None:
+            lower = LOWER_WHEN_OUT_OF_MEMORY.get(script, "use a smaller model or batch")
+            print(f"{script}: error: {short}: {lower}", file=sys.stderr)
+            sys.exit(EXIT_USER_ERROR)
         code = storage_errno(err)
         if code is not None:
             detail = f"{one_line(err)[:200]}; checkpoints are written whole or not at all"
