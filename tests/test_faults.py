@@ -250,3 +250,88 @@ def test_best_checkpoints_survive_a_resume(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step4.ckpt"]
     again.consider(13.0, 8, model, {"rouge2": 13.0})
     assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step8.ckpt"]
+
+
+# -- stop signals wherever they land (one line and the documented code: 75 stop, 130 Ctrl-C) -------------------
+class _Watched:
+    """A real process whose merged stdout/stderr lines are read as they come."""
+
+    def __init__(self, cmd, **kwargs):
+        import threading
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(TOKENIZERS_PARALLELISM="false"), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, **kwargs)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")))
+        self._reader.start()
+
+    def wait_for(self, text, timeout=180):
+        _wait_for(lambda: any(text in line for line in self.lines), self.proc, repr(text), timeout)
+
+    def finish(self, timeout=120) -> tuple[int, str]:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            self.proc.kill()
+            self._reader.join(timeout=10)
+        return code, "".join(self.lines)
+
+
+def _ours(output: str, script: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(f"{script}: ")]
+
+
+@pytest.fixture(scope="module")
+def summaries(tmp_path_factory, small_tokenizer_dir):
+    """Fine-tuning and evaluation inputs: the micro model's weights, and splits whose validation and test take
+    seconds (long generations, beams), so that a signal sent once they start lands inside them."""
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from tests.helpers.summaries import write_summarization_data
+
+    base = tmp_path_factory.mktemp("signals")
+    (base / "config.json").write_text(json.dumps(micro_config(min_length=40, max_length=48)))
+    torch.manual_seed(0)
+    weights = str(base / "weights.ckpt")
+    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(base / "config.json"))).state_dict(), weights)
+    data = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 400), ("test", 400)))
+    common = ["--config_path", str(base / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+              "--max_source_length", "32", "--num_workers", "0"]
+    return {"base": base, "weights": weights, "data": data, "tok": small_tokenizer_dir, "common": common}
+
+
+def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries):
+    """Old code: exit 143 and no message (SIGTERM's default action): the sbatch script's requeue on 75 did not
+    happen."""
+    out = summaries["base"] / "sanity"
+    run = _Watched([sys.executable, "finetune.py", *summaries["common"], "--init_checkpoint", summaries["weights"],
+                    "--max_steps", "4", "--train_batch_size", "4", "--val_check_interval", "2", "--n_val", "120",
+                    "--eval_beams", "4", "--eval_max_gen_length", "48", "--output_dir", str(out)])
+    run.wait_for("== run ==")
+    time.sleep(0.5)
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == EXIT_PREEMPTED, output[-3000:]
+    assert "Traceback" not in output and len(_ours(output, "finetune.py")) == 1, output[-3000:]
+    assert _ours(output, "finetune.py")[0].startswith("finetune.py: stopped: SIGTERM received before update 1: "
+                                                      "stopped without writing a checkpoint"), output[-3000:]
+    assert not [n for n in os.listdir(out) if n.startswith("_")]  # no training checkpoint of nothing trained
+
+
+@pytest.mark.parametrize("sig, code, said", [
+    (signal.SIGINT, 130, "run_eval.py: interrupted (Ctrl-C): stopped before the work was done"),
+    (signal.SIGTERM, EXIT_PREEMPTED, "run_eval.py: stopped: SIGTERM received: stopped before the work was done"),
+])
+def test_a_signal_while_run_eval_generates_is_one_line(summaries, sig, code, said):
+    """Old code: Ctrl-C was exit 130 with a full KeyboardInterrupt traceback; SIGTERM exit 143, no message."""
+    out = summaries["base"] / f"eval_{sig.name}"
+    run = _Watched([sys.executable, "run_eval.py", summaries["weights"], str(summaries["base"] / "config.json"),
+                    summaries["data"], str(out), "--tokenizer", summaries["tok"], "--max_source_length", "32",
+                    "--bs", "4", "--num_beams", "4"])
+    run.wait_for("[generate]")
+    time.sleep(0.3)
+    run.proc.send_signal(sig)
+    got, output = run.finish()
+    assert got == code, output[-3000:]
+    assert "Traceback" not in output and _ours(output, "run_eval.py") == [_ours(output, "run_eval.py")[0]], output
+    assert _ours(output, "run_eval.py")[0].startswith(said), output[-3000:]
+    assert not os.path.exists(out / "test_generations.txt")

@@ -1,27 +1,46 @@
 """Stop signals as a request, not a kill: SIGTERM (what SLURM, Kubernetes and torchrun send before
 killing), SIGUSR1 (SLURM's ``--signal`` warning before the time limit) and the first Ctrl-C set a
 flag that a loop checks at a safe point (after an update), so it can write a checkpoint and exit.
-A second Ctrl-C interrupts at once, as usual (raises KeyboardInterrupt); landing inside a checkpoint
-write, it removes the partial file and the run ends in one line naming the newest complete checkpoint
-(``utils.checkpoint_io.WriteInterrupted``, exit code 130)."""
+A second Ctrl-C interrupts at once, as usual (raises KeyboardInterrupt; the entry scripts end it in one
+line, exit code 130); landing inside a checkpoint write, it removes the partial file and the run ends in
+one line naming the newest complete checkpoint (``utils.checkpoint_io.WriteInterrupted``, exit code 130).
+
+The request belongs to the process, not to one loop: the entry scripts hold a :class:`StopRequest` from
+their first line (``bart.cli.run_main``), so a signal that lands while the model is built or during the
+validation before update 1 is not a kill (exit 143, no message) but a request the training loop honours
+at its first check. Work with no safe point to stop at (``run_eval.py``'s generation and scoring) takes
+the signals ``at_once``: Ctrl-C interrupts (130), SIGTERM/SIGUSR1 raise :class:`utils.errors.Preempted`
+(75: run the same command again)."""
 from __future__ import annotations
 
 import signal
 import sys
 import threading
 
+from utils.errors import Preempted
+
 STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None),
                                  getattr(signal, "SIGINT", None)) if s is not None)
+
+# One request per process, shared by nested StopRequests (the entry script's, the training loop's); the
+# outermost one starts it afresh.
+_PROCESS = {"received": None, "depth": 0}
 
 
 class StopRequest:
     """``with StopRequest() as stop: ... if stop.requested: save and exit``. Handlers are installed only
-    in the main thread and restored on exit."""
+    in the main thread and restored on exit; a signal received under an enclosing StopRequest (before this
+    one was entered) counts here too."""
 
-    def __init__(self, signals=STOP_SIGNALS) -> None:
+    def __init__(self, signals=STOP_SIGNALS, at_once: bool = False) -> None:
         self.signals = signals
-        self.received: str | None = None
+        self.at_once = at_once
         self._previous: dict = {}
+        self._installed = False
+
+    @property
+    def received(self) -> str | None:
+        return _PROCESS["received"]
 
     @property
     def requested(self) -> bool:
@@ -29,16 +48,23 @@ class StopRequest:
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        if signum == signal.SIGINT and (self.at_once or self.received is not None):
+            raise KeyboardInterrupt  # a second Ctrl-C (or the first, where there is no safe point): stop now
+        if self.at_once:
+            raise Preempted(f"{name} received: stopped before the work was done (nothing half-written); run the "
+                            f"same command again")
         if self.received is None:
-            self.received = name
+            _PROCESS["received"] = name
             print(f"[signal] {name} received: finishing the current update, then writing a checkpoint and "
                   f"exiting{' (Ctrl-C again to quit at once, without that checkpoint)' if signum == signal.SIGINT else ''}",
                   file=sys.stderr, flush=True)
 
     def __enter__(self) -> "StopRequest":
         if threading.current_thread() is threading.main_thread():
+            if _PROCESS["depth"] == 0:
+                _PROCESS["received"] = None
+            _PROCESS["depth"] += 1
+            self._installed = True
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -47,6 +73,9 @@ class StopRequest:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self._installed:
+            _PROCESS["depth"] -= 1
+            self._installed = False
 
 
 def ignore_stop_signals(_worker_id: int = 0) -> None:

@@ -5,7 +5,9 @@ out, a stop signal after its checkpoint) is one line and its own exit code (``ut
 disk, quota or read-only file system, whatever layer raises it (``utils.checkpoint_io.storage_errno``), is
 one line naming the folder and its free space, exit code 2; memory that runs out (CPU or GPU) one line with
 the size asked for, the memory there is and what to lower (``utils.memory``), exit code 2; Ctrl-C during a checkpoint write one line
-naming the newest complete checkpoint, exit code 130; a programming error keeps its traceback."""
+naming the newest complete checkpoint, exit code 130, and anywhere else one line, exit code 130 (run_eval.py:
+at the first Ctrl-C); a programming error keeps its traceback. Stop signals are taken for the whole run
+(``STOP_SIGNALS_AT_ONCE``), not only inside the training loop."""
 from __future__ import annotations
 
 import os
@@ -91,12 +93,40 @@ def _storage_errors_in_threads_as_one_line(script: str) -> None:
     threading.excepthook = hook
 
 
+# How each entry script takes a stop signal for the whole of its run (utils.signals.StopRequest): training
+# scripts as a request their loop honours after an update (75, a checkpoint); run_eval.py at once (Ctrl-C:
+# 130, SIGTERM/SIGUSR1: 75), there being no safe point to stop at in generation and scoring
+STOP_SIGNALS_AT_ONCE = {"pretrain.py": False, "finetune.py": False, "run_eval.py": True}
+
+
+def _interrupted(script: str) -> str:
+    """The line after a Ctrl-C that stopped a script at once (exit 130)."""
+    if script not in _TRAINING_SCRIPTS:
+        return f"{script}: interrupted (Ctrl-C): stopped before the work was done; run the same command again"
+    from bart.training.checkpoint import latest_checkpoint
+
+    folder = _written_folder(BaseException())
+    newest = latest_checkpoint(folder) if folder else None
+    return (f"{script}: interrupted (Ctrl-C again): stopped at once, without writing a checkpoint; " +
+            (f"the newest checkpoint is {newest}: run the same command with --resume_from_checkpoint auto to "
+             f"continue from it" if newest else "no checkpoint was written: run the same command again"))
+
+
 def run_main(main, script: str) -> None:
     from bart.generation import GenerationOptionError
+    from utils.checkpoint_io import EXIT_INTERRUPTED
+    from utils.signals import StopRequest
 
     _storage_errors_in_threads_as_one_line(script)
     try:
-        main()
+        if script in STOP_SIGNALS_AT_ONCE:
+            with StopRequest(at_once=STOP_SIGNALS_AT_ONCE[script]):
+                main()
+        else:
+            main()
+    except KeyboardInterrupt:
+        print(_interrupted(script), file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     except (*USER_ERRORS, GenerationOptionError) as err:
         print(f"{script}: error: {one_line(err)}{_resume_hint(script, err)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)

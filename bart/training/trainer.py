@@ -415,11 +415,22 @@ class Trainer:
                            "No checkpoint is left: start the run again"))
 
     def _stop_for_signal(self, received: str) -> None:
+        """Every rank: the checkpoint (rank 0 writes it; every rank names it), then Preempted (exit 75). Before
+        this process applied an update (a signal during start-up or the validation before update 1) there is
+        nothing new to save: it stops without writing."""
+        if self._sequences_seen == 0:
+            self._write_log(self.global_step, {"stopped_by": received, "checkpoint": ""}, flush=True)
+            raise Preempted(f"{received} received before update {self.global_step + 1}: stopped without writing a "
+                            f"checkpoint (nothing was trained in this run yet); run the same command again"
+                            + (" (with --resume_from_checkpoint auto it resumes from the newest checkpoint)"
+                               if self.global_step else ""))
         path = self.save()
-        self.logger.log(step=self.global_step, data={"stopped_by": received, "checkpoint": path or ""})
-        self.logger.flush()
-        raise Preempted(f"{received} received: stopped after update {self.global_step} and wrote {path}; "
-                        f"run the same command with --resume_from_checkpoint True to continue")
+        if self.world_size > 1:
+            path = dist_utils.all_gather_objects(path)[0]  # rank 0 wrote it
+        self._write_log(self.global_step, {"stopped_by": received, "checkpoint": path or ""}, flush=True)
+        raise Preempted(f"{received} received: stopped after update {self.global_step} and "
+                        f"{'' if self.rank == 0 else 'rank 0 '}wrote {path}; run the same command with "
+                        f"--resume_from_checkpoint True to continue")
 
     def _log(self, window: dict, last: dict) -> float:
         lost = self._run_folder_lost()  # its finding rides on the reduction the log makes anyway
