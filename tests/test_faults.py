@@ -335,3 +335,69 @@ def test_a_signal_while_run_eval_generates_is_one_line(summaries, sig, code, sai
     assert "Traceback" not in output and _ours(output, "run_eval.py") == [_ours(output, "run_eval.py")[0]], output
     assert _ours(output, "run_eval.py")[0].startswith(said), output[-3000:]
     assert not os.path.exists(out / "test_generations.txt")
+
+
+def _launch(setup, out, steps=400):
+    """Two gloo processes under utils.launch (torchrun's flags; what the scripts start), in a session of their
+    own as a terminal's job would be."""
+    argv = _with_steps(setup["argv"], steps)[1:] + ["--output_dir", str(out)]
+    return _Watched([sys.executable, "-m", "utils.launch", "--nproc_per_node=2", f"--master_port={_free_port()}",
+                     "pretrain.py", *argv], start_new_session=True)
+
+
+def _workers(run) -> list[int]:
+    """The two worker processes, rank 0 first (torchrun starts them in order)."""
+    found = subprocess.run(["pgrep", "-P", str(run.proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(found) == 2, found
+    return sorted(int(pid) for pid in found)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("presses", [1, 2])
+def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup, presses):
+    """SIGTERM once to the launcher: every rank checkpoints, the job ends 75 (what the sbatch scripts requeue on).
+    Ctrl-C twice: the second reaches the workers too and the job ends 130. Old code (torchrun): exit 1 and
+    SignalException tracebacks, the second Ctrl-C abandoning the workers mid-checkpoint."""
+    out = setup["base"] / f"launch{presses}"
+    run = _launch(setup, out)
+    _wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
+    if presses == 1:
+        run.proc.send_signal(signal.SIGTERM)
+    else:
+        run.proc.send_signal(signal.SIGINT)
+        time.sleep(0.02)
+        run.proc.send_signal(signal.SIGINT)
+    code, output = run.finish()
+    assert "Traceback" not in output and "SignalException" not in output, output[-4000:]
+    launch = _ours(output, "launch")
+    assert len(launch) == 1, output[-4000:]
+    if presses == 1:
+        assert code == EXIT_PREEMPTED, output[-4000:]
+        assert launch[0].startswith("launch: SIGTERM received: the processes stopped (exit codes 75, 75): a "
+                                    "checkpoint was written"), launch
+        said = _ours(output, "pretrain.py")
+        assert len(said) == 2 and all(s.startswith("pretrain.py: stopped: SIGTERM received: stopped after update")
+                                      for s in said), said
+        assert "None" not in " ".join(said) and [n for n in os.listdir(out) if n.startswith("_step")]
+    else:
+        assert code == 130, output[-4000:]
+        assert launch[0].startswith("launch: SIGINT received: the processes stopped"), launch
+        assert "pretrain.py: interrupted (Ctrl-C again): stopped at once" in output, output[-4000:]
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup):
+    """Old code: a 26-line KeyboardInterrupt traceback from rank 1, which said it "wrote None"."""
+    out = setup["base"] / "rank1"
+    run = _launch(setup, out)
+    _wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
+    rank1 = _workers(run)[1]
+    os.kill(rank1, signal.SIGINT)
+    run.wait_for("[signal] SIGINT received")  # the first taken: the second lands in its update or checkpoint
+    os.kill(rank1, signal.SIGINT)
+    code, output = run.finish()
+    assert code == 130, output[-4000:]
+    assert "Traceback" not in output and "wrote None" not in output, output[-4000:]
+    assert "pretrain.py: interrupted (Ctrl-C again): stopped at once, without writing a checkpoint" in output
+    assert _ours(output, "launch") == ["launch: rank 1 ended with exit code 130, so the job stopped: stopped at once "
+                                       "(Ctrl-C again), without a checkpoint"], output[-4000:]

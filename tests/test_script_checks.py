@@ -440,7 +440,7 @@ def test_max_restarts_reaches_torchrun_with_c10d_rendezvous_across_nodes():
     one_node = _launch({"MAX_RESTARTS": "2"}).stdout.split()
     assert "--max_restarts=2" in one_node and "--rdzv_backend=c10d" not in one_node, one_node
     alone = _launch({"MAX_RESTARTS": "1"}, processes=1).stdout.split()
-    assert alone[1:3] == ["-m", "torch.distributed.run"] and "--max_restarts=1" in alone, alone
+    assert alone[1:3] == ["-m", "utils.launch"] and "--max_restarts=1" in alone, alone  # torchrun's flags
     nodes = _launch({"MAX_RESTARTS": "3", "NNODES": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600",
                      "SLURM_JOB_ID": "77"}).stdout.split()
     assert {"--max_restarts=3", "--rdzv_backend=c10d", "--rdzv_endpoint=10.0.0.1:29600", "--rdzv_id=77",

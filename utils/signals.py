@@ -24,7 +24,7 @@ STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signa
 
 # One request per process, shared by nested StopRequests (the entry script's, the training loop's); the
 # outermost one starts it afresh.
-_PROCESS = {"received": None, "depth": 0}
+_PROCESS = {"received": None, "depth": 0, "settled": False}
 
 
 class StopRequest:
@@ -46,7 +46,21 @@ class StopRequest:
     def requested(self) -> bool:
         return self.received is not None
 
+    def settle(self) -> None:
+        """The run's outcome is known (it ended, or is ending with its line): a signal from now on changes nothing
+        (a Ctrl-C in the middle of the last line would otherwise be a KeyboardInterrupt traceback)."""
+        _PROCESS["settled"] = True
+
+    def ignore_from_now_on(self) -> None:
+        """For a process on its way out: the stop signals are ignored until it has exited."""
+        self._previous.clear()
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                signal.signal(sig, signal.SIG_IGN)
+
     def _handle(self, signum, frame) -> None:
+        if _PROCESS["settled"]:
+            return
         name = signal.Signals(signum).name
         if signum == signal.SIGINT and (self.at_once or self.received is not None):
             raise KeyboardInterrupt  # a second Ctrl-C (or the first, where there is no safe point): stop now
@@ -62,7 +76,7 @@ class StopRequest:
     def __enter__(self) -> "StopRequest":
         if threading.current_thread() is threading.main_thread():
             if _PROCESS["depth"] == 0:
-                _PROCESS["received"] = None
+                _PROCESS.update(received=None, settled=False)
             _PROCESS["depth"] += 1
             self._installed = True
             for sig in self.signals:

@@ -112,47 +112,67 @@ def _interrupted(script: str) -> str:
              f"continue from it" if newest else "no checkpoint was written: run the same command again"))
 
 
-def run_main(main, script: str) -> None:
-    from bart.generation import GenerationOptionError
-    from utils.checkpoint_io import EXIT_INTERRUPTED
+def run_main(main, script: str, restore_signals: bool | None = None) -> None:
+    """Run ``main`` and end as described above. The stop signals are taken from the first line to the last
+    (``STOP_SIGNALS_AT_ONCE``); once the outcome is known, a late one changes nothing: a process on its way out
+    (``python SCRIPT``) ignores them, a caller that goes on (``restore_signals``; by default any caller that
+    is not ``python SCRIPT`` itself) gets its previous handlers back."""
     from utils.signals import StopRequest
 
+    if restore_signals is None:
+        restore_signals = os.path.basename(sys.argv[0] if sys.argv else "") != script
+
     _storage_errors_in_threads_as_one_line(script)
+    stop = StopRequest(at_once=STOP_SIGNALS_AT_ONCE[script]) if script in STOP_SIGNALS_AT_ONCE else None
+    if stop is not None:
+        stop.__enter__()
     try:
-        if script in STOP_SIGNALS_AT_ONCE:
-            with StopRequest(at_once=STOP_SIGNALS_AT_ONCE[script]):
-                main()
-        else:
+        try:
             main()
-    except KeyboardInterrupt:
+        except BaseException as err:  # noqa: BLE001 - each kind ends as the module's docstring says
+            if stop is not None:
+                stop.settle()
+            _end(err, script)
+    finally:
+        if stop is not None:
+            stop.settle()
+            stop.__exit__() if restore_signals else stop.ignore_from_now_on()
+
+
+def _end(err: BaseException, script: str) -> None:
+    """One line and the exit code for ``err``, or ``err`` raised again (SystemExit, a programming error)."""
+    from bart.generation import GenerationOptionError
+    from utils.checkpoint_io import EXIT_INTERRUPTED
+
+    if isinstance(err, KeyboardInterrupt):
         print(_interrupted(script), file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
-    except (*USER_ERRORS, GenerationOptionError) as err:
+    if isinstance(err, (*USER_ERRORS, GenerationOptionError)):
         print(f"{script}: error: {one_line(err)}{_resume_hint(script, err)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
-    except RunStopped as err:
+    if isinstance(err, RunStopped):
         print(f"{script}: stopped: {one_line(err)}{_resume_hint(script, err)}", file=sys.stderr)
         sys.exit(err.exit_code)
-    except Exception as err:  # noqa: BLE001 - a full disk raised by any layer, else as it was
-        from utils.checkpoint_io import storage_errno, storage_message
+    if not isinstance(err, Exception):
+        raise err
+    from utils.checkpoint_io import storage_errno, storage_message
+    from utils.memory import out_of_memory
 
-        from utils.memory import out_of_memory
-
-        short = out_of_memory(err)
-        if short is not None:
-            lower = LOWER_WHEN_OUT_OF_MEMORY.get(script, "use a smaller model or batch")
-            print(f"{script}: error: {short}: {lower}", file=sys.stderr)
-            sys.exit(EXIT_USER_ERROR)
-        code = storage_errno(err)
-        if code is not None:
-            detail = f"{one_line(err)[:200]}; checkpoints are written whole or not at all"
-            print(f"{script}: error: {storage_message(code, _written_folder(err), detail=detail)}"
-                  f"{_resume_hint(script)}", file=sys.stderr)
-            sys.exit(EXIT_USER_ERROR)
-        if not isinstance(err, RuntimeError) or not is_collective_timeout(err):
-            raise
-        from utils import distributed as dist_utils
-        print(f"{script}: stopped: rank {dist_utils.rank()} of {dist_utils.world_size()}: a collective operation "
-              f"failed waiting for the other ranks ({one_line(err)[:300]}); another rank hung or died: see its "
-              f"log; raise --dist_timeout if a step legitimately takes longer", file=sys.stderr)
-        sys.exit(EXIT_DIST_TIMEOUT)
+    short = out_of_memory(err)
+    if short is not None:
+        lower = LOWER_WHEN_OUT_OF_MEMORY.get(script, "use a smaller model or batch")
+        print(f"{script}: error: {short}: {lower}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    code = storage_errno(err)
+    if code is not None:
+        detail = f"{one_line(err)[:200]}; checkpoints are written whole or not at all"
+        print(f"{script}: error: {storage_message(code, _written_folder(err), detail=detail)}"
+              f"{_resume_hint(script)}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    if not isinstance(err, RuntimeError) or not is_collective_timeout(err):
+        raise err
+    from utils import distributed as dist_utils
+    print(f"{script}: stopped: rank {dist_utils.rank()} of {dist_utils.world_size()}: a collective operation "
+          f"failed waiting for the other ranks ({one_line(err)[:300]}); another rank hung or died: see its "
+          f"log; raise --dist_timeout if a step legitimately takes longer", file=sys.stderr)
+    sys.exit(EXIT_DIST_TIMEOUT)

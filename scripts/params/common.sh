@@ -198,7 +198,7 @@ checks_done() {  # the end of a script's checks: CHECK_ONLY=1 stops here
 }
 
 # Stop signals reach the training processes: SIGTERM (SLURM, Kubernetes, docker stop) and SIGUSR1
-# (SLURM's --signal warning) are passed on as SIGTERM, which torchrun forwards to every worker; the
+# (SLURM's --signal warning) are passed on as SIGTERM, which the launcher (utils.launch) forwards to every worker; the
 # workers finish their update, write a checkpoint and exit (pretrain.py/finetune.py: exit code 75).
 # bash alone would not pass them on (and as a container's PID 1 would ignore SIGTERM). The command runs
 # in its own process group (set -m), so Ctrl-C reaches it once, through this shell: the first makes it
@@ -220,7 +220,12 @@ run_forwarding_signals() {  # command...: its exit code; STOPPED_BY names a stop
   return "$rc"
 }
 
-stopped_exit() {  # SCRIPT RC: after a stop signal, one line and exit 75 (resume by running the script again)
+stopped_exit() {  # SCRIPT RC: after a stop signal, one line and exit 75 (resume by running the script again);
+  # 130 stays 130 (a second Ctrl-C: stopped at once, without a checkpoint)
+  if [ -n "$STOPPED_BY" ] && [ "$2" = 130 ]; then
+    echo "$1: stopped at once by a second Ctrl-C, without writing a checkpoint (exit 130)" >&2
+    exit 130
+  fi
   if [ -n "$STOPPED_BY" ]; then
     echo "$1: stopped by $STOPPED_BY after writing a checkpoint (exit $2); run the same command again to resume" >&2
     exit 75
@@ -249,7 +254,9 @@ launch_command() {  # N: LAUNCH = the command that starts N processes per node (
   check_env count0 MAX_RESTARTS
   local restarts=${MAX_RESTARTS:-0}
   if [ "$1" -gt 1 ] || [ "${NNODES:-1}" -gt 1 ] || [ "$restarts" -gt 0 ]; then
-    LAUNCH=("${PYTHON:-python3}" -m torch.distributed.run --nnodes="${NNODES:-1}" --nproc_per_node="$1")
+    # utils.launch: torchrun (its flags) ending with the workers' code (75, 130, 4, ...) in one line after a stop
+    # signal, instead of exit 1 and torchrun's SignalException traceback
+    LAUNCH=("${PYTHON:-python3}" -m utils.launch --nnodes="${NNODES:-1}" --nproc_per_node="$1")
     if [ "$restarts" -gt 0 ] && [ "${NNODES:-1}" -gt 1 ]; then
       LAUNCH+=(--max_restarts="$restarts" --rdzv_backend=c10d --rdzv_endpoint="${MASTER_ADDR:-127.0.0.1}:$(rendezvous_port)"
                --rdzv_id="${RDZV_ID:-${SLURM_JOB_ID:-bart}}")

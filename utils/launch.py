@@ -1,0 +1,101 @@
+"""torchrun with stop signals that keep their promise: ``python -m utils.launch [torchrun's flags] SCRIPT ARGS``
+(what the shell scripts launch; the flags are torchrun's own, ``torch.distributed.run``).
+
+torchrun alone, on SIGTERM or Ctrl-C, passes the signal to its workers, waits for them, then ends with exit
+code 1 and a ``SignalException`` traceback whatever the workers did, so a SLURM script cannot tell a
+checkpointed stop (75: requeue) from a crash; and a second Ctrl-C raises in the middle of that wait,
+abandoning the workers in their checkpoint write without passing it on. Here:
+
+- the first stop signal goes to the workers as torchrun sends it (they finish their update, write a
+  checkpoint and exit 75), and they are waited for (``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds, then killed);
+- every later one is passed on to them as well (a second Ctrl-C stops them at once: 130), and the wait goes on;
+- the launcher ends with the workers' exit code and one line: 75 (checkpoint written), 130 (stopped at once),
+  or, when a worker failed by itself, the first failure's code (4 for a hung rank, 2, 3, ...), never a
+  traceback of torchrun's.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+ME = "launch"
+_MEANING = {75: "a checkpoint was written: run the same command again to resume",
+            130: "stopped at once (Ctrl-C again), without a checkpoint"}
+
+
+def _job_code(codes: list[int], sig: signal.Signals) -> int:
+    """One exit code for the job from its workers' codes after a stop signal: a worker killed (it did not stop
+    in time) or stopped at once decides; else the code the workers stopped with."""
+    killed = [-c for c in codes if c is not None and c < 0]
+    if killed:
+        return 128 + killed[0]
+    if 130 in codes:
+        return 130
+    done = [c for c in codes if c]
+    if not codes:
+        return 128 + int(sig)  # stopped before any worker ran
+    return max(set(done), key=done.count) if done else 0
+
+
+def _said(sig: signal.Signals, codes: list[int], code: int) -> str:
+    shown = ", ".join(str(c) for c in codes) or "none started"
+    if code > 128 and any(c is not None and c < 0 for c in codes):
+        why = (f"a process did not stop within TORCH_ELASTIC_SHUTDOWN_TIMEOUT "
+               f"({os.environ.get('TORCH_ELASTIC_SHUTDOWN_TIMEOUT', '30')} s) and was killed")
+    else:
+        why = _MEANING.get(code, "see the processes' lines above")
+    return f"{ME}: {sig.name} received: the processes stopped (exit codes {shown}): {why}"
+
+
+def main(argv=None) -> int:
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing import api
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    contexts, codes, first = [], {}, []
+
+    def handler(signum, frame) -> None:
+        sig = signal.Signals(signum)
+        if not first:  # torchrun's own path: the signal to every worker, then the wait
+            first.append(sig)
+            raise api.SignalException(f"Process {os.getpid()} got signal: {sig}", sigval=sig)
+        for context in contexts[-1:]:  # a later one: to the workers too, instead of abandoning them
+            for pid in context.pids().values():
+                try:
+                    os.killpg(pid, sig)  # each worker leads its own process group (start_new_session)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    start, close = api.PContext.start, api.PContext.close
+
+    def start_and_keep(self) -> None:
+        contexts.append(self)
+        start(self)
+
+    def close_and_record(self, death_sig=None, timeout: int = 30) -> None:
+        close(self, death_sig, timeout)
+        handlers = getattr(self, "subprocess_handlers", None) or {}
+        codes.update({rank: h.proc.returncode for rank, h in handlers.items()})
+
+    api._terminate_process_handler = handler  # what PContext.start installs for SIGTERM, SIGINT, ...
+    api.PContext.start, api.PContext.close = start_and_keep, close_and_record
+    try:
+        torchrun.main(argv)
+    except api.SignalException:
+        found = [codes[rank] for rank in sorted(codes)]
+        code = _job_code(found, first[0])
+        print(_said(first[0], found, code), file=sys.stderr, flush=True)
+        return code
+    except ChildFailedError as err:
+        rank, failure = err.get_first_failure()
+        code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
+        print(f"{ME}: rank {rank} ended with exit code {code}, so the job stopped"
+              + (f": {_MEANING[code]}" if code in _MEANING else " (its line above says why)"), file=sys.stderr,
+              flush=True)
+        return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
