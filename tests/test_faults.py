@@ -401,3 +401,23 @@ def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup)
     assert "pretrain.py: interrupted (Ctrl-C again): stopped at once, without writing a checkpoint" in output
     assert _ours(output, "launch") == ["launch: rank 1 ended with exit code 130, so the job stopped: stopped at once "
                                        "(Ctrl-C again), without a checkpoint"], output[-4000:]
+
+
+def test_sigterm_during_a_checkpoint_write_keeps_that_checkpoint_and_stops_with_75(setup):
+    """The signal sent while a periodic checkpoint is being written (its .partial file there): the write ends
+    whole, the run stops after that update naming that very checkpoint (not written twice), exit 75."""
+    out = setup["base"] / "during_write"
+    run = _Watched([sys.executable, *_with_steps(setup["argv"], 400), "--output_dir", str(out),
+                    "--save_checkpoint_steps", "1", "--keep_checkpoints", "2"])
+    writing = lambda: out.exists() and any(n.endswith(".partial") for n in os.listdir(out))  # noqa: E731
+    _wait_for(lambda: _logged_step(out) >= 2 and writing(), run.proc, "a checkpoint write")
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == EXIT_PREEMPTED, output[-3000:]
+    said = _ours(output, "pretrain.py")
+    assert "Traceback" not in output and len(said) == 1, output[-3000:]
+    newest = max((n for n in os.listdir(out) if n.startswith("_step")), key=lambda n: int(n[5:-5]))
+    assert said[0].startswith(f"pretrain.py: stopped: SIGTERM received: stopped after update {newest[5:-5]} and "
+                              f"wrote {out / newest}"), said
+    assert not [n for n in os.listdir(out) if n.endswith(".partial")]
+    assert torch.load(out / newest, weights_only=True)["global_step"] == int(newest[5:-5])

@@ -107,6 +107,7 @@ class Trainer:
         self.forward_model = self.strategy.wrap(model, torch.compile(model) if config.compile else model)
         self.history: list[dict] = []
         self._sequences_seen = 0
+        self._periodic_saved: Optional[tuple] = None  # (global step, path) of the newest periodic checkpoint
         self.stop_reason: Optional[str] = None  # set by request_stop (early stopping): fit ends after this step
         # rank 0: what of the run's folder is gone (None while all is there), checked at every log, validation
         # and checkpoint write; the run stops instead of re-creating a folder with checkpoints only
@@ -266,6 +267,8 @@ class Trainer:
                     raise
                 raise RunStopped(self._run_folder_message(lost)) from None
         dist_utils.barrier()
+        if name is None:
+            self._periodic_saved = (self.global_step, path)
         return path
 
     def resume(self, path_or_latest) -> str:
@@ -424,7 +427,8 @@ class Trainer:
                             f"checkpoint (nothing was trained in this run yet); run the same command again"
                             + (" (with --resume_from_checkpoint auto it resumes from the newest checkpoint)"
                                if self.global_step else ""))
-        path = self.save()
+        saved = self._periodic_saved  # a signal during the periodic write of this very update: that one stands
+        path = saved[1] if saved and saved[0] == self.global_step else self.save()
         if self.world_size > 1:
             path = dist_utils.all_gather_objects(path)[0]  # rank 0 wrote it
         self._write_log(self.global_step, {"stopped_by": received, "checkpoint": path or ""}, flush=True)
