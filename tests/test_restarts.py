@@ -223,11 +223,11 @@ def _one_line_error(capsys, script="finetune.py"):
 
 
 @pytest.mark.parametrize("written, resumed, said", [
-    (["--lamb"], [], "optimizer LAMB in the checkpoint, --lamb AdamW now"),            # was: exit 0, LAMB state in AdamW
-    ([], ["--lamb"], "optimizer AdamW in the checkpoint, --lamb LAMB now"),            # was: KeyError 'bias_correction'
-    (["--bf16"], [], "precision bf16 in the checkpoint, --fp16/--bf16/--no-tf32 tf32 now"),
-    ([], ["--weight_decay", "0.1"], "weight_decay 0.0 in the checkpoint, --weight_decay 0.1 now"),
-    ([], ["--lr_scheduler", "constant"], "lr_scheduler linear in the checkpoint, --lr_scheduler constant now"),
+    (["--lamb"], [], "optimizer: LAMB in the checkpoint, AdamW now (--lamb)"),            # was: exit 0, LAMB state in AdamW
+    ([], ["--lamb"], "optimizer: AdamW in the checkpoint, LAMB now (--lamb)"),            # was: KeyError 'bias_correction'
+    (["--bf16"], [], "precision: bf16 in the checkpoint, tf32 now (--fp16/--bf16/--no-tf32)"),
+    ([], ["--weight_decay", "0.1"], "weight_decay: 0.0 in the checkpoint, 0.1 now (--weight_decay)"),
+    ([], ["--lr_scheduler", "constant"], "lr_scheduler: linear in the checkpoint, constant now (--lr_scheduler)"),
 ])
 def test_a_resume_that_differs_from_the_checkpoints_run_is_refused_in_one_line(world, capsys, written, resumed, said):
     out = world["base"] / ("differs" + "".join(written).replace("-", "_"))

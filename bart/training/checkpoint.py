@@ -303,6 +303,14 @@ def _precision_of(args: dict):
     return "fp16" if args["fp16"] else "bf16" if args["bf16"] else "tf32" if args.get("tf32", True) else "fp32"
 
 
+def _strategy_of(record: dict):
+    """The strategy that ran (bart.training.strategy.build_strategy's rule): none with one process, else the
+    flag's, DDP by default."""
+    if "distributed_strategy" not in record["args"]:
+        return None
+    return "single process" if record["world_size"] <= 1 else record["args"]["distributed_strategy"] or "ddp"
+
+
 def _arg(name: str, plain=lambda v: v):
     return lambda record: plain(record["args"][name]) if name in record["args"] else None
 
@@ -333,9 +341,7 @@ def _resume_checks() -> dict:
         # fp16's loss scale is dropped or starts anew; the weights and optimizer state are fp32 either way
         "precision": ("--fp16/--bf16/--no-tf32", lambda r: _precision_of(r["args"]), True),
         # checkpoints hold full tensors whatever the strategy
-        "distributed_strategy": ("--distributed_strategy",
-                                 lambda r: None if "distributed_strategy" not in r["args"] else
-                                 r["args"]["distributed_strategy"] or "default", True),
+        "distributed_strategy": ("--distributed_strategy", _strategy_of, True),
     }
     for key in (*ARCHITECTURE_KEYS, "tie_word_embeddings"):
         checks[key] = (f"the config's {key}", _architecture(key), False)
@@ -355,8 +361,8 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
         before, now = read(saved), read(current)
         if before is None or now is None or before == now:
             continue
-        said = (f"{name} {_shown(before)} in the checkpoint, {_shown(now)} now ({flag})" if flag.startswith("the ")
-                or flag == "processes" else f"{name} {_shown(before)} in the checkpoint, {flag} {_shown(now)} now")
+        said = f"{name}: {_shown(before)} in the checkpoint, {_shown(now)} now" + (
+            f" ({flag})" if flag != "processes" else "")
         if may_change and name in allowed:
             notes.append(f"[checkpoint] resuming {path} with {name} {_shown(now)} instead of the checkpoint's "
                          f"{_shown(before)}, as --allow_resume_change {name} asks")
