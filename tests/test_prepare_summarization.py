@@ -119,7 +119,8 @@ def test_hf_exports_jsonl_and_parquet(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows[:1]), export / "train-00000-of-00002.parquet")
     pq.write_table(pa.Table.from_pylist(rows[1:]), export / "train-00001-of-00002.parquet")
     pq.write_table(pa.Table.from_pylist(rows[:2]), export / "validation-00000-of-00001.parquet")
-    (export / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[2:]))
+    # a byte-order mark (as Windows editors write one) is not text: was a JSONDecodeError on the first line
+    (export / "test.jsonl").write_text("\ufeff" + "".join(json.dumps(r) + "\n" for r in rows[2:]), encoding="utf-8")
     out = tmp_path / "out"
     convert_hf(str(export), str(out), None, None)
     assert _lines(out / "train.source") == [f"doc {i} second line" for i in range(3)]

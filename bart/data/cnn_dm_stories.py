@@ -55,7 +55,7 @@ def read_url_list(path: str) -> list[str]:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"split list {path} not found; download the url_lists folder of "
                                 "abisee/cnn-dailymail (scripts/get_data.sh does)")
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         return [line.strip() for line in f if line.strip()]
 
 
@@ -77,7 +77,7 @@ def convert_split(url_list: str, story_dirs: list[str]) -> tuple[list[str], list
             raise FileNotFoundError(f"{url_list}: the story of {url} ({name}) is in none of {story_dirs}; "
                                     "give the folders of both the CNN and the Daily Mail stories")
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:
                 article, summary = parse_story(f.read())
         except UnicodeDecodeError as err:
             raise ValueError(f"{path} (the story of {url}) is not UTF-8 text: {err}") from None

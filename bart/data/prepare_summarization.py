@@ -54,7 +54,7 @@ def _rows(path: str) -> list[dict]:
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
         return pq.read_table(path).to_pylist()
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -124,7 +124,7 @@ def convert_lead(input_path: str, out_dir: str, sizes: list[int], train_passages
     (validation and test keep whole documents, so no test text is seen in training)."""
     from utils.nltk_data import sent_tokenize
 
-    with open(input_path, encoding="utf-8") as f:
+    with open(input_path, encoding="utf-8-sig") as f:
         documents = [_clean(line) for line in f if line.strip()]
     if sum(sizes) > len(documents):
         raise ValueError(f"{input_path} has {len(documents)} documents, fewer than the {sum(sizes)} asked for")
