@@ -225,7 +225,7 @@ def _one_line_error(capsys, script="finetune.py"):
 @pytest.mark.parametrize("written, resumed, said", [
     (["--lamb"], [], "optimizer: LAMB in the checkpoint, AdamW now (--lamb)"),            # was: exit 0, LAMB state in AdamW
     ([], ["--lamb"], "optimizer: AdamW in the checkpoint, LAMB now (--lamb)"),            # was: KeyError 'bias_correction'
-    (["--bf16"], [], "precision: bf16 in the checkpoint, tf32 now (--fp16/--bf16/--no-tf32)"),
+    (["--bf16"], [], "precision: bf16 in the checkpoint, tf32 now (--fp16/--bf16/--fp8/--no-tf32)"),
     ([], ["--weight_decay", "0.1"], "weight_decay: 0.0 in the checkpoint, 0.1 now (--weight_decay)"),
     ([], ["--lr_scheduler", "constant"], "lr_scheduler: linear in the checkpoint, constant now (--lr_scheduler)"),
 ])

@@ -298,9 +298,16 @@ def _training_state(path: str) -> dict:
 # (older checkpoints, the Trainer used without an entry script) are not compared.
 # name -> (the flag that sets it, its value in a run's record, whether --allow_resume_change may allow it)
 def _precision_of(args: dict):
+    """The precision a run's flags chose (utils.precision's rule), None where they were not recorded."""
+    from utils.precision import Precision
+
     if not {"fp16", "bf16"} <= args.keys():
         return None
-    return "fp16" if args["fp16"] else "bf16" if args["bf16"] else "tf32" if args.get("tf32", True) else "fp32"
+    try:
+        return Precision.from_flags(fp16=bool(args["fp16"]), bf16=bool(args["bf16"]), tf32=bool(args.get("tf32", True)),
+                                    fp8=bool(args.get("fp8")), fp8_emulate=bool(args.get("fp8_emulate"))).name
+    except ValueError:
+        return None
 
 
 def _strategy_of(record: dict):
@@ -339,7 +346,7 @@ def _resume_checks() -> dict:
         "max_tokens_per_batch": ("--max_tokens_per_batch", _arg("max_tokens_per_batch"), False),
         "processes": ("processes", lambda r: r["world_size"], False),
         # fp16's loss scale is dropped or starts anew; the weights and optimizer state are fp32 either way
-        "precision": ("--fp16/--bf16/--no-tf32", lambda r: _precision_of(r["args"]), True),
+        "precision": ("--fp16/--bf16/--fp8/--no-tf32", lambda r: _precision_of(r["args"]), True),
         # checkpoints hold full tensors whatever the strategy
         "distributed_strategy": ("--distributed_strategy", _strategy_of, True),
     }
