@@ -50,9 +50,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, small_tokenizer_dir):
-    """Pretraining inputs for the torchrun cases (the micro model, 48 rows)."""
+    """Pretraining inputs for the torchrun cases: 48 rows, a model a little larger than the micro one, so that an
+    update and a checkpoint take long enough (a tenth of a second or more) for a second signal to land in them."""
     base = tmp_path_factory.mktemp("signals_pt")
-    (base / "config.json").write_text(json.dumps(micro_config()))
+    (base / "config.json").write_text(json.dumps(micro_config(d_model=128, encoder_ffn_dim=512, decoder_ffn_dim=512,
+                                                              encoder_layers=2, decoder_layers=2)))
     shards = os.path.dirname(write_shards(str(base / "shards"), [24, 24])[0])
     argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--data_dir", shards, "--tokenizer",
             small_tokenizer_dir, "--max_steps", "400", "--train_batch_size", "4", "--max_source_length", "48",
@@ -133,6 +135,35 @@ def _workers(run) -> list[int]:
     return sorted(int(pid) for pid in found)
 
 
+def _pending(pid: int, sig: signal.Signals) -> bool:
+    """Whether ``sig`` waits to be delivered to process ``pid`` (its status's pending masks); a process gone has
+    none waiting."""
+    if not os.path.exists(f"/proc/{pid}/status"):
+        return False
+    with open(f"/proc/{pid}/status") as f:
+        masks = [int(line.split()[1], 16) for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask >> (int(sig) - 1) & 1 for mask in masks)
+
+
+def _second_press(run, workers, press) -> None:
+    """A second Ctrl-C that lands while the workers are still stopping, whatever the machine's load: once each
+    worker took the first, they are frozen, the second is sent (``press``) and waits in each of them, then they
+    go on and meet it (a human's second press comes seconds later, in the checkpoint write)."""
+    _wait_for(lambda: sum("[signal] SIGINT received" in line for line in run.lines) >= len(workers), run.proc,
+              "the first Ctrl-C taken by every worker")
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    assert all(os.path.exists(f"/proc/{pid}/status") for pid in workers), "".join(run.lines)[-3000:]
+    press()
+    # a stopped process shows it waiting; one the kernel stopped after taking it (it takes SIGINT before SIGSTOP
+    # when both wait) does not: at most a second for the launcher to pass it on
+    deadline = time.time() + 1.0
+    while time.time() < deadline and not all(_pending(pid, signal.SIGINT) for pid in workers):
+        time.sleep(0.005)
+    for pid in workers:
+        os.kill(pid, signal.SIGCONT)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2])
 def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup, presses):
@@ -145,9 +176,9 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
     if presses == 1:
         run.proc.send_signal(signal.SIGTERM)
     else:
+        workers = _workers(run)
         run.proc.send_signal(signal.SIGINT)
-        time.sleep(0.02)
-        run.proc.send_signal(signal.SIGINT)
+        _second_press(run, workers, lambda: run.proc.send_signal(signal.SIGINT))
     code, output = run.finish()
     assert "Traceback" not in output and "SignalException" not in output, output[-4000:]
     launch = ours(output, "launch")
@@ -174,8 +205,7 @@ def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup)
     _wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
     rank1 = _workers(run)[1]
     os.kill(rank1, signal.SIGINT)
-    run.wait_for("[signal] SIGINT received")  # the first taken: the second lands in its update or checkpoint
-    os.kill(rank1, signal.SIGINT)
+    _second_press(run, [rank1], lambda: os.kill(rank1, signal.SIGINT))
     code, output = run.finish()
     assert code == 130, output[-4000:]
     assert "Traceback" not in output and "wrote None" not in output, output[-4000:]
