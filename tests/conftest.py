@@ -61,7 +61,7 @@ def container_image(tmp_path_factory):
 # running the last long file alone while the other has finished (longest-first scheduling; about 20 s
 # of an 7-minute suite). Files not named here follow in pytest's order; a stale list costs only time.
 HEAVIEST_FIRST = ("test_trainer.py", "test_pretraining_data.py", "test_faults.py", "test_journey.py",
-                  "test_gpu_suite.py", "test_finetune.py", "test_export.py", "test_script_journey.py", "test_monitoring.py",
+                  "test_gpu_suite.py", "test_finetune.py", "test_export.py", "test_signals.py", "test_script_journey.py", "test_monitoring.py",
                   "test_generation.py", "test_hub.py", "test_pretrain_cli.py", "test_benchmark_scripts.py", "test_reference_outputs.py",
                   "test_tokenizer.py", "test_train_tokenizer.py")
 
