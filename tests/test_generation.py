@@ -271,7 +271,8 @@ def test_attention_mask_inferred_like_transformers(one_thread):
         settings = dict(settings, max_length=12)
         got, expected = ours.generate(ids, **settings), hf.generate(ids, **settings)
         assert torch.equal(got, expected), settings
-    from bart.generation import _attention_mask, _options
+    from bart.generation.options import _options
+    from bart.generation.session import _attention_mask
     assert torch.equal(_attention_mask(ids, _options(ours.config, {})), (ids != 1).long())
     assert bool((_attention_mask(ids, _options(ours.config, {"pad_token_id": None})) == 1).all())
 
@@ -512,7 +513,7 @@ def test_static_cache_equals_dynamic_cache(one_thread):
     """Step by step, with a beam reorder and sources leaving in between, the static cache gives the
     logits of the concatenating cache (the same kernels on the same values, the same LM head: equal)
     and those of a full forward without a cache (to tolerance)."""
-    from bart.generation.search import _Decoder
+    from bart.generation.session import _Decoder
     from bart.modeling.modeling_bart import StaticCache
     ours, _ = _pair(16, 0.3)
     ids, mask = _ragged_inputs(16)
@@ -550,7 +551,7 @@ def test_static_cache_equals_dynamic_cache(one_thread):
 
 def _count_drops(monkeypatch):
     """How many times finished sources leave the running batch during the calls that follow."""
-    from bart.generation.search import _Decoder
+    from bart.generation.session import _Decoder
     calls = []
     original = _Decoder.keep_sources
     monkeypatch.setattr(_Decoder, "keep_sources", lambda self, sources, rows: (calls.append(len(sources)),

@@ -1,7 +1,7 @@
 """The decoder's caches for incremental decoding, and the boolean attention mask they are read with.
 
 The model (:mod:`bart.modeling.modeling_bart`) writes and reads them; the searches
-(:mod:`bart.generation.search`, :mod:`bart.generation.compiled`) allocate and reorder them. They live
+(:mod:`bart.generation.session`, :mod:`bart.generation.compiled`) allocate and reorder them. They live
 here, below both, so that the model can import generation (``generate``) and generation never imports
 the model.
 """

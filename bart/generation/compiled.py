@@ -15,7 +15,7 @@ changes per step, so one graph serves the whole call (and every later call of th
 running batch keeps its rows: finished sources are not compacted away (that would change the shapes),
 their rows idle on pad tokens as in transformers, so results are the same sequences. The first step of
 a multi-token decoder prompt (``decoder_input_ids``) runs eager. The logits processors and the beam
-bookkeeping stay the eager, tensor-shaped code of :mod:`bart.generation.search` (no Python per beam; one
+bookkeeping stay the eager, tensor-shaped code of :mod:`bart.generation.greedy` and :mod:`bart.generation.beam` (no Python per beam; one
 host sync per step, the stopping check).
 
 Tokens equal the eager path's wherever float rounding does not flip a choice: the compiled kernels
@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from bart.generation.cache import StaticLayerCache, padding_mask_to_bool
+from bart.generation.session import _Decoder
 
 MODES = {True: "default", "default": "default", "reduce-overhead": "reduce-overhead"}
 
@@ -109,10 +110,8 @@ def _compiled(model, mode: str):
 
 
 def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_length: int, mode: str):
-    from bart.generation.search import _Decoder  # search imports this module's users lazily
-
     class CompiledDecoder(_Decoder):
-        """The :class:`~bart.generation.search._Decoder` whose one-token steps run the compiled static step;
+        """The :class:`~bart.generation.session._Decoder` whose one-token steps run the compiled static step;
         its rows stay fixed for the call (``fixed_rows``: the search keeps finished sources)."""
         fixed_rows = True
 

@@ -177,7 +177,7 @@ def generation_defaults(folder: str, config_values: Optional[dict] = None) -> di
     setting it leaves out takes transformers' default (None here, which the config reads as its
     default), not the value config.json may still carry; only the token ids (bos/eos/pad/decoder
     start) fall back to config.json's."""
-    from bart.generation import OPTION_DEFAULTS, set_unimplemented  # here: bart.generation imports the model
+    from bart.generation.options import OPTION_DEFAULTS, set_unimplemented  # here: bart.generation imports the model
 
     path = os.path.join(folder, "generation_config.json")
     if not os.path.isfile(path):
@@ -434,7 +434,7 @@ def hf_config_dict(config: BartConfig) -> dict:
     transformers >= 4.41 keeps them; the token ids stay here too. ``tokenizer_class`` says which
     tokenizer AutoTokenizer builds: for a Pre-LN model typed mBART it would otherwise pick mBART's
     SentencePiece tokenizer, which BART's byte-level BPE files cannot feed."""
-    from bart.generation import OPTION_DEFAULTS
+    from bart.generation.options import OPTION_DEFAULTS
 
     values = config.to_dict()
     values.pop("dtype", None)
@@ -452,7 +452,7 @@ def hf_config_dict(config: BartConfig) -> dict:
 def generation_config_dict(config: BartConfig) -> dict:
     """generation_config.json for transformers: the token ids and every generation setting of ``config``
     that differs from transformers' default, so ``model.generate()`` there decodes as ours does."""
-    from bart.generation import OPTION_DEFAULTS
+    from bart.generation.options import OPTION_DEFAULTS
 
     values: dict = {key: getattr(config, key) for key in TOKEN_KEYS if getattr(config, key, None) is not None}
     for key, default in OPTION_DEFAULTS.items():
