@@ -134,6 +134,29 @@ def test_defaults_come_from_config():
                        ours.generate(ids, attention_mask=mask, num_beams=3, max_length=11, no_repeat_ngram_size=2))
 
 
+def test_every_option_has_transformers_default_and_the_config_takes_the_table():
+    """One table of options (bart.generation.options.OPTIONS): each default is transformers'
+    GenerationConfig()'s where transformers has the option (the not-implemented ones too); BartConfig's
+    classic generation keys, their types and the keys it knows come from the table, not a copy."""
+    from bart.configuration import configuration_bart
+    from bart.generation.options import KINDS, NOT_IMPLEMENTED, OPTIONS
+    reference = transformers.GenerationConfig()
+    compared = 0
+    for name, default in [(o.name, o.default) for o in OPTIONS] + list(NOT_IMPLEMENTED.items()):
+        if hasattr(reference, name):
+            assert getattr(reference, name) == default, name
+            compared += 1
+    assert compared >= len(OPTIONS)  # transformers (4.57) has every option of the table
+    assert len({o.name for o in OPTIONS}) == len(OPTIONS) and not set(NOT_IMPLEMENTED) & {o.name for o in OPTIONS}
+    classic = {o.name: o for o in OPTIONS if o.classic}
+    assert {k: configuration_bart._DEFAULTS[k] for k in classic} == {k: o.default for k, o in classic.items()}
+    assert all(configuration_bart._TYPES[k] == KINDS[o.kind].types for k, o in classic.items())
+    config = BartConfig(**TINY)
+    assert all(getattr(config, k) == o.default for k, o in classic.items())
+    for option in OPTIONS:  # a known key, never taken for a misspelling
+        BartConfig(**{option.name: None})
+
+
 def test_diverse_groups():
     ours, _ = _pair(6, 0.3)
     ids, mask = _inputs(6)
@@ -271,7 +294,7 @@ def test_attention_mask_inferred_like_transformers(one_thread):
         settings = dict(settings, max_length=12)
         got, expected = ours.generate(ids, **settings), hf.generate(ids, **settings)
         assert torch.equal(got, expected), settings
-    from bart.generation.options import _options
+    from bart.generation.options import resolve as _options
     from bart.generation.session import _attention_mask
     assert torch.equal(_attention_mask(ids, _options(ours.config, {})), (ids != 1).long())
     assert bool((_attention_mask(ids, _options(ours.config, {"pad_token_id": None})) == 1).all())

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Any
 
+from bart.generation.options import KINDS, NOT_IMPLEMENTED, OPTIONS
 from utils.checkpoint_io import read_json_object
 from utils.errors import UserError, did_you_mean
 
@@ -50,28 +51,14 @@ _DEFAULTS: dict[str, Any] = {
     "forced_bos_token_id": None,
     "forced_eos_token_id": 2,
     "tie_word_embeddings": True,
-    # generation defaults (transformers' PretrainedConfig defaults)
-    "num_beams": 1,
-    "num_beam_groups": 1,
-    "diversity_penalty": 0.0,
-    "max_length": 20,
-    "min_length": 0,
-    "length_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0,
-    "early_stopping": False,
-    "num_return_sequences": 1,
-    "output_scores": False,
-    "return_dict_in_generate": False,
+    # the classic generation keys of transformers' PretrainedConfig and their defaults: bart.generation.options
+    **{option.name: option.default for option in OPTIONS if option.classic},
     # recipe additions
     "pre_ln": False,
     "dtype": None,
     "gradient_checkpointing": False,
 }
 
-# The token ids among the generation settings (the settings themselves: bart.generation.OPTION_DEFAULTS).
-TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
-              "forced_eos_token_id")
 
 _INT = (int,)
 _FLOAT = (int, float)
@@ -84,11 +71,8 @@ _TYPES: dict[str, tuple] = {
     "activation_function": (str,), "scale_embedding": (bool,), "use_cache": (bool,),
     "pad_token_id": _INT, "bos_token_id": _INT, "eos_token_id": _INT,
     "decoder_start_token_id": _INT, "forced_bos_token_id": _INT, "forced_eos_token_id": _INT,
-    "num_beams": _INT, "num_beam_groups": _INT, "diversity_penalty": _FLOAT,
-    "max_length": _INT, "min_length": _INT, "length_penalty": _FLOAT,
-    "no_repeat_ngram_size": _INT, "encoder_no_repeat_ngram_size": _INT,
-    "early_stopping": (bool, str), "num_return_sequences": _INT, "pre_ln": (bool,),
-    "gradient_checkpointing": (bool,), "tie_word_embeddings": (bool,),
+    "pre_ln": (bool,), "gradient_checkpointing": (bool,), "tie_word_embeddings": (bool,),
+    **{option.name: KINDS[option.kind].types for option in OPTIONS if option.classic},
 }
 # Keys that may be null in a config.json.
 _NULLABLE = {"forced_bos_token_id", "forced_eos_token_id", "bos_token_id", "decoder_start_token_id",
@@ -100,18 +84,15 @@ _KNOWN_EXTRAS = {
     "architectures", "id2label", "label2id", "transformers_version", "_name_or_path", "torch_dtype",
     "output_hidden_states", "output_attentions", "return_dict", "add_cross_attention", "tie_encoder_decoder",
     "is_decoder", "cross_attention_hidden_size", "chunk_size_feed_forward", "problem_type", "tokenizer_class",
-    "prefix", "task_specific_params", "finetuning_task", "sep_token_id", "temperature", "top_k", "top_p",
-    "typical_p", "repetition_penalty", "do_sample", "bad_words_ids", "remove_invalid_values",
-    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens", "pruned_heads",
+    "prefix", "task_specific_params", "finetuning_task", "sep_token_id", "pruned_heads",
     "tf_legacy_loss", "use_bfloat16", "torchscript", "classif_dropout", "output_past", "num_hidden_layers",
     "force_bos_token_to_be_generated", "_commit_hash", "_attn_implementation", "attn_implementation",
-    "max_new_tokens", "min_new_tokens", "no_repeat_ngram_size", "dropout_rate", "hidden_size",
+    "dropout_rate", "hidden_size",
     "num_attention_heads", "initializer_range", "layer_norm_eps", "vocab_file", "merges_file",
     "normalize_before", "add_final_layer_norm", "add_bias_logits", "normalize_embedding",
-    "static_position_embeddings", "extra_pos_embeddings", "gradient_checkpointing", "output_scores",
-    # further generate options (generation_config.json; bart.generation reads them from the config)
-    "sequence_bias", "encoder_repetition_penalty", "renormalize_logits", "min_p", "epsilon_cutoff", "eta_cutoff",
-    "max_time", "penalty_alpha", "guidance_scale", "forced_decoder_ids", "constraints", "force_words_ids",
+    "static_position_embeddings", "extra_pos_embeddings", "gradient_checkpointing",
+    # every generate option, implemented or not (generation_config.json; bart.generation reads them from the config)
+    *(option.name for option in OPTIONS), *NOT_IMPLEMENTED,
 }
 # Keys of older BART/mBART configs that change the architecture: their value must be one this model
 # implements (normalize_before/add_final_layer_norm are Pre-LN, see _layer_norm_keys).

@@ -25,8 +25,9 @@ import torch
 from bart.generation.beam import beam_search
 from bart.generation.compiled import compile_mode, make_decoder
 from bart.generation.greedy import greedy_search
-from bart.generation.options import GenerateOutput, GenerationOptionError, GenerationOptions, _options
+from bart.generation.options import GenerateOutput, GenerationOptionError, GenerationOptions, resolve
 from bart.generation.precision import PackedLinear
+from bart.generation.processing import logits_processors
 from bart.generation.session import _attention_mask, _Decoder
 
 
@@ -44,7 +45,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
         mode = compile_mode(kwargs.pop("compile_generation", False))
     except ValueError as err:
         raise GenerationOptionError(str(err)) from None
-    opts = _options(model.config, kwargs)
+    opts = resolve(model.config, kwargs)
     if mode is not None and not opts.use_cache:
         raise GenerationOptionError("generate: compile_generation needs use_cache=True (the compiled step runs on "
                                     "the preallocated cache)")
@@ -62,7 +63,8 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     if attention_mask is None:
         attention_mask = _attention_mask(input_ids, opts)
     attention_mask = attention_mask.to(model.device)
-    opts.prepare(model.device, model.config.vocab_size, input_ids.shape[0])
+    opts.prepare(model.device, input_ids.shape[0])
+    processors = logits_processors(opts, model.config.vocab_size, model.device)
     was_training = model.training
     model.eval()
     try:
@@ -73,7 +75,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
         else:
             decoder = make_decoder(model, encoder_hidden, attention_mask, rows_per_source, opts.max_length, mode)
         search = greedy_search if opts.num_beams == 1 else beam_search
-        sequences, sequence_scores, scores = search(decoder, opts, input_ids)
+        sequences, sequence_scores, scores = search(decoder, opts, input_ids, processors)
     finally:
         model.train(was_training)
     if opts.return_dict_in_generate:

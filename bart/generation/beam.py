@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from bart.generation import logits_processors as lp
 from bart.generation.options import GenerationOptions
-from bart.generation.processing import process_scores, warp_scores
+from bart.generation.processing import process
 from bart.generation.session import _Decoder, _drops_finished, _is_eos
 
 NEG = -1.0e9
@@ -130,7 +130,7 @@ class _BeamState:
         return self.improvable.any() & exists_open & ~self.hits_stop.all()
 
 
-def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
+def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
     """Beam search; with ``num_beam_groups`` > 1, diverse (group) beam search: each group of
     num_beams / groups beams runs its own search and is penalised (Hamming diversity) for tokens
     that earlier groups chose at the same step.
@@ -162,8 +162,7 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
                 previous = torch.stack(chosen, 1).view(batch, -1) if chosen else tokens.new_zeros(batch, 0)
                 group_log_probs = lp.hamming_diversity(group_log_probs, previous, opts.diversity_penalty, batch)
             group_tokens = state.running[:, :, :cur_len].reshape(batch * group_size, cur_len)
-            group_log_probs = process_scores(opts, group_tokens, group_log_probs, encoder_ids)
-            group_log_probs = warp_scores(opts, group_log_probs, min_tokens_to_keep=2)
+            group_log_probs = process(processors, group_tokens, group_log_probs, encoder_ids)
             if opts.output_scores:  # a copy: step() adds the running scores in place
                 step_scores.append(group_log_probs.view(batch, group_size, -1).clone())
             done = state.done(opts)  # a group already done for a source idles on pad tokens

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from bart.generation.options import GenerationOptions
-from bart.generation.processing import process_scores, warp_scores
+from bart.generation.processing import process
 from bart.generation.session import _Decoder, _drops_finished, _is_eos
 
 
-def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor):
+def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
     """Greedy decoding, or with ``do_sample`` multinomial sampling (num_return_sequences rows per source).
     A finished row stops costing work (greedy only): it leaves the running batch and its tokens wait,
     padded, in the output."""
@@ -28,8 +28,7 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
     unfinished = torch.ones(rows, dtype=torch.bool, device=device)
     all_scores = []
     while tokens.shape[1] < opts.max_length:
-        scores = process_scores(opts, tokens, decoder.next_logits(tokens), encoder_ids)
-        scores = warp_scores(opts, scores, min_tokens_to_keep=1)
+        scores = process(processors, tokens, decoder.next_logits(tokens), encoder_ids)
         if opts.do_sample:
             next_tokens = torch.multinomial(F.softmax(scores, dim=-1), 1, generator=opts.generator).squeeze(1)
         else:

@@ -1,15 +1,20 @@
-"""The options of ``generate``: how each is resolved (call > ``generation_config=`` > the model's config >
-transformers' defaults), checked, and handed to the searches as one :class:`GenerationOptions`.
+"""The options of ``generate``, one record per option in one table (:data:`OPTIONS`): its name, transformers'
+default, its kind of value, what an explicit ``None`` means, and its check. Resolution, the checks, and
+generation_config.json read and written are here, beside the table; :mod:`bart.configuration` (the
+classic keys and their defaults) and :mod:`bart.modeling.weights` (HF folders) take what they need from it.
 
 Every option is resolved as transformers resolves it: a value passed to ``generate`` wins, ``None``
 included (``forced_eos_token_id=None`` turns the forced EOS off even where the config sets one); then
 a value a passed ``generation_config=`` sets (one that differs from ``GenerationConfig()``'s); then
 the model's config (from config.json and generation_config.json), and an option nothing sets takes
 the default of transformers' ``GenerationConfig`` (``top_k=50``, ``temperature=1.0``, ...). An
-option of transformers' generate that is not implemented here is refused whether it is passed, in
-the ``generation_config`` passed, or in the model's config. An unknown keyword,
-or an option of transformers' ``generate`` this project does not implement, is an error naming it:
-run_eval.py passes extra ``--key value`` pairs through, and a typo must not be ignored.
+option of transformers' generate that is not implemented here (:data:`NOT_IMPLEMENTED`) is refused
+whether it is passed, in the ``generation_config`` passed, or in the model's config. An unknown keyword
+is an error naming it: run_eval.py passes extra ``--key value`` pairs through, and a typo must not be
+ignored.
+
+To add an option: its row in :data:`OPTIONS`, its processor (:mod:`bart.generation.logits_processors`)
+and its line in the processor order (:func:`bart.generation.processing.logits_processors`).
 """
 from __future__ import annotations
 
@@ -18,77 +23,288 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
-from bart.generation import logits_processors as lp
+from utils.checkpoint_io import CheckpointError, read_json_object
 
 
-@dataclass
+class GenerationOptionError(ValueError, TypeError):
+    """An unknown, unsupported or invalid ``generate`` option (a ValueError; also a TypeError, which an
+    unexpected keyword argument raises in Python)."""
+
+
+REQUIRED = object()  # ``Option.off`` of an option without an "off" value: an explicit None is an error
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of option value: the Python types a config file may hold for it, and the check (and
+    conversion) of a resolved value, before any option is derived from another."""
+    types: Optional[tuple]
+    convert: Callable[[str, Any], Any]
+
+
+def _as_is(key: str, value):
+    return value
+
+
+def _int(key: str, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        listed = key == "eos_token_id" and isinstance(value, (list, tuple))
+        hint = " (a list of EOS ids is not supported)" if listed else ""
+        raise GenerationOptionError(f"generate: {key} must be an int, got {value!r}{hint}")
+    return value
+
+
+def _number(key: str, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise GenerationOptionError(f"generate: {key} must be a number{' or None' if key in _NONE_IS_OFF else ''}, "
+                                    f"got {value!r}")
+    return value
+
+
+KINDS = {
+    "int": Kind((int,), _int),
+    "token id": Kind((int,), _int),
+    "number": Kind((int, float), _number),
+    "flag": Kind((bool,), lambda key, value: bool(value)),  # an explicit None is False, as in transformers
+    "choice": Kind((bool, str), _as_is),  # the option's check says which values
+    "structure": Kind(None, _as_is),  # lists, pairs, maps: the option's check reads and normalizes them
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of ``generate``.
+
+    ``default``: transformers' ``GenerationConfig()`` value. ``kind``: a key of :data:`KINDS`. ``off``: what
+    an explicit ``None`` means (a value; None: None itself, the option is then unset; :data:`REQUIRED`: an
+    error, as in transformers). ``check``: ``(key, value, values, vocab_size) -> value``, run on the
+    resolved values (``values``) after the lengths and fallback ids are derived; raises
+    :class:`GenerationOptionError` naming the option. ``classic``: a key of transformers' PretrainedConfig,
+    which :class:`~bart.configuration.BartConfig` holds with this default."""
+    name: str
+    default: Any
+    kind: str
+    off: Any = None
+    check: Optional[Callable] = None
+    classic: bool = False
+
+
+def _at_least(bound):
+    def check(key, value, values, vocab_size):
+        if value is not None and value < bound:
+            raise GenerationOptionError(f"generate: {key} must be >= {bound}, got {value}")
+        return value
+    return check
+
+
+def _above(bound):
+    def check(key, value, values, vocab_size):
+        if value <= bound:
+            raise GenerationOptionError(f"generate: {key} must be > {bound}, got {value}")
+        return value
+    return check
+
+
+def _within(low, high, low_open=False, high_open=False, note=""):
+    def check(key, value, values, vocab_size):
+        if value is not None and not ((low < value if low_open else low <= value)
+                                      and (value < high if high_open else value <= high)):
+            interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+            raise GenerationOptionError(f"generate: {key} must be in {interval}{note}, got {value}")
+        return value
+    return check
+
+
+def _sampling(check):
+    """A warper's check: the warpers exist only when sampling (transformers ignores them otherwise)."""
+    def when_sampling(key, value, values, vocab_size):
+        return check(key, value, values, vocab_size) if values["do_sample"] else value
+    return when_sampling
+
+
+def _temperature(key, value, values, vocab_size):
+    if value <= 0:
+        raise GenerationOptionError(f"generate: temperature must be > 0 with do_sample=True, got {value} (for greedy "
+                                    f"decoding use do_sample=False)")
+    return value
+
+
+def _one_of(*choices):
+    def check(key, value, values, vocab_size):
+        if value not in choices:
+            raise GenerationOptionError(f"generate: {key} must be {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+    return check
+
+
+def _are_token_ids(value, vocab_size: int, non_empty: bool = True) -> bool:
+    """A list or tuple of ints in [0, vocab_size) (bools are not ids), non-empty unless told."""
+    return isinstance(value, (list, tuple)) and (len(value) > 0 or not non_empty) and all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in value)
+
+
+def _bad_words_ids(key, value, values, vocab_size):
+    if value is None:
+        return None
+    if not (isinstance(value, (list, tuple)) and len(value) > 0 and all(_are_token_ids(w, vocab_size) for w in value)):
+        raise GenerationOptionError(f"generate: bad_words_ids must be a non-empty list of non-empty lists of token "
+                                    f"ids in [0, {vocab_size}), got {value!r}")
+    return [list(word) for word in value]
+
+
+def _token_list(key, value, values, vocab_size):
+    if value is None:
+        return None
+    if not _are_token_ids(value, vocab_size, non_empty=False):
+        raise GenerationOptionError(f"generate: {key} must be a list of token ids in [0, {vocab_size}), got {value!r}")
+    return list(value)
+
+
+def _sequence_bias(key, value, values, vocab_size):
+    """transformers' two forms, {(ids...): bias} or [[[ids...], bias], ...], as one dict in their order."""
+    if value is None:
+        return None
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
+    ok = isinstance(pairs, (list, tuple)) and len(pairs) > 0 and all(
+        isinstance(pair, (list, tuple)) and len(pair) == 2 and _are_token_ids(pair[0], vocab_size)
+        and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool) for pair in pairs)
+    if not ok:
+        raise GenerationOptionError(f"generate: sequence_bias must map non-empty sequences of token ids in "
+                                    f"[0, {vocab_size}) to a bias ({{(5, 6): -2.0}} or [[[5, 6], -2.0]]), "
+                                    f"got {value!r}")
+    return {tuple(ids): float(bias) for ids, bias in pairs}
+
+
+def _decay(key, value, values, vocab_size):
+    if value is None:
+        return None
+    ok = (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], int)
+          and not isinstance(value[0], bool) and value[0] >= 0 and isinstance(value[1], (int, float))
+          and not isinstance(value[1], bool))
+    if not ok:
+        raise GenerationOptionError(f"generate: exponential_decay_length_penalty must be (start_index, decay_factor) "
+                                    f"with start_index >= 0, got {value!r}")
+    if values["eos_token_id"] is None:
+        raise GenerationOptionError("generate: exponential_decay_length_penalty needs an eos_token_id")
+    return int(value[0]), float(value[1])
+
+
+def _set_by_now(fallback):
+    def check(key, value, values, vocab_size):
+        if value is None:
+            raise GenerationOptionError(f"generate: {key} is not set in the call nor in the config (nor {fallback})")
+        return value
+    return check
+
+
+_CUTOFF = _within(0.0, 1.0, high_open=True, note=" (0: off)")
+
+# Every option generate takes, in transformers' GenerationConfig order. The checks run in this order:
+# max_new_tokens/min_new_tokens before the max_length/min_length they set.
+OPTIONS = (
+    # lengths
+    Option("max_new_tokens", None, "int", check=_at_least(1)),
+    Option("max_length", 20, "int", check=_at_least(2), classic=True),
+    Option("min_new_tokens", None, "int", check=_at_least(0)),
+    Option("min_length", 0, "int", off=0, check=_at_least(0), classic=True),
+    Option("early_stopping", False, "choice", off=REQUIRED, check=_one_of(True, False, "never"), classic=True),
+    Option("max_time", None, "number", check=_at_least(0)),  # seconds from the call; the step passing it is the last
+    # the search
+    Option("do_sample", False, "flag"),
+    Option("num_beams", 1, "int", off=REQUIRED, check=_at_least(1), classic=True),
+    Option("num_beam_groups", 1, "int", off=REQUIRED, check=_at_least(1), classic=True),
+    Option("use_cache", True, "flag"),
+    # the warpers (sampling) and the processors
+    Option("temperature", 1.0, "number", off=1.0, check=_sampling(_temperature)),
+    Option("top_k", 50, "int", off=0, check=_sampling(_at_least(0))),
+    Option("top_p", 1.0, "number", off=1.0, check=_sampling(_within(0.0, 1.0))),
+    Option("min_p", None, "number", check=_sampling(_within(0.0, 1.0))),
+    Option("typical_p", 1.0, "number", off=1.0, check=_sampling(_within(0.0, 1.0, low_open=True, note=" (1: off)"))),
+    Option("epsilon_cutoff", 0.0, "number", off=0.0, check=_sampling(_CUTOFF)),
+    Option("eta_cutoff", 0.0, "number", off=0.0, check=_sampling(_CUTOFF)),
+    Option("diversity_penalty", 0.0, "number", off=0.0, classic=True),
+    Option("repetition_penalty", 1.0, "number", off=1.0, check=_above(0)),
+    Option("encoder_repetition_penalty", 1.0, "number", off=1.0, check=_above(0)),
+    Option("length_penalty", 1.0, "number", off=REQUIRED, classic=True),
+    Option("no_repeat_ngram_size", 0, "int", off=0, check=_at_least(0), classic=True),
+    Option("bad_words_ids", None, "structure", check=_bad_words_ids),
+    Option("renormalize_logits", False, "flag"),
+    Option("forced_bos_token_id", None, "token id"),
+    Option("forced_eos_token_id", None, "token id"),
+    Option("remove_invalid_values", False, "flag"),
+    Option("exponential_decay_length_penalty", None, "structure", check=_decay),  # (start_index, decay_factor)
+    Option("suppress_tokens", None, "structure", check=_token_list),
+    Option("begin_suppress_tokens", None, "structure", check=_token_list),
+    Option("sequence_bias", None, "structure", check=_sequence_bias),  # {(token ids): bias}
+    Option("encoder_no_repeat_ngram_size", 0, "int", off=0, check=_at_least(0), classic=True),
+    Option("num_return_sequences", 1, "int", off=REQUIRED, check=_at_least(1), classic=True),
+    Option("output_scores", False, "flag", classic=True),
+    Option("return_dict_in_generate", False, "flag", classic=True),
+    # special tokens (the token ids a model's config.json also holds)
+    Option("bos_token_id", None, "token id"),
+    Option("eos_token_id", None, "token id"),  # None: no hypothesis ends before max_length
+    Option("pad_token_id", None, "token id", check=_set_by_now("eos_token_id")),  # transformers pads with EOS then
+    Option("decoder_start_token_id", None, "token id", check=_set_by_now("bos_token_id")),
+)
+OPTION_BY_NAME = {option.name: option for option in OPTIONS}
+_NONE_IS_OFF = {option.name for option in OPTIONS if option.off is None}
+# the token ids among the options, in the order a config file writes them
+TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
+             "forced_eos_token_id")
+# token ids that generation_config.json may leave out: config.json's then stay (the other settings default)
+_FALLBACK_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+# options of transformers' generate that are not implemented here, with GenerationConfig's default
+NOT_IMPLEMENTED = {
+    "penalty_alpha": None, "top_h": None, "dola_layers": None, "force_words_ids": None, "constraints": None,
+    "guidance_scale": None, "negative_prompt_ids": None, "negative_prompt_attention_mask": None,
+    "prefix_allowed_tokens_fn": None, "streamer": None, "assistant_model": None, "prompt_lookup_num_tokens": None,
+    "stop_strings": None, "output_logits": None, "low_memory": None, "cache_implementation": None,
+    "watermarking_config": None, "token_healing": False, "num_assistant_tokens": 20, "max_matching_ngram_size": None,
+    "forced_decoder_ids": None, "use_model_defaults": None, "custom_generate": None, "tokenizer": None,
+    "inputs_embeds": None,
+}
+# arguments of the call that are not options of a config: accepted, no effect in one process
+# (synced_gpus); output_attentions / output_hidden_states only when false
+_CALL_ONLY = {"synced_gpus", "output_attentions", "output_hidden_states", "generator", "generation_config",
+              "logits_processor", "stopping_criteria", "decoder_input_ids"}
+_ACCEPTED = set(OPTION_BY_NAME) | _CALL_ONLY
+# keys of a GenerationConfig that describe it rather than set an option
+_METADATA = {"transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash"}
+_NOT_PASSED = object()  # tells "not passed" from an explicit None
+
+
+def set_unimplemented(values: Mapping) -> dict:
+    """The entries of ``values`` (a config or generation_config.json) that set an option of
+    transformers' generate this project does not implement to something other than its default."""
+    return {k: v for k, v in values.items() if k in NOT_IMPLEMENTED and v is not None and v is not False
+            and v != NOT_IMPLEMENTED[k]}
+
+
 class GenerationOptions:
-    max_length: int
-    min_length: int
-    num_beams: int
-    num_beam_groups: int
-    diversity_penalty: float
-    length_penalty: float
-    no_repeat_ngram_size: int
-    encoder_no_repeat_ngram_size: int
-    early_stopping: object  # True, False or "never"
-    num_return_sequences: int
-    decoder_start_token_id: int
-    bos_token_id: Optional[int]
-    eos_token_id: Optional[int]  # None: no hypothesis ends before max_length
-    pad_token_id: int
-    forced_bos_token_id: Optional[int]
-    forced_eos_token_id: Optional[int]
-    output_scores: bool
-    return_dict_in_generate: bool
-    use_cache: bool
-    repetition_penalty: float = 1.0
-    bad_words_ids: Optional[list] = None
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    sequence_bias: Optional[dict] = None  # {(token ids): bias}
-    encoder_repetition_penalty: float = 1.0
-    remove_invalid_values: bool = False
-    exponential_decay_length_penalty: Optional[tuple] = None  # (start_index, decay_factor)
-    suppress_tokens: Optional[list] = None
-    begin_suppress_tokens: Optional[list] = None
-    renormalize_logits: bool = False
-    min_p: Optional[float] = None
-    typical_p: float = 1.0
-    epsilon_cutoff: float = 0.0
-    eta_cutoff: float = 0.0
-    max_time: Optional[float] = None  # seconds from the call; the step that passes it is the last
-    logits_processor: tuple = ()  # the caller's processors: (input_ids, scores) -> scores, after the built-in ones
-    stopping_criteria: tuple = ()  # the caller's criteria: (input_ids, scores) -> bool per row, or one bool
-    generator: Optional[torch.Generator] = None  # for sampling; None: torch's global generator
-    bad_words: Optional[lp.BadWords] = None  # bad_words_ids prepared on the device
-    biases: Optional[lp.SequenceBias] = None  # sequence_bias prepared on the device
-    suppress_tokens_tensor: Optional[torch.Tensor] = None
-    begin_suppress_tokens_tensor: Optional[torch.Tensor] = None
-    start_time: float = 0.0  # time.monotonic() when generate was called
-    prompt: Optional[torch.Tensor] = None  # the decoder's first tokens (B, P); prepare() makes the start token's
+    """The resolved options of one call: an attribute per option of :data:`OPTIONS` (``max_new_tokens`` and
+    ``min_new_tokens`` folded into ``max_length`` and ``min_length``), and what the call gave besides: the
+    caller's processors and stopping criteria, the generator, the decoder's first tokens."""
 
-    def prepare(self, device, vocab_size: int, sources: int) -> None:
-        """The tensors the search and the processors use, made once per call on the model's device for
-        ``sources`` inputs; without decoder_input_ids the prompt is the decoder start token."""
+    def __init__(self, values: dict, generator: Optional[torch.Generator] = None, logits_processor: tuple = (),
+                 stopping_criteria: tuple = (), prompt: Optional[torch.Tensor] = None):
+        vars(self).update(values)
+        self.generator = generator  # for sampling; None: torch's global generator
+        self.logits_processor = logits_processor  # (input_ids, scores) -> scores, after the built-in ones
+        self.stopping_criteria = stopping_criteria  # (input_ids, scores) -> bool per row, or one bool
+        self.prompt = prompt  # the decoder's first tokens (B, P); prepare() makes the start token's
+        self.start_time = 0.0  # time.monotonic() when generate was called
+
+    def prepare(self, device, sources: int) -> None:
+        """The prompt on the model's device for ``sources`` inputs; without decoder_input_ids the decoder
+        start token."""
         if self.prompt is None:
             self.prompt = torch.full((sources, 1), self.decoder_start_token_id, dtype=torch.long, device=device)
         self.prompt = self.prompt.to(device)
-        if self.bad_words_ids is not None:
-            self.bad_words = lp.BadWords(self.bad_words_ids, self.eos_token_id, device)
-        if self.sequence_bias is not None:
-            self.biases = lp.SequenceBias(self.sequence_bias, vocab_size, device)
-        if self.suppress_tokens is not None:
-            self.suppress_tokens_tensor = torch.tensor(self.suppress_tokens, dtype=torch.long, device=device)
-        if self.begin_suppress_tokens is not None:
-            self.begin_suppress_tokens_tensor = torch.tensor(self.begin_suppress_tokens, dtype=torch.long,
-                                                             device=device)
 
     @property
     def prompt_length(self) -> int:
@@ -123,74 +339,11 @@ class GenerateOutput:
         return getattr(self, key)
 
 
-class GenerationOptionError(ValueError, TypeError):
-    """An unknown, unsupported or invalid ``generate`` option (a ValueError; also a TypeError, which an
-    unexpected keyword argument raises in Python)."""
-
-
-_NOT_PASSED = object()  # tells "not passed" from an explicit None
-
-# transformers' GenerationConfig defaults: used for an option neither passed nor set in the config
-_DEFAULTS = {
-    "max_length": 20, "max_new_tokens": None, "min_length": 0, "min_new_tokens": None,
-    "num_beams": 1, "num_beam_groups": 1, "diversity_penalty": 0.0, "length_penalty": 1.0,
-    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "repetition_penalty": 1.0,
-    "bad_words_ids": None, "early_stopping": False, "num_return_sequences": 1,
-    "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0,
-    "decoder_start_token_id": None, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
-    "forced_bos_token_id": None, "forced_eos_token_id": None,
-    "output_scores": False, "return_dict_in_generate": False, "use_cache": True,
-    "sequence_bias": None, "encoder_repetition_penalty": 1.0, "remove_invalid_values": False,
-    "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None,
-    "renormalize_logits": False, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-    "max_time": None,
-}
-# an explicit None turns these off (the value that means "off")
-_OFF_WHEN_NONE = {"min_length": 0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
-                  "diversity_penalty": 0.0, "repetition_penalty": 1.0, "temperature": 1.0, "top_k": 0,
-                  "top_p": 1.0, "encoder_repetition_penalty": 1.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
-                  "eta_cutoff": 0.0}
-# flags: an explicit None is False, as in transformers
-_FLAGS = ("do_sample", "output_scores", "return_dict_in_generate", "use_cache", "remove_invalid_values",
-          "renormalize_logits")
-# options without an "off" value: an explicit None is an error, as it is in transformers
-_REQUIRED = ("num_beams", "num_beam_groups", "length_penalty", "early_stopping", "num_return_sequences")
-# accepted, no effect in one process; output_attentions / output_hidden_states only when false
-_OTHER = {"synced_gpus", "output_attentions", "output_hidden_states", "generator", "generation_config",
-          "logits_processor", "stopping_criteria", "decoder_input_ids"}
-_ACCEPTED = set(_DEFAULTS) | _OTHER
-# options of transformers' generate that are not implemented here
-_NOT_IMPLEMENTED = {
-    "penalty_alpha", "top_h", "dola_layers", "force_words_ids", "constraints", "guidance_scale",
-    "negative_prompt_ids", "negative_prompt_attention_mask", "prefix_allowed_tokens_fn", "streamer",
-    "assistant_model", "prompt_lookup_num_tokens", "stop_strings", "output_logits", "low_memory",
-    "cache_implementation", "watermarking_config",
-    "token_healing", "num_assistant_tokens", "max_matching_ngram_size",
-    "forced_decoder_ids", "use_model_defaults", "custom_generate", "tokenizer", "inputs_embeds",
-}
-# the not-implemented options whose GenerationConfig default is neither None nor False
-_NOT_IMPLEMENTED_DEFAULTS = {"num_assistant_tokens": 20}
-# every option generate() reads from the model's config (and from a generation_config.json), with the
-# default of transformers' GenerationConfig
-OPTION_DEFAULTS = dict(_DEFAULTS)
-
-
-def set_unimplemented(values: Mapping) -> dict:
-    """The entries of ``values`` (a config or generation_config.json) that set an option of
-    transformers' generate this project does not implement to something other than its default."""
-    return {k: v for k, v in values.items() if k in _NOT_IMPLEMENTED and v is not None and v is not False
-            and v != _NOT_IMPLEMENTED_DEFAULTS.get(k)}
-
-
-# keys of a GenerationConfig that describe it rather than set an option
-_METADATA = {"transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash"}
-
-
 def _generation_config_values(generation_config) -> dict:
     """The options a ``generation_config=`` argument sets: a transformers ``GenerationConfig`` (its
-    values that differ from ``GenerationConfig()``'s, as transformers takes them) or a mapping (its
-    entries that differ from those defaults). transformers' rule: these beat the model's config, and
-    the keyword arguments of the call beat them."""
+    values that differ from ``GenerationConfig()``'s, as transformers takes them), a mapping (its
+    entries that differ from those defaults) or the path of a generation_config.json (or its folder).
+    transformers' rule: these beat the model's config, and the keyword arguments of the call beat them."""
     if generation_config is None:
         return {}
     if isinstance(generation_config, (str, os.PathLike)):  # run_eval.py --generation_config PATH
@@ -210,7 +363,8 @@ def _generation_config_values(generation_config) -> dict:
     if hasattr(generation_config, "to_diff_dict"):
         values = dict(generation_config.to_diff_dict())
     elif isinstance(generation_config, Mapping):
-        values = {k: v for k, v in generation_config.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
+        values = {k: v for k, v in generation_config.items()
+                  if k not in OPTION_BY_NAME or v != OPTION_BY_NAME[k].default}
     else:
         raise GenerationOptionError(f"generate: generation_config must be a transformers GenerationConfig, a dict or "
                                     f"the path of a generation_config.json, got {type(generation_config).__name__}")
@@ -220,87 +374,24 @@ def _generation_config_values(generation_config) -> dict:
     return values
 
 
-def _resolve(config, kwargs: dict, passed_config: dict) -> dict:
+def _resolved_values(config, kwargs: dict, passed_config: dict) -> dict:
+    """Each option's value: the call's, else the passed generation_config's, else the config's, else the
+    default; an explicit None means the option's ``off``; then its kind's check."""
     values = {}
-    for key, default in _DEFAULTS.items():
+    for option in OPTIONS:
+        key = option.name
         value = kwargs.get(key, passed_config.get(key, _NOT_PASSED))
         if value is _NOT_PASSED:  # not passed: the config's value, else transformers' default
             value = getattr(config, key, None)
             if value is None:
-                value = default
+                value = option.default
         elif value is None:  # passed as None: it overrides the config
-            if key in _OFF_WHEN_NONE:
-                value = _OFF_WHEN_NONE[key]
-            elif key in _FLAGS:
-                value = False
-            elif key in _REQUIRED:
+            if option.off is REQUIRED:
                 raise GenerationOptionError(f"generate: {key}=None is not a valid value (it overrides the "
                                             f"config's {getattr(config, key, None)!r}); pass a value or leave it out")
-        values[key] = value
+            value = option.off
+        values[key] = KINDS[option.kind].convert(key, value)
     return values
-
-
-_INTEGERS = ("max_length", "max_new_tokens", "min_length", "min_new_tokens", "num_beams", "num_beam_groups",
-             "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "num_return_sequences", "top_k",
-             "decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id", "forced_bos_token_id",
-             "forced_eos_token_id")
-_NUMBERS = ("length_penalty", "diversity_penalty", "repetition_penalty", "temperature", "top_p",
-            "encoder_repetition_penalty", "typical_p", "epsilon_cutoff", "eta_cutoff")
-
-
-def _check_types(values: dict) -> None:
-    for key in _INTEGERS:
-        value = values[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            hint = " (a list of EOS ids is not supported)" if key == "eos_token_id" and isinstance(value, (list, tuple)) else ""
-            raise GenerationOptionError(f"generate: {key} must be an int, got {value!r}{hint}")
-    for key in _NUMBERS:
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise GenerationOptionError(f"generate: {key} must be a number, got {value!r}")
-    for key in ("min_p", "max_time"):
-        value = values[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise GenerationOptionError(f"generate: {key} must be a number or None, got {value!r}")
-
-
-def _are_token_ids(value, vocab_size: int, non_empty: bool = True) -> bool:
-    """A list or tuple of ints in [0, vocab_size) (bools are not ids), non-empty unless told."""
-    return isinstance(value, (list, tuple)) and (len(value) > 0 or not non_empty) and all(
-        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in value)
-
-
-def _bad_words_ids(value, vocab_size: int):
-    if value is None:
-        return None
-    ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(_are_token_ids(word, vocab_size) for word in value)
-    if not ok:
-        raise GenerationOptionError(f"generate: bad_words_ids must be a non-empty list of non-empty lists of token "
-                                    f"ids in [0, {vocab_size}), got {value!r}")
-    return [list(word) for word in value]
-
-
-def _token_list(key: str, value, vocab_size: int) -> Optional[list]:
-    if value is None:
-        return None
-    if not _are_token_ids(value, vocab_size, non_empty=False):
-        raise GenerationOptionError(f"generate: {key} must be a list of token ids in [0, {vocab_size}), got {value!r}")
-    return list(value)
-
-
-def _sequence_bias(value, vocab_size: int) -> Optional[dict]:
-    """transformers' two forms, {(ids...): bias} or [[[ids...], bias], ...], as one dict in their order."""
-    if value is None:
-        return None
-    pairs = list(value.items()) if isinstance(value, Mapping) else value
-    ok = isinstance(pairs, (list, tuple)) and len(pairs) > 0 and all(
-        isinstance(pair, (list, tuple)) and len(pair) == 2 and _are_token_ids(pair[0], vocab_size)
-        and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool) for pair in pairs)
-    if not ok:
-        raise GenerationOptionError(f"generate: sequence_bias must map non-empty sequences of token ids in "
-                                    f"[0, {vocab_size}) to a bias ({{(5, 6): -2.0}} or [[[5, 6], -2.0]]), "
-                                    f"got {value!r}")
-    return {tuple(ids): float(bias) for ids, bias in pairs}
 
 
 def _decoder_prompt(value, start: Optional[int], vocab_size: int) -> Optional[torch.Tensor]:
@@ -318,22 +409,61 @@ def _decoder_prompt(value, start: Optional[int], vocab_size: int) -> Optional[to
     return value
 
 
-def _decay(value) -> Optional[tuple]:
-    if value is None:
-        return None
-    ok = (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], int)
-          and not isinstance(value[0], bool) and value[0] >= 0 and isinstance(value[1], (int, float))
-          and not isinstance(value[1], bool))
-    if not ok:
-        raise GenerationOptionError(f"generate: exponential_decay_length_penalty must be (start_index, decay_factor) "
-                                    f"with start_index >= 0, got {value!r}")
-    return int(value[0]), float(value[1])
+def _derive(values: dict, config, kwargs: dict) -> Optional[torch.Tensor]:
+    """The options that follow from others, as transformers derives them: the lengths from the
+    ``*_new_tokens`` ones and the prompt, the decoder start token from BOS, padding from EOS. Returns the
+    decoder prompt of ``decoder_input_ids`` (None without)."""
+    if values["max_new_tokens"] is None and values["max_length"] is None:
+        raise GenerationOptionError("generate: max_length=None needs max_new_tokens")
+    if values["decoder_start_token_id"] is None:
+        values["decoder_start_token_id"] = values["bos_token_id"]
+    prompt = _decoder_prompt(kwargs.get("decoder_input_ids"), values["decoder_start_token_id"], config.vocab_size)
+    length = 1 if prompt is None else prompt.shape[1]  # the decoder's tokens before the first generated one
+    if values["max_new_tokens"] is not None:  # max_new_tokens wins over max_length, as in transformers
+        values["max_length"] = values["max_new_tokens"] + length
+    elif "max_length" not in kwargs and values["max_length"] == OPTION_BY_NAME["max_length"].default:
+        # transformers: the untouched default of 20 means 20 new tokens (capped by the positions)
+        values["max_length"] = min(values["max_length"] + length,
+                                   getattr(config, "max_position_embeddings", 20 + length))
+    if values["min_new_tokens"] is not None:  # min_new_tokens wins over min_length
+        values["min_length"] = values["min_new_tokens"] + length
+    if values["pad_token_id"] is None:  # transformers pads with EOS then
+        values["pad_token_id"] = values["eos_token_id"]
+    return prompt
 
 
-def _options(config, kwargs: dict) -> GenerationOptions:
+def _check_together(values: dict, prompt_length: int) -> None:
+    """The rules that span several options."""
+    if prompt_length >= values["max_length"]:
+        raise GenerationOptionError(f"generate: decoder_input_ids have {prompt_length} tokens (with the decoder start "
+                                    f"token), max_length is {values['max_length']}: nothing is left to generate; raise "
+                                    f"max_length or use max_new_tokens")
+    beams, groups, returned, sampling = (values["num_beams"], values["num_beam_groups"], values["num_return_sequences"],
+                                         values["do_sample"])
+    if beams % groups:
+        raise GenerationOptionError(f"generate: num_beams {beams} is not divisible by num_beam_groups {groups}")
+    if groups > 1 and values["diversity_penalty"] == 0.0:
+        raise GenerationOptionError("generate: num_beam_groups > 1 needs diversity_penalty > 0 (else the groups are "
+                                    "copies of each other)")
+    if groups > 1 and sampling:
+        raise GenerationOptionError("generate: do_sample=True with num_beam_groups > 1 (diverse beam search) is not "
+                                    "supported, as in transformers")
+    if beams > 1 and returned > beams:
+        raise GenerationOptionError(f"generate: num_return_sequences {returned} > num_beams {beams}")
+    if beams == 1 and not sampling and returned != 1:
+        raise GenerationOptionError("generate: greedy decoding returns one sequence per input; set num_beams > 1 "
+                                    "or do_sample=True")
+    if values["encoder_repetition_penalty"] != 1.0 and (beams > 1 or returned > 1):
+        raise GenerationOptionError("generate: encoder_repetition_penalty works with one hypothesis per source "
+                                    "(num_beams=1, num_return_sequences=1): transformers applies it to the first "
+                                    "batch-size rows of the beams, not to each source's hypotheses")
+
+
+def resolve(config, kwargs: dict) -> GenerationOptions:
+    """The :class:`GenerationOptions` of a call to ``generate(**kwargs)`` on a model with ``config``."""
     passed_config = _generation_config_values(kwargs.get("generation_config"))
     for source, names in (("", set(kwargs)), (" (in generation_config)", set(passed_config))):
-        not_implemented = sorted(names & _NOT_IMPLEMENTED)
+        not_implemented = sorted(names & set(NOT_IMPLEMENTED))
         if not_implemented:
             raise GenerationOptionError(f"generate: option(s) {not_implemented}{source} of transformers' generate are "
                                         "not implemented in this project")
@@ -362,106 +492,62 @@ def _options(config, kwargs: dict) -> GenerationOptions:
             raise GenerationOptionError(f"generate: {key} must be a list of callables (input_ids, scores) -> ..., "
                                         f"as transformers' {kind}, got {value!r}")
         custom[key] = tuple(value)
-    values = _resolve(config, kwargs, passed_config)
-    if values["max_new_tokens"] is not None:  # max_new_tokens wins over max_length, as in transformers
-        if isinstance(values["max_new_tokens"], int) and values["max_new_tokens"] < 1:
-            raise GenerationOptionError(f"generate: max_new_tokens must be >= 1, got {values['max_new_tokens']}")
-    elif values["max_length"] is None:
-        raise GenerationOptionError("generate: max_length=None needs max_new_tokens")
-    _check_types(values)
-    if values["decoder_start_token_id"] is None:
-        values["decoder_start_token_id"] = values["bos_token_id"]
-    prompt = _decoder_prompt(kwargs.get("decoder_input_ids"), values["decoder_start_token_id"], config.vocab_size)
-    length = 1 if prompt is None else prompt.shape[1]  # the decoder's tokens before the first generated one
-    if values["max_new_tokens"] is not None:
-        values["max_length"] = values["max_new_tokens"] + length
-    elif "max_length" not in kwargs and values["max_length"] == _DEFAULTS["max_length"]:
-        # transformers: the untouched default of 20 means 20 new tokens (capped by the positions)
-        values["max_length"] = min(values["max_length"] + length,
-                                   getattr(config, "max_position_embeddings", 20 + length))
-    if values["min_new_tokens"] is not None:  # min_new_tokens wins over min_length
-        if values["min_new_tokens"] < 0:
-            raise GenerationOptionError(f"generate: min_new_tokens must be >= 0, got {values['min_new_tokens']}")
-        values["min_length"] = values["min_new_tokens"] + length
-    if isinstance(values["max_length"], int) and length >= values["max_length"]:
-        raise GenerationOptionError(f"generate: decoder_input_ids have {length} tokens (with the decoder start token), "
-                                    f"max_length is {values['max_length']}: nothing is left to generate; raise "
-                                    f"max_length or use max_new_tokens")
-    if values["pad_token_id"] is None:  # transformers pads with EOS then
-        values["pad_token_id"] = values["eos_token_id"]
-    values["bad_words_ids"] = _bad_words_ids(values["bad_words_ids"], config.vocab_size)
-    values["sequence_bias"] = _sequence_bias(values["sequence_bias"], config.vocab_size)
-    values["suppress_tokens"] = _token_list("suppress_tokens", values["suppress_tokens"], config.vocab_size)
-    values["begin_suppress_tokens"] = _token_list("begin_suppress_tokens", values["begin_suppress_tokens"],
-                                                  config.vocab_size)
-    values["exponential_decay_length_penalty"] = _decay(values["exponential_decay_length_penalty"])
-    values["remove_invalid_values"] = bool(values["remove_invalid_values"])
-    values["renormalize_logits"] = bool(values["renormalize_logits"])
-    values["do_sample"], values["use_cache"] = bool(values["do_sample"]), bool(values["use_cache"])
-    values["output_scores"], values["return_dict_in_generate"] = (bool(values["output_scores"]),
-                                                                  bool(values["return_dict_in_generate"]))
+    values = _resolved_values(config, kwargs, passed_config)
+    prompt = _derive(values, config, kwargs)
+    for option in OPTIONS:
+        if option.check is not None:
+            values[option.name] = option.check(option.name, values[option.name], values, config.vocab_size)
+    _check_together(values, 1 if prompt is None else prompt.shape[1])
     del values["max_new_tokens"], values["min_new_tokens"]
-    opts = GenerationOptions(**values, generator=generator, **custom, prompt=prompt)
-    _check(opts)
-    return opts
+    return GenerationOptions(values, generator=generator, prompt=prompt, **custom)
 
 
-def _check(opts: GenerationOptions) -> None:
-    if opts.early_stopping not in (True, False, "never"):
-        raise GenerationOptionError(f"generate: early_stopping must be True, False or 'never', got {opts.early_stopping!r}")
-    if opts.num_beams < 1 or opts.max_length < 2:
-        raise GenerationOptionError(f"generate: need num_beams >= 1 and max_length >= 2, got {opts.num_beams}, "
-                                    f"{opts.max_length}")
-    if opts.num_beam_groups < 1 or opts.num_beams % opts.num_beam_groups:
-        raise GenerationOptionError(f"generate: num_beams {opts.num_beams} is not divisible by num_beam_groups "
-                                    f"{opts.num_beam_groups}")
-    if opts.num_beam_groups > 1 and opts.diversity_penalty == 0.0:
-        raise GenerationOptionError("generate: num_beam_groups > 1 needs diversity_penalty > 0 (else the groups are "
-                                    "copies of each other)")
-    if opts.num_beam_groups > 1 and opts.do_sample:
-        raise GenerationOptionError("generate: do_sample=True with num_beam_groups > 1 (diverse beam search) is not "
-                                    "supported, as in transformers")
-    if opts.num_return_sequences < 1:
-        raise GenerationOptionError(f"generate: num_return_sequences must be >= 1, got {opts.num_return_sequences}")
-    if opts.num_beams > 1 and opts.num_return_sequences > opts.num_beams:
-        raise GenerationOptionError(f"generate: num_return_sequences {opts.num_return_sequences} > num_beams "
-                                    f"{opts.num_beams}")
-    if opts.num_beams == 1 and not opts.do_sample and opts.num_return_sequences != 1:
-        raise GenerationOptionError("generate: greedy decoding returns one sequence per input; set num_beams > 1 "
-                                    "or do_sample=True")
-    if opts.min_length < 0 or opts.no_repeat_ngram_size < 0 or opts.encoder_no_repeat_ngram_size < 0:
-        raise GenerationOptionError("generate: min_length, no_repeat_ngram_size and encoder_no_repeat_ngram_size "
-                                    "must be >= 0")
-    if opts.repetition_penalty <= 0:
-        raise GenerationOptionError(f"generate: repetition_penalty must be > 0, got {opts.repetition_penalty}")
-    if opts.encoder_repetition_penalty <= 0:
-        raise GenerationOptionError(f"generate: encoder_repetition_penalty must be > 0, got "
-                                    f"{opts.encoder_repetition_penalty}")
-    if opts.encoder_repetition_penalty != 1.0 and (opts.num_beams > 1 or opts.num_return_sequences > 1):
-        raise GenerationOptionError("generate: encoder_repetition_penalty works with one hypothesis per source "
-                                    "(num_beams=1, num_return_sequences=1): transformers applies it to the first "
-                                    "batch-size rows of the beams, not to each source's hypotheses")
-    if opts.exponential_decay_length_penalty is not None and opts.eos_token_id is None:
-        raise GenerationOptionError("generate: exponential_decay_length_penalty needs an eos_token_id")
-    if opts.max_time is not None and opts.max_time < 0:
-        raise GenerationOptionError(f"generate: max_time must be >= 0 seconds, got {opts.max_time}")
-    if opts.do_sample:  # the warpers exist only when sampling (transformers ignores them otherwise)
-        if opts.temperature <= 0:
-            raise GenerationOptionError(f"generate: temperature must be > 0 with do_sample=True, got "
-                                        f"{opts.temperature} (for greedy decoding use do_sample=False)")
-        if opts.top_k < 0:
-            raise GenerationOptionError(f"generate: top_k must be >= 0, got {opts.top_k}")
-        if not 0.0 <= opts.top_p <= 1.0:
-            raise GenerationOptionError(f"generate: top_p must be in [0, 1], got {opts.top_p}")
-        if opts.min_p is not None and not 0.0 <= opts.min_p <= 1.0:
-            raise GenerationOptionError(f"generate: min_p must be in [0, 1], got {opts.min_p}")
-        if not 0.0 < opts.typical_p <= 1.0:
-            raise GenerationOptionError(f"generate: typical_p must be in (0, 1] (1: off), got {opts.typical_p}")
-        for key in ("epsilon_cutoff", "eta_cutoff"):
-            if not 0.0 <= getattr(opts, key) < 1.0:
-                raise GenerationOptionError(f"generate: {key} must be in [0, 1) (0: off), got {getattr(opts, key)}")
-    for key in ("decoder_start_token_id", "pad_token_id"):
-        if getattr(opts, key) is None:
-            raise GenerationOptionError(f"generate: {key} is not set in the call nor in the config"
-                                        + (" (nor bos_token_id)" if key == "decoder_start_token_id" else
-                                           " (nor eos_token_id)"))
+# -- generation_config.json ---------------------------------------------------------------------------
+
+def single_token_id(value, key: str, path: str):
+    """transformers may write a token id as a list (``"eos_token_id": [2]``); BART uses one."""
+    if isinstance(value, list):
+        if len(value) == 1:
+            return value[0]
+        raise CheckpointError(f"{path}: '{key}' lists several ids {value}; this project supports one")
+    return value
+
+
+def read_generation_config(folder: str, config_values: Optional[dict] = None) -> dict:
+    """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys:
+    every option ``generate`` takes (repetition_penalty, do_sample, suppress_tokens, ... as well as
+    the classic ones), and the options of transformers' generate that this project does not
+    implement when the file sets them, so that ``generate`` refuses them instead of decoding
+    differently from transformers. As in transformers, the file is the whole generation config: a
+    setting it leaves out takes transformers' default (None here, which the config reads as its
+    default), not the value config.json (``config_values``) may still carry; only the token ids
+    (bos/eos/pad/decoder start) fall back to config.json's."""
+    path = os.path.join(folder, "generation_config.json")
+    if not os.path.isfile(path):
+        return {}
+    values = read_json_object(path)
+    out = {}
+    for key in OPTION_BY_NAME:
+        if key not in values:
+            if key in (config_values or {}) and key not in _FALLBACK_IDS:
+                out[key] = None  # config.json's value does not apply
+            continue
+        value = single_token_id(values[key], key, path) if key in TOKEN_IDS else values[key]
+        if value is None and key in _FALLBACK_IDS:
+            continue  # unset: config.json's id stays
+        out[key] = value
+    out.update(set_unimplemented(values))
+    return out
+
+
+def generation_config_json(config) -> dict:
+    """generation_config.json for transformers: the token ids and every option ``config`` sets to other
+    than transformers' default, so ``model.generate()`` there decodes as ours does."""
+    values: dict = {key: getattr(config, key) for key in TOKEN_IDS if getattr(config, key, None) is not None}
+    for option in OPTIONS:
+        value = getattr(config, option.name, None)
+        if option.name not in TOKEN_IDS and value is not None and value != option.default:
+            # sequence_bias as transformers writes it: [[[ids...], bias], ...]
+            values[option.name] = [[list(i), b] for i, b in value.items()] if isinstance(value, dict) else value
+    values["_from_model_config"] = False
+    return values

@@ -26,7 +26,9 @@ from typing import Optional
 
 import torch
 
-from bart.configuration.configuration_bart import TOKEN_KEYS, BartConfig
+from bart.configuration.configuration_bart import BartConfig
+from bart.generation.options import (OPTION_BY_NAME, TOKEN_IDS, generation_config_json, read_generation_config,
+                                     single_token_id)
 from bart.hub import looks_like_hub_id, resolve_model_path
 from utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
 from utils.file_modes import give_new_file_mode
@@ -155,48 +157,6 @@ def check_weight_values(state: dict[str, torch.Tensor], expected: dict[str, torc
                 f"original weights")
 
 
-def _single_id(value, key: str, path: str):
-    """transformers may write a token id as a list (``"eos_token_id": [2]``); BART uses one."""
-    if isinstance(value, list):
-        if len(value) == 1:
-            return value[0]
-        raise CheckpointError(f"{path}: '{key}' lists several ids {value}; this project supports one")
-    return value
-
-
-# token ids that generation_config.json may leave out: config.json's then stay (the other settings default)
-_FALLBACK_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
-
-
-def generation_defaults(folder: str, config_values: Optional[dict] = None) -> dict:
-    """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys:
-    every option ``generate`` takes (repetition_penalty, do_sample, suppress_tokens, ... as well as
-    the classic ones), and the options of transformers' generate that this project does not
-    implement when the file sets them, so that ``generate`` refuses them instead of decoding
-    differently from transformers. As in transformers, the file is the whole generation config: a
-    setting it leaves out takes transformers' default (None here, which the config reads as its
-    default), not the value config.json may still carry; only the token ids (bos/eos/pad/decoder
-    start) fall back to config.json's."""
-    from bart.generation.options import OPTION_DEFAULTS, set_unimplemented  # here: bart.generation imports the model
-
-    path = os.path.join(folder, "generation_config.json")
-    if not os.path.isfile(path):
-        return {}
-    values = read_json_object(path)
-    out = {}
-    for key in OPTION_DEFAULTS:  # the classic generation keys and the token ids among them
-        if key not in values:
-            if key in (config_values or {}) and key not in _FALLBACK_IDS:
-                out[key] = None  # config.json's value does not apply
-            continue
-        value = _single_id(values[key], key, path) if key in TOKEN_KEYS else values[key]
-        if value is None and key in _FALLBACK_IDS:
-            continue  # unset: config.json's id stays
-        out[key] = value
-    out.update(set_unimplemented(values))
-    return out
-
-
 def config_from_folder(folder: str) -> BartConfig:
     """The :class:`BartConfig` of a Hugging Face folder (transformers 4.x/5.x or this project's).
 
@@ -219,10 +179,10 @@ def config_from_folder(folder: str) -> BartConfig:
         if stored is not None:
             values["torch_dtype"] = stored
         values["dtype"] = None
-    for key in TOKEN_KEYS:
+    for key in TOKEN_IDS:
         if key in values:
-            values[key] = _single_id(values[key], key, path)
-    values.update(generation_defaults(folder, values))
+            values[key] = single_token_id(values[key], key, path)
+    values.update(read_generation_config(folder, values))
     try:
         return BartConfig(**values)
     except ValueError as err:
@@ -430,36 +390,20 @@ def _config_beside(path: str) -> dict | None:
 def hf_config_dict(config: BartConfig) -> dict:
     """The model's config as transformers expects it (BART, or mBART for Pre-LN).
 
-    Generation settings go to generation_config.json (:func:`generation_config_dict`), as
+    Generation settings go to generation_config.json (:func:`bart.generation.options.generation_config_json`), as
     transformers >= 4.41 keeps them; the token ids stay here too. ``tokenizer_class`` says which
     tokenizer AutoTokenizer builds: for a Pre-LN model typed mBART it would otherwise pick mBART's
     SentencePiece tokenizer, which BART's byte-level BPE files cannot feed."""
-    from bart.generation.options import OPTION_DEFAULTS
-
     values = config.to_dict()
     values.pop("dtype", None)
-    for key in OPTION_DEFAULTS:  # the classic generation keys among them
-        if key not in TOKEN_KEYS and key != "use_cache":
+    for key in OPTION_BY_NAME:  # the classic generation keys among them
+        if key not in TOKEN_IDS and key != "use_cache":
             values.pop(key, None)
     values.setdefault("tokenizer_class", "BartTokenizer")
     if config.pre_ln:
         values.update(model_type="mbart", architectures=["MBartForConditionalGeneration"])
     else:
         values.update(model_type="bart", architectures=["BartForConditionalGeneration"])
-    return values
-
-
-def generation_config_dict(config: BartConfig) -> dict:
-    """generation_config.json for transformers: the token ids and every generation setting of ``config``
-    that differs from transformers' default, so ``model.generate()`` there decodes as ours does."""
-    from bart.generation.options import OPTION_DEFAULTS
-
-    values: dict = {key: getattr(config, key) for key in TOKEN_KEYS if getattr(config, key, None) is not None}
-    for key, default in OPTION_DEFAULTS.items():
-        value = getattr(config, key, None)
-        if key not in TOKEN_KEYS and value is not None and value != default:
-            values[key] = [[list(ids), bias] for ids, bias in value.items()] if isinstance(value, dict) else value
-    values["_from_model_config"] = False
     return values
 
 
@@ -472,7 +416,7 @@ def write_model_files(model, folder: str) -> list[str]:
     save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     give_new_file_mode(os.path.join(folder, "model.safetensors"))  # safetensors writes it 0600
     for name, values in (("config.json", hf_config_dict(model.config)),
-                         ("generation_config.json", generation_config_dict(model.config))):
+                         ("generation_config.json", generation_config_json(model.config))):
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
             json.dump(values, f, indent=2, sort_keys=True)
             f.write("\n")
