@@ -16,7 +16,7 @@ import torch
 
 from bart.cli import run_main
 from bart.evaluation import run_evaluation
-from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision, prepare_for_decoding
+from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision, decodes_packed, prepare_for_decoding
 from bart.hub import resolve_model_path
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import resolve_weights
@@ -90,9 +90,8 @@ def main(argv=None) -> dict:
     device = builder.device_for(env) if args.device in (None, "cuda") else torch.device(args.device)
     check_decode_precision(args.decode_precision, device=device)  # int8 is CPU's
     model = model.to(device).eval()
-    # fp32 on CPU: the linear layers' weights in oneDNN's layout (same tokens, faster), unless compiled or autocast
-    model = prepare_for_decoding(model, args.decode_precision,
-                                 packed=not args.compile_generation and precision.autocast_dtype is None)
+    model = prepare_for_decoding(model, args.decode_precision,  # on CPU: packed linear layers, as decodes_packed says
+                                 packed=decodes_packed(args.compile_generation, precision.autocast_dtype is not None))
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)

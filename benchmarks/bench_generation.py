@@ -14,8 +14,10 @@ wheel on PyPI, downloaded once into ~/.cache/bart_bench) or --sources FILE (a do
 the documents from number i on, cut at the source length.
 
 Contenders (--contenders, comma-separated, or all; default ours,hf): ``ours`` (this project, the
-reference of every comparison: model.generate), ``ours_packed`` (fp32 with the linear layers' weights in
-oneDNN's blocked layout: prepare_for_decoding(model, "fp32", packed=True), run_eval.py's CPU default), ``ours_compiled`` (generate(compile_generation=True)), ``ours_bf16`` and
+reference of every comparison: plain model.generate, which on CPU in fp32 decodes with the packed copy kept
+beside the model), ``ours_unpacked`` (generate(packed=False): the model's own weights, plain generate before
+that copy), ``ours_packed`` (run_eval.py's path: prepare_for_decoding(model, "fp32", packed=...) as
+bart.generation.precision.decodes_packed says), ``ours_compiled`` (generate(compile_generation=True)), ``ours_bf16`` and
 ``ours_int8`` (bart.generation.precision.prepare_for_decoding), ``hf`` (transformers' generate; up to
 --hf_max_batch), ``ct2_fp32`` and ``ct2_int8`` (CTranslate2, the same weights written by bart.export's
 code and converted by its TransformersConverter in this run, into a temporary folder; int8 is its
@@ -232,7 +234,8 @@ WORKLOADS = {  # source length, new tokens, batch sizes (flags override)
 # ragged: the decoder's start token is EOS, so random weights make EOS the likeliest first tokens; rows may end
 # from this length on (then at different steps)
 RAGGED_MIN_LENGTH = 8
-CONTENDERS = ("ours", "ours_packed", "ours_compiled", "ours_bf16", "ours_int8", "hf", "ct2_fp32", "ct2_int8")
+CONTENDERS = ("ours", "ours_unpacked", "ours_packed", "ours_compiled", "ours_bf16", "ours_int8", "hf", "ct2_fp32",
+              "ct2_int8")
 REDUCED = {"ours_bf16": "bf16", "ours_int8": "int8", "ct2_int8": "int8"}
 LEE_WHEEL = "gensim==4.4.0"  # its wheel ships the Lee news corpus (300 Australian news documents), as the demo uses
 
@@ -437,16 +440,18 @@ def main() -> None:
     for name in names:
         try:
             if name == "ours":
-                runners[name] = ("this project fp32" if args.dtype == "fp32" else f"this project {args.dtype}",
-                                 ours_runner(ours))
+                runners[name] = ("this project fp32, model.generate" if args.dtype == "fp32" else
+                                 f"this project {args.dtype}", ours_runner(ours))
+            elif name == "ours_unpacked":
+                runners[name] = (f"this project {args.dtype}, generate(packed=False)", ours_runner(ours, packed=False))
             elif name == "hf":
                 runners[name] = (f"transformers {transformers.__version__} generate", ours_runner(hf))
-            elif name == "ours_packed":  # run_eval.py's fp32 on CPU: the linear layers' weights in oneDNN's layout
-                from bart.generation.precision import can_pack, prepare_for_decoding
+            elif name == "ours_packed":  # run_eval.py's fp32 on CPU: a decoding copy, packed as its policy says
+                from bart.generation.precision import can_pack, decodes_packed, prepare_for_decoding
                 if not can_pack(ours):
                     raise RuntimeError("packed linear layers are for an fp32 model on CPU with oneDNN")
-                runners[name] = ("this project fp32, packed (run_eval's CPU default)",
-                                 ours_runner(prepare_for_decoding(ours, "fp32", packed=True)))
+                runners[name] = ("this project fp32, run_eval's decoding copy (packed)",
+                                 ours_runner(prepare_for_decoding(ours, "fp32", packed=decodes_packed())))
             elif name == "ours_compiled":
                 probe = torch.tensor([[0, 5, 6, 2]], device=args.device)
                 ours.generate(probe, max_length=3, num_beams=2, compile_generation=False)  # the option exists

@@ -182,7 +182,8 @@ def test_packed_fp32_decodes_the_same_tokens_and_leaves_the_model_untouched(pre_
     sources["attention_mask"][3, 5:] = 0  # a padded source
     with torch.no_grad():
         for settings in PACKED_SETTINGS:
-            want = model.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **SETTINGS, **settings)
+            want = model.generate(sources["input_ids"], attention_mask=sources["attention_mask"], packed=False,
+                                  **SETTINGS, **settings)
             got = packed.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **SETTINGS, **settings)
             assert torch.equal(got, want), settings
             assert (want != SETTINGS["pad_token_id"]).sum(1).float().mean() > 5  # hypotheses of some length
@@ -282,3 +283,81 @@ def test_a_decoding_copy_is_not_prepared_again():
         for precision in DECODE_PRECISIONS:
             with pytest.raises(UserError, match=f"already a decoding copy \\({kind}\\)"):
                 prepare_for_decoding(made, precision, packed=True)
+
+
+# -- plain model.generate() on CPU: the packed copy kept beside the model (its tensors untouched) -----------
+def _packed_tiny(pre_ln=False, seed=1):
+    torch.manual_seed(seed)
+    return BartForConditionalGeneration(tiny_config(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, init_std=0.2,
+                                                    max_position_embeddings=64, pre_ln=pre_ln)).eval()
+
+
+def _decode(model, sources, **settings):
+    if settings.get("do_sample"):
+        settings = dict(settings, generator=torch.Generator().manual_seed(7))
+    return model.generate(sources["input_ids"], attention_mask=sources["attention_mask"], **SETTINGS, **settings)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("pre_ln", [False, True], ids=["post_ln", "pre_ln"])
+def test_plain_generate_decodes_with_packed_weights_beside_the_model(pre_ln):
+    """generate() on an fp32 eval model on CPU decodes with the packed copy kept beside the model: the tokens
+    of the model's own weights (packed=False), over greedy, beam, sampling and processors, a padded source;
+    the model's parameters, modules and state_dict() stay as they were; training mode drops the copy."""
+    from bart.generation import precision
+
+    model = _packed_tiny(pre_ln)
+    before, parameters = _state(model), list(model.parameters())
+    sources = collate([example(30_000 + i) for i in range(6)])
+    sources["attention_mask"][2, 4:] = 0  # a padded source
+    for settings in PACKED_SETTINGS + [dict(do_sample=True, top_k=8), dict(do_sample=True, num_beams=2)]:
+        want = _decode(model, sources, packed=False, **settings)
+        assert precision._BESIDE.get(model) is None or settings is not PACKED_SETTINGS[0]
+        assert torch.equal(_decode(model, sources, **settings), want), settings
+    stamp, packed = precision._BESIDE[model]
+    assert sum(type(m) is precision.PackedLinear for m in packed.modules()) == 2 * 6 + 2 * 10 + 1
+    assert not any(type(m) is precision.PackedLinear for m in model.modules())
+    assert list(model.parameters()) == parameters and list(model.state_dict()) == list(before)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert packed.model.shared.weight is model.model.shared.weight  # the copy shares the model's tensors
+    model.train()
+    assert model not in precision._BESIDE
+    _decode(model, sources, num_beams=2)  # a model in training mode decodes with its own weights
+    assert model not in precision._BESIDE and model.training
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_plain_generate_follows_the_weights_and_leaves_training_alone():
+    """After an optimizer step, load_state_dict or a move to another dtype, the next generate decodes with
+    the new weights (the copy beside the model is made again); a model that generated trains exactly as
+    one that did not (same loss, same gradients)."""
+    from bart.generation import precision
+
+    model, twin = _packed_tiny(seed=2), _packed_tiny(seed=2)
+    sources = collate([example(40_000 + i) for i in range(4)])
+    settings = dict(num_beams=3, no_repeat_ngram_size=3)
+    first = _decode(model, sources, **settings)
+    made = precision._BESIDE[model][1]
+    losses = []
+    for trained in (model, twin):  # training forward/backward (dropout on): the one that generated and its twin
+        trained.train()
+        torch.manual_seed(0)
+        losses.append(trained(**sources).loss)
+        losses[-1].backward()
+    assert torch.equal(losses[0], losses[1])
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), twin.parameters()))
+    model.eval()
+    torch.optim.SGD(model.parameters(), lr=50.0).step()  # in place, in eval mode: only the tensors' versions tell
+    second = _decode(model, sources, **settings)
+    assert precision._BESIDE[model][1] is not made
+    assert torch.equal(second, _decode(model, sources, packed=False, **settings)) and not torch.equal(second, first)
+    other = _packed_tiny(seed=3)
+    model.load_state_dict(other.state_dict())
+    assert torch.equal(_decode(model, sources, **settings), _decode(other, sources, packed=False, **settings))
+    model.double()  # not fp32: decoded with its own weights, the copy dropped
+    _decode(model, sources, **settings)
+    assert model not in precision._BESIDE
+    model.float()
+    assert torch.equal(_decode(model, sources, **settings), _decode(other, sources, packed=False, **settings))
+    with pytest.raises(ValueError, match="packed must be True or False"):
+        _decode(model, sources, packed="yes")

@@ -9,7 +9,11 @@ output, cache, LM head): :mod:`~bart.generation.session`; the processor order:
 ``compile_generation`` (not an option of transformers): False (the eager step, the default), True or
 "default" (the decoder step under ``torch.compile``), "reduce-overhead" (the same, CUDA graphs on GPU);
 see :mod:`bart.generation.compiled`. The precision a model decodes with is chosen before the call, with
-:func:`bart.generation.precision.prepare_for_decoding`.
+:func:`bart.generation.precision.prepare_for_decoding`. ``packed`` (not an option of transformers; default
+True): an fp32 model in eval mode on CPU decodes, unless compiling or under autocast, with the packed copy
+of its linear layers kept beside it (:func:`bart.generation.precision.packed_beside`: the same tokens,
+faster; the model, its ``state_dict()`` and training untouched); ``packed=False`` decodes with the model's
+own weights.
 
 Sampling (``do_sample=True``) draws from ``generator=`` (a ``torch.Generator``) or, without one,
 from torch's global generator: after ``torch.manual_seed(s)`` the tokens are those of transformers'
@@ -26,7 +30,7 @@ from bart.generation.beam import beam_search
 from bart.generation.compiled import compile_mode, make_decoder
 from bart.generation.greedy import greedy_search
 from bart.generation.options import GenerateOutput, GenerationOptionError, GenerationOptions, resolve
-from bart.generation.precision import PackedLinear
+from bart.generation.precision import PackedLinear, decodes_packed, packed_beside
 from bart.generation.processing import logits_processors
 from bart.generation.session import _attention_mask, _Decoder
 
@@ -45,6 +49,9 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
         mode = compile_mode(kwargs.pop("compile_generation", False))
     except ValueError as err:
         raise GenerationOptionError(str(err)) from None
+    packed = kwargs.pop("packed", True)
+    if not isinstance(packed, bool):
+        raise GenerationOptionError(f"generate: packed must be True or False, got {packed!r}")
     opts = resolve(model.config, kwargs)
     if mode is not None and not opts.use_cache:
         raise GenerationOptionError("generate: compile_generation needs use_cache=True (the compiled step runs on "
@@ -65,13 +72,18 @@ def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tens
     attention_mask = attention_mask.to(model.device)
     opts.prepare(model.device, input_ids.shape[0])
     processors = logits_processors(opts, model.config.vocab_size, model.device)
+    # on CPU in fp32 (eval mode, no autocast, not compiling): the packed copy kept beside the model
+    runner = None
+    if packed and decodes_packed(mode is not None, torch.is_autocast_enabled(model.device.type)):
+        runner = packed_beside(model)
+    runner = model if runner is None else runner
     was_training = model.training
     model.eval()
     try:
-        encoder_hidden = model.model.encoder(input_ids, attention_mask)
+        encoder_hidden = runner.model.encoder(input_ids, attention_mask)
         rows_per_source = opts.num_beams if opts.num_beams > 1 else (opts.num_return_sequences if opts.do_sample else 1)
         if mode is None:
-            decoder = _Decoder(model, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
+            decoder = _Decoder(runner, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
         else:
             decoder = make_decoder(model, encoder_hidden, attention_mask, rows_per_source, opts.max_length, mode)
         search = greedy_search if opts.num_beams == 1 else beam_search

@@ -1,7 +1,8 @@
 """Decode precision: the numbers a model decodes with, chosen knowingly (``run_eval.py --decode_precision``).
 
     fp32  the model as given (the default; the only one token-identical to transformers' fp32 generate);
-          with ``packed`` (run_eval.py on CPU, unless compiling or under --bf16/--fp16 autocast) a copy whose
+          with ``packed`` (on CPU unless compiling or under --bf16/--fp16 autocast, :func:`decodes_packed`:
+          run_eval.py's decoding copy, and plain ``model.generate`` through :func:`packed_beside`) a copy whose
           linear layers hold their weights in oneDNN's blocked layout (:class:`PackedLinear`, the exact
           GELU fused into the first feed-forward product): the same tokens in the tests and in every row
           of the benchmark, products 1.9-5x faster than MKL's on the test CPU (an AMD EPYC, where MKL's
@@ -35,7 +36,9 @@ by ``benchmarks/bench_generation.py``; :func:`prepare_for_decoding` never change
 from __future__ import annotations
 
 import copy
+import itertools
 import warnings
+import weakref
 from typing import Optional
 
 import torch
@@ -84,6 +87,61 @@ def prepare_for_decoding(model: nn.Module, precision: str = "fp32", packed: bool
     with warnings.catch_warnings():  # torch 2.10+: eager-mode quantization is "deprecated" (still supported)
         warnings.simplefilter("ignore")
         return torch.ao.quantization.quantize_dynamic(decoded, {nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def decodes_packed(compile_generation=False, autocast: bool = False) -> bool:
+    """The decoding policy: on CPU, decode with packed linear layers (:class:`PackedLinear`) unless compiling
+    (their oneDNN weights are opaque to ``torch.compile``) or under autocast (a packed product would bypass it
+    and run in the weights' precision). Where packing applies at all is :func:`can_pack`'s. ``run_eval.py``
+    (its decoding copy), ``model.generate`` (the copy beside the model) and the benchmarks follow it."""
+    return not compile_generation and not autocast
+
+
+# -- the packed copy beside a model: plain ``model.generate()`` on CPU decodes with it ---------------------
+_BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> (fingerprint, packed copy)
+
+
+def packed_beside(model: nn.Module) -> Optional[nn.Module]:
+    """The packed decoding copy of ``model`` that ``generate`` decodes with on CPU (token-identical to the
+    model's own weights, 1.3-2x faster), or None where it does not apply: a model in training mode, not
+    fp32 on CPU with oneDNN, sharded (DTensor) parameters, or already a decoding copy.
+
+    The copy is kept beside the model, never in it: the model's parameters, buffers, modules,
+    ``state_dict()`` and training are untouched. It shares the model's tensors (embeddings, norms, biases,
+    config) and holds only the linear layers' weights in oneDNN's blocked layout, made on first use. It is
+    made again when any parameter or buffer changes (an optimizer step or ``load_state_dict`` writes in
+    place: the tensor's version counter moves; ``.to()``, a replaced tensor: another storage), and dropped
+    when the model goes to training (:func:`forget_packed`, called by ``train()``) or is deleted."""
+    if model.training or not _packs_plainly(model):
+        forget_packed(model)
+        return None
+    stamp = _fingerprint(model)
+    held = _BESIDE.get(model)
+    if held is not None and held[0] == stamp:
+        return held[1]
+    forget_packed(model)  # the stale copy goes before the new one is made
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    shared[id(getattr(model, "config", None))] = getattr(model, "config", None)
+    packed = _pack_in_place(copy.deepcopy(model, shared).eval())  # the modules copied, the tensors shared
+    _BESIDE[model] = (stamp, packed)
+    return packed
+
+
+def forget_packed(model: nn.Module) -> None:
+    """Drop the packed copy kept beside ``model`` (its memory goes with it)."""
+    _BESIDE.pop(model, None)
+
+
+def _packs_plainly(model: nn.Module) -> bool:
+    return (_dtype(model) == torch.float32 and all(type(p.data) is torch.Tensor for p in model.parameters())
+            and can_pack(model) and _decoding_copy_kind(model) is None)
+
+
+def _fingerprint(model: nn.Module) -> tuple:
+    """What tells that a model's tensors changed: each one's identity, storage, version counter, dtype and
+    device (a few microseconds per tensor)."""
+    return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device)
+                 for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 def can_pack(model: nn.Module) -> bool:

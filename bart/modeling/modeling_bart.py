@@ -17,7 +17,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bart.configuration.configuration_bart import BartConfig
+from bart.generation import generate
 from bart.generation.cache import StaticCache, StaticLayerCache, padding_mask_to_bool
+from bart.generation.precision import forget_packed
 from bart.modeling.cross_entropy import cross_entropy, linear_cross_entropy
 
 # One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
@@ -454,5 +456,9 @@ class BartForConditionalGeneration(BartPreTrainedModel):
 
     def generate(self, input_ids: torch.Tensor, **kwargs):
         """Greedy or beam search; see :func:`bart.generation.generate` for the arguments."""
-        from bart.generation import generate
         return generate(self, input_ids, **kwargs)
+
+    def train(self, mode: bool = True):
+        if mode:  # training changes the weights: the packed decoding copy kept beside the model goes
+            forget_packed(self)
+        return super().train(mode)
