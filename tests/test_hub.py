@@ -42,7 +42,10 @@ def hub(tmp_path_factory, tokenizer_dir):
     for name in os.listdir(tokenizer_dir):
         shutil.copy(os.path.join(tokenizer_dir, name), work / "tiny-bart" / name)
     add_to_hub_cache(cache, "tiny-org/tiny-bart", str(work / "tiny-bart"))
-    _hf_model(seed=1).save_pretrained(work / "tiny-bin", safe_serialization=False)
+    # a repository of pytorch_model.bin only (transformers 5.x's save_pretrained always writes safetensors)
+    binary = _hf_model(seed=1)
+    binary.config.save_pretrained(work / "tiny-bin")
+    torch.save(binary.state_dict(), work / "tiny-bin" / "pytorch_model.bin")
     add_to_hub_cache(cache, "tiny-org/tiny-bart-bin", str(work / "tiny-bin"))
     add_to_hub_cache(cache, "tiny-org/tokenizer", tokenizer_dir)
     return cache, model

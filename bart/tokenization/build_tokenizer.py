@@ -23,7 +23,7 @@ from utils.file_modes import staging_folder
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 MASK = "<mask>"
 # What a complete folder holds.
-FOLDER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json")
+FOLDER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def gpt2_bpe_files() -> tuple[str, str]:
@@ -54,33 +54,91 @@ def is_complete(folder: str) -> bool:
     return all(os.path.isfile(os.path.join(folder, name)) for name in FOLDER_FILES)
 
 
+def _added_token(token_id: int, text: str) -> dict:
+    return {"id": token_id, "content": text, "single_word": False, "lstrip": text == MASK, "rstrip": False,
+            "normalized": True, "special": True}
+
+
+def tokenizer_json(vocab: dict[str, int], merges: list[tuple[str, str]]) -> str:
+    """``tokenizer.json`` of BART's byte-level BPE (the ``tokenizers`` library's format, as transformers
+    4.57's ``BartTokenizerFast`` wrote it): BART's five specials (``<mask>`` takes the space before it:
+    ``lstrip``), no prefix space, the template ``<s> A </s>`` (pairs ``<s> A </s></s> B </s>``)."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    spec = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [_added_token(vocab[t], t) for t in SPECIALS + (MASK,)],
+        "normalizer": None,
+        "pre_tokenizer": byte_level,
+        "post_processor": {"type": "RobertaProcessing", "sep": ["</s>", vocab["</s>"]], "cls": ["<s>", vocab["<s>"]],
+                           "trim_offsets": True, "add_prefix_space": False},
+        "decoder": dict(byte_level, add_prefix_space=True),
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": [list(pair) for pair in merges]},
+    }
+    return json.dumps(spec, indent=2, ensure_ascii=False)
+
+
+def _special_tokens() -> dict[str, str]:
+    """transformers' names of BART's special tokens -> their text."""
+    return {"bos_token": "<s>", "cls_token": "<s>", "eos_token": "</s>", "mask_token": MASK, "pad_token": "<pad>",
+            "sep_token": "</s>", "unk_token": "<unk>"}
+
+
+def tokenizer_config_json(vocab: dict[str, int], model_max_length: int) -> str:
+    """``tokenizer_config.json``: class BartTokenizer, BART's specials and their flags (what both
+    transformers 4.57 and 5.x read back as BART's tokenizer)."""
+    decoder = {str(vocab[t]): {k: v for k, v in sorted(_added_token(vocab[t], t).items()) if k != "id"}
+               for t in SPECIALS + (MASK,)}
+    config = dict(_special_tokens(), add_prefix_space=False, added_tokens_decoder=decoder,
+                  clean_up_tokenization_spaces=False, errors="replace", extra_special_tokens={},
+                  model_max_length=model_max_length, tokenizer_class="BartTokenizer", trim_offsets=True)
+    return json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def special_tokens_map_json() -> str:
+    flags = {"lstrip": False, "normalized": True, "rstrip": False, "single_word": False}
+    return json.dumps({name: dict(flags, content=text, lstrip=text == MASK) for name, text in _special_tokens().items()},
+                      indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def folder_texts(vocab: dict[str, int], merges: list[tuple[str, str]], model_max_length: int = 1024) -> dict[str, str]:
+    """Every file of a BART tokenizer folder (name -> text), a function of the vocabulary and merges
+    alone: the same bytes whichever transformers (4.57 or 5.x) or tokenizers is installed."""
+    return {
+        "vocab.json": json.dumps(vocab, ensure_ascii=False, separators=(",", ":")),
+        "merges.txt": "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
+        "tokenizer.json": tokenizer_json(vocab, merges),
+        "tokenizer_config.json": tokenizer_config_json(vocab, model_max_length),
+        "special_tokens_map.json": special_tokens_map_json(),
+    }
+
+
 def write_bart_folder(vocab: dict[str, int], merges: list[tuple[str, str]], out_dir: str,
                       model_max_length: int = 1024) -> str:
     """Write a BART tokenizer folder for a byte-level BPE ``vocab`` (token → id, BART's specials
-    first and ``<mask>`` last) and its ``merges`` (in merge order). The folder is assembled in a
-    staging directory and renamed into place, replacing an earlier (incomplete) one; returns its path."""
-    from transformers import BartTokenizerFast
+    first and ``<mask>`` last) and its ``merges`` (in merge order), in the ``tokenizers`` library's
+    format (no transformers involved: transformers 5.x's ``BartTokenizerFast`` is RoBERTa's and would
+    write another class, drop ``<mask>``'s lstrip and special_tokens_map.json). The folder is assembled
+    in a staging directory, loaded back by ``tokenizers`` and renamed into place, replacing an earlier
+    (incomplete) one; returns its path."""
+    from tokenizers import Tokenizer
 
+    missing = [t for t in SPECIALS + (MASK,) if t not in vocab]
+    if missing:
+        raise ValueError(f"build_tokenizer: the vocabulary lacks BART's special tokens {missing}")
     out_dir = os.path.abspath(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = staging_folder(parent, ".tokenizer-")  # the folder renamed into place: a new folder's mode, not 0700
     try:
-        with open(os.path.join(staging, "vocab.json"), "w", encoding="utf-8") as f:
-            json.dump(vocab, f, ensure_ascii=False)
-        with open(os.path.join(staging, "merges.txt"), "w", encoding="utf-8") as f:
-            f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
-        # transformers converts vocab+merges into a fast tokenizer with BART's template
-        # (<s> A </s>, pairs <s> A </s></s> B </s>) and writes every file it reads back.
-        tokenizer = BartTokenizerFast(vocab_file=os.path.join(staging, "vocab.json"),
-                                      merges_file=os.path.join(staging, "merges.txt"))
-        if len(tokenizer) != len(vocab):  # transformers 5.x takes the vocabulary itself, not file names
-            tokenizer = BartTokenizerFast(vocab=vocab, merges=list(merges))
-        if len(tokenizer) != len(vocab) or tokenizer.convert_tokens_to_ids(MASK) != vocab[MASK]:
-            raise RuntimeError(f"build_tokenizer: assembled tokenizer has {len(tokenizer)} tokens, "
-                               f"expected {len(vocab)}; the installed transformers ignored the files")
-        tokenizer.model_max_length = model_max_length
-        tokenizer.save_pretrained(staging)
+        for name, text in folder_texts(vocab, merges, model_max_length).items():
+            with open(os.path.join(staging, name), "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        tokenizer = Tokenizer.from_file(os.path.join(staging, "tokenizer.json"))  # the library reads it back
+        if tokenizer.get_vocab_size() != len(vocab) or tokenizer.token_to_id(MASK) != vocab[MASK]:
+            raise RuntimeError(f"build_tokenizer: the written tokenizer has {tokenizer.get_vocab_size()} tokens, "
+                               f"expected {len(vocab)}")
         if os.path.isdir(out_dir):  # an incomplete earlier attempt, or a folder being replaced
             shutil.rmtree(out_dir)
         os.replace(staging, out_dir)
