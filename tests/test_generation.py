@@ -8,7 +8,7 @@ import transformers
 
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
-from tests.helpers.generation_parity import difference, report, run_both
+from tests.helpers.generation_parity import Transformers457, difference, report, run_both
 from tests.helpers.group_beam_reference import reference_group_beam_search
 
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -32,6 +32,22 @@ GRID = [
     dict(num_beams=4, encoder_no_repeat_ngram_size=2),
     dict(num_beams=4, max_new_tokens=9),
 ]
+
+
+# The calls whose semantics transformers 5.x changed (tests/helpers/generation_parity.py): compared with
+# transformers 4.57's outputs, live or recorded.
+def _beam_sampling(settings, attention_mask):
+    return bool(settings.get("do_sample")) and settings.get("num_beams", 1) > 1
+
+
+def _mask_inferred(settings, attention_mask):
+    return attention_mask is None and settings.get("pad_token_id", 1) is not None
+
+
+def _forced_eos_suppressed(settings, attention_mask):
+    forced = settings.get("forced_eos_token_id")
+    return forced is not None and set([forced] if isinstance(forced, int) else forced) <= set(
+        settings.get("suppress_tokens") or ())
 
 
 def _pair(seed: int, init_std: float, pre_ln: bool = False, **generation_config):
@@ -247,6 +263,7 @@ def test_explicit_none_overrides_the_config_like_transformers(one_thread):
     with torch.no_grad():
         for model in (ours, hf):
             model.final_logits_bias[0, 2] = 2.0  # EOS at several steps, so min_length matters
+    hf = Transformers457(hf)  # generation keys in the model config: 5.x leaves them out
     ids, mask = _inputs(8)
     problems, total = [], 0
     for num_beams in (None, 1):  # the config's 4 beams, and greedy
@@ -289,6 +306,7 @@ def test_attention_mask_inferred_like_transformers(one_thread):
     """Without an attention_mask, pad positions are masked only when pad occurs in the input and is not
     EOS; with pad_token_id=None, pad is EOS, which every source contains, so nothing is masked."""
     ours, hf = _pair(15, 0.3)
+    hf = Transformers457(hf, _mask_inferred)
     ids, _ = _inputs(15)  # row 1 is padded with 1
     for settings in (dict(num_beams=1), dict(num_beams=3, pad_token_id=None)):
         settings = dict(settings, max_length=12)
@@ -342,6 +360,7 @@ def test_sampling_matches_transformers_under_the_same_seed(one_thread, num_beams
     """transformers samples with torch.multinomial on the global generator; ours gives the same tokens
     after the same torch.manual_seed, or from a torch.Generator seeded alike."""
     ours, hf = _pair(12, 0.1)  # a flat model: many tokens are likely
+    hf = Transformers457(hf, _beam_sampling)
     ids, mask = _inputs(12)
     settings = [dict(warpers, do_sample=True, num_beams=num_beams, max_length=14, num_return_sequences=count)
                 for warpers, count in itertools.product(WARPERS, (1, 2))]
@@ -667,6 +686,7 @@ def test_more_processors_match_transformers(one_thread, seed, init_std, eos_bias
         for model in (ours, hf):
             model.final_logits_bias[0, 2] = eos_bias  # EOS competes, so the length penalties matter
     ids, mask = _inputs(seed)
+    hf = Transformers457(hf, _forced_eos_suppressed)  # 5.x refuses forcing a token it suppresses
     problems, total, changed = _grid_against_baseline(ours, hf, ids, mask, 16, _processor_grid)
     assert not problems, report(problems, total)
     assert total == 26 and changed >= 20, changed
@@ -698,6 +718,7 @@ NEW_WARPERS = [dict(min_p=0.2), dict(min_p=0.05, temperature=1.4), dict(typical_
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_more_warpers_match_transformers_under_the_same_seed(one_thread, num_beams):
     ours, hf = _pair(23, 0.1)  # a flat model: the cut-offs have many tokens to drop
+    hf = Transformers457(hf, _beam_sampling)
     ids, mask = _inputs(23)
     settings = [dict(warpers, do_sample=True, num_beams=num_beams, max_length=14) for warpers in NEW_WARPERS]
     problems, total, distinct = _sampled_against_transformers(ours, hf, ids, mask, settings, 50)
@@ -726,6 +747,7 @@ def test_generation_config_argument_like_transformers(one_thread):
     """generate(generation_config=...): its values beat the model's config, the call's keywords beat
     it, and values left at transformers' defaults fall back to the model's (transformers >= 4.50)."""
     ours, hf = _pair(25, 0.3, num_beams=4, no_repeat_ngram_size=2, max_length=14, forced_bos_token_id=0)
+    hf = Transformers457(hf)  # generation keys in the model config: 5.x leaves them out
     ids, mask = _inputs(25)
     configs = [transformers.GenerationConfig(num_beams=2, length_penalty=2.0),
                transformers.GenerationConfig(max_new_tokens=6, suppress_tokens=[7, 8]),

@@ -183,3 +183,65 @@ def test_folders_the_native_path_does_not_mirror_go_to_transformers(small_tokeni
     plain = BartTokenizer.from_pretrained(small_tokenizer_dir).encode_batch_fast(["river"])
     spaced = BartTokenizer.from_pretrained(str(tmp_path / "prefix_space")).encode_batch_fast(["river"])
     assert plain != spaced
+
+
+# --- a folder does not depend on which transformers wrote it ---------------------------------------
+# The bytes build_tokenizer and train_tokenizer write (sha256), recorded under transformers 4.57.6 with
+# tokenizers 0.22.2 and equal under 5.24.0 with tokenizers 0.23.3; the ids transformers 4.57.6 gave
+# for the probes from the GPT-2 folder (<mask> takes the space before it: lstrip).
+RECORDED_GPT2_FOLDER = {
+    "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    "special_tokens_map.json": "8293ae960b0a0852d4d3813118030a1149a3ed9fe37bc2e1e7b3c2e62eb2d4b7",
+    "tokenizer.json": "dc385cc50303fc3d9d8593c6b2d177279d12a00341547ac6b7cbbe85ec49a097",
+    "tokenizer_config.json": "41369d20a9123f61809bed0b02e7a84fc7c240fe6729599dac9c30692fe6e242",
+    "vocab.json": "c6b309a9c9b07c2ed170bf412558696cab7d17a65900d8988c0ea858a08e069e",
+}
+RECORDED_TRAINED_FOLDER = {
+    "merges.txt": "196236c26130bf2cbe3502fc8bd7ebc25f694b1d558150cefd6f77017e0ee478",
+    "special_tokens_map.json": "8293ae960b0a0852d4d3813118030a1149a3ed9fe37bc2e1e7b3c2e62eb2d4b7",
+    "tokenizer.json": "32b0de0252fd0c20ffaddb826366be0776c26830b5cf2ff5e8b7d6c08224a6cc",
+    "tokenizer_config.json": "fb5208262eac63809b8800007cd05fc6721994a5f23b15de4e0f186516907454",
+    "vocab.json": "246a37038abd2cbd9b60c28feee3774a272565397c048539410e91c4d42e6f09",
+}
+TRAINING_TEXT = ("The tokenizer folder must not depend on which transformers wrote it.\n"
+                 "A <mask> in the middle keeps the space before it.\n"
+                 "Über naïve café façade, ünïcödé, 数据 and 🙂.\n") * 20
+PROBES = ["a <mask> in the middle", "<mask> first and last <mask>", "Über naïve café 🙂"]
+RECORDED_GPT2_IDS = [[0, 68, 50261, 291, 266, 3508, 2], [0, 50261, 721, 294, 942, 50261, 2],
+                     [0, 131, 254, 531, 41496, 40308, 32489, 2]]
+
+
+def _hashes(folder):
+    import hashlib
+
+    return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
+            for name in sorted(os.listdir(folder))}
+
+
+def test_folders_are_the_same_bytes_under_either_transformers_major(tokenizer_dir, tmp_path):
+    """build_tokenizer and train_tokenizer write the bytes recorded under transformers 4.57 whichever
+    major is installed, and the installed transformers reads them as 4.57 does: BART's class, <mask>
+    with lstrip, the same ids as the project's native path (on, for these folders). On the old code
+    under transformers 5.x: another tokenizer_class, no special_tokens_map.json, <mask> without lstrip."""
+    import transformers
+    from transformers import AutoTokenizer
+
+    from bart.tokenization.train_tokenizer import train_tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TRAINING_TEXT, encoding="utf-8")
+    trained = train_tokenizer([str(corpus)], str(tmp_path / "trained"), 300)["folder"]
+    assert _hashes(tokenizer_dir) == RECORDED_GPT2_FOLDER, transformers.__version__
+    assert _hashes(trained) == RECORDED_TRAINED_FOLDER, transformers.__version__
+    for folder in (tokenizer_dir, trained):
+        config = json.load(open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8"))
+        assert config["tokenizer_class"] == "BartTokenizer"
+        ours, auto = BartTokenizer.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+        assert ours.native
+        assert isinstance(auto, transformers.BartTokenizerFast)  # 5.x: RoBERTa's class, which BART's names
+        mask = auto.convert_ids_to_tokens(auto.mask_token_id)
+        assert auto.added_tokens_decoder[auto.mask_token_id].lstrip and mask == "<mask>"
+        expected = [ours(p)["input_ids"] for p in PROBES]
+        assert [auto(p)["input_ids"] for p in PROBES] == expected
+        assert expected[0][2] == auto.mask_token_id  # "a", then <mask>: no space token between them
+    assert [AutoTokenizer.from_pretrained(tokenizer_dir)(p)["input_ids"] for p in PROBES] == RECORDED_GPT2_IDS

@@ -5,9 +5,10 @@ classic keys and their defaults) and :mod:`bart.modeling.weights` (HF folders) t
 
 Every option is resolved as transformers resolves it: a value passed to ``generate`` wins, ``None``
 included (``forced_eos_token_id=None`` turns the forced EOS off even where the config sets one); then
-a value a passed ``generation_config=`` sets (one that differs from ``GenerationConfig()``'s); then
+a value a passed ``generation_config=`` sets (one that differs from transformers 4.57's
+``GenerationConfig()`` defaults, whichever transformers is installed: 5.x's defaults are None); then
 the model's config (from config.json and generation_config.json), and an option nothing sets takes
-the default of transformers' ``GenerationConfig`` (``top_k=50``, ``temperature=1.0``, ...). An
+the default of transformers 4.57's ``GenerationConfig`` (``top_k=50``, ``temperature=1.0``, ...). An
 option of transformers' generate that is not implemented here (:data:`NOT_IMPLEMENTED`) is refused
 whether it is passed, in the ``generation_config`` passed, or in the model's config. An unknown keyword
 is an error naming it: run_eval.py passes extra ``--key value`` pairs through, and a typo must not be
@@ -360,9 +361,9 @@ def _generation_config_values(generation_config) -> dict:
             raise GenerationOptionError(f"generate: generation_config {path}: not readable JSON ({err})") from None
         if not isinstance(generation_config, Mapping):
             raise GenerationOptionError(f"generate: generation_config {path}: a JSON object is needed")
-    if hasattr(generation_config, "to_diff_dict"):
-        values = dict(generation_config.to_diff_dict())
-    elif isinstance(generation_config, Mapping):
+    if hasattr(generation_config, "to_diff_dict"):  # 5.x's also lists the values equal to 4.57's defaults
+        generation_config = dict(generation_config.to_diff_dict())
+    if isinstance(generation_config, Mapping):
         values = {k: v for k, v in generation_config.items()
                   if k not in OPTION_BY_NAME or v != OPTION_BY_NAME[k].default}
     else:
