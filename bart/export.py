@@ -6,7 +6,8 @@
 CKPT: a training checkpoint (``.ckpt``, which carries its config), a weights file (then ``--config``),
 a Hugging Face folder, a fairseq ``model.pt`` or a hub id. OUT_DIR receives config.json,
 generation_config.json (the model's generation settings: beams, lengths, n-gram blocking, forced
-tokens), model.safetensors, the tokenizer files and README.md, a model card written from what the run
+tokens), model.safetensors, the tokenizer files (vocab.json and merges.txt included, whichever
+transformers major is installed) and README.md, a model card written from what the run
 left beside the checkpoint (data, steps and settings from run_config.json, the training summary,
 ROUGE/BLEU and best-validation metrics, and the provenance record git_log.json). A post-LN model is written as BART, a Pre-LN one
 as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
@@ -80,16 +81,22 @@ def _write_tokenizer(tokenizer_path: str, folder: str, model) -> list[str]:
     if len(tokenizer) > model.config.vocab_size:
         raise ExportError(f"tokenizer {tokenizer_path} has {len(tokenizer)} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}; pass the tokenizer the model was trained with (--tokenizer)")
-    backend = tokenizer.backend
-    backend.model_max_length = min(int(backend.model_max_length), model.config.max_position_embeddings)
     before = set(os.listdir(folder))
-    backend.save_pretrained(folder)
+    # a standard BART folder's files as they are (the same whichever transformers is installed), others
+    # through transformers; vocab.json/merges.txt always (transformers 5.x's save writes tokenizer.json only)
+    tokenizer.save_pretrained(folder)
+    if not all(os.path.isfile(os.path.join(folder, n)) for n in ("vocab.json", "merges.txt")):
+        tokenizer.backend.backend_tokenizer.model.save(folder)
     config_path = os.path.join(folder, "tokenizer_config.json")
-    with open(config_path, encoding="utf-8") as f:
-        values = json.load(f)
+    values = {}
+    if os.path.isfile(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            values = json.load(f)
     values["tokenizer_class"] = "BartTokenizer"  # also for the mBART-typed (Pre-LN) folder
+    values["model_max_length"] = min(int(values.get("model_max_length", model.config.max_position_embeddings)),
+                                     model.config.max_position_embeddings)
     with open(config_path, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2, ensure_ascii=False)
+        json.dump(values, f, indent=2, sort_keys=True, ensure_ascii=False)
         f.write("\n")
     return sorted(set(os.listdir(folder)) - before)
 

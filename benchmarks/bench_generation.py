@@ -392,7 +392,8 @@ def main() -> None:
     torch.manual_seed(0)
     values = json.load(open(args.config))
     values.update(dropout=0.0, forced_bos_token_id=None, forced_eos_token_id=None)
-    hf_values = {k: v for k, v in values.items() if k not in ("pre_ln", "dtype")}
+    # transformers' aliases (num_hidden_layers, ...) left out: 5.x reads a leftover one over encoder_layers
+    hf_values = {k: v for k, v in values.items() if k not in ("pre_ln", "dtype", *transformers.BartConfig.attribute_map)}
     hf = transformers.BartForConditionalGeneration(transformers.BartConfig(**hf_values, attn_implementation="sdpa"))
     ours = BartForConditionalGeneration(BartConfig(**values))
     if args.workload == "ragged":

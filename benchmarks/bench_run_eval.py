@@ -57,7 +57,8 @@ def main() -> None:
     tokenizer_dir = build_tokenizer_folder(os.path.join(work, "tokenizer"))
     tokenizer = BartTokenizer.from_pretrained(tokenizer_dir)
     values = json.load(open(os.path.join(ROOT, args.config)))
-    hf_values = {k: v for k, v in values.items() if k not in ("pre_ln", "dtype")}
+    # transformers' aliases (num_hidden_layers, ...) left out: 5.x reads a leftover one over encoder_layers
+    hf_values = {k: v for k, v in values.items() if k not in ("pre_ln", "dtype", *transformers.BartConfig.attribute_map)}
     hf = transformers.BartForConditionalGeneration(transformers.BartConfig(**hf_values, attn_implementation="sdpa")).eval()
     checkpoint = os.path.join(work, "model.ckpt")
     torch.save({"model": hf.state_dict()}, checkpoint)

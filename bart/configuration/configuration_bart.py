@@ -222,7 +222,11 @@ class BartConfig:
 
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(dict(vars(self)))
+        values = copy.deepcopy(dict(vars(self)))
+        for alias, target in BartConfig._ALIASES.items():  # a stored alias follows its key: transformers 5.x
+            if alias in values:                            # reads num_hidden_layers over encoder_layers
+                values[alias] = values[target]
+        return values
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
