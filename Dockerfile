@@ -1,6 +1,7 @@
 # BART recipe image on the NGC PyTorch container. The container's torch (CUDA build) is kept:
 # scripts/install.sh installs torch only where none is importable.
-ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:25.10-py3
+# NGC PyTorch 26.09: torch 2.14.0a0+b2c75dd062.nv26.09, CUDA 13.4, Python 3.12 (README, Setup)
+ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:26.09-py3
 FROM ${FROM_IMAGE_NAME}
 
 # Offline assets live outside /workspace/bart, so mounting the repository there (launch.sh) does not
@@ -18,7 +19,7 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /workspace/bart
 
 # Python dependencies first (cached layer), exactly as a bare-metal setup installs them.
-COPY requirements.txt requirements-nodeps.txt ./
+COPY requirements.txt requirements-nodeps.txt requirements-transformers4.txt ./
 COPY scripts/install.sh scripts/install.sh
 RUN bash scripts/install.sh
 
@@ -28,8 +29,10 @@ RUN pip install --no-cache-dir "git+https://github.com/NVIDIA/dllogger@v1.0.0#eg
 # apex's fused LAMB is used when importable; the project's own multi-tensor LAMB otherwise.
 # Building apex takes a while; it is attempted and a failed build leaves the image usable.
 ARG BUILD_APEX=1
-# apex pinned to its 25.09 tag's commit; override with --build-arg APEX_COMMIT=...
-ARG APEX_COMMIT=4bdecd06b3c4b2c0a8fb6603829a8f9f05a42b49
+# apex pinned to its master of 2026-07-08 (no release tag follows 25.09; this commit carries the C++20
+# fix, #1985, that extensions built against torch 2.14 need; FusedLAMB and its kernels unchanged since
+# 25.09 but for formatting); override with --build-arg APEX_COMMIT=...
+ARG APEX_COMMIT=6424da3b4faa6c8f062da4a48c424fff3f02d42d
 RUN if [ "$BUILD_APEX" = "1" ] && ! python -c "import apex.optimizers" 2>/dev/null; then \
       APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install --no-cache-dir --no-build-isolation -v \
         "git+https://github.com/NVIDIA/apex.git@${APEX_COMMIT}" \

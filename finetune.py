@@ -99,5 +99,10 @@ def main(argv=None) -> dict:
     return summary
 
 
-if __name__ == "__main__":
+def console_main() -> None:
+    """The ``bart-finetune`` console script (pyproject.toml): ``python finetune.py``."""
     run_main(main, "finetune.py")
+
+
+if __name__ == "__main__":
+    console_main()

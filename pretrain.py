@@ -65,5 +65,10 @@ def main(argv=None) -> dict:
     return summary
 
 
-if __name__ == "__main__":
+def console_main() -> None:
+    """The ``bart-pretrain`` console script (pyproject.toml): ``python pretrain.py``."""
     run_main(main, "pretrain.py")
+
+
+if __name__ == "__main__":
+    console_main()

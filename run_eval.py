@@ -102,5 +102,10 @@ def main(argv=None) -> dict:
     return result
 
 
-if __name__ == "__main__":
+def console_main() -> None:
+    """The ``bart-run-eval`` console script (pyproject.toml): ``python run_eval.py``."""
     run_main(main, "run_eval.py")
+
+
+if __name__ == "__main__":
+    console_main()

@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
 from utils.checkpoint_io import atomic_write_text  # noqa: E402
 from utils.errors import RunStopped, UserError  # noqa: E402
-from gpu_suite_report import (BEAM, DRY_BEAM, DRY_TRAIN_SHAPES, REPORT_ORDER, TARGETS,  # noqa: E402
+from gpu_suite_report import (BEAM, DRY_BEAM, DRY_TRAIN_SHAPES, REPORT_ORDER, TARGETS,  # noqa: E402, F401
                               TRAIN_SHAPES, render)
 
 DEFAULT_BUDGET = 540.0

@@ -74,7 +74,7 @@ def main() -> None:
     print(f"decode loop: {timing['loop']:.2f} s for {args.new_tokens} steps = {1000 * timing['loop'] / args.new_tokens:.1f} "
           f"ms/step (batch {args.batch}, beams {args.beams}, source {args.source_len}, {args.decode_precision}{' packed' if args.packed else ''}, "
           f"compile_generation={args.compile_generation}, threads {args.threads}, load {os.getloadavg()[0]:.2f})")
-    print(f"| operator | self CPU ms/step | share | calls/step |\n|---|---|---|---|")
+    print("| operator | self CPU ms/step | share | calls/step |\n|---|---|---|---|")
     for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:args.top]:
         print(f"| {e.key} | {e.self_cpu_time_total / 1000 / args.new_tokens:.2f} | "
               f"{100 * e.self_cpu_time_total / total:.1f}% | {e.count / args.new_tokens:.1f} |")

@@ -2,7 +2,9 @@
 # Installs what the recipe needs into the current Python and skips what is already there.
 # torch is installed only when none is importable: inside the NGC container the container's
 # own (CUDA) torch is kept untouched.
-# Environment: PYTHON (python3), TORCH_INDEX_URL (a package index URL, or pypi), BART_USE_SYSTEM_MPI (0 or 1).
+# Environment: PYTHON (python3), TORCH_INDEX_URL (a package index URL, or pypi), BART_USE_SYSTEM_MPI (0 or 1),
+# BART_TRANSFORMERS (5, the default: requirements.txt's transformers 5.x; or 4: transformers 4.57 and its
+# tokenizers and huggingface_hub from requirements-transformers4.txt instead).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # the checks inline: the image's build copies this file alone (Dockerfile), without scripts/params/common.sh
@@ -12,6 +14,8 @@ command -v "$PYTHON" >/dev/null 2>&1 || die "PYTHON (environment) '$PYTHON' is n
 [[ "${TORCH_INDEX_URL:-pypi}" =~ ^(pypi|(https?|file)://[^[:space:]]+)$ ]] ||
   die "TORCH_INDEX_URL (environment) '$TORCH_INDEX_URL' is not a URL (https://..., file://...) or pypi"
 [[ "${BART_USE_SYSTEM_MPI:-0}" =~ ^[01]$ ]] || die "BART_USE_SYSTEM_MPI (environment) '$BART_USE_SYSTEM_MPI' is not 0 or 1"
+[[ "${BART_TRANSFORMERS:-5}" =~ ^[45]$ ]] ||
+  die "BART_TRANSFORMERS (environment) '$BART_TRANSFORMERS' is not 4 (transformers 4.57) or 5 (transformers 5.x, the default)"
 [ "${CHECK_ONLY:-0}" != 1 ] || { echo "install.sh: every value checked (CHECK_ONLY=1: nothing started)"; exit 0; }
 
 if TORCH_VERSION=$("$PYTHON" -c "import torch; print(torch.__version__)" 2>/dev/null); then
@@ -34,11 +38,17 @@ fi
 
 # Inside the NGC container (BART_USE_SYSTEM_MPI=1, set by the Dockerfile) the container's MPI is
 # used: pip's mpich (a second mpirun) is left out and mpi4py builds against the system MPI.
+# BART_TRANSFORMERS=4: requirements-transformers4.txt's pins replace the same packages' lines.
 REQUIREMENTS=requirements.txt
-if [ "${BART_USE_SYSTEM_MPI:-0}" = "1" ]; then
+if [ "${BART_USE_SYSTEM_MPI:-0}" = "1" ] || [ "${BART_TRANSFORMERS:-5}" = "4" ]; then
   REQUIREMENTS=$(mktemp); trap 'rm -f "$REQUIREMENTS"' EXIT
-  grep -v '^mpich' requirements.txt > "$REQUIREMENTS"
-  echo "[install] BART_USE_SYSTEM_MPI=1: the system's MPI ($(command -v mpirun || echo 'no mpirun on PATH')) is used, not pip's mpich"
+  EXCLUDED='^(transformers|tokenizers|huggingface_hub)[=<>!~ ]'
+  [ "${BART_TRANSFORMERS:-5}" = "4" ] || EXCLUDED='^$'
+  grep -Ev "$EXCLUDED" requirements.txt | { if [ "${BART_USE_SYSTEM_MPI:-0}" = "1" ]; then grep -v '^mpich'; else cat; fi; } > "$REQUIREMENTS"
+  [ "${BART_TRANSFORMERS:-5}" = "5" ] || grep -Ev '^\s*(#|$)' requirements-transformers4.txt >> "$REQUIREMENTS"
+  [ "${BART_USE_SYSTEM_MPI:-0}" = "0" ] ||
+    echo "[install] BART_USE_SYSTEM_MPI=1: the system's MPI ($(command -v mpirun || echo 'no mpirun on PATH')) is used, not pip's mpich"
+  [ "${BART_TRANSFORMERS:-5}" = "5" ] || echo "[install] BART_TRANSFORMERS=4: transformers 4.57 (requirements-transformers4.txt)"
 fi
 export REQUIREMENTS
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up the environment (scripts/install.sh) and runs the whole test suite on CPU.
+# Sets up the environment (scripts/install.sh), runs ruff and the whole test suite on CPU.
 # GPU-only tests skip themselves where CUDA is absent. Extra arguments go to pytest; test files or
 # folders among them (tests/test_x.py, tests/test_x.py::test_y) run instead of the whole suite.
 set -euo pipefail
@@ -19,6 +19,8 @@ else
   [ "$WORKERS" -le 4 ] || WORKERS=4
 fi
 bash scripts/install.sh
+# the linter first (pyproject.toml's rules; seconds): a finding fails the run before the tests start
+"$PYTHON" -m ruff check --no-cache . || { echo "run_tests.sh: ruff found the problems above (pyproject.toml)" >&2; exit 1; }
 PARALLEL=()
 if [ "$WORKERS" -gt 1 ]; then
   PARALLEL=(-n "$WORKERS" --dist loadfile -p no:benchmark)  # pytest-benchmark, where installed, only warns under xdist

@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
 
@@ -84,3 +86,51 @@ def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
 def _shell_words(command: str) -> list[str]:
     import shlex
     return shlex.split(command)
+
+
+@pytest.mark.slow
+def test_the_hugging_face_hand_off_runs_as_printed(tmp_path, tokenizer_dir, tokenizer):
+    """Quick Start step 8, typed as printed (in a folder holding the results it names) under the installed
+    transformers (CI: 5.x, and 4.57 in its own step): the export, then transformers' AutoModelForSeq2SeqLM +
+    generate print the summaries this project generates ("Exporting to Hugging Face": the test above)."""
+    import shutil
+    import textwrap
+
+    from bart.modeling import BartForConditionalGeneration
+    from tests.test_export import _checkpoint
+
+    quick_start = README.split("8. Hand the model to Hugging Face tools")[1].split("\n## ")[0]
+    blocks = [("bash", textwrap.dedent(_code_blocks_in(quick_start, "bash")[0])),
+              ("python", textwrap.dedent(_code_blocks_in(quick_start, "python")[0]))]
+    assert all("AutoModelForSeq2SeqLM" in text for kind, text in blocks if "transformers" in text)
+    (tmp_path / "results" / "cnn_dm").mkdir(parents=True)  # a run's folder: its checkpoint, its tokenizer beside
+    _checkpoint(tmp_path / "results" / "cnn_dm" / "final_step.ckpt", False, 3)
+    for name in os.listdir(tokenizer_dir):
+        shutil.copy(os.path.join(tokenizer_dir, name), tmp_path / "results" / "cnn_dm" / name)
+    bin_dir = tmp_path / "bin"  # `python` is this interpreter
+    bin_dir.mkdir()
+    os.symlink(sys.executable, bin_dir / "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_")) and k != "TOKENIZER"}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", PYTHONPATH=ROOT, HF_HUB_OFFLINE="1",
+               TRANSFORMERS_VERBOSITY="error")
+    printed = []
+    for kind, text in blocks:
+        command = ["bash", "-c", text] if kind == "bash" else [sys.executable, "-c", text]
+        out = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, (text, out.stderr[-3000:])
+        printed += [line for line in out.stdout.splitlines() if line.startswith("['")]
+    assert sorted(os.listdir(tmp_path / "results")) == ["cnn_dm", "cnn_dm_hf"]
+    assert {"vocab.json", "merges.txt", "model.safetensors", "generation_config.json"} <= set(
+        os.listdir(tmp_path / "results" / "cnn_dm_hf"))
+    # what the project generates with the model's own settings (3 beams, lengths, n-gram blocking)
+    model = BartForConditionalGeneration.from_pretrained(str(tmp_path / "results" / "cnn_dm" / "final_step.ckpt"))
+    expected = []
+    for text in ("Some long text.",):
+        batch = tokenizer([text], return_tensors="pt")
+        ids = model.eval().generate(batch["input_ids"], attention_mask=batch["attention_mask"])
+        expected.append(repr(tokenizer.batch_decode(ids, skip_special_tokens=True)))
+    assert printed == expected and all(len(eval(line)[0]) > 5 for line in printed)
+
+
+def _code_blocks_in(text, language):
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)

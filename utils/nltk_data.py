@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 
 from utils.lazy_package import defer_package_init
 

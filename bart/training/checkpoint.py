@@ -102,7 +102,7 @@ def resolve_resume(value, output_dir: str, announce: bool = True):
         return value
     found = resumable_checkpoints(output_dir)
     if announce:
-        print(f"[checkpoint] --resume_from_checkpoint auto: " + (
+        print("[checkpoint] --resume_from_checkpoint auto: " + (
             f"resuming from the newest checkpoint in {output_dir} ({os.path.basename(found[-1][1])}, step "
             f"{found[-1][0]})" if found else f"no training checkpoint in {output_dir}: starting a new run"), flush=True)
     return True if found else None

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from tests.helpers.doubles import DOUBLES, with_doubles
+from tests.helpers.doubles import DOUBLES, with_doubles  # noqa: F401 - DOUBLES: tests import it from here
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKERFILE = os.path.join(ROOT, "Dockerfile")

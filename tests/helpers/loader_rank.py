@@ -6,7 +6,6 @@ import json
 import os
 import sys
 
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bart.data.noise import NoiseConfig  # noqa: E402

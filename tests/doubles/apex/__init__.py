@@ -1,5 +1,6 @@
-"""Test double of NVIDIA apex at commit 4bdecd06b3c4b2c0a8fb6603829a8f9f05a42b49 (github.com/NVIDIA/apex),
-the commit the Dockerfile builds (``APEX_COMMIT``). Only what the project uses: ``apex.optimizers.FusedLAMB``
+"""Test double of NVIDIA apex at commit 6424da3b4faa6c8f062da4a48c424fff3f02d42d (github.com/NVIDIA/apex),
+the commit the Dockerfile builds (``APEX_COMMIT``; the files followed below are those of the 25.09 tag,
+4bdecd06, but for formatting and ``DATA_PTR`` spelled ``data_ptr``). Only what the project uses: ``apex.optimizers.FusedLAMB``
 and ``apex.multi_tensor_apply.multi_tensor_applier``. Written for the tests, not copied. It follows, at that
 commit:
 

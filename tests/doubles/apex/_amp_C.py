@@ -1,6 +1,6 @@
 """Stand-in for the two ``amp_C`` kernels FusedLAMB calls, following ``csrc/multi_tensor_l2norm_kernel.cu``
 (``multi_tensor_l2norm_cuda``) and ``csrc/multi_tensor_lamb.cu`` (``multi_tensor_lamb_cuda``: stage 1 and
-stage 2) at apex commit 4bdecd06b3c4b2c0a8fb6603829a8f9f05a42b49. Per tensor, in torch, the math in fp32
+stage 2) at apex commit 6424da3b4faa6c8f062da4a48c424fff3f02d42d. Per tensor, in torch, the math in fp32
 (the kernels' ``MATH_T``) in their order of operations; loads and stores in the tensors' own dtype.
 
 The arguments that the C++ signature declares ``float``/``int`` are checked as pybind11 checks them: a

@@ -1,5 +1,5 @@
 """``apex.optimizers.FusedLAMB`` as ``apex/optimizers/fused_lamb.py`` has it at commit
-4bdecd06b3c4b2c0a8fb6603829a8f9f05a42b49 (see ``apex/__init__.py``); the kernels are ``apex._amp_C``'s.
+6424da3b4faa6c8f062da4a48c424fff3f02d42d (see ``apex/__init__.py``); the kernels are ``apex._amp_C``'s.
 What it keeps from the original, kind or not:
 
 - defaults lr 1e-3, bias_correction True, betas (0.9, 0.999), eps 1e-6, weight_decay 0.01, amsgrad False

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# CI's second step: the parity, tokenizer, export, hub and README tests again on transformers 4.57
+# (the default set, requirements.txt, is transformers 5.x; scripts/run_tests.sh runs the whole suite on it).
+# The environment is its own: a virtual environment (TRANSFORMERS4_ENV, default .venv-transformers4) that
+# sees the main one's packages through a .pth file after its own, into which scripts/install.sh with
+# BART_TRANSFORMERS=4 installs transformers 4.57, its tokenizers and huggingface_hub (torch and the rest
+# are the main environment's, not installed twice). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/params/common.sh  # the checks
+check_env count TEST_WORKERS
+checks_done
+source scripts/params/python_env.sh
+TESTS=(tests/test_generation.py tests/test_modeling_parity.py tests/test_tokenizer.py tests/test_train_tokenizer.py
+       tests/test_export.py tests/test_hub.py tests/test_readme.py)
+ENV_DIR=${TRANSFORMERS4_ENV:-$PWD/.venv-transformers4}
+bash scripts/install.sh  # the main environment first (the one the layer sits on)
+if [ ! -x "$ENV_DIR/bin/python" ]; then
+  "$PYTHON" -m venv "$ENV_DIR" || { echo "$ME: $PYTHON -m venv $ENV_DIR failed; install the venv module" >&2; exit 2; }
+fi
+# the main environment's package folders, after the layer's own (a .pth file's lines are appended to sys.path)
+LAYER=$("$ENV_DIR/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+"$PYTHON" -c "import sys; print('\n'.join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))" \
+  > "$LAYER/_bart_main_environment.pth"
+PYTHON="$ENV_DIR/bin/python" BART_TRANSFORMERS=4 bash scripts/install.sh
+"$ENV_DIR/bin/python" -c "import transformers, sys; v = transformers.__version__; print(f'[transformers 4] {v}')
+sys.exit(0 if v.startswith('4.57') else 1)" || { echo "$ME: $ENV_DIR does not hold transformers 4.57" >&2; exit 1; }
+WORKERS=${TEST_WORKERS:-$(nproc)}
+[ "$WORKERS" -le 4 ] || WORKERS=4
+PARALLEL=()
+if [ "$WORKERS" -gt 1 ]; then
+  PARALLEL=(-n "$WORKERS" --dist loadfile -p no:benchmark)
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fi
+exec "$ENV_DIR/bin/python" -m pytest "${PARALLEL[@]}" "${TESTS[@]}" "$@"
