@@ -61,6 +61,18 @@ def test_the_doubles_follow_the_versions_the_dockerfile_pins():
     assert commit in apex_text, f"the Dockerfile builds apex {commit}; tests/doubles/apex follows another commit"
 
 
+def test_the_readme_names_the_base_image_and_apex_commit_the_dockerfile_pins():
+    """The README's Setup names the NGC release the image builds on (with the torch it ships) and the
+    apex commit: a new pin in the Dockerfile must come with its description there."""
+    dockerfile = parse_dockerfile()
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    base = dockerfile.args["FROM_IMAGE_NAME"]
+    release = re.fullmatch(r"nvcr\.io/nvidia/pytorch:(\d\d\.\d\d)-py3", base).group(1)
+    assert f"`{base}`" in readme and f"NGC PyTorch {release}" in readme
+    assert re.search(rf"`{re.escape(base)}`: torch 2\.\d+\.\w+", readme), "the torch version the base ships"
+    assert f"`{dockerfile.args['APEX_COMMIT'][:8]}`" in readme
+
+
 def test_every_run_step_is_either_run_or_substituted():
     for run in parse_dockerfile().of("RUN"):
         needs_network = re.search(r"https?://|snapshot_download|hf_hub_download", run.text)
