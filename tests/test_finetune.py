@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from bart.configuration import BartConfig
 from bart.data.summarization import SortishSampler, build_finetuning_loader, read_split
