@@ -268,7 +268,7 @@ def check_global_batch(args: argparse.Namespace, train_data, world_size: int) ->
         return
     fits = rows // (accumulation * world_size)
     fix = (f"lower --train_batch_size to at most {fits}" if fits else
-           f"lower --gradient_accumulation_steps or the processes, or add data")
+           "lower --gradient_accumulation_steps or the processes, or add data")
     raise UserError(f"a global batch of {per_update} sequences per update (--train_batch_size {args.train_batch_size} "
                     f"x {accumulation} accumulation x {world_size} processes) is larger than the {rows} training rows "
                     f"of {args.data_dir}: each update would hold fewer sequences than it says; {fix}")

@@ -2,7 +2,6 @@
 test can send a signal once a given line appeared, and the lines an entry script ends with."""
 import os
 import subprocess
-import sys
 import threading
 import time
 
