@@ -82,7 +82,7 @@ def main(argv=None) -> dict:
         trainer.logger.log(step=trainer.global_step, data={f"val_{k}": v for k, v in validation(trainer).items()})
     summary = trainer.fit() if args.do_train else {}
     if args.do_train:
-        weights = trainer.strategy.model_state_dict(model)  # collective under FSDP
+        weights = trainer.model_file_state()  # collective under FSDP
         if env.is_main:
             summary["final_weights"] = write_final_weights(args.output_dir, weights)
     if args.do_predict:

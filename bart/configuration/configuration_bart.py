@@ -57,6 +57,9 @@ _DEFAULTS: dict[str, Any] = {
     "pre_ln": False,
     "dtype": None,
     "gradient_checkpointing": False,
+    # rows of the embedding / LM head: vocab_size rounded up to this multiple (bart.modeling.vocab_padding);
+    # files keep vocab_size rows. 1: no padding
+    "pad_vocab_to_multiple_of": 128,
 }
 
 
@@ -71,7 +74,7 @@ _TYPES: dict[str, tuple] = {
     "activation_function": (str,), "scale_embedding": (bool,), "use_cache": (bool,),
     "pad_token_id": _INT, "bos_token_id": _INT, "eos_token_id": _INT,
     "decoder_start_token_id": _INT, "forced_bos_token_id": _INT, "forced_eos_token_id": _INT,
-    "pre_ln": (bool,), "gradient_checkpointing": (bool,), "tie_word_embeddings": (bool,),
+    "pre_ln": (bool,), "gradient_checkpointing": (bool,), "tie_word_embeddings": (bool,), "pad_vocab_to_multiple_of": _INT,
     **{option.name: KINDS[option.kind].types for option in OPTIONS if option.classic},
 }
 # Keys that may be null in a config.json.
@@ -103,7 +106,7 @@ _UNSUPPORTED_VALUES = {
     "extra_pos_embeddings": (2, "a position offset other than 2"),
 }
 _POSITIVE = ("vocab_size", "max_position_embeddings", "d_model", "encoder_attention_heads",
-             "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim")
+             "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "pad_vocab_to_multiple_of")
 
 
 class ConfigError(UserError):

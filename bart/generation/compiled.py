@@ -93,9 +93,10 @@ def static_step(model, token: torch.Tensor, position: torch.Tensor, kv: torch.Te
         return hidden, written
     bias = model.final_logits_bias[0]
     head_module = model.lm_head
+    vocab = model.config.vocab_size  # the product over the padded rows, the tokenizer's columns returned
     if isinstance(getattr(head_module, "weight", None), torch.Tensor):
-        return F.linear(hidden, head_module.weight, bias.to(hidden.dtype)).float(), written
-    return head_module(hidden).float() + bias, written  # an int8 dynamically quantized head
+        return F.linear(hidden, head_module.weight, bias.to(hidden.dtype))[:, :vocab].float(), written
+    return (head_module(hidden).float() + bias)[:, :vocab], written  # an int8 dynamically quantized head
 
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -59,7 +59,14 @@ class _Decoder:
         return self.lm_head(hidden[:, -1])
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        """float32 logits (N, V) of the last hidden states ``hidden`` (N, D), into the logits buffer.
+        """float32 logits (N, V) of the last hidden states ``hidden`` (N, D): the tokenizer's V columns of
+        the product over the LM head's (padded) rows, a view of the logits buffer (see ``_head``); the padded
+        rows' columns are never returned, so never processed, predicted or sampled."""
+        return self._head(hidden)[:, :self.model.config.vocab_size]
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits (N, V') over all rows V' of the (padded: bart.modeling.vocab_padding) LM head, into
+        the logits buffer.
 
         On CPU in float32, below 16 rows the product is taken as weight @ hidden^T (vocab rows, the
         few decoder rows as columns) into a (V, N) buffer and transposed once into the logits: MKL
@@ -77,7 +84,9 @@ class _Decoder:
         weight, bias = getattr(self.model.lm_head, "weight", None), self.model.final_logits_bias[0]
         if not isinstance(weight, torch.Tensor):  # an int8 dynamically quantized head (decode precision int8)
             return torch.add(self.model.lm_head(hidden), bias, out=out)
-        if hidden.dtype == weight.dtype == bias.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type):
+        device = hidden.device.type  # (no autocast on the meta device, where tests take the products' shapes)
+        if hidden.dtype == weight.dtype == bias.dtype == torch.float32 and not (
+                torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
             if hidden.device.type != "cpu":
                 return torch.addmm(bias, hidden, weight.t(), out=out)  # what F.linear computes, into the buffer
             if rows >= 16:
@@ -92,7 +101,7 @@ class _Decoder:
                 self.transposed_buffer = torch.empty(vocab * rows, dtype=torch.float32)
             transposed = self.transposed_buffer[:vocab * rows].view(vocab, rows)
             return out.copy_(torch.addmm(bias[:, None], weight, hidden.t(), out=transposed).t())
-        return out.copy_(self.model.lm_logits(hidden))
+        return out.copy_(self.model.padded_logits(hidden))
 
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         if self.log_probs_buffer is None:

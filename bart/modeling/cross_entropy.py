@@ -8,6 +8,8 @@ label_smoothing, mean/sum reduction) to float tolerance; the logits' gradient is
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -15,20 +17,20 @@ from torch.autograd.function import once_differentiable
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, smoothing: float,
-                reduction: str) -> torch.Tensor:
+                reduction: str, classes: int) -> torch.Tensor:
         log_probs = torch.log_softmax(logits, dim=-1)
         valid = labels != ignore_index
         target = labels.masked_fill(~valid, 0)[:, None]
         per_token = -log_probs.gather(1, target).squeeze(1)
         if smoothing > 0:
-            per_token = (1 - smoothing) * per_token - smoothing * log_probs.mean(dim=-1)
+            per_token = (1 - smoothing) * per_token - smoothing * log_probs[:, :classes].mean(dim=-1)
         per_token = per_token.masked_fill(~valid, 0.0)
         count = valid.sum()
         loss = per_token.sum()
         if reduction == "mean":
             loss = loss / count  # nan without any target, as F.cross_entropy
         ctx.save_for_backward(log_probs, target, valid, count)
-        ctx.smoothing, ctx.reduction = smoothing, reduction
+        ctx.smoothing, ctx.reduction, ctx.classes = smoothing, reduction, classes
         return loss
 
     @staticmethod
@@ -39,22 +41,25 @@ class _CrossEntropy(torch.autograd.Function):
         row_weight = (valid.to(log_probs.dtype) * weight)[:, None]
         grad = log_probs.exp_()  # the saved buffer becomes the gradient: no other logits-sized tensor
         if ctx.smoothing > 0:
-            grad.sub_(ctx.smoothing / grad.shape[-1])
+            grad[:, :ctx.classes].sub_(ctx.smoothing / ctx.classes)
         grad.scatter_add_(1, target, torch.full_like(target, -(1 - ctx.smoothing), dtype=grad.dtype))
         grad.mul_(row_weight)
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
-                  label_smoothing: float = 0.0, reduction: str = "mean") -> torch.Tensor:
+                  label_smoothing: float = 0.0, reduction: str = "mean", classes: int | None = None) -> torch.Tensor:
     """``F.cross_entropy(logits, labels, ignore_index, label_smoothing, reduction)`` for 2-D logits
-    (tokens x vocab) and 1-D labels, with ``reduction`` "mean" or "sum"."""
+    (tokens x vocab) and 1-D labels, with ``reduction`` "mean" or "sum". ``classes``: the real classes, the
+    first columns (default all); the columns beyond (a padded vocabulary's) must be -inf: they get no
+    probability, no smoothing mass and a zero gradient."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if logits.dim() != 2 or labels.shape != logits.shape[:1]:
         raise ValueError(f"expected (tokens, vocab) logits and (tokens,) labels, got {tuple(logits.shape)} "
                          f"and {tuple(labels.shape)}")
-    return _CrossEntropy.apply(logits, labels, ignore_index, float(label_smoothing), reduction)
+    return _CrossEntropy.apply(logits, labels, ignore_index, float(label_smoothing), reduction,
+                               logits.shape[1] if classes is None else int(classes))
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -69,10 +74,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, ignore_index, smoothing, reduction, chunk_tokens):
+    def forward(ctx, hidden, weight, bias, labels, ignore_index, smoothing, reduction, chunk_tokens, classes):
         device_type = hidden.device.type
-        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden.dtype
-        with torch.autocast(device_type, enabled=False):
+        autocast = torch.amp.is_autocast_available(device_type)  # not on the meta device (shape checks)
+        dtype = torch.get_autocast_dtype(device_type) if autocast and torch.is_autocast_enabled(device_type) \
+            else hidden.dtype
+        with torch.autocast(device_type, enabled=False) if autocast else contextlib.nullcontext():
             h, w = hidden.to(dtype), weight.to(dtype)
             acc = torch.promote_types(dtype, torch.float32)  # softmax and sums: fp32 at least
             b = None if bias is None else bias.to(dtype)
@@ -82,7 +89,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_hidden = torch.empty_like(h)
             grad_weight = torch.zeros(w.shape, dtype=acc, device=w.device)
             loss = torch.zeros((), dtype=acc, device=h.device)
-            vocab = w.shape[0]
+            vocab = classes
             for start in range(0, h.shape[0], chunk_tokens):
                 rows = slice(start, start + chunk_tokens)
                 logits = torch.nn.functional.linear(h[rows], w, b).to(acc)
@@ -92,11 +99,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 target = labels[rows].masked_fill(~keep, 0)[:, None]
                 per_token = -log_probs.gather(1, target).squeeze(1)
                 if smoothing > 0:
-                    per_token = (1 - smoothing) * per_token - smoothing * log_probs.mean(dim=-1)
+                    per_token = (1 - smoothing) * per_token - smoothing * log_probs[:, :vocab].mean(dim=-1)
                 loss += per_token.masked_fill(~keep, 0.0).sum()
                 grad = log_probs.exp_()
                 if smoothing > 0:
-                    grad.sub_(smoothing / vocab)
+                    grad[:, :vocab].sub_(smoothing / vocab)
                 grad.scatter_add_(1, target, torch.full_like(target, -(1 - smoothing), dtype=grad.dtype))
                 grad.mul_((keep.to(grad.dtype) / denominator)[:, None])
                 grad = grad.to(dtype)
@@ -113,16 +120,18 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         hidden_dtype, weight_dtype = ctx.dtypes
         return ((grad_hidden * grad_loss).to(hidden_dtype), (grad_weight * grad_loss).to(weight_dtype),
-                None, None, None, None, None, None)
+                None, None, None, None, None, None, None)
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                          bias: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
-                         reduction: str = "mean", chunk_tokens: int | None = None) -> torch.Tensor:
+                         reduction: str = "mean", chunk_tokens: int | None = None,
+                         classes: int | None = None) -> torch.Tensor:
     """``cross_entropy(F.linear(hidden, weight, bias), labels, ...)`` for 2-D hidden (tokens x d) and
     1-D labels, computed in chunks of tokens so the whole logits tensor never exists. Gradients
     flow to ``hidden`` and ``weight``; ``bias`` is treated as a constant (BART's final_logits_bias
-    is a buffer)."""
+    is a buffer). ``classes``: as :func:`cross_entropy`'s (the weight's rows beyond it: padding, -inf in
+    ``bias``)."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if hidden.dim() != 2 or labels.shape != hidden.shape[:1]:
@@ -132,4 +141,4 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
         chunk_tokens = max(256, (1 << 26) // weight.shape[0])
     bias = None if bias is None else bias.detach()
     return _LinearCrossEntropy.apply(hidden, weight, bias, labels, ignore_index, float(label_smoothing),
-                                     reduction, int(chunk_tokens))
+                                     reduction, int(chunk_tokens), weight.shape[0] if classes is None else int(classes))

@@ -21,6 +21,7 @@ from bart.generation import generate
 from bart.generation.cache import StaticCache, StaticLayerCache, padding_mask_to_bool
 from bart.generation.precision import forget_packed
 from bart.modeling.cross_entropy import cross_entropy, linear_cross_entropy
+from bart.modeling.vocab_padding import fit_vocab_rows, head_bias, padded_vocab_size
 
 # One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
 LayerCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -328,6 +329,28 @@ class BartDecoder(_Stack):
         return self.final_norm(hidden), cache
 
 
+def _fit_vocab_rows(module, state, prefix, *args) -> None:
+    """load_state_dict's pre-hook: the vocabulary tensors of ``state`` (any rows: unpadded files, another
+    padding) fitted to this model's rows, in place of the originals."""
+    _replace(state, prefix, padded_vocab_size(module.config), module.config.vocab_size)
+
+
+def _strip_vocab_rows(module, state, prefix, local_metadata) -> None:
+    """state_dict's post-hook: the vocabulary tensors cut to the tokenizer's rows (views), so that a state dict,
+    and every file written from one, holds ``vocab_size`` rows as transformers' does. A sharded (FSDP) tensor
+    stays whole: the strategy gathers it, and the trainer cuts the full tensor (``Trainer.model_file_state``)."""
+    if not any(hasattr(p, "placements") for p in module.parameters()):  # DTensor: sharded
+        _replace(state, prefix, module.config.vocab_size, module.config.vocab_size)
+
+
+def _replace(state, prefix: str, rows: int, vocab_size: int) -> None:
+    ours = {k: v for k, v in state.items() if k.startswith(prefix)}
+    fitted = fit_vocab_rows(ours, rows, vocab_size)
+    for key, value in fitted.items():
+        if value is not ours[key]:
+            state[key] = value
+
+
 class BartPreTrainedModel(nn.Module):
     config_class = BartConfig
 
@@ -338,7 +361,11 @@ class BartPreTrainedModel(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
+            # the tokenizer's rows only (the same random draws as an unpadded table); padded rows stay zero
+            rows = min(module.num_embeddings, getattr(module, "real_rows", module.num_embeddings))
+            nn.init.normal_(module.weight[:rows], mean=0.0, std=std)
+            with torch.no_grad():
+                module.weight[rows:].zero_()
             if module.padding_idx is not None:
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
@@ -378,10 +405,20 @@ class BartModel(BartPreTrainedModel):
     def __init__(self, config: BartConfig) -> None:
         super().__init__()
         self.config = config
-        self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        # the padded table (bart.modeling.vocab_padding), its real rows drawn as an unpadded table's would be
+        # (the same random numbers: a seed gives the model it gave before padding), the padded rows zero
+        table = torch.zeros(padded_vocab_size(config), config.d_model)
+        nn.init.normal_(table[:config.vocab_size])
+        self.shared = nn.Embedding(table.shape[0], config.d_model, config.pad_token_id, _weight=table)
+        if config.pad_token_id is not None:
+            with torch.no_grad():
+                self.shared.weight[config.pad_token_id].zero_()
+        self.shared.real_rows = config.vocab_size
         self.encoder = BartEncoder(config, self.shared)
         self.decoder = BartDecoder(config, self.shared)
         self.apply(self._init_weights)
+        self.register_load_state_dict_pre_hook(_fit_vocab_rows)
+        self.register_state_dict_post_hook(_strip_vocab_rows)
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs: Optional[torch.Tensor] = None, past_key_values=None, use_cache: bool = False):
@@ -411,19 +448,29 @@ class BartForConditionalGeneration(BartPreTrainedModel):
         super().__init__()
         self.config = config
         self.model = BartModel(config)
-        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        rows = padded_vocab_size(config)  # the tokenizer's vocabulary padded (bart.modeling.vocab_padding)
+        self.register_buffer("final_logits_bias", torch.zeros(1, rows))
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # the random draws of before
         self.lm_head.weight = self.model.shared.weight  # tied
+        self.lm_head.out_features = rows
+        self.register_load_state_dict_pre_hook(_fit_vocab_rows)
+        self.register_state_dict_post_hook(_strip_vocab_rows)
 
     def get_encoder(self) -> BartEncoder:
         return self.model.encoder
 
-    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        bias, weight = self.final_logits_bias[0].to(hidden.dtype), getattr(self.lm_head, "weight", None)
+    def padded_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over every row of the (padded) LM head: the aligned product; the padded columns are -inf."""
+        bias = head_bias(self.final_logits_bias[0], self.config.vocab_size).to(hidden.dtype)
+        weight = getattr(self.lm_head, "weight", None)
         if not isinstance(weight, torch.Tensor):  # a decoding copy's head (oneDNN-packed or int8) owns its product
             return self.lm_head(hidden) + bias
         # the bias inside the matrix multiplication: no second pass over the (tokens x vocab) logits
         return F.linear(hidden, weight, bias)
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the tokenizer's ``vocab_size`` words: a view of :meth:`padded_logits`' real columns."""
+        return self.padded_logits(hidden)[..., :self.config.vocab_size]
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 labels=None, encoder_outputs=None, past_key_values=None, use_cache: bool = False,
@@ -441,12 +488,14 @@ class BartForConditionalGeneration(BartPreTrainedModel):
         if labels is not None and fused_cross_entropy:
             hidden = out.last_hidden_state
             loss = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.lm_head.weight, labels.reshape(-1),
-                                        bias=self.final_logits_bias[0], label_smoothing=label_smoothing,
-                                        reduction=reduction)
+                                        bias=head_bias(self.final_logits_bias[0], self.config.vocab_size),
+                                        label_smoothing=label_smoothing, reduction=reduction,
+                                        classes=self.config.vocab_size)
         elif labels is not None:
-            logits = self.lm_logits(out.last_hidden_state)
-            loss = cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                 ignore_index=-100, label_smoothing=label_smoothing, reduction=reduction)
+            padded = self.padded_logits(out.last_hidden_state)  # the loss over the padded columns (-inf: no mass)
+            loss = cross_entropy(padded.view(-1, padded.shape[-1]).float(), labels.reshape(-1), ignore_index=-100,
+                                 label_smoothing=label_smoothing, reduction=reduction, classes=self.config.vocab_size)
+            logits = padded[..., :self.config.vocab_size]
         else:
             logits = self.lm_logits(out.last_hidden_state)
         result = Seq2SeqLMOutput(loss, logits, out.past_key_values, out.encoder_last_hidden_state)

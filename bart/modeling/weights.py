@@ -30,6 +30,7 @@ from bart.configuration.configuration_bart import BartConfig
 from bart.generation.options import (OPTION_BY_NAME, TOKEN_IDS, generation_config_json, read_generation_config,
                                      single_token_id)
 from bart.hub import looks_like_hub_id, resolve_model_path
+from bart.modeling.vocab_padding import fit_vocab_rows, unpadded_state_dict
 from utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
 from utils.file_modes import give_new_file_mode
 
@@ -87,6 +88,10 @@ def _has_final_norm(state: dict) -> bool:
 
 def _check_and_load(model, state: dict, path: str, strict: bool, files: Optional[dict] = None) -> None:
     expected = model.state_dict()
+    stored = state
+    # the model's state dict, as files, holds the tokenizer's vocab_size rows (bart.modeling.vocab_padding): a file
+    # written with padded rows is cut to them; load_state_dict pads them to the model's rows
+    state = fit_vocab_rows(state, model.config.vocab_size, model.config.vocab_size)
     if "final_logits_bias" not in state and "final_logits_bias" in expected:
         state["final_logits_bias"] = torch.zeros_like(expected["final_logits_bias"])
     missing = sorted(set(expected) - set(state))
@@ -109,7 +114,7 @@ def _check_and_load(model, state: dict, path: str, strict: bool, files: Optional
             f"cannot load {path}: missing keys {show(missing)}; unexpected keys {show(unexpected)}; "
             f"shape mismatches {show(mismatched)}" + "".join(f"\nhint: {h}" for h in hints))
     loadable = {k: v for k, v in state.items() if k in expected and v.shape == expected[k].shape}
-    check_weight_values(loadable, expected, path, files)
+    check_weight_values({k: stored.get(k, v) for k, v in loadable.items()}, expected, path, files)
     model.load_state_dict(loadable, strict=False)
 
 
@@ -412,7 +417,8 @@ def write_model_files(model, folder: str) -> list[str]:
     existing ``folder``; returns the names written."""
     from safetensors.torch import save_file
 
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in TIED_KEYS[1:]}
+    state = {k: v.detach().contiguous().cpu() for k, v in unpadded_state_dict(model).items()
+             if k not in TIED_KEYS[1:]}
     save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
     give_new_file_mode(os.path.join(folder, "model.safetensors"))  # safetensors writes it 0600
     for name, values in (("config.json", hf_config_dict(model.config)),

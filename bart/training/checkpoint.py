@@ -33,6 +33,7 @@ import sys
 from collections import OrderedDict
 
 from bart.hub import has_tokenizer_files
+from bart.modeling.vocab_padding import unpadded_state_dict
 from bart.tokenization.identity import METADATA_KEY, RECORD_KEY, TokenizerFilesError, record, tokenizer_identity
 from utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
 
@@ -193,7 +194,7 @@ class BestCheckpoints:
         path = os.path.join(self.output_dir, f"best_{self.metric}_step{step}.ckpt")
         self.best = [item for item in self.best if item[1] != path]  # the same step again (after a resume)
         save_checkpoint(path, _with_tokenizer(self.output_dir, {
-            "kind": "bart-weights", "model": model.state_dict(), "config": model.config.to_dict(), "step": step,
+            "kind": "bart-weights", "model": unpadded_state_dict(model), "config": model.config.to_dict(), "step": step,
             "metrics": _plain_number(metrics)}))
         self.best.append((value, path))
         self.best.sort(key=lambda item: item[0], reverse=not self.lower_is_better)

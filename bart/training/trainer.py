@@ -20,6 +20,8 @@ import torch
 
 from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, check_resume, latest_checkpoint,
                                       read_training_checkpoint, restore_rng_state, write_training_checkpoint)
+from bart.modeling.vocab_padding import (fit_optimizer_rows, fit_vocab_rows, padded_vocab_size, unpad_state,
+                                          vocab_axis)
 from bart.training.strategy import Strategy, build_strategy, full_tensor
 from utils import distributed as dist_utils
 from utils.checkpoint_io import CheckpointError, first_line
@@ -236,7 +238,7 @@ class Trainer:
         rng = dist_utils.all_gather_objects(capture_rng_state())
         return {
             "kind": TRAINING_KIND,
-            "model": self.strategy.model_state_dict(self.model),
+            "model": self.model_file_state(),
             "optimizer": self.strategy.optimizer_state_dict(self.model, self.optimizer),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else None,
@@ -252,6 +254,31 @@ class Trainer:
             # the validation hook's own counts (early stopping's best value and patience), where it keeps any
             "eval_hook": _plain(self.eval_hook.state_dict()) if hasattr(self.eval_hook, "state_dict") else None,
         }
+
+    def model_file_state(self) -> dict:
+        """The model's full state as files hold it (collective under FSDP): a padded vocabulary cut to the
+        tokenizer's rows (bart.modeling.vocab_padding)."""
+        model_state = self.strategy.model_state_dict(self.model)
+        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+        return model_state if vocab is None else unpad_state(model_state, vocab)
+
+    def _fit_vocabulary(self, model_state: dict, optimizer_state: dict) -> tuple[dict, dict]:
+        """A checkpoint's model and optimizer state with the vocabulary rows of this model (padded or not:
+        checkpoints hold the tokenizer's rows, those written before padding too; see bart.modeling.vocab_padding)."""
+        vocab = getattr(getattr(self.model, "config", None), "vocab_size", None)
+        if vocab is None:
+            return model_state, optimizer_state
+        rows = {name: p for name, p in self.model.named_parameters() if vocab_axis(name) is not None}
+        if not rows:
+            return model_state, optimizer_state
+        model_state = fit_vocab_rows(model_state, padded_vocab_size(self.model.config), vocab)
+        params = dict(rows)  # DCP's layout: keyed by name; torch's: by index in param_groups order
+        ours = {id(p) for p in rows.values()}
+        for saved, current in zip(optimizer_state.get("param_groups", []), self.optimizer.param_groups):
+            for key, param in zip(saved.get("params", []), current["params"]):
+                if id(param) in ours:
+                    params[key] = param
+        return model_state, fit_optimizer_rows(optimizer_state, params, vocab)
 
     def save(self, name: Optional[str] = None) -> Optional[str]:
         """A training checkpoint (see :mod:`bart.training.checkpoint` for names and retention)."""
@@ -286,8 +313,9 @@ class Trainer:
                 print(note, file=sys.stderr, flush=True)
         from bart.modeling.weights import check_weight_values  # the rule every weight file meets
         check_weight_values(state["model"], self.model.state_dict(), path)
+        model_state, optimizer_state = self._fit_vocabulary(state["model"], state["optimizer"])
         try:
-            self.strategy.load(self.model, self.optimizer, state["model"], state["optimizer"])
+            self.strategy.load(self.model, self.optimizer, model_state, optimizer_state)
         except (RuntimeError, KeyError, ValueError) as err:
             raise CheckpointError(f"{path} does not fit this run's model and optimizer ({first_line(err)}); resume "
                                   f"with the flags and config of the run that wrote it") from err
