@@ -20,14 +20,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _trainer(tmp_path, batch_size, grad_accum, max_steps=2, optimizer="adamw", precision="fp32", data=None,
-             compile_model=False):
+             compile_model=False, compile_backend="inductor"):
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))
     opt, clips = build_optimizer(model, optimizer, lr=1e-2, weight_decay=0.01, max_grad_norm=1.0)
     sched = build_scheduler(opt, "linear", 1, max_steps)
     data = data or SyntheticBatches(8 // batch_size, batch_size)
     config = TrainerConfig(output_dir=str(tmp_path), max_steps=max_steps, gradient_accumulation_steps=grad_accum,
-                           log_freq=1, precision=Precision(precision), progress_bar=False, compile=compile_model)
+                           log_freq=1, precision=Precision(precision), progress_bar=False, compile=compile_model,
+                           compile_backend=compile_backend)
     return Trainer(model, opt, sched, data, config, clips_internally=clips)
 
 
@@ -71,6 +72,57 @@ def test_compile_trains_like_eager(tmp_path):
         torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-4, msg=name)
     saved = torch.load(summary["checkpoint"], weights_only=True)["model"]
     assert not any(k.startswith("_orig_mod.") for k in saved)
+
+
+def _failing_backend(graph_module, example_inputs):
+    raise RuntimeError("no C++ compiler found (cl.exe)\nmore detail")
+
+
+def test_a_compile_failure_is_one_warning_and_the_run_goes_on_eager(tmp_path, capsys):
+    """--compile never costs a run: a backend that fails (forced here) gives one warning line naming the error
+    and --no-compile, and the updates are the eager ones."""
+    eager = _trainer(tmp_path / "eager", batch_size=4, grad_accum=2, max_steps=3)
+    failing = _trainer(tmp_path / "failing", batch_size=4, grad_accum=2, max_steps=3, compile_model=True,
+                       compile_backend=_failing_backend)
+    eager.fit()
+    capsys.readouterr()
+    summary = failing.fit()
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if "torch.compile failed" in line]
+    assert len(warnings) == 1 and "no C++ compiler found" in warnings[0] and "--no-compile" in warnings[0]
+    assert "Traceback" not in err
+    assert summary["compiled"] is False and "no C++ compiler found" in summary["compile_error"]
+    assert [h["loss"] for h in failing.history] == pytest.approx([h["loss"] for h in eager.history], rel=1e-6)
+    for (name, p), q in zip(eager.model.named_parameters(), failing.model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6, msg=name)
+
+
+def test_compile_is_logged_and_recompiles_over_the_shapes_are_counted(tmp_path, capsys):
+    """The log says when it compiles and how long that update took; batches of other shapes (a last batch, a
+    phase 2) recompile, each recompile logged and counted in the summary (dynamo's eager backend: tracing only)."""
+    trainer = _trainer(tmp_path, batch_size=4, grad_accum=1, max_steps=2, compile_model=True,
+                       compile_backend="eager")
+    torch._dynamo.reset()
+    summary = trainer.fit()
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "compile" in line]
+    assert "compiling the model (torch.compile)" in lines[0] and "--no-compile" in lines[0]
+    assert any("compiled" in line and "compile_update_s" in line for line in lines)
+    recompiled = [line for line in lines if "recompiled for new shapes" in line]
+    assert summary["compiled"] is True and summary["recompiles"] >= 1 and len(recompiled) >= 1
+    assert f"recompiles : {summary['recompiles']}" in recompiled[-1]
+
+
+def test_compile_is_on_by_default_for_cuda_training_only():
+    from bart.cli.args import ArgumentParser, add_model_args
+    from bart.cli.builder import compile_default
+    parser = ArgumentParser()
+    add_model_args(parser)  # pretrain.py's and finetune.py's model flags
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    plain = parser.parse_args(["--config_path", "c.json"])
+    assert compile_default(plain, cuda) is True and compile_default(plain, cpu) is False
+    assert compile_default(parser.parse_args(["--config_path", "c.json", "--no-compile"]), cuda) is False
+    assert compile_default(parser.parse_args(["--config_path", "c.json", "--compile"]), cpu) is True
 
 
 def test_max_steps_is_exact_and_lr_follows_schedule(tmp_path):

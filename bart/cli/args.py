@@ -190,7 +190,11 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--encoder_layerdrop", type=PROBABILITY, default=None, help="LayerDrop of encoder layers")
     model.add_argument("--decoder_layerdrop", type=PROBABILITY, default=None, help="LayerDrop of decoder layers")
     model.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward")
-    model.add_argument("--compile", action="store_true", help="torch.compile the model")
+    model.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="torch.compile the model for training (the log says when it compiles, how long it took, "
+                            "and each recompile; a compile failure is one warning and the run goes on eager). "
+                            "Default: on with CUDA, off on CPU (eager: compiling costs minutes a short CPU run does "
+                            "not recover); --no-compile: eager")
     model.add_argument("--fused_cross_entropy", action="store_true",
                        help="LM head and loss computed in token chunks: the (tokens x vocab) logits are never "
                             "stored (less memory for large batches; same loss and gradients)")

@@ -69,6 +69,11 @@ def device_for(env: dist_utils.DistributedEnv) -> torch.device:
         else torch.device("cpu")
 
 
+def compile_default(args: argparse.Namespace, device: torch.device) -> bool:
+    """--compile / --no-compile as given; neither: on for CUDA training, off on CPU."""
+    return args.compile if args.compile is not None else device.type == "cuda"
+
+
 def model_config(args: argparse.Namespace, training: bool = True) -> BartConfig:
     """The config file with the command line's overrides applied before the model is built.
     Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
@@ -183,7 +188,7 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
         log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
         max_consecutive_nonfinite=args.max_consecutive_nonfinite, min_loss_scale=args.min_loss_scale, step_offset=args.phase1_end_step,
         val_check_interval=getattr(args, "val_check_interval", 0),
-        allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=args.compile,
+        allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=compile_default(args, device),
         fused_cross_entropy=args.fused_cross_entropy, distributed_strategy=args.distributed_strategy,
         find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
         final_checkpoint_name=final_checkpoint_name,
@@ -299,7 +304,7 @@ def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data
         "precision": (f"{precision.name} (autocast {precision.autocast_dtype or 'off'}, loss scaling "
                       f"{'on' if trainer.scaler is not None else 'off'}, TF32 matmul {tf32}"
                       + (f", {float8_summary(trainer.model)})" if precision.uses_float8 else ")")),
-        "compile": bool(args.compile),
+        "compile": trainer.compilation is not None,
         "device": str(trainer.device),
         "world_size": world_size,
         "distribution": trainer.strategy.name,

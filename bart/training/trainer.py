@@ -22,6 +22,7 @@ from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, check_re
                                       read_training_checkpoint, restore_rng_state, write_training_checkpoint)
 from bart.modeling.vocab_padding import (fit_optimizer_rows, fit_vocab_rows, padded_vocab_size, unpad_state,
                                           vocab_axis)
+from bart.training.compilation import Compilation, CompiledOrEager
 from bart.training.strategy import Strategy, build_strategy, full_tensor
 from utils import distributed as dist_utils
 from utils.checkpoint_io import CheckpointError, first_line
@@ -50,6 +51,7 @@ class TrainerConfig:
     allreduce_half_precision: bool = False
     distributed_strategy: Optional[str] = None  # None: DDP with several processes (see bart.training.strategy)
     compile: bool = False
+    compile_backend: object = "inductor"    # torch.compile's backend (a name or a callable; tests force failures)
     fused_cross_entropy: bool = False       # LM head + loss in token chunks: no (tokens x vocab) logits
     find_unused_parameters: bool = False
     progress_bar: bool = True
@@ -106,7 +108,12 @@ class Trainer:
         if any(p.requires_grad and id(p) not in optimized for p in model.parameters()):
             raise ValueError(f"the optimizer does not hold the model's parameters: build it after "
                              f"strategy.prepare(model) ({self.strategy.name} replaces the parameters)")
-        self.forward_model = self.strategy.wrap(model, torch.compile(model) if config.compile else model)
+        self.compilation: Optional[Compilation] = None
+        module = model
+        if config.compile:  # see bart.training.compilation: logged, recompiles counted, a failure runs eager
+            module = CompiledOrEager(model, config.compile_backend)
+            self.compilation = Compilation(module, lambda data: self._write_log(self.global_step, data))
+        self.forward_model = self.strategy.wrap(model, module)
         self.history: list[dict] = []
         self._sequences_seen = 0
         self._periodic_saved: Optional[tuple] = None  # (global step, path) of the newest periodic checkpoint
@@ -139,8 +146,20 @@ class Trainer:
         tokens = torch.stack([(b["labels"] != -100).sum() for b in batches]).sum().float()
         global_tokens = dist_utils.all_reduce_sum(tokens.clone())
         loss_scale = self.world_size / global_tokens.clamp(min=1)
-        loss_sum = torch.zeros((), device=self.device)
         sequences = sum(b["labels"].shape[0] for b in batches)
+        if self.compilation is None:
+            loss_sum = self._accumulate(batches, loss_scale)
+        else:
+            shapes = ", ".join(f"{tuple(b['input_ids'].shape)} -> {tuple(b['labels'].shape)}" for b in batches[:1])
+            loss_sum = self.compilation.run(lambda: self._accumulate(batches, loss_scale),
+                                            lambda: self.optimizer.zero_grad(set_to_none=True), shapes)
+        applied, grad_norm = self._apply_update(loss_sum)
+        return {"loss_sum": loss_sum, "tokens": tokens, "sequences": sequences, "applied": applied,
+                "grad_norm": grad_norm}
+
+    def _accumulate(self, batches: list[dict], loss_scale: torch.Tensor) -> torch.Tensor:
+        """The forward and backward passes of one update's micro-batches; their summed loss."""
+        loss_sum = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             sync = contextlib.nullcontext() if last else self.strategy.no_sync(self.forward_model)
@@ -153,9 +172,7 @@ class Trainer:
                 loss = out.loss * loss_scale
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += out.loss.detach().float()
-        applied, grad_norm = self._apply_update(loss_sum)
-        return {"loss_sum": loss_sum, "tokens": tokens, "sequences": sequences, "applied": applied,
-                "grad_norm": grad_norm}
+        return loss_sum
 
     def _apply_update(self, loss_sum: torch.Tensor):
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -368,6 +385,8 @@ class Trainer:
         summary = {"final_loss": final_loss, "total_loss": final_loss, "total_time_s": elapsed,
                    "avg_train_time": elapsed, "avg_train_throughput": total_sequences / max(elapsed, 1e-9),
                    "steps": self.step, "stopped_early": self.stop_reason is not None}
+        if self.compilation is not None:
+            summary.update(self.compilation.summary())
         self._write_log((), summary, flush=True)
         return {**summary, "checkpoint": path}
 

@@ -1,0 +1,121 @@
+"""``--compile`` for training: torch.compile that says what it costs and never costs a run.
+
+:class:`CompiledOrEager` is the module the trainer runs forward through: the model compiled (inductor by
+default), or, after a compile failure, the model itself. :meth:`Compilation.run` runs one update's
+forward and backward passes through it and
+
+- logs when it compiles (the first update, and any later one that compiles again) and how long that
+  update took, compilation included;
+- counts the recompiles over the run's shapes (a last, shorter batch, a phase 2 at another length):
+  graphs compiled after the first update, from torch._dynamo's counters, each logged, and the total in
+  the run's summary;
+- on a compile failure, writes one warning line naming the error and ``--no-compile``, switches the
+  module to eager for the rest of the run and runs the update again (its gradients are dropped first).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, Optional
+
+import torch
+
+
+def compile_errors() -> tuple[type, ...]:
+    """The exceptions torch.compile raises for a failure of its own (tracing, lowering, code generation)."""
+    from torch._dynamo.exc import TorchDynamoException
+    errors: tuple[type, ...] = (TorchDynamoException,)
+    try:
+        from torch._inductor.exc import InductorError
+        errors += (InductorError,)
+    except ImportError:
+        pass
+    return errors
+
+
+class CompiledOrEager(torch.nn.Module):
+    """``model`` compiled, or itself once ``eager`` is set (a failed compile). ``_orig_mod`` is the model, as
+    on torch.compile's own wrapper: state dicts and strategies reach it there."""
+
+    def __init__(self, model: torch.nn.Module, backend="inductor") -> None:
+        super().__init__()
+        self._orig_mod = model
+        options = {} if backend == "inductor" else {"backend": backend}  # torch.compile's default as it is
+        object.__setattr__(self, "compiled", torch.compile(model, **options))  # not a second submodule
+        self.eager = False
+
+    def forward(self, *args, **kwargs):
+        return (self._orig_mod if self.eager else self.compiled)(*args, **kwargs)
+
+
+def describe(err: BaseException) -> str:
+    """``err`` in one line: its kind, and the first line of what it wraps (a backend's own error)."""
+    root, seen = err, set()
+    while id(root) not in seen:
+        seen.add(id(root))
+        inner = getattr(root, "inner_exception", None) or root.__cause__
+        if inner is None:
+            break
+        root = inner
+    lines = [line.strip() for line in str(root).splitlines() if line.strip()]
+    text = f"{type(root).__name__}: {lines[0]}" if lines else type(root).__name__
+    return text if root is err else f"{type(err).__name__}: {text}"
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+
+class Compilation:
+    """The compile bookkeeping of one run (see the module's docstring). ``log(data)``: a log record;
+    ``warn(line)``: one line to the user."""
+
+    def __init__(self, module: CompiledOrEager, log: Callable[[dict], None],
+                 warn: Optional[Callable[[str], None]] = None) -> None:
+        self.module, self.log = module, log
+        self.warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.updates = 0
+        self.recompiles = 0
+        self.compile_s = 0.0  # wall time of the updates that compiled, compilation included
+        self.failed: Optional[str] = None
+
+    def run(self, update: Callable[[], torch.Tensor], reset: Callable[[], None], shapes: str = "") -> torch.Tensor:
+        """``update()``: one update's forward and backward passes; ``reset()``: drop what a failed one left
+        (gradients). Returns what ``update`` returns."""
+        if self.module.eager:
+            return update()
+        first = self.updates == 0
+        if first:
+            self.log({"compile": "compiling the model (torch.compile) on its first update; --no-compile runs eager"})
+        graphs, start = _graphs(), time.perf_counter()
+        try:
+            result = update()
+        except compile_errors() as err:
+            self.failed = describe(err)
+            self.warn(f"[compile] warning: torch.compile failed ({self.failed[:300]}); training goes on eager "
+                      f"(--no-compile skips compiling)")
+            self.log({"compile": "failed, eager", "compile_error": self.failed[:300]})
+            self.module.eager = True
+            reset()
+            return update()
+        self.updates += 1
+        new = _graphs() - graphs
+        if new:
+            took = time.perf_counter() - start
+            self.compile_s += took
+            if first:
+                self.log({"compile": f"compiled {new} graph(s)", "compile_update_s": round(took, 3)})
+            else:
+                self.recompiles += new
+                self.log({"compile": f"recompiled for new shapes{' ' + shapes if shapes else ''}",
+                          "recompiles": self.recompiles, "compile_update_s": round(took, 3)})
+        return result
+
+    def summary(self) -> dict:
+        """What the run's summary says about compilation."""
+        out = {"compiled": not self.module.eager, "recompiles": self.recompiles,
+               "compile_updates_s": round(self.compile_s, 3)}
+        if self.failed:
+            out["compile_error"] = self.failed[:300]
+        return out
