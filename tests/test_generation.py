@@ -862,3 +862,30 @@ def test_decoder_input_ids_like_transformers(one_thread):
         ours.generate(ids, attention_mask=mask, decoder_input_ids=baseline[:2, :2])
     with pytest.raises(ValueError, match="decoder_input_ids must be"):
         ours.generate(ids, attention_mask=mask, decoder_input_ids=[[2, 5]])
+
+
+@pytest.mark.parametrize("settings", [dict(num_beams=4, no_repeat_ngram_size=2),
+                                      dict(num_beams=6, num_beam_groups=3, diversity_penalty=0.5)])
+def test_beam_reorder_moves_only_what_it_must(one_thread, monkeypatch, settings):
+    """A beam step reorders the cache by moving only each parent's further children into the slots of parents
+    without children (StaticCache.reorder, mapped): the same tokens as moving every row's history every step,
+    with fewer histories copied."""
+    from bart.generation import cache as cache_module
+    made = []
+    original = cache_module.StaticCache.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(cache_module.StaticCache, "__init__", recording)
+    model = _tiny_model(1, 0.0)
+    ids, mask = _ragged_inputs(1)
+    kwargs = dict(settings, max_length=12, min_length=11, attention_mask=mask)
+    mapped = model.generate(ids, **kwargs)
+    moved = made[-1].moved_rows
+    monkeypatch.setattr(cache_module.StaticCache, "mapped", property(lambda self: False, lambda self, value: None),
+                        raising=False)
+    every = model.generate(ids, **kwargs)
+    assert torch.equal(mapped, every)
+    assert moved < made[-1].moved_rows

@@ -47,6 +47,11 @@ class StaticCache:
         self.cross = list(cross_kv)
         self.rows, self.sources, self.length = rows, cross_kv[0][0].shape[0], 0
         self.max_length = max_length
+        # beam search on the eager decoder: rows may live in other slots of the buffer than their index
+        # (``slots``: logical row -> buffer row, None: the same), so that a reorder moves only what it must
+        self.mapped = False
+        self.slots: Optional[torch.Tensor] = None
+        self.moved_rows = 0  # rows whose history a reorder copied (all live rows each time when not mapped)
 
     def layer(self, index: int) -> "StaticLayerCache":
         return StaticLayerCache(self, index)
@@ -64,8 +69,42 @@ class StaticCache:
         kv[1, :, :, self.length:end].copy_(value)
         return kv[0, :, :, :end], kv[1, :, :, :end]
 
+    def order(self) -> Optional[torch.Tensor]:
+        """The logical row held by each buffer row (the decoder runs its rows in this order), None: the same."""
+        return None if self.slots is None else torch.argsort(self.slots)
+
     def reorder(self, rows: torch.Tensor) -> None:
-        """The live rows become ``rows`` (indices into the current live rows; fewer when sources left)."""
+        """The live rows become ``rows`` (indices into the current live rows; fewer when sources left).
+
+        Mapped (``mapped``, the same number of rows): no row is moved that need not be. Each parent row's
+        history stays in its slot for its first child; only a parent's further children are copied, into
+        the slots of parents without children (same source: rows are source-major, so the k-th such child
+        and the k-th free slot are of the same source). A beam step copies rows - distinct parents
+        histories instead of all rows' (the whole cache, every step)."""
+        if self.mapped and rows.shape[0] == self.rows and self.length:
+            self._reorder_mapped(rows)
+            return
+        if self.slots is not None:  # back to buffer row = logical row
+            rows, self.slots = self.slots[rows], None
+        self._reorder(rows)
+
+    def _reorder_mapped(self, rows: torch.Tensor) -> None:
+        count = rows.shape[0]
+        every = torch.arange(count, device=rows.device)
+        slots = every if self.slots is None else self.slots
+        source = slots[rows]  # the slot holding each new row's history
+        first = torch.full_like(rows, count).scatter_reduce_(0, rows, every, reduce="amin")
+        movers = (first[rows] != every).nonzero().squeeze(1)  # later children of a parent
+        has_child = torch.zeros(count, dtype=torch.bool, device=rows.device).scatter_(0, rows, True)
+        free = slots[~has_child]  # as many as movers, source by source
+        if movers.numel():
+            filled = self.buffer[:, :, :, :, :self.length]
+            filled.index_copy_(2, free, filled.index_select(2, source[movers]))
+            source = source.index_copy(0, movers, free)
+        self.moved_rows += int(movers.numel())
+        self.slots = source
+
+    def _reorder(self, rows: torch.Tensor) -> None:
         if self.spare is None:
             self.spare = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         count = rows.shape[0]
@@ -74,6 +113,7 @@ class StaticCache:
                                out=self.spare[:, :, :count, :, :self.length])
         self.buffer, self.spare = self.spare, self.buffer
         self.rows = count
+        self.moved_rows += count if self.length else 0
 
     def keep_sources(self, sources: list[int], rows: torch.Tensor) -> None:
         """Only ``sources`` (increasing indices into the live sources) stay; ``rows`` are the decoder

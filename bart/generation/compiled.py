@@ -119,6 +119,7 @@ def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_
         def __init__(self):
             super().__init__(model, encoder_hidden, encoder_mask, True, rows_per_source, max_length)
             cache = self.cache
+            cache.mapped = False  # the captured step reads the buffer rows as the rows (a reorder moves them all)
             cache.buffer.zero_()  # positions not yet written are read (masked): no NaN from torch.empty
             cache.spare = torch.zeros_like(cache.buffer)
             if mode == "reduce-overhead":  # CUDA graphs: the cache buffers (graph inputs) keep fixed addresses

@@ -43,6 +43,7 @@ class _Decoder:
             attention = layers[0].self_attn
             self.cache = StaticCache(len(layers), encoder_hidden.shape[0] * rows_per_source, attention.num_heads,
                                      attention.head_dim, max_length, cross, cross[0][0].dtype, encoder_hidden.device)
+            self.cache.mapped = True  # a beam reorder copies only the histories it must (StaticCache.reorder)
         self.logits_buffer: Optional[torch.Tensor] = None
         self.log_probs_buffer: Optional[torch.Tensor] = None
         self.transposed_buffer: Optional[torch.Tensor] = None  # CPU, < 16 rows: the (V, N) product of lm_head

@@ -319,14 +319,20 @@ class BartDecoder(_Stack):
         return self.final_norm(hidden), (caches if use_cache else None)
 
     def _forward_static(self, input_ids, encoder_hidden_states, encoder_attention_mask, cache: StaticCache):
-        """Incremental decoding on a preallocated cache (inference: no layer drop, no checkpointing)."""
+        """Incremental decoding on a preallocated cache (inference: no layer drop, no checkpointing). Rows
+        run in the order of the cache's buffer rows (``cache.order()``: a beam reorder moved no more than it
+        must) and come back in the caller's."""
+        order = cache.order()
+        if order is not None:
+            input_ids = input_ids.index_select(0, order)
         hidden = self.embed(input_ids, cache.length)
         cross_mask = None if encoder_attention_mask is None else padding_mask_to_bool(encoder_attention_mask)
         self_mask = self._self_mask(None, input_ids.shape[1], cache.length, hidden.device)
         for i, layer in enumerate(self.layers):
             hidden, _ = layer(hidden, encoder_hidden_states, cross_mask, self_mask, cache.layer(i))
         cache.length += input_ids.shape[1]
-        return self.final_norm(hidden), cache
+        hidden = self.final_norm(hidden)
+        return (hidden if order is None else hidden.index_select(0, cache.slots)), cache
 
 
 def _fit_vocab_rows(module, state, prefix, *args) -> None:
