@@ -365,6 +365,8 @@ def main() -> None:
                         help="report the share of token-identical rows instead of stopping when outputs differ "
                              "(half precision: the two implementations round differently and near-ties can flip)")
     parser.add_argument("--json", help="also write the rows here (rewritten after every batch size)")
+    parser.add_argument("--compile_backend", default="inductor",
+                        help="torch.compile backend of ours_compiled (eager: dynamo only, for dry runs)")
     parser.add_argument("--bandwidth", type=float, help="copy bandwidth in GB/s to divide by (measured when not given)")
     parser.add_argument("--contenders", default="ours,hf",
                         help=f"comma-separated, from {','.join(CONTENDERS)}, or 'all' (those not available are "
@@ -377,6 +379,9 @@ def main() -> None:
     parser.add_argument("--tokenizer", help="tokenizer folder for text sources, CTranslate2 and ROUGE (default: "
                                             "GPT-2's BPE as BART's, assembled offline)")
     args = parser.parse_args()
+    if args.compile_backend != "inductor":  # compile_generation calls torch.compile(..., mode=...)
+        import functools
+        torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
     source_length, new_tokens, batch_sizes = WORKLOADS[args.workload]
     args.source_length = args.source_length or source_length
     args.new_tokens = args.new_tokens or new_tokens
@@ -456,7 +461,8 @@ def main() -> None:
             elif name == "ours_compiled":
                 probe = torch.tensor([[0, 5, 6, 2]], device=args.device)
                 ours.generate(probe, max_length=3, num_beams=2, compile_generation=False)  # the option exists
-                runners[name] = ("this project fp32, compile_generation", ours_runner(ours, compile_generation=True))
+                runners[name] = (f"this project {args.dtype}, compile_generation",
+                                 ours_runner(ours, compile_generation=True))
             elif name in ("ours_bf16", "ours_int8"):
                 from bart.generation.precision import prepare_for_decoding
                 # as run_eval.py --decode_precision decodes: bf16 with packed linear layers where oneDNN can

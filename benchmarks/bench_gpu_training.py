@@ -157,11 +157,16 @@ def project_step_fn(state_dict, config, name, device="cuda"):
     return (lambda batch: trainer.train_step([batch])), label
 
 
-def time_steps(step, batches, warmup, device="cuda"):
+def time_steps(step, batches, warmup, device="cuda", first: list | None = None):
     """Seconds per update after ``warmup`` updates, and peak memory in GiB (CUDA: max allocated;
-    CPU: the process's peak resident set)."""
-    for batch in batches[:warmup]:
+    CPU: the process's peak resident set). ``first``: gets the seconds of the first update (the one that
+    compiles, under --compile), timed on its own."""
+    start = time.perf_counter()
+    for i, batch in enumerate(batches[:warmup]):
         step(batch)
+        if i == 0 and first is not None:
+            synchronize(device)
+            first.append(time.perf_counter() - start)
     synchronize(device)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -228,13 +233,14 @@ def _batch_candidates(batch: int, shrink: bool) -> list:
     return [batch] + sorted({b for b in smaller if 1 <= b < batch}, reverse=True)
 
 
-def time_fitting(step, batches, warmup, device, candidates):
+def time_fitting(step, batches, warmup, device, candidates, first: list | None = None):
     """(batch, seconds, GiB, batches that ran out of memory): the first candidate batch that fits,
-    each a slice of the same batches; (None, None, None, tried) when none fits."""
+    each a slice of the same batches; (None, None, None, tried) when none fits. ``first``: see time_steps."""
     out_of_memory = []
     for size in candidates:
         try:
-            seconds, memory = time_steps(step, [{k: v[:size] for k, v in b.items()} for b in batches], warmup, device)
+            seconds, memory = time_steps(step, [{k: v[:size] for k, v in b.items()} for b in batches], warmup, device,
+                                         first)
             return size, seconds, memory, out_of_memory
         except torch.OutOfMemoryError:
             out_of_memory.append(size)
@@ -307,9 +313,13 @@ def main() -> None:
                 torch.cuda.empty_cache()
             step, label = (hf_step_fn(state_dict, values, args.device) if name == "hf"
                            else project_step_fn(state_dict, config, name, args.device))
-            warmup = args.warmup + (2 if "compile" in name else 0)
+            # a compiled contender's first update compiles: one more warm-up update, its compile time reported
+            # apart (first update minus a timed one), never in s/update
+            warmup = args.warmup + (1 if "compile" in name else 0)
+            first: list = []
             size, seconds, memory, oom = time_fitting(step, batches[:warmup + args.steps], warmup, args.device,
-                                                      _batch_candidates(batch, args.shrink_on_oom))
+                                                      _batch_candidates(batch, args.shrink_on_oom), first)
+            compile_s = max(0.0, first[-1] - seconds) if first and seconds and "compile" in name else None
             if size is None:
                 print(f"| {label} | out of memory at {oom} | | | | | | | | |")
                 results.append(dict(shape=shape, contender=name, label=label, out_of_memory=oom))
@@ -323,11 +333,15 @@ def main() -> None:
             print(f"| {label} | {size} | {seconds:.4f} | {seq_s:,.1f} | {seq_s * (source + target):,.0f} "
                   f"| {achieved:.0f} | {100 * achieved / peak:.1f}% | {100 * achieved / args.peak_tflops:.1f}% "
                   f"| {memory:.1f} | {ratio} |", flush=True)
+            if compile_s is not None:
+                print(f"  ({label}: compiling took {compile_s:.1f} s, the first update {first[-1]:.1f} s; not in "
+                      f"s/update)", flush=True)
             results.append(dict(shape=shape, contender=name, label=label, batch=size, source=source, target=target,
                                 out_of_memory=oom, seconds=seconds, seq_s=seq_s, tokens_s=seq_s * (source + target),
                                 tflops=achieved, mfu_measured=achieved / peak,
                                 mfu_datasheet=achieved / args.peak_tflops,
-                                peak_gib=memory, vs_hf=seq_s / reference if reference else None))
+                                peak_gib=memory, vs_hf=seq_s / reference if reference else None,
+                                compile_s=compile_s))
             write_json()
             if not (args.profile and name == args.contenders.split(",")[-1]):
                 del step

@@ -26,6 +26,20 @@ def _cell(value) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _compiled(row: dict) -> str:
+    """The compile_generation contender's summaries/s in a beam row, and its ratio to the eager search."""
+    entry = (row.get("contenders") or {}).get("ours_compiled") or {}
+    if entry.get("failed"):
+        return f"failed: {str(entry['failed'])[:60]}"
+    if entry.get("out_of_memory"):
+        return "out of memory"
+    seconds = entry.get("seconds")
+    if not seconds:
+        return "-"
+    return f"{_num(row['batch'] / seconds, 2)} ({row['ours_seconds'] / seconds:.2f}x)" if row.get("ours_seconds") \
+        else _num(row["batch"] / seconds, 2)
+
+
 def _table(header: list, rows: list) -> list:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
         ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
@@ -130,7 +144,7 @@ class Report:
         for r in rows:
             name = f"{r['contender']}: {r['label']}"
             if "seq_s" not in r:
-                table.append([name, f"out of memory at batch {r['out_of_memory']}"] + [""] * 8)
+                table.append([name, f"out of memory at batch {r['out_of_memory']}"] + [""] * 9)
                 continue
             if r["contender"] == "hf":
                 hf = r
@@ -141,14 +155,17 @@ class Report:
                           _num(r["tokens_s"], 0), _num(r["tflops"]),
                           _pct(r["tflops"] / measured_peak if measured_peak else None),
                           _pct(r["tflops"] / self.tflops if self.tflops else None), _num(r["peak_gib"]),
-                          f"{r['seq_s'] / hf['seq_s']:.2f}x" if hf else "-"])
+                          f"{r['seq_s'] / hf['seq_s']:.2f}x" if hf else "-",
+                          _num(r["compile_s"]) if r.get("compile_s") is not None else "-"])
         if table:
             lines += ["Contenders: `hf` transformers + fused AdamW; this project's `lamb` (apex FusedLAMB where it "
-                      "can run, `lamb_foreach` the project's own), `_fce` fused cross-entropy, `_compile` --compile. "
+                      "can run, `lamb_foreach` the project's own), `_fce` fused cross-entropy, `_compile` --compile (the "
+                      "default on CUDA; the others --no-compile). "
                       f"MFU against the measured peak ({_num(measured_peak)} TFLOP/s) and the datasheet's "
                       f"({_num(self.tflops, 0)} TFLOP/s).", ""]
             lines += _table(["contender", "batch", "s/update", "seq/s", "tokens/s (src+tgt)", "TFLOP/s",
-                             "MFU measured peak", "MFU datasheet", "peak GiB", "vs transformers"], table)
+                             "MFU measured peak", "MFU datasheet", "peak GiB", "vs transformers",
+                             "compile s (not in s/update)"], table)
         goal = TARGETS[part]
         seq = best["seq_s"] if best else None
         checks = [(f"this project's best seq/s >= {goal['seq_s']:,.1f}", _num(seq), _met(seq, goal["seq_s"]))]
@@ -168,21 +185,22 @@ class Report:
         rows, table = data.get("rows", []), []
         for r in rows:
             if r.get("ours_summaries_s") is None:
-                table.append([r["batch"], "", f"{r['out_of_memory']}: out of memory"] + [""] * 6)
+                table.append([r["batch"], "", f"{r['out_of_memory']}: out of memory"] + [""] * 7)
                 continue
             hf = r.get("hf_summaries_s")
             table.append([r["batch"], _num(hf, 2) if hf else f"{r['out_of_memory']}: out of memory",
                           _num(r["ours_summaries_s"], 2), f"{r['speedup']:.2f}x" if hf else "-",
                           _pct(r["hf_bandwidth_share"]), _pct(r["ours_bandwidth_share"]),
                           f"{r['identical_rows']}/{r['batch']}" if hf else "-", _pct(r["token_agreement"]),
-                          f"{_num(r['ours_peak_mib'], 0)} / {_num(r['hf_peak_mib'], 0)}"])
+                          f"{_num(r['ours_peak_mib'], 0)} / {_num(r['hf_peak_mib'], 0)}", _compiled(r)])
         if table:
             lines += ["Random weights, workload `full` (every row decodes every step), outputs of the two compared "
                       "token by token; bandwidth share: the least bytes a call reads over the measured copy "
                       "bandwidth.", ""]
             lines += _table(["batch", "transformers summaries/s", "this project summaries/s", "speedup",
                              "bandwidth share transformers", "bandwidth share this project", "rows identical",
-                             "token agreement", "peak MiB ours / transformers"], table)
+                             "token agreement", "peak MiB ours / transformers",
+                             "compile_generation summaries/s (vs ours)"], table)
         measured = [r for r in rows if r.get("ours_summaries_s")]
         best = max(measured, key=lambda r: r["ours_summaries_s"]) if measured else None
         goal = TARGETS["beam"]

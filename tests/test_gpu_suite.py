@@ -44,6 +44,28 @@ def dry_run(tmp_path_factory):
     return out, json.loads((out / "suite.json").read_text()), (out / "report.md").read_text()
 
 
+def test_dry_run_order_tarball_and_budget(dry_run):
+    """The tests run first (correctness before speed), then the versions, peaks, training, beam search and
+    profile, one after the other; the whole OUT_DIR is also OUT_DIR.tar.gz; the budget is one 8-minute window."""
+    import tarfile
+    out, suite, _ = dry_run
+    assert gpu_suite.PART_NAMES == ("tests", "env", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam",
+                                    "profile")
+    assert list(suite["parts"]) == list(gpu_suite.PART_NAMES)
+    started = [os.stat(out / f"{part}.log").st_mtime for part in gpu_suite.PART_NAMES]
+    assert started == sorted(started)  # each part's log last written before the next part's
+    with tarfile.open(str(out) + ".tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {f"out/{name}" for name in ("report.md", "suite.json", "tests.log", "beam.json", "profile.json")} <= names
+    assert suite["budget_s"] == gpu_suite.DEFAULT_BUDGET == 480
+    # compile time apart from step time; compile_generation a contender of the beam part
+    for part in ("pretrain128", "pretrain512"):
+        rows = {r["contender"]: r for r in suite["figures"][part]["rows"]}
+        assert rows["lamb_compile"]["compile_s"] is not None and rows["lamb"]["compile_s"] is None
+    assert all("ours_compiled" in r["contenders"] for r in suite["figures"]["beam"]["rows"])
+    assert max(gpu_suite.BEAM["batch_sizes"]) == 128
+
+
 def test_dry_run_every_part_ok_with_its_figures(dry_run):
     out, suite, _ = dry_run
     assert suite["dry_run"] is True
@@ -59,7 +81,7 @@ def test_dry_run_every_part_ok_with_its_figures(dry_run):
     for part, shape in gpu_suite.DRY_TRAIN_SHAPES.items():
         expected = gpu_suite.CONTENDERS[part].split(",")
         if apex and part != "finetune_xsum":
-            expected.insert(expected.index("lamb_fce") + 1, "lamb_foreach")
+            expected.insert(expected.index("lamb") + 1, "lamb_foreach")
         rows = figures[part]["rows"]
         assert [r["contender"] for r in rows] == expected, part
         assert all((r["batch"], r["source"], r["target"]) == shape and r["seq_s"] > 0 and r["tflops"] > 0
@@ -178,10 +200,10 @@ def test_datasheet_peaks_by_device_name():
 
 def test_part_limits_share_the_time_left():
     weights = list(gpu_suite.PART_WEIGHTS.values())
-    assert sum(weights) == 530  # the default 540 s budget, 10 s kept for the report
-    assert gpu_suite.part_limits(530, weights) == pytest.approx(15)
+    assert sum(weights) == 470  # the default 480 s budget (one 8-minute window), 10 s kept for the report
+    assert gpu_suite.part_limits(470, weights) == pytest.approx(55)  # the tests, first
     # a part that finished early leaves its time to the ones after it, in proportion to their weights
-    assert gpu_suite.part_limits(530 - 5, weights[1:]) == pytest.approx(525 * 15 / 515)
+    assert gpu_suite.part_limits(470 - 40, weights[1:]) == pytest.approx(430 * 10 / 415)
     assert gpu_suite.part_limits(100, weights[-1:]) == 100
 
 
@@ -306,21 +328,21 @@ def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp
         assert float(flag(command, "--measured_tflops")) == 750.5 and float(flag(command, "--peak_tflops")) == 989.0
         assert flag(command, "--config").endswith(os.path.join("configs", "config.json"))
         assert "--device" not in command and "--compile_backend" not in command  # cuda, inductor
-    assert flag(suite.command("pretrain512"), "--contenders") == \
-        "hf,lamb,lamb_fce,lamb_foreach,lamb_compile,lamb_fce_compile"
+    assert flag(suite.command("pretrain512"), "--contenders") == "hf,lamb_compile,lamb,lamb_foreach,lamb_fce_compile"
     assert flag(suite.command("finetune_xsum"), "--contenders") == "hf,adamw,adamw_fce"
     beam = suite.command("beam")
     assert [flag(beam, f) for f in ("--num_beams", "--new_tokens", "--source_length", "--dtype", "--device")] == \
         ["6", "62", "1024", "bf16", "cuda"]
     assert beam[beam.index("--batch_sizes") + 1:][:5] == ["1", "8", "32", "64", "128"]
     assert float(flag(beam, "--bandwidth")) == pytest.approx(4200.0)  # GB/s
+    assert flag(beam, "--contenders") == "ours,ours_compiled,hf" and "--compile_backend" not in beam
     assert flag(suite.command("profile"), "--train_batch") == "150" and "--dry-run" not in suite.command("profile")
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "apex_fused_lamb": False}))
-    assert flag(suite.command("pretrain128"), "--contenders") == "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile"
+    assert flag(suite.command("pretrain128"), "--contenders") == "hf,lamb_compile,lamb,lamb_fce,lamb_fce_compile"
     # --fp8 where the env part found torchao and float8 tensor cores: at 128, the FP8 target's shape
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "fp8_training": "yes"}))
     assert flag(suite.command("pretrain128"), "--contenders") == \
-        "hf,lamb,lamb_fce,lamb_compile,lamb_fce_compile,lamb_fce_fp8_compile"
+        "hf,lamb_compile,lamb,lamb_fce,lamb_fce_compile,lamb_fce_fp8_compile"
     assert "fp8" not in flag(suite.command("pretrain512"), "--contenders") + flag(suite.command("finetune_xsum"),
                                                                                  "--contenders")
 
