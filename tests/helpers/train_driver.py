@@ -55,7 +55,7 @@ def main() -> None:
     if args.resume:
         trainer.resume(args.resume)
     trainer.fit()
-    params = trainer.strategy.model_state_dict(model) if args.dump_params else None  # collective under FSDP
+    params = trainer.model_file_state() if args.dump_params else None  # as files hold it; collective under FSDP
     if args.dump_params and env.local_rank == 0:  # one file per node
         torch.save({k: v.detach().clone() for k, v in params.items()}, args.dump_params)
     logger.close()
