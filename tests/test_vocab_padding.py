@@ -1,7 +1,6 @@
 """The vocabulary padded for the hardware (bart.modeling.vocab_padding): aligned matrix products, and on the
 real rows the unpadded model's logits, loss, gradients and tokens; files keep the tokenizer's rows."""
 import json
-import os
 
 import pytest
 import torch
