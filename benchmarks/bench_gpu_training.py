@@ -116,7 +116,9 @@ def hf_step_fn(state_dict, values, device="cuda"):
     import transformers  # here: the suite's profile part runs the project's step without it
     with torch.device(device):  # initialised where it runs (the weights are then the state dict's)
         hf = transformers.BartForConditionalGeneration(transformers.BartConfig(
-            **{k: v for k, v in values.items() if k not in ("pre_ln", "dtype")}, attn_implementation="sdpa"))
+            # a config's leftover aliases (num_hidden_layers, ...) would win over its real keys in transformers 5.x
+            **{k: v for k, v in values.items() if k not in ("pre_ln", "dtype", *transformers.BartConfig.attribute_map)},
+            attn_implementation="sdpa"))
     hf.load_state_dict(state_dict)
     model = hf.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, eps=1e-6, fused=True)
