@@ -10,7 +10,8 @@ import json
 import os
 import sys
 import time
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -85,10 +86,28 @@ def latency_stats(latencies: list[float], examples: int, total_seconds: float, p
     return stats
 
 
+@dataclass(frozen=True)
+class TaskMetric:
+    """How a task's generations are scored."""
+    name: str                                        # the metrics file: {split}_{name}.json
+    score: Callable[[list[str], list[str]], dict]   # (predictions, references) -> {metric: value}
+    ranked_by: str                                   # what validation ranks checkpoints by (--val_metric's default)
+
+
+# task -> its metric: the one place that decides it (finetune.py's --val_metric default, the metrics files)
+TASK_METRICS = {
+    "summarization": TaskMetric("rouge", calculate_rouge, "rouge2"),
+    "translation": TaskMetric("bleu", calculate_bleu, "bleu"),
+}
+
+
+def task_metric(task: str) -> str:
+    """The metric validation ranks ``task``'s checkpoints by."""
+    return TASK_METRICS[task].ranked_by
+
+
 def score(task: str, predictions: list[str], references: list[str]) -> dict:
-    if task == "translation":
-        return calculate_bleu(predictions, references)
-    return calculate_rouge(predictions, references)
+    return TASK_METRICS[task].score(predictions, references)
 
 
 def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, task: str, batch_size: int,
@@ -103,7 +122,7 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
     if dist_utils.is_main_process():
         with open(os.path.join(output_dir, f"{split}_generations.txt"), "w", encoding="utf-8") as f:
             f.writelines(p + "\n" for p in predictions)
-        with open(os.path.join(output_dir, f"{split}_{'bleu' if task == 'translation' else 'rouge'}.json"), "w") as f:
+        with open(os.path.join(output_dir, f"{split}_{TASK_METRICS[task].name}.json"), "w") as f:
             json.dump(metrics, f, indent=2)
     return metrics
 
@@ -133,8 +152,7 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
             result["info"] = args.info
         if args.dump_args:
             result["generate_kwargs"] = gen_kwargs
-        name = "bleu" if args.task == "translation" else "rouge"
-        with open(os.path.join(args.save_path, f"{args.type_path}_{name}.json"), "w") as f:
+        with open(os.path.join(args.save_path, f"{args.type_path}_{TASK_METRICS[args.task].name}.json"), "w") as f:
             json.dump(result, f, indent=2)
         logger = Logger(args.json_summary or os.path.join(args.save_path, "dllogger.json"))
         logger.log(step=(), data={**{k: v for k, v in result.items() if isinstance(v, (int, float))}, **stats})

@@ -217,7 +217,7 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
         raise ExportError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another folder")
     model_path = resolve_model_path(checkpoint)
     if os.path.isdir(model_path) and not os.path.isfile(os.path.join(model_path, "config.json")):
-        from bart.training.checkpoint import resolve_weights
+        from bart.modeling.weights import resolve_weights
         model_path = resolve_weights(model_path)  # a run's output folder: its newest checkpoint
     if os.path.abspath(model_path) == out_dir:
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")

@@ -16,7 +16,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bart.configuration import BartConfig  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import Lamb, decay_groups  # noqa: E402
-from tests.test_lamb import reference_lamb  # noqa: E402,F401  (the same math, documented in the test)
 
 
 class LoopLamb(torch.optim.Optimizer):

@@ -37,8 +37,8 @@ from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.tokenization.build_tokenizer import build_tokenizer_folder  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
+from benchmarks.corpora import write_shards  # noqa: E402
 from utils.precision import Precision  # noqa: E402
-from tests.helpers.corpus import write_shards  # noqa: E402
 
 LR, WEIGHT_DECAY, CLIP = 1e-4, 0.01, 1.0
 

@@ -20,7 +20,7 @@ from bart.data.noise import NoiseConfig  # noqa: E402
 from bart.data.pretraining_dataset import build_pretraining_loader  # noqa: E402
 from bart.tokenization.build_tokenizer import build_tokenizer_folder  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
-from tests.helpers.corpus import write_shards  # noqa: E402
+from benchmarks.corpora import write_shards  # noqa: E402
 
 
 def python_noise(tokens, starts, ends, mask_id, rng, ratio=0.3, lam=3.5, mask_random=0.1, vocab_high=50264):

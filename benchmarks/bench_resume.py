@@ -26,6 +26,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bart.configuration import BartConfig  # noqa: E402
 from bart.data.lddl_compat import balance_shards  # noqa: E402
 from bart.data.noise import NoiseConfig  # noqa: E402
 from bart.data.pretraining_dataset import build_pretraining_loader  # noqa: E402
@@ -34,18 +35,24 @@ from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.tokenization.train_tokenizer import train_tokenizer  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards, write_tokenizer_corpus  # noqa: E402
-from tests.helpers.synthetic import tiny_config  # noqa: E402
+from benchmarks.corpora import write_shards  # noqa: E402
 from utils.dllogger_compat import Logger  # noqa: E402
 
 
-def make_corpus(work: str, rows: int, shards: int) -> str:
+VOCAB_SIZE = 1024  # a small trained vocabulary: GPT-2's 50,265-way softmax would dominate the tiny model's step
+TINY = dict(vocab_size=VOCAB_SIZE, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=130)
+
+
+def make_corpus(work: str, rows: int, shards: int) -> tuple[str, BartTokenizer]:
+    """The balanced LDDL shards and a tokenizer trained on the corpus (python -m bart.tokenization.train_tokenizer)."""
     raw, folder = os.path.join(work, "raw"), os.path.join(work, "pretrain_lddl_128")
     write_shards(raw, [rows // 4] * 3 + [rows - 3 * (rows // 4)], seed=0, words=(12, 40))
+    tokenizer = BartTokenizer.from_pretrained(train_tokenizer([raw], os.path.join(work, "tok"), VOCAB_SIZE)["folder"])
     os.makedirs(folder)
     balance_shards(raw, folder, shards)
     shutil.rmtree(raw)
-    return folder
+    return folder, tokenizer
 
 
 class Run:
@@ -60,7 +67,7 @@ class Run:
             self.loader.dataset._decode_rows = lambda texts: setattr(self, "decoded", self.decoded + len(texts)) or \
                 decode(texts)
         torch.manual_seed(0)
-        model = BartForConditionalGeneration(tiny_config(vocab_size=SMALL_VOCAB_SIZE, max_position_embeddings=130))
+        model = BartForConditionalGeneration(BartConfig(**TINY))
         optimizer, clips = build_optimizer(model, "lamb", lr=1e-3, weight_decay=0.01, max_grad_norm=1.0)
         scheduler = build_scheduler(optimizer, "polynomial", 0, 2)
         config = TrainerConfig(output_dir=out_dir, max_steps=2, log_freq=1, progress_bar=False)
@@ -96,12 +103,9 @@ def main() -> None:
     torch.set_num_threads(1)
     work = tempfile.mkdtemp(prefix="bench_resume_")
     try:
-        corpus = write_tokenizer_corpus(os.path.join(work, "tc"))
-        tokenizer = BartTokenizer.from_pretrained(
-            train_tokenizer([corpus], os.path.join(work, "tok"), SMALL_VOCAB_SIZE)["folder"])
         start = time.perf_counter()
-        folder = make_corpus(work, args.rows, args.shards)
-        print(f"[setup] {args.rows:,} rows balanced into {args.shards} LDDL shards "
+        folder, tokenizer = make_corpus(work, args.rows, args.shards)
+        print(f"[setup] {args.rows:,} rows, a tokenizer trained on them, balanced into {args.shards} LDDL shards "
               f"({time.perf_counter() - start:.0f} s)")
 
         # setup: the position after the batch at --at of the epoch, in a checkpoint at update 1

@@ -321,28 +321,28 @@ def gpu_rank(monkeypatch, machine):
 
 
 def test_setup_distributed_pins_as_the_flag_says(gpu_rank, capsys):
-    from bart.cli import builder
-    env = builder.setup_distributed(_parse("pretrain.py"))
+    from bart.cli import start
+    env = start.setup_distributed(_parse("pretrain.py"))
     assert env.local_rank == 4 and gpu_rank == [[8, 12, 24, 28]]  # GPU 4 is on node 1
     out = capsys.readouterr().out.strip().splitlines()
     assert out == ["rank 4: CPU affinity socket_unique_interleaved: CPUs 8,12,24,28 (2 cores + 2 SMT siblings) "
                    "for GPU 4 on NUMA node 1 (sysfs)"]
-    builder.setup_distributed(_parse("finetune.py", "--affinity", "single_unique"))
+    start.setup_distributed(_parse("finetune.py", "--affinity", "single_unique"))
     assert gpu_rank[-1] == [8] and "CPU affinity single_unique: CPUs 8 (1 core)" in capsys.readouterr().out
     gpu_rank.clear()
-    builder.setup_distributed(_parse("finetune.py", "--affinity", "disabled"))
+    start.setup_distributed(_parse("finetune.py", "--affinity", "disabled"))
     assert gpu_rank == [] and capsys.readouterr().out == ""
 
 
 def test_cpu_run_leaves_affinity_alone_and_says_so(monkeypatch, capsys):
-    from bart.cli import builder
+    from bart.cli import start
     from utils import distributed as dist_utils
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(dist_utils, "set_cpu_affinity", lambda *a: pytest.fail("pinned a CPU run"))
     before = os.sched_getaffinity(0)
-    builder.setup_distributed(_parse("pretrain.py"))
+    start.setup_distributed(_parse("pretrain.py"))
     assert capsys.readouterr().err == ""  # the default: nothing to say
-    builder.setup_distributed(_parse("pretrain.py", "--affinity", "socket"))
+    start.setup_distributed(_parse("pretrain.py", "--affinity", "socket"))
     assert "--affinity socket pins GPU processes near their GPU; this run has no GPU" in capsys.readouterr().err
     assert os.sched_getaffinity(0) == before
 

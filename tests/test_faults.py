@@ -5,7 +5,6 @@ uninterrupted run ends."""
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers.corpus import micro_config, write_shards
+from tests.helpers.ports import free_port
 from utils.dllogger_compat import read_dllogger
 from utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
 from tests.helpers.processes import Watched as _Watched, ours as _ours
@@ -174,19 +174,13 @@ def _umask() -> int:
     return mask
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_hung_rank_ends_the_job_within_dist_timeout(setup):
     """Two gloo processes; one is frozen (SIGSTOP) mid-run. The other stops after --dist_timeout with one
     line naming itself and the cause, exit code 4, instead of waiting for torch's 30 minutes."""
     out = setup["base"] / "hung"
     argv = _with_steps(setup["argv"], 400)[1:] + ["--output_dir", str(out), "--dist_timeout", "0.1"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
            "pretrain.py", *argv]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -2,7 +2,6 @@
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import Trainer, TrainerConfig
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
 from tests.helpers.synthetic import tiny_config
+from tests.helpers.ports import free_port
 from utils.checkpoint_io import CheckpointError
 from utils.dllogger_compat import Logger, read_dllogger
 
@@ -214,18 +214,12 @@ def test_loader_workers_resume_at_every_position(shards, tokenizer):
         assert [content(b) for b in resumed] == straight[k + 1:], k
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch_and_resume(shards, tokenizer_dir, tmp_path):
     folder = shards[0]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                    f"--master_port={_free_port()}", "-m", "tests.helpers.loader_rank", folder, tokenizer_dir,
+                    f"--master_port={free_port()}", "-m", "tests.helpers.loader_rank", folder, tokenizer_dir,
                     str(tmp_path), "1"], cwd=ROOT, env=env, check=True, timeout=240, capture_output=True)
     os.makedirs(tmp_path / "one")
     subprocess.run([sys.executable, "-m", "tests.helpers.loader_rank", folder, tokenizer_dir, str(tmp_path / "one"), "0"],

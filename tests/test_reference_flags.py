@@ -9,11 +9,13 @@ The flag lists below were read from the reference's source (DeepLearningExamples
 Lightning 1.1.5 (the version its Dockerfile pinned) whose type includes str, int, float or bool. They are
 written out here; the test never reads the reference.
 """
+import operator
 import os
 import re
 import shlex
 import subprocess
 import sys
+from dataclasses import FrozenInstanceError
 from types import SimpleNamespace
 
 import pytest
@@ -177,8 +179,8 @@ WORKS = {
     "--task": (["--task", "translation"], {"task": "translation"}),
     ("--task", PT): (["--task", "pretraining"], {"task": "pretraining"}),
     "--label_smoothing": (["--label_smoothing", "0.1"], {"label_smoothing": 0.1}),
-    "--mlm_probability": (["--mlm_probability", "0.3"], {"mlm_probability": 0.3}),
-    "--permute_sentence_ratio": (["--permute_sentence_ratio", "1.0"], {"permute_sentence_ratio": 1.0}),
+    "--mlm_probability": (["--mlm_probability", "0.3"], {"noise.mlm_probability": 0.3}),
+    "--permute_sentence_ratio": (["--permute_sentence_ratio", "1.0"], {"noise.permute_sentence_ratio": 1.0}),
     "--src_lang": (["--src_lang", ""], {}),
     "--tgt_lang": (["--tgt_lang", ""], {}),
     "--eval_beams": (["--eval_beams", "0"], {"eval_beams": 1}),
@@ -328,7 +330,7 @@ def test_working_reference_flags_parse_with_the_reference_meaning(flag, script, 
     _launch(monkeypatch, **launch)
     args = _parse(script, _base(script, str(tmp_path / "out")) + argv)
     for name, value in expected.items():
-        assert getattr(args, name) == value, (flag, name, getattr(args, name))
+        assert operator.attrgetter(name)(args) == value, (flag, name, operator.attrgetter(name)(args))
 
 
 @pytest.mark.parametrize("flag,script,status", [c for c in CELLS if "refused" in c[2]],
@@ -422,10 +424,8 @@ def test_max_steps_or_max_epochs_is_required(tmp_path, capsys):
     (10, 2, dict(min_epochs=1, min_steps=8), dict(min_steps=8)),
 ])
 def test_epochs_become_updates(batches, accumulation, flags, expected):
-    from bart.cli.reference_flags import resolve_epochs
-    args = SimpleNamespace(**{**dict(gradient_accumulation_steps=accumulation, val_check_interval=0, max_steps=None,
-                                     max_epochs=None, min_epochs=None, min_steps=None), **flags})
-    resolve_epochs(args, batches)
+    from bart.cli.settings import Settings, resolve_epochs
+    args = resolve_epochs(Settings(**{**dict(gradient_accumulation_steps=accumulation), **flags}), batches)
     for name, value in expected.items():
         assert getattr(args, name) == value, (name, getattr(args, name))
 
@@ -603,3 +603,65 @@ def test_early_stopping_waits_for_min_steps():
         trainer = SimpleNamespace(step=step, global_step=step, request_stop=lambda reason, s=step: stops.append(s))
         validation._early_stopping(trainer, loss)
     assert stops == [4]
+
+
+# -- the settings record (bart/cli/settings.py) ---------------------------------------------------------------
+# Destinations that construction consumes: the reference's own spellings (``ref_*``), the ones translated onto a
+# field, and the noise flags (one ``NoiseConfig`` field).
+_CONSUMED = {"init_checkpoint_alias", "check_val_every_n_epoch", "load_model_weights_only"}
+
+
+@pytest.mark.parametrize("script", [PT, FT, EV])
+def test_every_flag_reaches_a_settings_field(script):
+    """A flag added to a parser without its Settings field would be parsed and then dropped: never."""
+    import dataclasses
+
+    from bart.cli.args import build_parser
+    from bart.cli.settings import Settings
+    from bart.data.noise import NoiseConfig
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    noise = {f.name for f in dataclasses.fields(NoiseConfig)}
+    dests = {a.dest for a in build_parser(script)._actions if a.dest != "help"}
+    missing = {d for d in dests if d not in fields and not d.startswith("ref_") and d not in _CONSUMED | noise}
+    assert not missing, missing
+
+
+def test_every_settings_field_has_a_docstring():
+    import ast
+    import inspect
+
+    from bart.cli import settings
+    tree = ast.parse(inspect.getsource(settings.Settings))
+    body = tree.body[0].body
+    undocumented = [node.target.id for node, after in zip(body, body[1:] + [None]) if isinstance(node, ast.AnnAssign)
+                    and not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant))]
+    assert not undocumented, undocumented
+
+
+def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys):
+    """Old code: parse_args resolved --resume_from_checkpoint auto against the folder (True here) and refused an
+    output folder that is a file; both now wait for the run's start, after the process group and the lock."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "_step5.ckpt").write_bytes(b"")
+    args = _parse(PT, _base(PT, str(out)) + ["--resume_from_checkpoint", "auto"])
+    assert args.resume_from_checkpoint == "auto" and "[checkpoint]" not in capsys.readouterr().out
+    (tmp_path / "a_file").write_text("x")
+    assert _parse(FT, _base(FT, str(tmp_path / "a_file"))).output_dir == str(tmp_path / "a_file")
+    from bart.cli.builder import start_run
+    from bart.cli.settings import resolved
+    from utils.errors import UserError
+    with pytest.raises(UserError, match="is a file; choose a folder"):
+        start_run(_parse(FT, _base(FT, str(tmp_path / "a_file"))))
+    with pytest.raises(FrozenInstanceError):
+        args.max_steps = 4  # built once: a change is a checked copy
+    assert resolved(args, max_steps=4).max_steps == 4 and args.max_steps == 3
+
+
+def test_run_eval_and_export_load_no_training_module():
+    """Inference imports no training code (old code: run_eval.py and bart.export imported bart.training.checkpoint)."""
+    code = ("import sys, run_eval, bart.export; run_eval.parse_args(['m', 'c.json', 'd', 'out']); "
+            "print(sorted(m for m in sys.modules if m.startswith('bart.training')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])

@@ -5,7 +5,6 @@ attempt) within ``--rendezvous_timeout``, resume from the newest checkpoint and 
 run ends."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import torch
 from tests.helpers.corpus import micro_config
 from tests.helpers.summaries import write_summarization_data
 from tests.helpers.entry import run_entry as _main
+from tests.helpers.ports import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config(dropout=0.0)
@@ -170,16 +170,10 @@ def test_a_process_that_never_joins_is_named_after_rendezvous_timeout(present):
 
 
 # -- torchrun --max_restarts 1, one rank killed mid-run ------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(argv, env_extra=None, restarts=0, timeout=120):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **(env_extra or {}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--max_restarts={restarts}",
-           f"--master_port={_free_port()}", "-m", "tests.helpers.restart_driver", "finetune.py", *argv]
+           f"--master_port={free_port()}", "-m", "tests.helpers.restart_driver", "finetune.py", *argv]
     start = time.monotonic()
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return out, time.monotonic() - start

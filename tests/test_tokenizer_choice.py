@@ -27,6 +27,7 @@ from bart.cli import builder
 from bart.training.checkpoint import BestCheckpoints, write_final_weights, write_training_checkpoint
 from tests.helpers.hub_cache import add_to_hub_cache
 from tests.helpers.summaries import write_summarization_data
+from tests.helpers.fairseq import fairseq_state
 from utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,16 +41,6 @@ def _ids(tokenizer_or_folder) -> list[int]:
     tok = tokenizer_or_folder if isinstance(tokenizer_or_folder, BartTokenizer) else \
         BartTokenizer.from_pretrained(tokenizer_or_folder)
     return tok.encode_batch_fast([TEXT])[0]
-
-
-def _fairseq_state(model) -> dict:
-    """fairseq's BARTModel.state_dict() names (the inverse of transformers' conversion script)."""
-    sd = model.state_dict()
-    out = {k[len("model."):]: v.clone() for k, v in sd.items() if k.startswith("model.") and k != "model.shared.weight"}
-    out["decoder.output_projection.weight"] = sd["lm_head.weight"].clone()
-    out["encoder.version"] = torch.tensor([3.0])
-    out["decoder.version"] = torch.tensor([3.0])
-    return out
 
 
 def _save_tokenizer(source: str, folder) -> str:
@@ -84,7 +75,7 @@ def world(tmp_path_factory, tokenizer_dir, small_tokenizer_dir):
     # (e) fairseq's bart.large/model.pt
     (base / "bart.large").mkdir()
     w["fairseq"] = str(base / "bart.large" / "model.pt")
-    torch.save({"model": _fairseq_state(model), "args": argparse.Namespace(
+    torch.save({"model": fairseq_state(model), "args": argparse.Namespace(
         arch="bart_large", encoder_attention_heads=2, decoder_attention_heads=2, activation_fn="gelu",
         encoder_normalize_before=False, decoder_normalize_before=False, no_scale_embedding=True)}, w["fairseq"])
     # (c) a run's folder: its tokenizer saved beside its checkpoints, and recorded in them
@@ -120,7 +111,8 @@ def env(world, monkeypatch):
 
 
 def _args(**values):
-    return argparse.Namespace(**{"tokenizer": None, "allow_tokenizer_mismatch": False, **values})
+    from bart.cli.settings import Settings
+    return Settings(**values)
 
 
 STARTS = {  # kind -> (the weights as the entry scripts hand them over, words the error must name)

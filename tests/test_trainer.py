@@ -1,7 +1,6 @@
 """The training loop: accumulation and data-parallel invariance, exact resume after SIGKILL, NaN handling."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
 from tests.helpers.synthetic import SyntheticBatches, WalkBatches, tiny_config
+from tests.helpers.ports import free_port
 from utils.dllogger_compat import read_dllogger
 from utils.precision import Precision
 
@@ -167,17 +167,11 @@ def test_fp16_overflow_skips_update_and_scheduler(tmp_path):
             assert torch.equal(v, before[k]), k
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_driver(out_dir, *extra, nproc=1, timeout=240):
     cmd = [sys.executable, "-m", "tests.helpers.train_driver", str(out_dir), *extra]
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={_free_port()}", "-m", "tests.helpers.train_driver", str(out_dir), *extra]
+               f"--master_port={free_port()}", "-m", "tests.helpers.train_driver", str(out_dir), *extra]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     done = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)
     assert done.returncode == 0, f"exit {done.returncode}: {' '.join(cmd[2:])}\n{done.stderr[-6000:]}"
@@ -271,7 +265,7 @@ def test_fsdp_resume_is_exact(tmp_path):
 @pytest.mark.slow
 def test_two_torchrun_nodes_train_together(tmp_path, one_process_params):
     """Two "nodes" (separate torchrun agents, --nnodes 2) on 127.0.0.1, one process each."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     procs = []
     for node in (0, 1):

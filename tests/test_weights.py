@@ -9,6 +9,7 @@ import transformers
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
 from bart.modeling.weights import CheckpointError
+from tests.helpers.fairseq import fairseq_state
 
 TINY = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
@@ -273,22 +274,11 @@ def test_unreadable_files_are_described_not_blamed_on_truncation(tmp_path):
 
 
 # -- fairseq ----------------------------------------------------------------------------------------------
-def _fairseq_state(model):
-    """The model's weights named and laid out as fairseq's BARTModel.state_dict() (the inverse of
-    transformers' convert_bart_original_pytorch_checkpoint_to_pytorch.py)."""
-    sd = model.state_dict()
-    out = {k[len("model."):]: v.clone() for k, v in sd.items() if k.startswith("model.") and k != "model.shared.weight"}
-    out["decoder.output_projection.weight"] = sd["lm_head.weight"].clone()
-    out["encoder.version"] = torch.tensor([3.0])
-    out["decoder.version"] = torch.tensor([3.0])
-    return out
-
-
 @pytest.mark.parametrize("pre_ln,holder", [(False, "args"), (False, "cfg"), (True, "args")])
 def test_fairseq_checkpoint_imports(pre_ln, holder, tmp_path):
     import argparse
     model = _model(pre_ln)
-    state = _fairseq_state(model)
+    state = fairseq_state(model)
     assert "encoder.layers.0.self_attn.k_proj.weight" in state and "encoder.layers.1.fc2.bias" in state
     assert "decoder.layers.0.encoder_attn_layer_norm.weight" in state and "encoder.layernorm_embedding.weight" in state
     assert not any(k.startswith(("model.", "shared.", "lm_head")) for k in state)
@@ -313,7 +303,7 @@ def test_fairseq_checkpoint_imports(pre_ln, holder, tmp_path):
 
 
 def test_fairseq_untied_output_projection_is_refused(tmp_path):
-    state = _fairseq_state(_model())
+    state = fairseq_state(_model())
     state["decoder.output_projection.weight"] = torch.randn_like(state["decoder.output_projection.weight"])
     torch.save({"model": state, "cfg": {"model": {"arch": "bart_large", "encoder_attention_heads": 4,
                                                   "decoder_attention_heads": 4}}}, tmp_path / "model.pt")

@@ -1,25 +1,28 @@
 """Command-line flags of the three entry points, as argument groups: one name, one default, one meaning.
 
-pretrain.py and finetune.py take :func:`add_shared_args` (every group); run_eval.py takes the
-precision and generation groups. Old names from the reference and the BERT recipe are aliases of the
-same destination (``--max_grad_norm`` = ``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``).
-Flags that only fine-tuning uses are accepted by pretrain.py's parser (so reference command lines
-parse) but :func:`reject_unused` fails loudly when one is set to anything but its default.
-To add a flag: put it in the group of its concept here; the value reaches the code through
-``builder`` (training), :func:`generation_kwargs` (generation) or :class:`utils.precision.Precision`.
+:func:`build_parser` assembles a script's parser: pretrain.py and finetune.py take :func:`add_shared_args`
+(every group), run_eval.py its positional arguments and the architecture, precision and generation groups;
+each script then the reference recipe's flags (:mod:`bart.cli.reference_flags`). Old names from the
+reference and the BERT recipe are aliases of the same destination (``--max_grad_norm`` =
+``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``). Flags that only fine-tuning uses are
+accepted by pretrain.py's parser (so reference command lines parse) but :func:`reject_unused` fails loudly
+when one is set to anything but its default. The parsed flags become :class:`bart.cli.settings.Settings`.
+To add a flag: put it in the group of its concept here, and its field in ``Settings``.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import datetime
 import json
 import math
 import os
-import sys
 
+from bart.cli.reference_flags import add_reference_args
+from bart.data.noise import add_noise_args
+from bart.evaluation import TASK_METRICS
+from bart.generation.precision import DECODE_PRECISIONS
 from bart.optim.schedulers import SCHEDULES
-from bart.training.checkpoint import ALLOWABLE_CHANGES
-from bart.training.strategy import STRATEGIES
 from utils.affinity import add_affinity_arg
 from utils.checkpoint_io import atomic_write_text
 from utils.errors import UserError
@@ -33,7 +36,7 @@ FINETUNE_ONLY = ("n_test", "n_train", "eval_beams", "val_metric", "save_top_k", 
 def _bool_or_path(value: str):
     """--resume_from_checkpoint: True (the newest checkpoint in --output_dir), "auto", or a path."""
     if value.lower() == "auto":
-        return "auto"  # resolved by check_args (bart.training.checkpoint.resolve_resume); ./auto is a file
+        return "auto"  # resolved at run start (bart.cli.builder.start_run); ./auto is a file
     return True if value.lower() in ("true", "1", "yes", "latest") else value
 
 
@@ -245,6 +248,8 @@ def add_dist_timeout_arg(group) -> None:
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:
+    from bart.training.strategy import STRATEGIES  # the training scripts' group: run_eval.py loads no training module
+
     dist = parser.add_argument_group("distributed")
     dist.add_argument("--distributed_strategy", choices=STRATEGIES, default=None,
                       help="how several processes share the model: ddp (replicas, the default) or fsdp "
@@ -252,8 +257,6 @@ def add_distributed_args(parser: argparse.ArgumentParser) -> None:
     dist.add_argument("--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16",
                       dest="allreduce_post_accumulation_half_precision", action="store_true",
                       help="all-reduce gradients in bf16/fp16 once per update (fp32 parameters)")
-    dist.add_argument("--allreduce_post_accumulation", action="store_true",
-                      help="all-reduce once per update, after accumulation (always done: DDP no_sync)")
     add_dist_timeout_arg(dist)
     add_affinity_arg(dist)
     dist.add_argument("--local_rank", "--local-rank", type=int, default=None,
@@ -261,6 +264,8 @@ def add_distributed_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
+    from bart.training.checkpoint import ALLOWABLE_CHANGES  # the training scripts' group (as STRATEGIES)
+
     ckpt = parser.add_argument_group("checkpoints and logging")
     ckpt.add_argument("--output_dir", default="results", help="checkpoints, logs and run_config.json go here")
     ckpt.add_argument("--resume_from_checkpoint", type=_bool_or_path, default=None,
@@ -292,7 +297,7 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
 
 def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
     ft = parser.add_argument_group("fine-tuning and evaluation (finetune.py)")
-    ft.add_argument("--task", choices=("summarization", "translation", "pretraining"), default="summarization",
+    ft.add_argument("--task", choices=(*TASK_METRICS, "pretraining"), default="summarization",
                     help="finetune.py: summarization or translation; pretrain.py: pretraining")
     ft.add_argument("--n_train", type=count_or_all(1), default=None,
                     help="use only the first N training examples (-1, the default: all)")
@@ -303,7 +308,8 @@ def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
                     help="test examples for --do_predict (-1, the default: all)")
     ft.add_argument("--val_max_target_length", type=POSITIVE, default=None)
     ft.add_argument("--test_max_target_length", type=POSITIVE, default=None)
-    ft.add_argument("--val_metric", choices=("rouge2", "bleu", "loss"), default=None)
+    ft.add_argument("--val_metric", choices=(*(m.ranked_by for m in TASK_METRICS.values()), "loss"), default=None,
+                    help="the metric validation ranks checkpoints by (default: the task's; loss: the token loss)")
     ft.add_argument("--val_check_interval", type=updates_or_fraction, default=0,
                     help="validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with "
                          "a decimal point, every F in (0, 1] of an epoch of the training data (finetune.py: "
@@ -322,12 +328,12 @@ def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _auto_with_weights_only(args) -> bool:
-    return getattr(args, "resume_from_checkpoint", None) == "auto" and getattr(args, "load_model_weights_only", None) is True
+    return args.resume_from_checkpoint == "auto" and args.load_model_weights_only is True
 
 
 # Flags that contradict each other: given together on a command line, one of them would silently win (or do
 # nothing). (flag, other flag or None, when: the values that contradict (None: any), why). A row applies when
-# the command line gave the flag (and the other, when named: ``args._given``) and ``when`` holds; the run is
+# the command line gave the flag (and the other, when named: :func:`given_flags`) and ``when`` holds; the run is
 # then refused at parse time in one line naming both. (--fp16 with --bf16: utils.precision's rule. Not here:
 # --resume_from_checkpoint with the starting weights (--init_checkpoint): "the same command plus
 # --resume_from_checkpoint True" is how a run is resumed, and ``auto`` starts from them when there is nothing
@@ -343,7 +349,7 @@ CONTRADICTIONS = (
      "checkpoint's weights: give that checkpoint's PATH instead of auto"),
     ("no_tensorboard", "tensorboard_dir", None, "no TensorBoard events are written, so the folder would stay unused: "
                                                 "drop one"),
-    ("use_nvlamb", None, lambda a: not getattr(a, "lamb", False),
+    ("use_nvlamb", None, lambda a: not a.lamb,
      "NVLAMB is a LAMB option but the optimizer is AdamW without --lamb: add --lamb, or drop it"),
     ("val_check_interval", "n_val", lambda a: a.n_val == 0 and bool(a.val_check_interval),
      "--n_val 0 turns validation off, so it would never run: give --n_val N, or drop it"),
@@ -355,62 +361,108 @@ def _shown(parser: argparse.ArgumentParser, args: argparse.Namespace, dest: str,
     action = next(action for action in parser._actions if action.dest == dest)
     typed = next((o for token in argv for o in action.option_strings if token == o or token.startswith(o + "=")),
                  action.option_strings[0])
-    value = getattr(args, dest, None)
+    value = vars(args)[dest]
     bare = action.nargs == 0 or (action.nargs == "?" and value == action.const) or value is None
     return typed if bare else f"{typed} {value}"
 
 
-def check_contradictions(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """The first row of :data:`CONTRADICTIONS` the command line hits, as argparse's one-line error (exit 2)."""
-    given = getattr(args, "_given", set())
+def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the flags the command line gave (any spelling, ``--flag value`` or ``--flag=value``)."""
+    return {action.dest for action in parser._actions for option in action.option_strings
+            if any(token == option or token.startswith(option + "=") for token in argv)}
+
+
+def check_namespace(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str], given: set[str]) -> None:
+    """The rules on the flags as typed, before the reference's spellings are translated: the first row of
+    :data:`CONTRADICTIONS` the command line hits, and the precision flags' own rules and needs (one of
+    --fp16/--bf16/--fp8; --fp8: torchao, the GPU); argparse's one-line error (exit 2)."""
     for flag, other, when, why in CONTRADICTIONS:
         if flag in given and (other is None or other in given) and (when is None or when(args)):
             both = _shown(parser, args, flag, argv) + ("" if other is None else " with " + _shown(parser, args, other, argv))
             parser.error(f"{both}: {why}")
-
-
-def check_args(args: argparse.Namespace, parser: argparse.ArgumentParser, argv=None) -> None:
-    """Relations between flags that no single flag's type can check: one argparse line each. Also notes
-    which flags the command line gave (``args._given``: a default may be adapted to the model with a
-    note, a value the user gave never is)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args._given = {action.dest for action in parser._actions for option in action.option_strings
-                   if any(token == option or token.startswith(option + "=") for token in argv)}
-    check_contradictions(args, parser, argv)
-    if hasattr(args, "max_steps") and args.max_steps is None and not getattr(args, "max_epochs", None):
-        parser.error("the following arguments are required: --max_steps"
-                     + (" (or --max_epochs)" if hasattr(args, "max_epochs") else ""))
-    try:  # the precision flags' rules at parse time; the run's Precision is made when the flags are final
-        Precision.check_flags(args.fp16, args.bf16, args.fp8, args.fp8_emulate)  # (reference_flags, parsing's end)
+    try:  # the precision flags' rules; the run's Precision is made when the flags are final (reference_flags)
+        Precision.check_flags(args.fp16, args.bf16, args.fp8, args.fp8_emulate)
     except UserError as err:
         parser.error(str(err))
-    if getattr(args, "lr_scheduler", None) == "polynomial" and args.lr_end > args.learning_rate:
-        parser.error(f"--lr_end {args.lr_end:g} exceeds --learning_rate {args.learning_rate:g}: the polynomial "
-                     f"schedule decays from the learning rate down to --lr_end; lower --lr_end")
-    output_dir = getattr(args, "output_dir", None) or getattr(args, "save_path", None)
-    if output_dir and os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        parser.error(f"output folder {output_dir} is a file; choose a folder")
-    if getattr(args, "resume_from_checkpoint", None) == "auto":
-        from bart.training.checkpoint import resolve_resume
-        from utils.distributed import read_env
-
-        args.resume_from_checkpoint = resolve_resume("auto", args.output_dir, announce=read_env().is_main)
 
 
 def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, names, script: str, other: str) -> None:
     """Fail loudly when a flag this script does not use was changed from its default."""
     for name in names:
-        if getattr(args, name) != parser.get_default(name):
+        if vars(args)[name] != parser.get_default(name):
             parser.error(f"--{name} is a {other} flag and has no effect in {script}; remove it")
 
 
-def write_run_config(args: argparse.Namespace, output_dir: str, extra: dict | None = None) -> dict:
-    """The resolved run configuration next to the results (run_config.json); returns it as written
-    (plain JSON values)."""
+def write_run_config(values: dict, output_dir: str, extra: dict | None = None) -> dict:
+    """The resolved run configuration (``Settings.as_dict()``) next to the results (run_config.json);
+    returns it as written (plain JSON values)."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "run_config.json")
-    values = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-    values.update(extra or {})
-    text = json.dumps(values, indent=2, sort_keys=True, default=str)
+    text = json.dumps({**values, **(extra or {})}, indent=2, sort_keys=True, default=str)
     atomic_write_text(path, text)
     return json.loads(text)
+
+
+def add_eval_args(parser: argparse.ArgumentParser) -> None:
+    """run_eval.py's own: the reference's positional arguments and what a run of generation takes."""
+    parser.add_argument("model_path", help="checkpoint (.ckpt) or Hugging Face folder")
+    parser.add_argument("config_path", help="BART config.json the model was built with")
+    parser.add_argument("data_dir", help="folder with {type_path}.source and .target")
+    parser.add_argument("save_path", help="output folder")
+    parser.add_argument("--type_path", default="test", help="split to evaluate (train, val, test)")
+    parser.add_argument("--n_obs", type=count_or_all(1), default=None, help="only the first N examples (-1: all)")
+    parser.add_argument("--num_return_sequences", type=POSITIVE, default=1)
+    parser.add_argument("--max_source_length", type=POSITIVE, default=1024)
+    parser.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
+                        help="dllogger log (default SAVE_PATH/dllogger.json)")
+    parser.add_argument("--task", choices=tuple(TASK_METRICS), default="summarization")
+    parser.add_argument("--prefix", default="", help="text put in front of every source")
+    parser.add_argument("--info", nargs="?", const=datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+                        default=None, help="a note stored in the metrics file (no value: the current date and time)")
+    parser.add_argument("--seed", type=int, default=42, help="seeds torch before generating (sampling)")
+    parser.add_argument("--dump-args", "--dump_args", dest="dump_args", action="store_true",
+                        help="store the generation arguments in the metrics file")
+    add_architecture_args(parser)
+    add_dist_timeout_arg(parser)
+    add_precision_args(parser, training=False)
+    parser.add_argument("--decode_precision", choices=DECODE_PRECISIONS, default="fp32",
+                        help="weights to decode with: fp32, a bf16 copy, int8 dynamically quantized linear layers (CPU); "
+                             "see bart/generation/precision.py")
+    parser.add_argument("--compile_generation", nargs="?", const="default", default=False,
+                        choices=("default", "reduce-overhead"),
+                        help="the decode step under torch.compile (no value: default mode; reduce-overhead: CUDA graphs)")
+    add_generation_args(parser, batch_alias="--bs", max_length_alias="--max_target_length")
+
+
+def add_finetune_args(parser: argparse.ArgumentParser) -> None:
+    """finetune.py's own: where the starting weights come from."""
+    add_shared_args(parser)
+    parser.add_argument("--model_name_or_path", dest="init_checkpoint_alias", default=None,
+                        help="starting weights: a .ckpt, a folder holding one, or a Hugging Face folder "
+                             "(same as --init_checkpoint)")
+    parser.add_argument("--from_scratch", action="store_true", help="start from random weights (no checkpoint)")
+
+
+def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
+    add_shared_args(parser)
+    add_noise_args(parser)
+
+
+# script -> (its own flags, the defaults it sets over the groups', argparse's formatter)
+SCRIPTS = {
+    "pretrain.py": (add_pretrain_args, dict(lr_scheduler="polynomial", max_source_length=128, task="pretraining"),
+                    argparse.HelpFormatter),
+    "finetune.py": (add_finetune_args, dict(max_target_length=56, lr_scheduler="linear"), argparse.HelpFormatter),
+    "run_eval.py": (add_eval_args, dict(eval_batch_size=8, eval_max_gen_length=142),
+                    argparse.RawDescriptionHelpFormatter),
+}
+
+
+def build_parser(script: str, description: str | None = None) -> ArgumentParser:
+    """``script``'s parser: its flags (:data:`SCRIPTS`), then the reference recipe's spellings of it."""
+    add_own, defaults, formatter = SCRIPTS[script]
+    parser = ArgumentParser(prog=script, description=description, formatter_class=formatter)
+    add_own(parser)
+    add_reference_args(parser, script)
+    parser.set_defaults(**defaults)
+    return parser

@@ -1,157 +1,77 @@
-"""Building a run from parsed flags: the pieces pretrain.py and finetune.py share."""
+"""Building a training run from its settings (:class:`bart.cli.settings.Settings`): what pretrain.py and
+finetune.py share, on top of :mod:`bart.cli.start` (what every entry script does first)."""
 from __future__ import annotations
 
-import argparse
 import os
-import random
 import sys
 
-import numpy as np
 import torch
 
+from bart.cli.args import write_run_config
+from bart.cli.settings import Settings, fit_lengths, resolved
+from bart.cli.start import (device_for, lock_output_dir, model_config, record_start, seed_everything, setup_distributed,
+                             tokenizer_for)
 from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler, describe_optimizer
-from bart.cli.args import write_run_config
+from bart.tokenization.vocab_check import require_vocab_size
+from bart.training.checkpoint import resolve_resume, resumable_checkpoints
 from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
-from utils import distributed as dist_utils, provenance
+from utils import distributed as dist_utils
 from utils.checkpoint_io import remove_stale_partials
 from utils.dllogger_compat import Logger, drop_records_after
-from utils.errors import UserError
 from utils.metric_writers import build_writers, config_text
 
 
-def seed_everything(seed: int, rank: int = 0) -> None:
-    """Same seed for the model's initialisation on every rank; per-rank streams for dropout."""
-    random.seed(seed + rank)
-    np.random.seed(seed + rank)
-    torch.manual_seed(seed)
+def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
+    """A training run's start: the process group, the output folder's lock (one run per folder, before
+    anything is written there), the seeds, and ``--resume_from_checkpoint auto`` settled against the folder."""
+    env = setup_distributed(args)
+    lock_output_dir(args.output_dir, env)
+    seed_everything(args.seed, env.rank)
+    if args.resume_from_checkpoint == "auto":  # True when the folder holds a training checkpoint, else None
+        args = resolved(args, resume_from_checkpoint=resolve_resume("auto", args.output_dir, announce=env.is_main))
+    return args, env
 
 
-def setup_distributed(args: argparse.Namespace) -> dist_utils.DistributedEnv:
-    env = dist_utils.read_env()
-    if args.local_rank is not None and args.local_rank != env.local_rank:
-        raise SystemExit(f"--local_rank {args.local_rank} disagrees with the launcher's LOCAL_RANK {env.local_rank}")
-    # --affinity before the process group starts its threads, so that they inherit it
-    if torch.cuda.is_available() and args.affinity != "disabled":
-        dist_utils.set_cpu_affinity(args.affinity, env)
-    elif args.affinity != "disabled" and "affinity" in getattr(args, "_given", ()):
-        print(f"note: --affinity {args.affinity} pins GPU processes near their GPU; this run has no GPU, so its "
-              f"CPU affinity is left as it is", file=sys.stderr)
-    return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout,
-                                       rendezvous_timeout_s=args.rendezvous_timeout)
-
-
-def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir") -> None:
-    """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`utils.run_lock`) before anything is
-    written there; the other ranks wait for its decision and stop with it (exit 2 on every rank)."""
-    from utils import run_lock
-    from utils.errors import one_line
-
-    error = None
-    if env.is_main:
-        try:
-            run_lock.acquire(folder, flag=flag)
-        except (UserError, OSError) as err:
-            error = err
-    refused = None if error is None else one_line(error)
-    if env.distributed:
-        refused = dist_utils.all_gather_objects(refused)[0]
-    if error is not None:
-        raise error
-    if refused:
-        raise run_lock.RunLockBusy(f"rank 0 did not start the run: {refused}")
-
-
-def device_for(env: dist_utils.DistributedEnv) -> torch.device:
-    return torch.device("cuda", env.local_rank % torch.cuda.device_count()) if torch.cuda.is_available() \
-        else torch.device("cpu")
-
-
-def compile_default(args: argparse.Namespace, device: torch.device) -> bool:
-    """--compile / --no-compile as given; neither: on for CUDA training, off on CPU."""
-    return args.compile if args.compile is not None else device.type == "cuda"
-
-
-def model_config(args: argparse.Namespace, training: bool = True) -> BartConfig:
-    """The config file with the command line's overrides applied before the model is built.
-    Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
-    config = BartConfig.from_json_file(args.config_path)
-    for flag in ("dropout", "attention_dropout", "encoder_layerdrop", "decoder_layerdrop"):
-        value = getattr(args, flag, None)
-        if value is not None:
-            setattr(config, flag, value)
-    if getattr(args, "pre_ln", None) is not None:
-        config.set_pre_ln(args.pre_ln)
-    config.gradient_checkpointing = bool(getattr(args, "gradient_checkpointing", False))
-    if training:
-        config.dtype = None
-    config.validate()
-    return config
-
-
-def check_lengths(args: argparse.Namespace, config: BartConfig, flags) -> None:
-    """Token lengths must fit the model's positions. A length the user gave that does not fit is an
-    error naming the flag; a default that does not fit is lowered to the model's positions, with a note."""
-    limit = config.max_position_embeddings
-    given = getattr(args, "_given", None)
-    for flag in flags:
-        value = getattr(args, flag, None)
-        if value is None or value <= limit:
-            continue
-        if given is not None and flag not in given:
-            print(f"note: --{flag} defaults to {value} but the model has {limit} positions; using {limit}",
-                  file=sys.stderr)
-            setattr(args, flag, limit)
-            continue
-        raise UserError(f"--{flag} {value} exceeds the model's max_position_embeddings {limit} "
-                        f"({getattr(args, 'config_path', 'the config')}); use at most {limit} or a model with more positions")
-
-
-def load_tokenizer(args: argparse.Namespace, model_path: str | None = None):
+def load_tokenizer(args: Settings, model_path: str | None = None):
     """The tokenizer the starting weights were trained with (``model_path``; when resuming, the checkpoint
-    resumed from), checked against ``--tokenizer`` / ``$TOKENIZER`` (``--allow_tokenizer_mismatch`` overrides);
-    from scratch: ``--tokenizer``, else ``$TOKENIZER``, else ``$BART_DEFAULT_TOKENIZER``, else
-    facebook/bart-large. See :mod:`bart.cli.tokenizer_choice`."""
-    from bart.tokenization.tokenization_bart import BartTokenizer
-    from bart.cli.tokenizer_choice import choose_tokenizer
-    from bart.training.checkpoint import resumable_checkpoints
-    from utils.checkpoint_io import CheckpointError
-
-    allow = bool(getattr(args, "allow_tokenizer_mismatch", False))
-    resume = getattr(args, "resume_from_checkpoint", None)
+    resumed from: with True the newest readable one, as the resume takes it), checked against ``--tokenizer`` /
+    ``$TOKENIZER`` (``--allow_tokenizer_mismatch`` overrides); from scratch: ``--tokenizer``, else
+    ``$TOKENIZER``, else ``$BART_DEFAULT_TOKENIZER``, else facebook/bart-large. See
+    :mod:`bart.cli.tokenizer_choice`."""
+    resume = args.resume_from_checkpoint
     candidates = [model_path]
     if model_path is None and isinstance(resume, str):
         candidates = [resume]
-    elif model_path is None and resume:  # True: the newest readable training checkpoint, as the resume takes it
+    elif model_path is None and resume:
         candidates = [path for _, path in reversed(resumable_checkpoints(args.output_dir))] or [None]
-    for i, candidate in enumerate(candidates):
-        try:
-            choice = choose_tokenizer(candidate, args.tokenizer, allow_mismatch=allow)
-            break
-        except CheckpointError:
-            if i == len(candidates) - 1:
-                raise
-    return BartTokenizer.from_pretrained(choice.path)
+    return tokenizer_for(args, candidates)
 
 
-def save_run_files(args: argparse.Namespace, tokenizer, config: BartConfig, world_size: int) -> None:
+def build_model_and_tokenizer(args: Settings, init_from: str | None, lengths) -> tuple:
+    """(settings, tokenizer, model) of a training run: the tokenizer of the starting weights ``init_from`` (see
+    :func:`load_tokenizer`), the config with the flags' overrides, the token ``lengths`` (flag names) fitted to
+    its positions, the vocabulary checked against the tokenizer, the model built and its frozen parts."""
+    tokenizer = load_tokenizer(args, init_from)
+    config = model_config(args)
+    args = fit_lengths(args, config.max_position_embeddings, lengths, args.config_path)
+    require_vocab_size(tokenizer, config, config_name=args.config_path)
+    model = build_model(args, config, init_from=init_from)
+    freeze_parameters(model, encoder=args.freeze_encoder, embeddings=args.freeze_embeds)
+    return args, tokenizer, model
+
+
+def save_run_files(args: Settings, tokenizer, config: BartConfig, world_size: int) -> None:
     """Rank 0: the resolved run configuration and the tokenizer next to the checkpoints, so that
     run_eval.py and bart.export find the tokenizer a checkpoint was trained with."""
-    write_run_config(args, args.output_dir, {"world_size": world_size, "model_config": config.to_dict()})
+    write_run_config(args.as_dict(), args.output_dir, {"world_size": world_size, "model_config": config.to_dict()})
     tokenizer.save_pretrained(args.output_dir)
     record_start(args.output_dir, world_size)
 
 
-def record_start(folder: str, world_size: int) -> str:
-    """Rank 0: this start's provenance (commit, versions, GPUs, container, command line) appended to
-    ``folder``/git_log.json (:mod:`utils.provenance`); a resume adds a record, never replaces one."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return provenance.append_start(folder, provenance.collect(root, extra={"world_size": world_size}))
-
-
-def build_model(args: argparse.Namespace, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:
+def build_model(args: Settings, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:
     """A fresh model, or one holding ``init_from``'s weights (a local path: the entry scripts resolve hub ids
     first; strict; Pre-LN must match); under --fp8 with float8 linear layers (:mod:`bart.training.float8`)."""
     if init_from:
@@ -176,7 +96,12 @@ def freeze_parameters(model: BartForConditionalGeneration, encoder: bool = False
             p.requires_grad = False
 
 
-def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps: int, eval_hook=None,
+def compile_default(args: Settings, device: torch.device) -> bool:
+    """--compile / --no-compile as given; neither: on for CUDA training, off on CPU."""
+    return args.compile if args.compile is not None else device.type == "cuda"
+
+
+def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval_hook=None,
                   final_checkpoint_name: str | None = None, label_smoothing: float = 0.0) -> Trainer:
     """The trainer, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
     banner (printed, in run_config.json, in TensorBoard)."""
@@ -187,18 +112,18 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
         precision=args.precision, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
         log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
         max_consecutive_nonfinite=args.max_consecutive_nonfinite, min_loss_scale=args.min_loss_scale, step_offset=args.phase1_end_step,
-        val_check_interval=getattr(args, "val_check_interval", 0),
+        val_check_interval=args.val_check_interval,
         allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=compile_default(args, device),
         fused_cross_entropy=args.fused_cross_entropy, distributed_strategy=args.distributed_strategy,
         find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
         final_checkpoint_name=final_checkpoint_name,
-        run_args={k: v for k, v in vars(args).items() if not k.startswith("_")})
+        run_args=args.as_dict())
     strategy = strategy_for(config, env.world_size, device)
     strategy.prepare(model)  # before the optimizer: FSDP replaces the parameters by shards
     optimizer, clips_internally = build_optimizer(
         model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
         betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
-        use_nvlamb=getattr(args, "use_nvlamb", False))
+        use_nvlamb=args.use_nvlamb)
     scheduler = build_scheduler(optimizer, args.lr_scheduler, args.warmup_steps, total_steps, lr_end=args.lr_end)
     if env.is_main:
         for path, size in remove_stale_partials(args.output_dir):
@@ -221,7 +146,7 @@ def build_trainer(args: argparse.Namespace, model, train_data, env, total_steps:
     if env.is_main:
         banner = run_banner(args, trainer, env.world_size, data_rows(train_data, eval_hook))
         print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)
-        resolved = write_run_config(args, args.output_dir, {"world_size": env.world_size, "run_banner": banner,
+        resolved = write_run_config(args.as_dict(), args.output_dir, {"world_size": env.world_size, "run_banner": banner,
                                                              "model_config": model.config.to_dict()})
         tensorboard_dir = None if args.no_tensorboard else args.tensorboard_dir or os.path.join(args.output_dir,
                                                                                                   "tensorboard")
@@ -260,12 +185,12 @@ def data_rows(train_data, eval_hook) -> dict:
     return rows
 
 
-def check_global_batch(args: argparse.Namespace, train_data, world_size: int) -> None:
+def check_global_batch(args: Settings, train_data, world_size: int) -> None:
     """A global batch (sequences per update) larger than the training data would silently hold fewer
     sequences than it says: refused in one line naming the rows and the batch, before anything is written.
     Token-budget batches (--max_tokens_per_batch) are sized by tokens, not sequences."""
     rows = data_rows(train_data, None).get("train")
-    if rows is None or getattr(args, "max_tokens_per_batch", None):
+    if rows is None or args.max_tokens_per_batch:
         return
     accumulation = args.gradient_accumulation_steps
     per_update = args.train_batch_size * accumulation * world_size
@@ -279,7 +204,7 @@ def check_global_batch(args: argparse.Namespace, train_data, world_size: int) ->
                     f"of {args.data_dir}: each update would hold fewer sequences than it says; {fix}")
 
 
-def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data_rows: dict) -> dict:
+def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dict) -> dict:
     """The implementation choices in effect for this run (what ran, not only what was asked)."""
     if trainer.device.type == "cuda":
         kernels = [name for name, on in (("flash", torch.backends.cuda.flash_sdp_enabled()),
@@ -292,7 +217,7 @@ def run_banner(args: argparse.Namespace, trainer: Trainer, world_size: int, data
     precision = trainer.precision
     tf32 = torch.backends.cuda.matmul.allow_tf32 if trainer.device.type == "cuda" else "n/a (no CUDA)"
     per_update = args.train_batch_size * args.gradient_accumulation_steps * world_size
-    max_tokens = getattr(args, "max_tokens_per_batch", None)
+    max_tokens = args.max_tokens_per_batch
     if max_tokens:
         batch = f"token budget {max_tokens * args.gradient_accumulation_steps * world_size} source tokens per update"
     else:

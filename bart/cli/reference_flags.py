@@ -10,14 +10,14 @@ here are either translated onto this recipe's flags (``--max_epochs`` becomes a 
 ``--precision 16`` is ``--fp16``) or refused with the replacement (``--adafactor``, ``--tpu_cores``).
 The README's "Flags of the reference recipe" table lists every one of them with its status.
 
-    add_reference_args(parser, "finetune.py")   # after the script's own flags
-    apply_reference_args(args, parser, "finetune.py")  # after check_args: translate, or refuse in one line
-    resolve_epochs(args, batches_per_epoch)   # finetune.py, once the loader exists: epochs -> updates
+    add_reference_args(parser, "finetune.py")   # after the script's own flags (bart.cli.args.build_parser)
+    apply_reference_args(namespace, parser, "finetune.py", argv, given)  # translate, or refuse in one line
+
+(bart.cli.settings calls both; it also turns epochs into updates once the loader exists: ``resolve_epochs``.)
 """
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -100,13 +100,6 @@ class Spec:
 
 
 # -- translations -----------------------------------------------------------------------------------
-def _set(**values):
-    def apply(args, _value, _script):
-        for key, value in values.items():
-            setattr(args, key, value)
-    return apply
-
-
 def _cache_dir(args, value, _script):
     if value:  # bart.hub reads HF_HUB_CACHE when it resolves a hub id
         os.environ["HF_HUB_CACHE"] = os.path.expanduser(value)
@@ -244,6 +237,9 @@ SPECS = (
          fix="BART's tokenizer has no language codes (that is mBART's): `--src_lang` must stay empty"),
     Spec(("--tgt_lang",), TRAINING, "ref_tgt_lang", works=_equals(""),
          fix="BART's tokenizer has no language codes (that is mBART's): `--tgt_lang` must stay empty"),
+    # -- the BERT recipe's spelling (NVIDIA's run_pretraining.py): what it asks for always happens here -------
+    Spec(("--allreduce_post_accumulation",), TRAINING, "ref_allreduce_post_accumulation", kind="switch",
+         help="accepted: gradients are all-reduced once per update, after accumulation, always (DDP no_sync)"),
     Spec(("--buffer_size",), (PRETRAIN,), "buffer_size", type=int, works=lambda v: v >= 1, fix="must be >= 1",
          help="rows shuffled together in each loader worker's window (default 16384)"),
     # -- the current reference's finetune.py / run_eval.py ----------------------------------------------
@@ -396,19 +392,18 @@ def _given_option(spec: Spec, argv) -> str:
     return spec.options[0]
 
 
-def apply_reference_args(args: argparse.Namespace, parser: argparse.ArgumentParser, script: str, argv=None) -> None:
-    """Translate the reference's values onto this recipe's flags, or stop with one line naming the
-    replacement (argparse's error: exit 2, before anything is built)."""
-    import sys
-    argv = sys.argv[1:] if argv is None else list(argv)
+def apply_reference_args(args: argparse.Namespace, parser: argparse.ArgumentParser, script: str, argv: list[str],
+                         given: set[str]) -> None:
+    """Translate the reference's values onto this recipe's flags (``given``: the flags the command line
+    gave), or stop with one line naming the replacement (argparse's error: exit 2, before anything is built)."""
     try:
-        _translate_shared(args, parser, script, argv)
+        _translate_shared(args, script, given)
     except _Refusal as err:
         parser.error(str(err))
     for spec in specs_for(script):
         if spec.dest in ("gradient_accumulation_steps", "log_freq"):
             continue  # plain aliases: argparse checked the value, the destination is this recipe's flag
-        value = getattr(args, spec.dest, None)
+        value = vars(args)[spec.dest]
         if value is None:
             continue
         option = _given_option(spec, argv)
@@ -431,9 +426,8 @@ def _plain(text: str) -> str:
     return text.replace("`", "")
 
 
-def _translate_shared(args, parser, script: str, argv) -> None:
+def _translate_shared(args, script: str, given: set[str]) -> None:
     """The reference's values of flags this recipe also has: -1 = all / never, 0 beams, weights only."""
-    given = getattr(args, "_given", set())
     if script in TRAINING:
         _weights_only(args, script)
     if script == PRETRAIN:
@@ -455,7 +449,7 @@ def _translate_shared(args, parser, script: str, argv) -> None:
         if args.check_val_every_n_epoch is not None:
             if "val_check_interval" in given:
                 raise _Refusal("give one of --check_val_every_n_epoch and --val_check_interval")
-            args.val_check_interval = float(args.check_val_every_n_epoch)  # epochs: resolve_epochs makes it updates
+            args.val_check_interval = float(args.check_val_every_n_epoch)  # epochs: settings.resolve_epochs makes it updates
     if script == EVAL:
         if args.eval_beams == 0:  # the reference ran max(eval_beams, num_return_sequences) beams
             args.eval_beams = max(1, args.num_return_sequences)
@@ -482,33 +476,6 @@ def _weights_only(args, script: str) -> None:
     args.load_model_weights_only = True
 
 
-# -- finetune.py, once the training loader exists ------------------------------------------------
-def updates_per_epoch(batches_per_epoch: int, accumulation: int) -> float:
-    return batches_per_epoch / accumulation
-
-
-def resolve_epochs(args: argparse.Namespace, batches_per_epoch: int) -> None:
-    """Epoch-counted flags as updates, with B batches per process per epoch and A accumulation steps
-    (E = B / A updates per epoch):
-
-    - ``--val_check_interval F`` (a fraction, or ``--check_val_every_n_epoch N`` as F = N): every
-      max(1, floor(F x E)) updates (Lightning: every floor(F x B) batches);
-    - ``--max_epochs N``: at most ceil(N x B / A) updates, fewer if ``--max_steps`` is smaller;
-    - ``--min_epochs N``: early stopping waits for ceil(N x B / A) updates (and ``--min_steps``).
-    """
-    accumulation = args.gradient_accumulation_steps
-    per_epoch = updates_per_epoch(batches_per_epoch, accumulation)
-    if isinstance(args.val_check_interval, float):
-        args.val_check_interval = max(1, math.floor(args.val_check_interval * per_epoch))
-    if getattr(args, "max_epochs", None):
-        steps = max(1, math.ceil(args.max_epochs * batches_per_epoch / accumulation))
-        args.max_steps = min(args.max_steps, steps) if args.max_steps else steps
-    min_steps = args.min_steps or 0
-    if args.min_epochs:
-        min_steps = max(min_steps, math.ceil(args.min_epochs * batches_per_epoch / accumulation))
-    args.min_steps = min_steps
-
-
 def weights_summary(model: torch.nn.Module, mode: str) -> str:
     """Lightning's ``weights_summary``: parameter counts of the top-level modules (``top``) or of every
     module (``full``), and the trainable total."""
@@ -525,7 +492,7 @@ def weights_summary(model: torch.nn.Module, mode: str) -> str:
     return "\n".join(lines)
 
 
-def validate_before_training(args: argparse.Namespace) -> bool:
+def validate_before_training(args) -> bool:
     """finetune.py's validation before the first update: ``--num_sanity_val_steps -1`` asks for it,
     0 turns it off, and by default it runs when validation runs during training."""
     if args.num_sanity_val_steps is not None:
@@ -533,7 +500,7 @@ def validate_before_training(args: argparse.Namespace) -> bool:
     return bool(args.val_check_interval)
 
 
-def write_debug_references(args: argparse.Namespace) -> Optional[str]:
+def write_debug_references(args) -> Optional[str]:
     """run_eval.py ``--debug``: the references of the evaluated examples as SAVE_PATH/{type_path}.target,
     line for line with {type_path}_generations.txt (as the reference wrote them). Not written over the
     data's own file when SAVE_PATH is the data folder."""

@@ -114,11 +114,10 @@ def _public_format(data) -> Optional[str]:
 
 def _weights_file_in(folder: str) -> Optional[str]:
     """The checkpoint a folder without config.json stands for (as the model loaders pick it), quietly."""
-    from bart.modeling.weights import _single_file_in
+    from bart.modeling.weights import _single_file_in, resolve_weights
     single = _single_file_in(folder)
     if single:
         return single
-    from bart.training.checkpoint import resolve_weights
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             chosen = resolve_weights(folder)

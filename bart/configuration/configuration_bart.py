@@ -62,6 +62,13 @@ _DEFAULTS: dict[str, Any] = {
     "pad_vocab_to_multiple_of": 128,
 }
 
+# Every config key that decides the model's architecture (what the weights mean), as opposed to what training
+# or generation does with it: the weights' stored config decides these when loading (bart.modeling.weights),
+# and a resume refuses a checkpoint whose values differ (bart.training.checkpoint's resume checks).
+# normalize_before and add_final_layer_norm follow pre_ln (set_pre_ln).
+ARCHITECTURE_KEYS = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers",
+                     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+                     "pre_ln", "scale_embedding", "activation_function", "tie_word_embeddings")
 
 _INT = (int,)
 _FLOAT = (int, float)

@@ -68,7 +68,7 @@ def add_noise_args(parser: argparse.ArgumentParser) -> None:
 
 
 def noise_config_from_args(args: argparse.Namespace) -> NoiseConfig:
-    return NoiseConfig(**{f.name: getattr(args, f.name) for f in fields(NoiseConfig)})
+    return NoiseConfig(**{f.name: vars(args)[f.name] for f in fields(NoiseConfig)})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stage", choices=STAGES, default="all",
                         help="all: preprocess and balance; preprocess: raw shards only; balance: raw → balanced")
     args = parser.parse_args(argv)
-    corpora = {k: getattr(args, k) for k in ("wikipedia", "common_crawl", "open_webtext") if getattr(args, k)}
+    corpora = {k: vars(args)[k] for k in ("wikipedia", "common_crawl", "open_webtext") if vars(args)[k]}
     try:
         preprocess(corpora, args.out, args.seq_lengths, args.num_shards, args.workers, args.schedule,
                    stage=args.stage)

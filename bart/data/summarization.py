@@ -21,9 +21,6 @@ from utils.errors import UserError
 from utils.signals import ignore_stop_signals
 from utils.text_lines import iter_lines, line_ends
 
-SPLITS = ("train", "val", "test")
-
-
 def _read_lines(path: str) -> list[str]:
     """The file's lines (universal newlines: ``\\n``, ``\\r\\n`` or a lone ``\\r`` ends a line, as Python's text
     mode and the reference's readers split them), each decoded as UTF-8 (an error names the line)."""

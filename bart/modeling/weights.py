@@ -17,8 +17,10 @@ only numpy scalars/arrays and ``argparse.Namespace`` added to what it may rebuil
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -26,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from bart.configuration.configuration_bart import BartConfig
+from bart.configuration.configuration_bart import ARCHITECTURE_KEYS, BartConfig
 from bart.generation.options import (OPTION_BY_NAME, TOKEN_IDS, generation_config_json, read_generation_config,
                                      single_token_id)
 from bart.hub import looks_like_hub_id, resolve_model_path
@@ -37,12 +39,8 @@ from utils.file_modes import give_new_file_mode
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")
 _PREFIXES = ("module.", "_orig_mod.")
+_ANY_STEP = re.compile(r"step(\d+)")  # a step number in a checkpoint's name
 _RENAMES = ((".last_layernorm.", ".layer_norm."),)
-# Every config key that decides the model's architecture (what the weights mean), as opposed to what
-# training or generation does with it. normalize_before/add_final_layer_norm follow pre_ln (set_pre_ln).
-ARCHITECTURE_KEYS = ("vocab_size", "max_position_embeddings", "d_model", "encoder_layers", "decoder_layers",
-                     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
-                     "pre_ln", "scale_embedding", "activation_function")
 
 
 def _state_dict_of(data: dict, path: str) -> dict[str, torch.Tensor]:
@@ -194,9 +192,6 @@ def config_from_folder(folder: str) -> BartConfig:
         raise CheckpointError(f"{err} (in {path})") from err
 
 
-_config_from_folder = config_from_folder  # the name earlier code used
-
-
 def _load_safetensors(path: str) -> dict:
     from safetensors.torch import load_file
     try:
@@ -248,6 +243,25 @@ def _single_file_in(folder: str) -> Optional[str]:
     """A folder without config.json holding one checkpoint file (a fairseq ``bart.large/`` folder)."""
     names = [n for n in ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt") if os.path.isfile(os.path.join(folder, n))]
     return os.path.join(folder, names[0]) if names else None
+
+
+def resolve_weights(path: str) -> str:
+    """Starting weights: a checkpoint file, a Hugging Face folder (config.json), or a folder of
+    checkpoints (a run's output folder), from which the one with the highest step in its name is taken
+    (ties: the newest)."""
+    if os.path.isfile(path) or os.path.isfile(os.path.join(path, "config.json")):
+        return path
+    if os.path.isdir(path):
+        found = glob.glob(os.path.join(path, "*.ckpt")) + glob.glob(os.path.join(path, "*.pt"))
+        if found:
+            def order(candidate):
+                steps = _ANY_STEP.findall(os.path.basename(candidate))
+                return (int(steps[-1]) if steps else -1, os.path.getmtime(candidate))
+            chosen = max(found, key=order)
+            print(f"[checkpoint] {path}: starting from {os.path.basename(chosen)}")
+            return chosen
+        raise FileNotFoundError(f"{path} holds no checkpoint (*.ckpt, *.pt) and no Hugging Face config.json")
+    raise FileNotFoundError(f"no checkpoint at {path}")
 
 
 def _architecture_of_tensors(state: dict[str, torch.Tensor]) -> dict:

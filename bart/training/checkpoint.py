@@ -1,4 +1,5 @@
-"""Every checkpoint rule of the recipe: the formats, the names, which one is "latest", best-k, pruning.
+"""The checkpoints a training run writes: the formats, the names, which one is "latest", best-k, pruning.
+(Which file of a folder holds starting weights is :func:`bart.modeling.weights.resolve_weights`.)
 
 Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; written atomically by
 :func:`utils.checkpoint_io.atomic_save`):
@@ -20,28 +21,27 @@ elsewhere still says which tokenizer it was trained with (:mod:`bart.cli.tokeniz
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import random
 import re
+import sys
+from collections import OrderedDict
 
 import numpy as np
 import torch
 
-import sys
-from collections import OrderedDict
-
+from bart.configuration.configuration_bart import ARCHITECTURE_KEYS
 from bart.hub import has_tokenizer_files
 from bart.modeling.vocab_padding import unpadded_state_dict
 from bart.tokenization.identity import METADATA_KEY, RECORD_KEY, TokenizerFilesError, record, tokenizer_identity
 from utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
+from utils.distributed import is_main_process
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
 _RESUMABLE_FILE = re.compile(r"^(_epoch\d+)?_step(\d+)\.ckpt$")  # _step{N}.ckpt, fine-tuning's final _epoch{E}_step{N}.ckpt
 AUTO = "auto"  # --resume_from_checkpoint auto
-_ANY_STEP = re.compile(r"step(\d+)")
 
 
 def save_checkpoint(path: str, state: dict) -> None:
@@ -117,24 +117,6 @@ def prune_checkpoints(output_dir: str, keep: int) -> list[str]:
     for path in removed:
         os.remove(path)
     return removed
-
-
-def resolve_weights(path: str) -> str:
-    """Starting weights: a checkpoint file, a Hugging Face folder (config.json), or a folder of
-    checkpoints, from which the one with the highest step in its name is taken (ties: the newest)."""
-    if os.path.isfile(path) or os.path.isfile(os.path.join(path, "config.json")):
-        return path
-    if os.path.isdir(path):
-        found = glob.glob(os.path.join(path, "*.ckpt")) + glob.glob(os.path.join(path, "*.pt"))
-        if found:
-            def order(candidate):
-                steps = _ANY_STEP.findall(os.path.basename(candidate))
-                return (int(steps[-1]) if steps else -1, os.path.getmtime(candidate))
-            chosen = max(found, key=order)
-            print(f"[checkpoint] {path}: starting from {os.path.basename(chosen)}")
-            return chosen
-        raise FileNotFoundError(f"{path} holds no checkpoint (*.ckpt, *.pt) and no Hugging Face config.json")
-    raise FileNotFoundError(f"no checkpoint at {path}")
 
 
 def _plain_number(value):
@@ -244,6 +226,14 @@ def write_training_checkpoint(output_dir: str, state: dict, name: str | None, ke
 FINAL_WEIGHTS = "final_step.ckpt"
 
 
+def save_final_weights(output_dir: str, trainer) -> str | None:
+    """Every rank: the weights a file of the model holds (``trainer.model_file_state()``: full tensors, a
+    collective under FSDP; the vocabulary's padding rows cut), written by rank 0 as ``final_step.ckpt``
+    (:func:`write_final_weights`); its path on rank 0, None elsewhere."""
+    weights = trainer.model_file_state()
+    return write_final_weights(output_dir, weights) if is_main_process() else None
+
+
 def write_final_weights(output_dir: str, model_state: dict) -> str:
     """The raw state dict (as the reference writes it); the tokenizer record rides in its metadata."""
     path = os.path.join(output_dir, FINAL_WEIGHTS)
@@ -328,8 +318,6 @@ def _architecture(key: str):
 
 
 def _resume_checks() -> dict:
-    from bart.modeling.weights import ARCHITECTURE_KEYS  # the keys a model's weights depend on
-
     checks = {
         "optimizer": ("--lamb", lambda r: None if "lamb" not in r["args"] else "LAMB" if r["args"]["lamb"] else "AdamW",
                       False),
@@ -351,7 +339,7 @@ def _resume_checks() -> dict:
         # checkpoints hold full tensors whatever the strategy
         "distributed_strategy": ("--distributed_strategy", _strategy_of, True),
     }
-    for key in (*ARCHITECTURE_KEYS, "tie_word_embeddings"):
+    for key in ARCHITECTURE_KEYS:  # the keys a model's weights depend on
         checks[key] = (f"the config's {key}", _architecture(key), False)
     return checks
 

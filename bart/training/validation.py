@@ -59,6 +59,14 @@ class Validation:
         self.without_improvement = 0
         self.history: list[dict] = []
 
+    def begin(self, trainer, resumed: bool, before_training: bool) -> None:
+        """Before the first update of this run: a resumed run goes on with the top-k of the interrupted one
+        (rank 0 keeps it); ``before_training`` validates once at step 0 (not after a resume) and logs it."""
+        if resumed and dist_utils.is_main_process():
+            self.best.restore()
+        if before_training and trainer.step == 0:
+            trainer.logger.log(step=trainer.global_step, data={f"val_{k}": v for k, v in self(trainer).items()})
+
     def state_dict(self) -> dict:
         """What early stopping has counted so far (kept in training checkpoints: a resumed run stops where
         the uninterrupted run would have)."""

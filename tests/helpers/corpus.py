@@ -3,11 +3,7 @@ import bz2
 import os
 import random
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-WORDS = ("the quick brown fox jumps over lazy dog while researchers train large language models on many "
-         "thousands of documents about science history music and sports in several countries").split()
+from benchmarks.corpora import WORDS, write_shards  # noqa: F401  (one generator of LDDL shards)
 
 
 def write_corpus(folder: str, documents: int = 120, seed: int = 0, files: int = 2) -> str:
@@ -21,21 +17,6 @@ def write_corpus(folder: str, documents: int = 120, seed: int = 0, files: int = 
                              for _ in range(rng.randint(3, 15))]
                 out.write(" ".join(sentences) + "\n")
     return folder
-
-
-def write_shards(folder: str, rows_per_shard, seed: int = 0, words=(8, 30)) -> list[str]:
-    """Shards with the ``sentences`` column; ``rows_per_shard`` a list of row counts."""
-    rng = random.Random(seed)
-    os.makedirs(folder, exist_ok=True)
-    paths = []
-    for i, rows in enumerate(rows_per_shard):
-        texts = [f"Document {i}-{r}. " + ". ".join(" ".join(rng.choices(WORDS, k=12)).capitalize()
-                                                   for _ in range(rng.randint(*words) // 12 + 1)) + "."
-                 for r in range(rows)]
-        path = os.path.join(folder, f"shard-{i}.parquet")
-        pq.write_table(pa.table({"sentences": texts}), path)
-        paths.append(path)
-    return paths
 
 
 # Vocabulary of the small trained tokenizer used where the vocabulary is not the point of a test

@@ -1,0 +1,108 @@
+"""What every entry script does first, training or not (run_eval.py too): the process group, the run
+folder's lock and provenance record (git_log.json), the device, the config with the command line's
+overrides, the tokenizer. Nothing here
+knows training (:mod:`bart.cli.builder` builds a training run on top of it)."""
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+from bart.cli.settings import Settings
+from bart.configuration.configuration_bart import BartConfig
+from utils import distributed as dist_utils, provenance
+from utils.checkpoint_io import CheckpointError
+from utils.errors import UserError
+
+
+def seed_everything(seed: int, rank: int = 0) -> None:
+    """Same seed for the model's initialisation on every rank; per-rank streams for dropout."""
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+    torch.manual_seed(seed)
+
+
+def setup_distributed(args: Settings) -> dist_utils.DistributedEnv:
+    env = dist_utils.read_env()
+    if args.local_rank is not None and args.local_rank != env.local_rank:
+        raise SystemExit(f"--local_rank {args.local_rank} disagrees with the launcher's LOCAL_RANK {env.local_rank}")
+    # --affinity before the process group starts its threads, so that they inherit it
+    if torch.cuda.is_available() and args.affinity != "disabled":
+        dist_utils.set_cpu_affinity(args.affinity, env)
+    elif args.affinity != "disabled" and "affinity" in args.given:
+        print(f"note: --affinity {args.affinity} pins GPU processes near their GPU; this run has no GPU, so its "
+              f"CPU affinity is left as it is", file=sys.stderr)
+    return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout,
+                                       rendezvous_timeout_s=args.rendezvous_timeout)
+
+
+def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir") -> None:
+    """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`utils.run_lock`) before anything is
+    written there; the other ranks wait for its decision and stop with it (exit 2 on every rank)."""
+    from utils import run_lock
+    from utils.errors import one_line
+
+    if os.path.exists(folder) and not os.path.isdir(folder):  # every rank: the same one line
+        raise UserError(f"output folder {folder} is a file; choose a folder (see --help)")
+    error = None
+    if env.is_main:
+        try:
+            run_lock.acquire(folder, flag=flag)
+        except (UserError, OSError) as err:
+            error = err
+    refused = None if error is None else one_line(error)
+    if env.distributed:
+        refused = dist_utils.all_gather_objects(refused)[0]
+    if error is not None:
+        raise error
+    if refused:
+        raise run_lock.RunLockBusy(f"rank 0 did not start the run: {refused}")
+
+
+def device_for(env: dist_utils.DistributedEnv) -> torch.device:
+    return torch.device("cuda", env.local_rank % torch.cuda.device_count()) if torch.cuda.is_available() \
+        else torch.device("cpu")
+
+
+def model_config(args: Settings, training: bool = True) -> BartConfig:
+    """The config file with the command line's overrides applied before the model is built.
+    Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
+    config = BartConfig.from_json_file(args.config_path)
+    for key, value in (("dropout", args.dropout), ("attention_dropout", args.attention_dropout),
+                       ("encoder_layerdrop", args.encoder_layerdrop), ("decoder_layerdrop", args.decoder_layerdrop)):
+        if value is not None:
+            setattr(config, key, value)
+    if args.pre_ln is not None:
+        config.set_pre_ln(args.pre_ln)
+    config.gradient_checkpointing = args.gradient_checkpointing
+    if training:
+        config.dtype = None
+    config.validate()
+    return config
+
+
+def record_start(folder: str, world_size: int) -> str:
+    """Rank 0: this start's provenance (commit, versions, GPUs, container, command line) appended to
+    ``folder``/git_log.json (:mod:`utils.provenance`); a resume adds a record, never replaces one."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return provenance.append_start(folder, provenance.collect(root, extra={"world_size": world_size}))
+
+
+def tokenizer_for(args: Settings, candidates: list):
+    """The tokenizer of the first of ``candidates`` (model paths, None: from scratch) whose checkpoint can be
+    read (:func:`bart.cli.tokenizer_choice.choose_tokenizer` with ``--tokenizer`` / ``--allow_tokenizer_mismatch``);
+    the last one's error when none can."""
+    from bart.cli.tokenizer_choice import choose_tokenizer
+    from bart.tokenization.tokenization_bart import BartTokenizer
+
+    for i, candidate in enumerate(candidates):
+        try:
+            choice = choose_tokenizer(candidate, args.tokenizer, allow_mismatch=args.allow_tokenizer_mismatch)
+            break
+        except CheckpointError:
+            if i == len(candidates) - 1:
+                raise
+    return BartTokenizer.from_pretrained(choice.path)
