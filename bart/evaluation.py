@@ -137,7 +137,7 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
     elapsed = time.perf_counter() - start
     all_latencies = [x for part in dist_utils.all_gather_objects(latencies) for x in part]
     result = {}
-    if is_main and (getattr(args, "num_return_sequences", 1) or 1) > 1:
+    if is_main and args.num_return_sequences > 1:
         return _write_pseudolabels(args, predictions, all_latencies, len(sources), elapsed)
     if is_main:
         os.makedirs(args.save_path, exist_ok=True)
