@@ -34,8 +34,6 @@ def main(argv=None) -> dict:
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
                                       rendezvous_timeout_s=args.rendezvous_timeout)
     start.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
-    if env.is_main:
-        start.record_start(args.save_path, env.world_size)  # SAVE_PATH/git_log.json: appended
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision.configure()
     config = start.model_config(args, training=False)
@@ -53,6 +51,8 @@ def main(argv=None) -> dict:
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)
+    if env.is_main:  # SAVE_PATH/git_log.json, appended once the inputs are known usable (nothing written before)
+        start.record_start(args.save_path, env.world_size)
     result = run_evaluation(model, tokenizer, args, gen_kwargs, precision, is_main=env.is_main)
     if args.debug and env.is_main:
         write_debug_references(args)

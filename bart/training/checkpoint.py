@@ -21,6 +21,7 @@ elsewhere still says which tokenizer it was trained with (:mod:`bart.cli.tokeniz
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
