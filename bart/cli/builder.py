@@ -21,6 +21,7 @@ from bart.training.trainer import Trainer, TrainerConfig, strategy_for
 from utils import distributed as dist_utils
 from utils.checkpoint_io import remove_stale_partials
 from utils.dllogger_compat import Logger, drop_records_after
+from utils.errors import UserError
 from utils.metric_writers import build_writers, config_text
 
 
