@@ -11,6 +11,8 @@ from bart.modeling import BartForConditionalGeneration
 from bart.modeling.weights import CheckpointError
 from tests.helpers.fairseq import fairseq_state
 
+_TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
+
 TINY = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
             dropout=0.0)
@@ -153,7 +155,8 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tra
 
 
 def _hf_logits(folder):
-    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    # the weights as stored, computed in fp32 (5.x loads at the config's dtype unless told; 4.57 in fp32)
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
         return hf(input_ids=IDS, attention_mask=(IDS != 1).long(), decoder_input_ids=IDS[:, :4]).logits
 
@@ -184,15 +187,31 @@ def test_transformers457_folder_with_null_generation_keys(tmp_path):
     (tmp_path / "src" / "config.json").write_text(json.dumps(values))
     torch.manual_seed(0)
     hf = transformers.AutoModelForSeq2SeqLM.from_config(transformers.AutoConfig.from_pretrained(str(tmp_path / "src")))
-    for layout, kwargs in (("safetensors", {}), ("bin", dict(safe_serialization=False)),
-                           ("bin_sharded", dict(safe_serialization=False, max_shard_size="20KB"))):
+    layouts = (("safetensors", {}), ("bin", dict(safe_serialization=False)),
+               ("bin_sharded", dict(safe_serialization=False, max_shard_size="20KB")))
+    if _TRANSFORMERS_MAJOR >= 5:  # 5.x writes safetensors only (safe_serialization=False is ignored)
+        layouts = (("safetensors", {}), ("safetensors_sharded", dict(max_shard_size="20KB")))
+    for layout, kwargs in layouts:
         folder = str(tmp_path / layout)
-        with pytest.warns(UserWarning, match="generation config") if layout == "safetensors" else _nothing():
+        if _TRANSFORMERS_MAJOR < 5:
+            with pytest.warns(UserWarning, match="generation config") if layout == "safetensors" else _nothing():
+                hf.save_pretrained(folder, **kwargs)
+        else:  # 5.x drops the generation keys from config.json: write them back as 4.57 leaves them (null)
             hf.save_pretrained(folder, **kwargs)
+            path = os.path.join(folder, "config.json")
+            config = json.load(open(path))
+            moved = {k: values[k] for k in ("num_beams", "max_length", "min_length", "length_penalty",
+                                            "no_repeat_ngram_size", "early_stopping", "forced_bos_token_id")}
+            config.update({k: None for k in moved})
+            json.dump(config, open(path, "w"))
+            generation = os.path.join(folder, "generation_config.json")
+            json.dump({**(json.load(open(generation)) if os.path.exists(generation) else {}), **moved},
+                      open(generation, "w"))
         written = json.load(open(os.path.join(folder, "config.json")))
         assert written["num_beams"] is None and written["max_length"] is None and written["transformers_version"]
-        if layout == "bin_sharded":
-            assert os.path.isfile(os.path.join(folder, "pytorch_model.bin.index.json"))
+        if layout.endswith("_sharded"):
+            assert os.path.isfile(os.path.join(folder, "pytorch_model.bin.index.json" if layout == "bin_sharded"
+                                               else "model.safetensors.index.json"))
         model = BartForConditionalGeneration.from_pretrained(folder)
         assert (model.config.num_beams, model.config.max_length, model.config.min_length, model.config.length_penalty,
                 model.config.no_repeat_ngram_size, model.config.early_stopping, model.config.forced_bos_token_id) == \
