@@ -380,7 +380,7 @@ def test_fp8_emulated_loss_stays_within_bound_of_bf16(fp8_and_bf16_runs):
 
 def test_fp8_checkpoint_layout_is_bf16s(fp8_and_bf16_runs, tmp_path):
     """An --fp8 run's checkpoint holds what a bf16 run's does (names, shapes, fp32 dtypes; Float8Linear keeps
-    nn.Linear's parameters): it loads strictly into a plain model, and a bf16 run resumes from it."""
+    nn.Linear's parameters): it loads strictly into a plain model, and a bf16 run resumes from it (--allow_resume_change precision)."""
     from bart.configuration import BartConfig
     from tests.helpers.corpus import micro_config
 
@@ -390,7 +390,7 @@ def test_fp8_checkpoint_layout_is_bf16s(fp8_and_bf16_runs, tmp_path):
     assert layout["fp8"] == layout["bf16"] and all(dtype == torch.float32 for _, dtype in layout["fp8"].values())
     plain = BartForConditionalGeneration(BartConfig(**micro_config(encoder_layers=2, decoder_layers=2, vocab_size=64)))
     plain.load_state_dict(saved["fp8"], strict=True)
-    resumed = _built_run(tmp_path, ["--bf16"], FP8_STEPS + 1)
+    resumed = _built_run(tmp_path, ["--bf16", "--allow_resume_change", "precision"], FP8_STEPS + 1)  # asked for
     resumed.resume(fp8_and_bf16_runs["fp8"][1]["checkpoint"])
     assert resumed.step == FP8_STEPS
     for name, value in resumed.model.state_dict().items():
