@@ -146,21 +146,31 @@ def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, tmp_path, fill
 
 
 def test_a_second_ctrl_c_during_the_checkpoint_write_is_one_line(setup, tmp_path):
-    """Ctrl-C while the periodic _step4.ckpt is written (the write goes on), then Ctrl-C again while the
-    checkpoint that first one asked for (the same step: _step4.ckpt again) is written: that write stops, the
-    one before stays whole. Old code: two tracebacks (KeyboardInterrupt, then torch's RuntimeError over it),
-    exit 1."""
+    """Ctrl-C between updates (after update 3), then Ctrl-C again while the checkpoint that first one asked
+    for (_step3.ckpt) is written: that write stops, the periodic one before it (_step2.ckpt) stays whole. Old
+    code: two tracebacks (KeyboardInterrupt, then torch's RuntimeError over it), exit 1."""
     out = tmp_path / "run"
-    done = _run(_faulty("ctrlc:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
-                                                    "--save_checkpoint_steps", "2", "--max_steps", "100"]))
+    done = _run(_faulty("ctrlc_step:3", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
+                                                         "--save_checkpoint_steps", "2", "--max_steps", "100"]))
     assert done.returncode == EXIT_INTERRUPTED, done.stderr[-3000:]
     assert "SIGINT received" in done.stderr
     line = _one_line(done.stderr, "pretrain.py: stopped:")
-    assert f"interrupted (Ctrl-C) while writing {out / '_step4.ckpt'}: this write was stopped and its partial " \
+    assert f"interrupted (Ctrl-C) while writing {out / '_step3.ckpt'}: this write was stopped and its partial " \
            f"file removed" in line, line
-    assert f"the newest complete .ckpt there is _step4.ckpt in {out}" in line, line
+    assert f"the newest complete .ckpt there is _step2.ckpt in {out}" in line, line
     names = sorted(os.listdir(out))
-    assert not [n for n in names if n.endswith(".partial")] and "_step5.ckpt" not in names, names
+    assert not [n for n in names if n.endswith(".partial")] and "_step3.ckpt" not in names, names
+    assert safe_load(str(out / "_step2.ckpt"))["global_step"] == 2
+
+
+def test_a_ctrl_c_during_a_periodic_write_keeps_that_checkpoint(setup, tmp_path):
+    """Ctrl-C while the periodic _step4.ckpt is written: that write goes on and is the checkpoint the stop
+    names (not written a second time), exit 75."""
+    out = tmp_path / "run"
+    done = _run(_faulty("ctrlc:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
+                                                    "--save_checkpoint_steps", "2", "--max_steps", "100"]))
+    assert done.returncode == 75, done.stderr[-3000:]
+    assert f"stopped after update 4 and wrote {out / '_step4.ckpt'}" in done.stderr
     assert safe_load(str(out / "_step4.ckpt"))["global_step"] == 4
 
 

@@ -8,8 +8,11 @@ EDQUOT) once N bytes of it have been written (as a full disk or quota does; torc
 its own RuntimeError "unexpected pos" with the OSError as its context). ``ctrlc:K``: at the first write
 into the K-th such file the process sends itself SIGINT (a first Ctrl-C, arriving while that checkpoint
 is written), and again at the first write into the next one (the second Ctrl-C, arriving while the
-checkpoint the first one asked for is written). The script runs as ``__main__`` (``runpy``), so it is
-the real entry script.
+checkpoint the first one asked for is written; since a stop during the periodic write of the same update
+keeps that checkpoint, no second write follows there). ``ctrlc_step:N``: the first SIGINT right after the
+N-th optimizer step (between updates, outside any write), the second at the first write into the next such
+file (the checkpoint that first one asked for). The script runs as ``__main__`` (``runpy``), so it is the
+real entry script.
 """
 import errno
 import os
@@ -55,6 +58,20 @@ def install(mode: str) -> None:
     kind, *values = mode.split(":")
     numbers = [int(v) for v in values]
 
+    armed = [kind != "ctrlc_step"]
+    if kind == "ctrlc_step":
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        steps = [0]
+
+        def after_step(optimizer, args, kwargs):
+            steps[0] += 1
+            if steps[0] == numbers[0]:
+                opened[0], armed[0] = 0, True
+                os.kill(os.getpid(), signal.SIGINT)
+
+        register_optimizer_step_post_hook(after_step)
+
     def fdopen(fd, *args, **kwargs):
         file = original(fd, *args, **kwargs)
         try:
@@ -63,7 +80,11 @@ def install(mode: str) -> None:
             return file
         if not (_PARTIAL.match(name) and "w" in getattr(file, "mode", "")):
             return file
+        if not armed[0]:
+            return file
         opened[0] += 1
+        if kind == "ctrlc_step" and opened[0] == 1:
+            return FaultyFile(file, "sigint")
         if kind == "ctrlc" and opened[0] in (numbers[0], numbers[0] + 1):
             return FaultyFile(file, "sigint")
         if kind in ("enospc", "edquot") and opened[0] == (numbers[1] if len(numbers) > 1 else 1):
