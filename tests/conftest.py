@@ -74,3 +74,18 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))  # stable
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """A test that runs an entry script in this process may leave the stop signals ignored (a process on its
+    way out ignores them: ``bart.cli.run_main``); children started later would inherit SIG_IGN (a SIGTERM
+    sent to them would then do nothing). Each test gets the handlers back as they were."""
+    import signal
+
+    names = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGHUP")
+    saved = {sig: signal.getsignal(sig) for sig in (getattr(signal, n, None) for n in names) if sig is not None}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
