@@ -6,6 +6,7 @@ of what the project writes (the umask's, not mkdtemp's 0700). Entry scripts run 
 real ``run_main`` (as tests/test_bad_input.py does); one torchrun run for the two-process case."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -81,7 +82,9 @@ def world(tmp_path_factory, small_tokenizer_dir):
 
 
 def _one_line(capsys, code: int, script: str) -> str:
-    err = capsys.readouterr().err
+    # LDDL's logger keeps the stream of an earlier in-process run (closed by pytest's capture): logging's own
+    # "--- Logging error ---" report of that, not the run's output
+    err = re.sub(r"--- Logging error ---\n.*?\nArguments: \(.*?\)\n", "", capsys.readouterr().err, flags=re.S)
     lines = [line for line in err.strip().splitlines()
              if not line.startswith(("note:", "[checkpoint]", "[generate]", "[data]", "[train]", "LDDL - "))]
     assert code == 2, f"exit {code}, stderr:\n{err[-3000:]}"
