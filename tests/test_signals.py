@@ -15,23 +15,9 @@ import torch
 
 from tests.helpers.corpus import micro_config, write_shards
 from utils.dllogger_compat import read_dllogger
-from tests.helpers.processes import Watched, ours
+from tests.helpers.ports import free_port
+from tests.helpers.processes import Watched, ours, wait_for
 from utils.errors import EXIT_PREEMPTED
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _env(**extra):
-    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **extra)
-
-
-def _wait_for(predicate, proc, what, timeout=180):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert proc.poll() is None, f"the run ended before {what}"
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
 
 def _logged_step(out_dir) -> int:
     try:
@@ -39,13 +25,6 @@ def _logged_step(out_dir) -> int:
                     if r["type"] == "LOG" and isinstance(r["step"], int)] or [0])
     except (FileNotFoundError, ValueError):
         return 0
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +103,7 @@ def _launch(setup, out):
     """Two gloo processes under utils.launch (torchrun's flags; what the scripts start), in a session of their
     own as a terminal's job would be."""
     argv = setup["argv"][1:] + ["--output_dir", str(out)]
-    return Watched([sys.executable, "-m", "utils.launch", "--nproc_per_node=2", f"--master_port={_free_port()}",
+    return Watched([sys.executable, "-m", "utils.launch", "--nproc_per_node=2", f"--master_port={free_port()}",
                      "pretrain.py", *argv], start_new_session=True)
 
 
@@ -149,7 +128,7 @@ def _second_press(run, workers, press) -> None:
     """A second Ctrl-C that lands while the workers are still stopping, whatever the machine's load: once each
     worker took the first, they are frozen, the second is sent (``press``) and waits in each of them, then they
     go on and meet it (a human's second press comes seconds later, in the checkpoint write)."""
-    _wait_for(lambda: sum("[signal] SIGINT received" in line for line in run.lines) >= len(workers), run.proc,
+    wait_for(lambda: sum("[signal] SIGINT received" in line for line in run.lines) >= len(workers), run.proc,
               "the first Ctrl-C taken by every worker")
     for pid in workers:
         os.kill(pid, signal.SIGSTOP)
@@ -172,7 +151,7 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
     SignalException tracebacks, the second Ctrl-C abandoning the workers mid-checkpoint."""
     out = setup["base"] / f"launch{presses}"
     run = _launch(setup, out)
-    _wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
+    wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
     if presses == 1:
         run.proc.send_signal(signal.SIGTERM)
     else:
@@ -202,7 +181,7 @@ def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup)
     """Old code: a 26-line KeyboardInterrupt traceback from rank 1, which said it "wrote None"."""
     out = setup["base"] / "rank1"
     run = _launch(setup, out)
-    _wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
+    wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
     rank1 = _workers(run)[1]
     os.kill(rank1, signal.SIGINT)
     _second_press(run, [rank1], lambda: os.kill(rank1, signal.SIGINT))
