@@ -99,12 +99,16 @@ def test_a_signal_while_run_eval_generates_is_one_line(summaries, sig, code, sai
     assert not os.path.exists(out / "test_generations.txt")
 
 
-def _launch(setup, out):
+def _launch(setup, out, slow_write_ms: int = 0):
     """Two gloo processes under utils.launch (torchrun's flags; what the scripts start), in a session of their
-    own as a terminal's job would be."""
+    own as a terminal's job would be. ``slow_write_ms``: each checkpoint write first waits that long (a slow
+    filesystem: tests/helpers/write_faults.py), so that a second signal lands inside the write the first one
+    asked for however loaded the machine is."""
     argv = setup["argv"][1:] + ["--output_dir", str(out)]
+    script = ["-m", "tests.helpers.write_faults", f"slow:{slow_write_ms}", "pretrain.py"] if slow_write_ms else \
+        ["pretrain.py"]
     return Watched([sys.executable, "-m", "utils.launch", "--nproc_per_node=2", f"--master_port={free_port()}",
-                     "pretrain.py", *argv], start_new_session=True)
+                     *script, *argv], start_new_session=True)
 
 
 def _workers(run) -> list[int]:
@@ -150,7 +154,7 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
     Ctrl-C twice: the second reaches the workers too and the job ends 130. Old code (torchrun): exit 1 and
     SignalException tracebacks, the second Ctrl-C abandoning the workers mid-checkpoint."""
     out = setup["base"] / f"launch{presses}"
-    run = _launch(setup, out)
+    run = _launch(setup, out, slow_write_ms=0 if presses == 1 else 3000)
     wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
     if presses == 1:
         run.proc.send_signal(signal.SIGTERM)
@@ -180,7 +184,7 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
 def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup):
     """Old code: a 26-line KeyboardInterrupt traceback from rank 1, which said it "wrote None"."""
     out = setup["base"] / "rank1"
-    run = _launch(setup, out)
+    run = _launch(setup, out, slow_write_ms=3000)
     wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
     rank1 = _workers(run)[1]
     os.kill(rank1, signal.SIGINT)

@@ -11,8 +11,10 @@ is written), and again at the first write into the next one (the second Ctrl-C, 
 checkpoint the first one asked for is written; since a stop during the periodic write of the same update
 keeps that checkpoint, no second write follows there). ``ctrlc_step:N``: the first SIGINT right after the
 N-th optimizer step (between updates, outside any write), the second at the first write into the next such
-file (the checkpoint that first one asked for). The script runs as ``__main__`` (``runpy``), so it is the
-real entry script.
+file (the checkpoint that first one asked for). ``slow:MS``: the first write into every such file waits MS
+milliseconds (a slow shared filesystem), so that a signal sent once a stop began lands inside its checkpoint
+write whatever the machine's load. The script runs as ``__main__`` (``runpy``), so it is the real entry
+script; under a launcher: ``torchrun ... -m tests.helpers.write_faults MODE pretrain.py ...``.
 """
 import errno
 import os
@@ -20,6 +22,7 @@ import re
 import runpy
 import signal
 import sys
+import time
 
 _PARTIAL = re.compile(r"^\.tmp-.*\.partial$")
 
@@ -33,6 +36,9 @@ class FaultyFile:
         if kind == "sigint" and not self._signalled:
             self._signalled = True
             os.kill(os.getpid(), signal.SIGINT)
+        elif kind == "slow" and not self._signalled:
+            self._signalled = True
+            time.sleep(limit / 1000)
         elif kind in ("enospc", "edquot") and self._written + len(data) > limit:
             room = max(int(limit) - self._written, 0)
             if room:
@@ -87,6 +93,8 @@ def install(mode: str) -> None:
             return FaultyFile(file, "sigint")
         if kind == "ctrlc" and opened[0] in (numbers[0], numbers[0] + 1):
             return FaultyFile(file, "sigint")
+        if kind == "slow":
+            return FaultyFile(file, "slow", numbers[0])
         if kind in ("enospc", "edquot") and opened[0] == (numbers[1] if len(numbers) > 1 else 1):
             return FaultyFile(file, kind, numbers[0])
         return file
