@@ -28,17 +28,8 @@ check_env word TYPE_PATH
 TYPE_PATH=${TYPE_PATH:-test}
 check_data_dir "data dir" "$DATA_DIR" "$TYPE_PATH"
 check_env count_or_all N_OBS
-check_env model TOKENIZER
-check_env outdir OUTPUT_DIR
-check_env outdir RESULTS_DIR
-check_launch_env
-check_sweep_settings
-checks_done
-PYTHON=${PYTHON:-python3}
-sweep_settings
-DATESTAMP=$(date +'%y%m%d%H%M%S')
-RESULTS=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_inference_benchmark_${DATESTAMP}}}
-mkdir -p "$RESULTS"
+check_benchmark_env  # the tokenizer, the output folders, the launch and the sweep (benchmark_common.sh)
+start_sweep inference_benchmark  # PYTHON, the sweep's counts and precisions, RESULTS made
 N_OBS_FLAG=(); [ "${N_OBS:--1}" = -1 ] || N_OBS_FLAG=(--n_obs "$N_OBS")  # -1 (the default): the whole split
 for n in "${GPU_COUNTS[@]}"; do
   for prec in "${PRECISION_LIST[@]}"; do

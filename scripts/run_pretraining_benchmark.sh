@@ -34,17 +34,9 @@ done
 check_env count TRAIN_STEPS
 check_env count LOG_FREQ
 check_env count0 NUM_WORKERS
-check_env model TOKENIZER
-check_env outdir OUTPUT_DIR
-check_env outdir RESULTS_DIR
-check_launch_env
-check_sweep_settings
-checks_done
-PYTHON=${PYTHON:-python3}
-sweep_settings
+check_benchmark_env  # the tokenizer, the output folders, the launch and the sweep (benchmark_common.sh)
+start_sweep pretraining_benchmark  # PYTHON, the sweep's counts and precisions, RESULTS made
 NODES=${NNODES:-1}
-RESULTS=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_pretraining_benchmark_$(date +'%y%m%d%H%M%S')}}
-mkdir -p "$RESULTS"
 TOKENIZER_FLAG=(); [ -z "${TOKENIZER:-}" ] || TOKENIZER_FLAG=(--tokenizer "$TOKENIZER")
 for length in "${LENGTHS[@]}"; do
   bs=$([ "$length" = 128 ] && echo "$BS_128" || echo "$BS_512")

@@ -25,17 +25,8 @@ check_data_dir "data dir" "$DATA_DIR" train
 check_value file "CONFIG_PATH (environment, default configs/config.json)" "$CONFIG_PATH"
 check_env count TRAIN_STEPS
 check_env count LOG_FREQ
-check_env model TOKENIZER
-check_env outdir OUTPUT_DIR
-check_env outdir RESULTS_DIR
-check_launch_env
-check_sweep_settings
-checks_done
-PYTHON=${PYTHON:-python3}
-sweep_settings
-DATESTAMP=$(date +'%y%m%d%H%M%S')
-RESULTS=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_training_benchmark_${DATESTAMP}}}
-mkdir -p "$RESULTS"
+check_benchmark_env  # the tokenizer, the output folders, the launch and the sweep (benchmark_common.sh)
+start_sweep training_benchmark  # PYTHON, the sweep's counts and precisions, RESULTS made
 for n in "${GPU_COUNTS[@]}"; do
   for prec in "${PRECISION_LIST[@]}"; do
     precision_flags "$prec"

@@ -32,3 +32,18 @@ sweep_settings() {
   fi
   read -r -a PRECISION_LIST <<< "${PRECISIONS:-$default_precisions}"
 }
+check_benchmark_env() {  # the checks every benchmark script ends its own with, then checks_done (CHECK_ONLY=1 stops there)
+  check_env model TOKENIZER
+  check_env outdir OUTPUT_DIR
+  check_env outdir RESULTS_DIR
+  check_launch_env
+  check_sweep_settings
+  checks_done
+}
+start_sweep() {  # after the checks: PYTHON, the sweep (GPU_COUNTS, PRECISION_LIST), RESULTS made: OUTPUT_DIR, else
+  # RESULTS_DIR, else results/bart_pyt_$1_<date>
+  PYTHON=${PYTHON:-python3}
+  sweep_settings
+  RESULTS=${OUTPUT_DIR:-${RESULTS_DIR:-results/bart_pyt_$1_$(date +'%y%m%d%H%M%S')}}
+  mkdir -p "$RESULTS"
+}
