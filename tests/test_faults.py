@@ -2,7 +2,6 @@
 checkpoint write, a damaged newest checkpoint, a hung rank; and the fp16 loss-scale floor. After each,
 the run either stops with one line and its exit code, or resumes and ends exactly where an
 uninterrupted run ends."""
-import json
 import os
 import signal
 import stat
@@ -13,11 +12,11 @@ import time
 import pytest
 import torch
 
-from tests.helpers.corpus import micro_config, write_shards
+from tests.helpers.corpus import pretraining_argv
 from tests.helpers.ports import free_port
 from utils.dllogger_compat import read_dllogger
 from utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
-from tests.helpers.processes import Watched as _Watched, ours as _ours
+from tests.helpers.processes import Watched as _Watched, logged_step, ours as _ours, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
@@ -26,12 +25,7 @@ STEPS = 8
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, small_tokenizer_dir):
     base = tmp_path_factory.mktemp("faults")
-    values = micro_config()
-    (base / "config.json").write_text(json.dumps(values))
-    shards = os.path.dirname(write_shards(str(base / "shards"), [24, 24])[0])
-    argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--data_dir", shards, "--tokenizer",
-            small_tokenizer_dir, "--max_steps", str(STEPS), "--train_batch_size", "4", "--max_source_length", "48",
-            "--num_workers", "0", "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7"]
+    argv = pretraining_argv(str(base), small_tokenizer_dir) + ["--max_steps", str(STEPS)]
     straight = base / "straight"
     done = _run(argv + ["--output_dir", str(straight)])
     assert done.returncode == 0, done.stderr[-2000:]
@@ -55,14 +49,6 @@ def _losses(out_dir) -> dict:
     return {r["step"]: r["data"]["loss"] for r in records}
 
 
-def _wait_for(predicate, proc, what, timeout=180):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1][-2000:]}"
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def _exited(pid: int) -> bool:
     """The process has ended (gone, or a zombie its parent has not reaped yet)."""
     try:
@@ -70,14 +56,6 @@ def _exited(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
-
-
-def _logged_step(out_dir) -> int:
-    try:
-        return max([r["step"] for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
-                    if r["type"] == "LOG" and isinstance(r["step"], int)] or [0])
-    except (FileNotFoundError, ValueError):
-        return 0
 
 
 def _assert_same_run(setup, out_dir):
@@ -92,7 +70,7 @@ def test_sigterm_writes_a_checkpoint_and_the_resumed_run_is_exact(setup):
     argv = setup["argv"] + ["--output_dir", str(out)]  # default --save_checkpoint_steps 0: no periodic checkpoint
     proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: _logged_step(out) >= 3, proc, "update 3")
+    wait_for(lambda: logged_step(out) >= 3, proc, "update 3")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
@@ -115,7 +93,7 @@ def test_sigterm_to_the_process_group_with_loader_workers(setup):
     argv += ["--output_dir", str(out)]
     proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    _wait_for(lambda: _logged_step(out) >= 3, proc, "update 3")
+    wait_for(lambda: logged_step(out) >= 3, proc, "update 3")
     os.killpg(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
@@ -137,7 +115,7 @@ def test_sigkill_mid_checkpoint_write_and_a_damaged_checkpoint_then_resume_is_ex
                                 cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         partial = lambda: any(n.endswith(".partial") for n in os.listdir(out)) if out.exists() else False  # noqa: E731
         try:
-            _wait_for(lambda: partial() and _logged_step(out) >= 2, proc, "a checkpoint write", timeout=120)
+            wait_for(lambda: partial() and logged_step(out) >= 2, proc, "a checkpoint write", timeout=120)
             proc.send_signal(signal.SIGKILL)
         except AssertionError:
             proc.kill()
@@ -185,7 +163,7 @@ def test_a_hung_rank_ends_the_job_within_dist_timeout(setup):
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: _logged_step(out) >= 2, proc, "update 2")
+        wait_for(lambda: logged_step(out) >= 2, proc, "update 2")
         workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert len(workers) == 2, workers
         os.kill(int(workers[1]), signal.SIGSTOP)
@@ -193,7 +171,7 @@ def test_a_hung_rank_ends_the_job_within_dist_timeout(setup):
         # rank 0 gives up after --dist_timeout and exits; torchrun then sends the frozen rank SIGTERM and,
         # on a failed worker group, waits a fixed 30 s before SIGKILL (torch 2.13 passes no shutdown
         # timeout on that path): the test sends that SIGKILL itself once rank 0 is gone
-        _wait_for(lambda: _exited(int(workers[0])), proc, "rank 0 to exit", timeout=120)
+        wait_for(lambda: _exited(int(workers[0])), proc, "rank 0 to exit", timeout=120)
         waited = time.time() - stopped
         os.kill(int(workers[1]), signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
@@ -254,7 +232,7 @@ def test_sigterm_during_a_checkpoint_write_keeps_that_checkpoint_and_stops_with_
     run = _Watched([sys.executable, *_with_steps(setup["argv"], 400), "--output_dir", str(out),
                     "--save_checkpoint_steps", "1", "--keep_checkpoints", "2"])
     writing = lambda: out.exists() and any(n.endswith(".partial") for n in os.listdir(out))  # noqa: E731
-    _wait_for(lambda: _logged_step(out) >= 2 and writing(), run.proc, "a checkpoint write")
+    wait_for(lambda: logged_step(out) >= 2 and writing(), run.proc, "a checkpoint write")
     run.proc.send_signal(signal.SIGTERM)
     code, output = run.finish()
     assert code == EXIT_PREEMPTED, output[-3000:]

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from tests.helpers.corpus import micro_config, write_shards
+from tests.helpers.corpus import pretraining_argv
+from tests.helpers.processes import logged_step, wait_for
 from utils import run_lock
 from utils.dllogger_compat import read_dllogger
 from utils.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
@@ -206,13 +207,7 @@ def test_run_folder_watch_names_what_went(tmp_path):
 @pytest.fixture(scope="module")
 def pretraining(tmp_path_factory, small_tokenizer_dir):
     base = tmp_path_factory.mktemp("run_lock")
-    values = micro_config()
-    (base / "config.json").write_text(json.dumps(values))
-    shards = os.path.dirname(write_shards(str(base / "shards"), [24, 24])[0])
-    argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--data_dir", shards, "--tokenizer",
-            small_tokenizer_dir, "--train_batch_size", "4", "--max_source_length", "48", "--num_workers", "0",
-            "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7", "--no_tensorboard"]
-    return {"argv": argv, "base": base}
+    return {"argv": pretraining_argv(str(base), small_tokenizer_dir) + ["--no_tensorboard"], "base": base}
 
 
 def _start(argv, **kwargs) -> subprocess.Popen:
@@ -225,20 +220,8 @@ def _run(argv, timeout=300) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def _logged_step(out) -> int:
-    try:
-        return max([r["step"] for r in read_dllogger(os.path.join(out, "dllogger.json"))
-                    if r["type"] == "LOG" and isinstance(r["step"], int)] or [0])
-    except (FileNotFoundError, ValueError):
-        return 0
-
-
 def _wait_for_step(out, proc, step, timeout=180):
-    deadline = time.time() + timeout
-    while _logged_step(out) < step:
-        assert proc.poll() is None, f"the run ended before update {step}: {proc.communicate()[1][-2000:]}"
-        assert time.time() < deadline, f"timed out waiting for update {step}"
-        time.sleep(0.005)
+    wait_for(lambda: logged_step(out) >= step, proc, f"update {step}", timeout)
 
 
 def _logged_steps(out) -> list[int]:

@@ -37,6 +37,19 @@ def micro_config(**changes) -> dict:
     return dict(values, **dict(micro, **changes))
 
 
+def pretraining_argv(base, tokenizer_dir: str, rows=(24, 24), **changes) -> list:
+    """A micro pretraining run's command line (``pretrain.py`` first, no --output_dir): ``base``/config.json
+    (:func:`micro_config` with ``changes``) and LDDL shards of ``rows`` rows in ``base``/shards, written here."""
+    import json
+
+    with open(os.path.join(base, "config.json"), "w") as f:
+        json.dump(micro_config(**changes), f)
+    shards = os.path.dirname(write_shards(os.path.join(base, "shards"), list(rows))[0])
+    return ["pretrain.py", "--config_path", os.path.join(base, "config.json"), "--data_dir", shards, "--tokenizer",
+            tokenizer_dir, "--train_batch_size", "4", "--max_source_length", "48", "--num_workers", "0", "--log_freq",
+            "1", "--learning_rate", "1e-3", "--seed", "7"]
+
+
 SYLLABLES = ("ka lo mi ne su ta ri vo ze pa do gu le ni so fa mu te ro bi ya ke lu "
              "ma no si ha be ju we di xo").split()
 NON_ASCII = ("Café crème à l'été, naïve façade.", "中文分词很有趣。", "Emoji 🤗 and 🚀 travel as bytes.",

@@ -13,11 +13,29 @@ def _env(**extra):
 
 
 def wait_for(predicate, proc, what, timeout=180):
+    """Until ``predicate()``; fails once ``proc`` ended first (with its stderr's end where that is a pipe of its own,
+    not read by a thread) or after ``timeout`` seconds."""
     deadline = time.time() + timeout
     while not predicate():
-        assert proc.poll() is None, f"the run ended before {what}"
+        if proc.poll() is not None:
+            time.sleep(0.5)  # what it printed last may still be on its way to a reader thread
+            if predicate():
+                return
+            said = proc.communicate()[1] if proc.stderr is not None and not proc.stderr.closed else ""
+            raise AssertionError(f"the run ended before {what}" + (f": {said[-2000:]}" if said else ""))
         assert time.time() < deadline, f"timed out waiting for {what}"
         time.sleep(0.005)
+
+
+def logged_step(out_dir) -> int:
+    """The newest update a run in ``out_dir`` logged to its dllogger.json (0: none yet)."""
+    from utils.dllogger_compat import read_dllogger
+
+    try:
+        return max([r["step"] for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
+                    if r["type"] == "LOG" and isinstance(r["step"], int)] or [0])
+    except (FileNotFoundError, ValueError):
+        return 0
 
 
 class Watched:
