@@ -29,8 +29,7 @@ def main(argv=None) -> dict:
     validation = PretrainingValidation.from_loader(loader, args.eval_batch_size or args.train_batch_size)
     if env.is_main:
         builder.save_run_files(args, tokenizer, model.config, env.world_size)
-    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation,
-                                    label_smoothing=args.label_smoothing)
+    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation)
     summary = trainer.fit()
     if env.is_main:
         print(f"pretraining done: {summary}")

@@ -7,7 +7,8 @@ reference and the BERT recipe are aliases of the same destination (``--max_grad_
 ``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``). Flags that only fine-tuning uses are
 accepted by pretrain.py's parser (so reference command lines parse) but :func:`reject_unused` fails loudly
 when one is set to anything but its default. The parsed flags become :class:`bart.cli.settings.Settings`.
-To add a flag: put it in the group of its concept here, and its field in ``Settings``.
+To add a flag: put it in the group of its concept here, and its field in ``Settings``; one the trainer reads is
+also a ``TrainerConfig`` field of the same name (``bart.cli.builder.trainer_config`` passes it).
 """
 from __future__ import annotations
 

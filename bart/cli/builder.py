@@ -2,6 +2,7 @@
 finetune.py share, on top of :mod:`bart.cli.start` (what every entry script does first)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -102,23 +103,26 @@ def compile_default(args: Settings, device: torch.device) -> bool:
     return args.compile if args.compile is not None else device.type == "cuda"
 
 
+def trainer_config(args: Settings, **own) -> TrainerConfig:
+    """The trainer's settings: every ``TrainerConfig`` field that is also a ``Settings`` field takes the flag's
+    value (a flag the trainer reads is a field of the same name in both records: nothing to pass here);
+    ``own`` gives the rest, and overrides."""
+    shared = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainerConfig)
+              if f.name not in own and f.name in Settings.__dataclass_fields__}
+    return TrainerConfig(**shared, **own)
+
+
 def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval_hook=None,
-                  final_checkpoint_name: str | None = None, label_smoothing: float = 0.0) -> Trainer:
+                  final_checkpoint_name: str | None = None) -> Trainer:
     """The trainer, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
     banner (printed, in run_config.json, in TensorBoard)."""
     device = device_for(env)
     model.to(device)
-    config = TrainerConfig(
-        output_dir=args.output_dir, max_steps=args.max_steps, gradient_accumulation_steps=args.gradient_accumulation_steps,
-        precision=args.precision, gradient_clip_val=args.gradient_clip_val, label_smoothing=label_smoothing,
-        log_freq=args.log_freq, save_checkpoint_steps=args.save_checkpoint_steps, keep_checkpoints=args.keep_checkpoints,
-        max_consecutive_nonfinite=args.max_consecutive_nonfinite, min_loss_scale=args.min_loss_scale, step_offset=args.phase1_end_step,
-        val_check_interval=args.val_check_interval,
-        allreduce_half_precision=args.allreduce_post_accumulation_half_precision, compile=compile_default(args, device),
-        fused_cross_entropy=args.fused_cross_entropy, distributed_strategy=args.distributed_strategy,
+    config = trainer_config(
+        args, step_offset=args.phase1_end_step, allreduce_half_precision=args.allreduce_post_accumulation_half_precision,
+        compile=compile_default(args, device),
         find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
-        final_checkpoint_name=final_checkpoint_name,
-        run_args=args.as_dict())
+        final_checkpoint_name=final_checkpoint_name, run_args=args.as_dict())
     strategy = strategy_for(config, env.world_size, device)
     strategy.prepare(model)  # before the optimizer: FSDP replaces the parameters by shards
     optimizer, clips_internally = build_optimizer(
