@@ -8,7 +8,7 @@
 #   num_accumulation_phase1 num_accumulation_steps_phase2 config_path]
 # Any leading part of the 15 values may be given (as in the reference); the rest take its defaults:
 #   200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 configs/config.json
-# precision: fp16 | bf16 | tf32 | fp32.  num_gpus: GPUs per node (processes on a CPU-only machine).
+# precision: fp8 | fp16 | bf16 | tf32 | fp32 (fp8: --fp8, float8 linear layers on CUDA capability >= 8.9).  num_gpus: GPUs per node (processes on a CPU-only machine).
 # Where: OUTPUT_DIR, else RESULTS_DIR (the reference's name: the run's folder), else
 # results/bart_pyt_pretraining; phase_1/ and phase_2/ inside (relative paths: from the repository root).
 # Environment: DATA_DIR (data), TOKENIZER
@@ -57,7 +57,7 @@ source scripts/params/common.sh  # checks, launch_command, signal forwarding
 ARG_NAMES=(train_batch_size_phase1 train_batch_size_phase2 learning_rate_phase1 learning_rate_phase2 precision
            use_preln num_gpus warmup_steps_phase1 warmup_steps_phase2 train_steps_phase1 train_steps_phase2
            save_checkpoint_steps num_accumulation_phase1 num_accumulation_steps_phase2 config_path)
-ARG_KINDS=(count count number number precision bool count count0 count0 count count count0 count count file)
+ARG_KINDS=(count count number number train_precision bool count count0 count0 count count count0 count count file)
 check_inputs $# "$train_batch_size_phase1" "$train_batch_size_phase2" "$learning_rate_phase1" "$learning_rate_phase2" \
   "$precision" "$use_preln" "$num_gpus" "$warmup_steps_phase1" "$warmup_steps_phase2" "$train_steps_phase1" \
   "$train_steps_phase2" "$save_checkpoint_steps" "$num_accumulation_phase1" "$num_accumulation_steps_phase2" "$config_path"
@@ -94,7 +94,7 @@ COMMON=(--config_path "$config_path" --lamb --lr_scheduler polynomial --weight_d
         --dropout 0.1 --attention_dropout 0.1 --gradient_clip_val 0.1 "${PRELN_FLAG[@]}" "${PREC_FLAGS[@]}" --seed "$SEED"
         --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")
 # half-precision gradient all-reduce in mixed-precision runs, as the reference recipe does
-case "$precision" in fp16|bf16) COMMON+=(--allreduce_post_accumulation_half_precision) ;; esac
+case "$precision" in fp16|bf16|fp8) COMMON+=(--allreduce_post_accumulation_half_precision) ;; esac
 read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
 # a rerun, a requeued job or a torchrun restart continues from the phase's newest checkpoint, a first start
 # starts (pretrain.py decides, after the previous processes are gone; it says which in one line)

@@ -9,7 +9,8 @@
 # Arguments after the 16th (flags, starting with --) go to finetune.py. Every value is checked before
 # anything starts: a bad one is one line and exit 2 (CHECK_ONLY=1: check, start nothing).
 # CKPT_PATH: a .ckpt, a folder holding checkpoints, a Hugging Face folder or hub id (never a silent fallback).
-# PREC: fp16 | bf16 | tf32 | fp32 (fp32: no TF32 products, in training and in the evaluation).
+# PREC: fp8 | fp16 | bf16 | tf32 | fp32 (fp32: no TF32 products, in training and in the evaluation; fp8: float8
+# linear layers in training, CUDA capability >= 8.9, and the evaluation in bf16).
 # PRELN: true | false (must match the checkpoint). As the reference, fine-tuning passes --attention_dropout 0.1
 # (the configs keep bart-large's 0.0, which evaluation and other uses of the config see).
 # EVAL_CHECKPOINT: final (the default, the reference's: final_step.ckpt) | best (the best validation
@@ -31,7 +32,7 @@ check_no_extra_values 16 finetune.py
 set -- "${POSITIONAL[@]+"${POSITIONAL[@]}"}"
 ARG_NAMES=(DATA_DIR CKPT_PATH CONFIG_PATH NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP_STEPS MAX_SOURCE_LEN
            MAX_TARGET_LEN EVAL_BEAMS EVAL_BS PRED_BS PRELN)
-ARG_KINDS=(folder model file count number count count precision count count0 count count count count count bool)
+ARG_KINDS=(folder model file count number count count train_precision count count0 count count count count count bool)
 DATA_DIR=${1:-data/cnn_dm/}
 CKPT_PATH=${2:-data/nvidia_pretrained/bart_large/}
 CONFIG_PATH=${3:-configs/config.json}
@@ -95,5 +96,5 @@ fi
 echo "== evaluating $FINAL"
 launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
-  "${PREC_FLAGS[@]}" "${PRELN_FLAG[@]}" \
+  "${EVAL_PREC_FLAGS[@]}" "${PRELN_FLAG[@]}" \
   --json-summary "$OUTPUT_DIR/eval_dllogger.json" ${EVAL_EXTRA_ARGS:-} > >(tee "$OUTPUT_DIR/eval_joblog.log") 2>&1

@@ -136,7 +136,7 @@ def test_run_summarization_checks_every_value(sandbox):
                   (5, "-1e-4", "LR (5th) '-1e-4' is not a positive number"),
                   (6, "4.5", "BS (6th) '4.5' is not a whole number >= 1"),
                   (7, "x", "ACCUM (7th) 'x' is not a whole number >= 1"),
-                  (8, "fp8", "PREC (8th) 'fp8' is not a precision: fp16, bf16, tf32 or fp32"),
+                  (8, "fp4", "PREC (8th) 'fp4' is not a precision: fp8, fp16, bf16, tf32 or fp32"),
                   (9, "2k", "TRAIN_STEPS (9th) '2k'"),
                   (10, "-1", "WARMUP_STEPS (10th) '-1' is not a whole number >= 0"),
                   (11, "0", "MAX_SOURCE_LEN (11th) '0'"),
@@ -221,7 +221,7 @@ def test_run_pretraining_checks_every_value(sandbox):
     _accepted(sandbox, "run_pretraining.sh", PRETRAINING)
     positional = [(1, "0", "train_batch_size_phase1 (1st) '0'"), (3, "5e-3x", "learning_rate_phase1 (3rd) '5e-3x'"),
                   (4, "0.0", "learning_rate_phase2 (4th) '0.0' is not a positive number"),
-                  (5, "fp8", "precision (5th) 'fp8'"), (6, "yes", "use_preln (6th) 'yes'"),
+                  (5, "fp4", "precision (5th) 'fp4'"), (6, "yes", "use_preln (6th) 'yes'"),
                   (7, "eight", "num_gpus (7th) 'eight'"), (8, "-1", "warmup_steps_phase1 (8th) '-1'"),
                   (12, "often", "save_checkpoint_steps (12th) 'often'"),
                   (14, "1.5", "num_accumulation_steps_phase2 (14th) '1.5'"),
@@ -563,6 +563,25 @@ def test_fp32_evaluation_is_fp32(sandbox):
     assert run.returncode == 0 and "--tf32" in _python_calls(sandbox)[0].split()
 
 
+def test_fp8_is_a_training_precision_of_the_scripts(sandbox):
+    """PREC/precision fp8: the training processes get --fp8 (pretraining also the half-precision gradient
+    all-reduce of its mixed-precision runs), the evaluation after fine-tuning bf16 (run_eval.py has no fp8);
+    the evaluation script refuses fp8 in one line, before anything starts."""
+    run = sandbox.run(["scripts/run_summarization.sh", *_at(SUMMARIZATION, 8, "fp8")])
+    assert run.returncode == 0, run.stderr
+    finetune, evaluate = _python_calls(sandbox)
+    assert "--fp8" in finetune.split() and not {"--fp16", "--fp8"} & set(evaluate.split())
+    assert "--bf16" in evaluate.split() and _precision(evaluate).name == "bf16"
+    run = sandbox.run(["scripts/run_pretraining.sh", *_at(PRETRAINING, 5, "fp8")])
+    assert run.returncode == 0, run.stderr
+    phases = [c.split() for c in _python_calls(sandbox) if "pretrain.py" in c]
+    assert len(phases) == 2 and all("--fp8" in c and "--allreduce_post_accumulation_half_precision" in c
+                                    for c in phases), phases
+    problems = _refusals(sandbox, "run_eval_summarization.sh", [
+        (_at(EVALUATION, 4, "fp8"), {}, "PRECISION (4th) 'fp8' is not a precision: fp16, bf16, tf32 or fp32")])
+    assert not problems, "\n".join(problems)
+
+
 def test_run_summarization_can_evaluate_the_best_checkpoint(sandbox):
     """EVAL_CHECKPOINT=best: the best validation checkpoint (load_best_model_at_end); the default stays final_step.ckpt."""
     out = str(sandbox.tmp / "run")
@@ -593,6 +612,6 @@ def test_new_benchmark_scripts_check_every_value_before_starting(sandbox):
     problems += _refusals(sandbox, "run_stability_test.sh", [
         (["0", *SUMMARIZATION], {}, "N_SEEDS (1st) '0'"),
         (SUMMARIZATION, {"SEEDS": "1 x"}, "SEEDS (environment) entry 'x'"),
-        (["2", *_at(SUMMARIZATION, 8, "fp8")], {}, "PREC (8th) 'fp8' is not a precision"),
+        (["2", *_at(SUMMARIZATION, 8, "fp4")], {}, "PREC (8th) 'fp4' is not a precision"),
         (SUMMARIZATION, {"RESULTS_DIR": "a_file"}, "RESULTS_DIR (environment): a_file is a file")])
     assert not problems, "\n".join(problems)

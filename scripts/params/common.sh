@@ -58,6 +58,7 @@ value_ok() {  # KIND VALUE: is VALUE a KIND?
     number) [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && [[ ! "$v" =~ ^[0.]+([eE].*)?$ ]] ;;
     number0) [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ;;
     precision) [[ "$v" =~ ^(fp16|bf16|tf32|fp32)$ ]] ;;
+    train_precision) [[ "$v" =~ ^(fp8|fp16|bf16|tf32|fp32)$ ]] ;;  # fp8: a training precision (evaluated in bf16)
     bool) [[ "$v" =~ ^(true|false)$ ]] ;;
     preln) [[ "$v" =~ ^(true|false|auto)$ ]] ;;
     binary) [[ "$v" =~ ^(0|1)$ ]] ;;
@@ -87,6 +88,7 @@ value_problem() {  # KIND LABEL VALUE: the sentence saying why VALUE is not a KI
     number) echo "$label '$v' is not a positive number (such as 1e-4 or 0.001)" ;;
     number0) echo "$label '$v' is not a number >= 0" ;;
     precision) echo "$label '$v' is not a precision: fp16, bf16, tf32 or fp32" ;;
+    train_precision) echo "$label '$v' is not a precision: fp8, fp16, bf16, tf32 or fp32" ;;
     bool) echo "$label '$v' is not true or false" ;;
     preln) echo "$label '$v' is not true, false or auto" ;;
     binary) echo "$label '$v' is not 0 or 1" ;;
@@ -182,10 +184,14 @@ check_launch_env() {  # the environment of launch_command and launcher, and the 
   check_value command "PYTHON (environment, default python3)" "${PYTHON:-python3}"
 }
 
-precision_flags() {  # PREC: PREC_FLAGS, the same for training and evaluation (fp32 turns TF32 off: fp32 means fp32)
+precision_flags() {  # PREC: PREC_FLAGS for training, EVAL_PREC_FLAGS for evaluation: the same flags (fp32 turns TF32
+  # off: fp32 means fp32), but fp8, a training precision (float8 linear layers under bf16 autocast), evaluates in bf16
   case "$1" in
     fp16) PREC_FLAGS=(--fp16) ;; bf16) PREC_FLAGS=(--bf16) ;; tf32) PREC_FLAGS=(--tf32) ;; fp32) PREC_FLAGS=(--no-tf32) ;;
+    fp8) PREC_FLAGS=(--fp8) ;;
   esac
+  EVAL_PREC_FLAGS=("${PREC_FLAGS[@]}")
+  [ "$1" != fp8 ] || EVAL_PREC_FLAGS=(--bf16)
 }
 
 preln_flag() {  # true|false|auto: PRELN_FLAG, the flag array (empty for auto: the checkpoint decides)
