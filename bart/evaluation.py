@@ -154,11 +154,24 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
             result["generate_kwargs"] = gen_kwargs
         with open(os.path.join(args.save_path, f"{args.type_path}_{TASK_METRICS[args.task].name}.json"), "w") as f:
             json.dump(result, f, indent=2)
-        logger = Logger(args.json_summary or os.path.join(args.save_path, "dllogger.json"))
+        logger = _summary_logger(args)
         logger.log(step=(), data={**{k: v for k, v in result.items() if isinstance(v, (int, float))}, **stats})
         logger.close()
         print(json.dumps(result, indent=2), file=sys.stderr)
     return result
+
+
+def _summary_logger(args) -> Logger:
+    """The evaluation's dllogger log: ``--json-summary`` as given (dllogger's own rule: written anew), else
+    SAVE_PATH/dllogger.json, appended to where it exists (a training run's log in its own folder is kept)."""
+    if args.json_summary:
+        return Logger(args.json_summary)
+    path = os.path.join(args.save_path, "dllogger.json")
+    existing = os.path.isfile(path) and os.path.getsize(path) > 0
+    if existing:
+        print(f"[run_eval] {path} exists (another run's log): the evaluation's records are appended to it "
+              f"(--json-summary FILE for a log of its own)", file=sys.stderr)
+    return Logger(path, append=existing)
 
 
 def _write_pseudolabels(args, predictions: list[list[str]], latencies: list[float], examples: int,
@@ -170,7 +183,7 @@ def _write_pseudolabels(args, predictions: list[list[str]], latencies: list[floa
     path = os.path.join(args.save_path, "pseudolabel_results.json")
     atomic_write_text(path, json.dumps(predictions, indent=4))
     stats = latency_stats(latencies, examples, elapsed, dist_utils.world_size())
-    logger = Logger(args.json_summary or os.path.join(args.save_path, "dllogger.json"))
+    logger = _summary_logger(args)
     logger.log(step=(), data={"n_obs": examples, **stats})
     logger.close()
     print(f"{examples} sources x {args.num_return_sequences} candidates written to {path}", file=sys.stderr)

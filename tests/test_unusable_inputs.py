@@ -323,6 +323,24 @@ def test_cr_only_split_is_read_line_by_line_by_run_eval(world, tmp_path, capsys)
         assert len(f.read().splitlines()) == 4
 
 
+def test_run_eval_into_a_training_folder_keeps_its_log(world, tmp_path, capsys):
+    """Old code: run_eval.py without --json-summary into a fine-tuning folder wrote its dllogger.json anew, so the
+    training run's log was lost. Now the evaluation's record is appended (and said once); twice, two records."""
+    from utils.dllogger_compat import read_dllogger
+    out = tmp_path / "out"
+    out.mkdir()
+    training = 'DLLL {"timestamp": "1", "datetime": "x", "elapsedtime": 1.0, "type": "LOG", "step": 3, "data": {"loss": 2.5}}\n'
+    (out / "dllogger.json").write_text(training)
+    for _ in range(2):
+        code = _main("run_eval.py", _argv(EV, world, str(out), model=world["weights"], data=world["data"]))
+        assert code == 0, capsys.readouterr().err[-3000:]
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[run_eval]") and "appended" in line]
+    assert len(said) == 2 and str(out / "dllogger.json") in said[0], said
+    records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
+    assert records[0]["step"] == 3 and records[0]["data"] == {"loss": 2.5}  # the training log, kept
+    assert len([r for r in records if r["step"] == [] and "rouge1" in r["data"]]) == 2
+
+
 def test_line_ends_of_every_kind_read_the_same(world, tmp_path):
     from bart.data.summarization import read_split
     expected = read_split(world["data"], "train")
