@@ -106,19 +106,27 @@ def _mount_tmpfs_and_run(mount: str, size_kib: int, argv: list, copy_to: str):
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("filled_by", ["checkpoint", "logs"])
-def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, tmp_path, filled_by):
-    """A real ENOSPC: the output folder on a tmpfs with room for the run's files and one checkpoint and a half
-    (filled by the second checkpoint), or for the run's files and 48 KiB (filled by dllogger.json and
-    TensorBoard's event file, whose writer thread meets it first). Old code: two tracebacks (OSError ENOSPC,
-    then RuntimeError 'unexpected pos'), exit 1; for the logs a TensorBoard thread's traceback, then a line
-    naming neither the folder nor its free space."""
-    sized = tmp_path / "sized"  # the run's folder after its first checkpoint, to size the tmpfs
+@pytest.fixture(scope="module")
+def sizes(setup):
+    """The run's folder after its first checkpoint (update 2): the checkpoint's size and all its files' blocks,
+    to size the tmpfs of both cases."""
+    sized = setup["base"] / "sized"
     first = _run(setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(sized), "--max_steps", "2",
                                   "--save_checkpoint_steps", "2"])
     assert first.returncode == 0, first.stderr[-2000:]
     checkpoint = os.path.getsize(sized / "_step2.ckpt")
     files = sum(-(-os.path.getsize(os.path.join(d, n)) // 4096) * 4096 for d, _, ns in os.walk(sized) for n in ns)
+    return checkpoint, files
+
+
+@pytest.mark.parametrize("filled_by", ["checkpoint", "logs"])
+def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, sizes, tmp_path, filled_by):
+    """A real ENOSPC: the output folder on a tmpfs with room for the run's files and one checkpoint and a half
+    (filled by the second checkpoint), or for the run's files and 48 KiB (filled by dllogger.json and
+    TensorBoard's event file, whose writer thread meets it first). Old code: two tracebacks (OSError ENOSPC,
+    then RuntimeError 'unexpected pos'), exit 1; for the logs a TensorBoard thread's traceback, then a line
+    naming neither the folder nor its free space."""
+    checkpoint, files = sizes
     mount, copy = tmp_path / "mnt", tmp_path / "copy"
     mount.mkdir()
     copy.mkdir()
