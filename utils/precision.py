@@ -14,7 +14,8 @@ A run makes its ``Precision`` once, from the final flags at parse time (``args.p
 ``bart.cli.reference_flags.apply_reference_args``, parsing's last step), and hands it to the trainer,
 validation, prediction and evaluation; every autocast of the project is opened by
 :meth:`Precision.autocast`. To add a precision, add its name to ``PRECISIONS`` and say here what it
-means for the autocast dtype, TF32 and the scaler; the training loop, evaluation and the flags follow.
+means for the autocast dtype, TF32 and the scaler; the training loop and evaluation follow, and its flag takes
+the places docs/ARCHITECTURE.md's "a precision" row names (the Settings field, the resume check, the scripts' values).
 
 These are the precisions of training and (all but fp8, a training precision) of run_eval.py's forward pass
 (autocast over fp32 weights). The

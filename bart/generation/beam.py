@@ -178,12 +178,12 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
         cur_len += 1
         still_open = torch.stack([s.open(opts) for s in states]).any()
         if not drop:
-            if last or not bool(still_open):  # the one host sync per step
+            if last or not bool(still_open):  # the search's one host sync per step (the cache's mapped reorder adds one on CUDA)
                 break
             decoder.reorder(rows.view(-1))
             continue
         done = torch.stack([s.done(opts).view(-1) for s in states]).all(0)
-        flags = torch.cat([still_open.view(1), done]).tolist()  # the one host sync per step
+        flags = torch.cat([still_open.view(1), done]).tolist()  # the search's one host sync per step
         if last or not flags[0]:
             break
         keep = [i for i, finished in enumerate(flags[1:]) if not finished]

@@ -27,9 +27,10 @@ class StaticCache:
     attends over a view of the filled positions. Cross-attention keys and values are projected once
     per source (not per beam; the decoder folds beams into the query length) and stay as they are.
 
-    ``reorder(rows)`` (beam search) gathers the filled positions of the chosen rows with ONE
-    ``index_select(out=)`` into a second buffer of the same shape and swaps the two: the cache never
-    reallocates, so memory is touched once. ``keep_sources(sources, rows)`` drops finished sources
+    ``reorder(rows)`` (beam search): eager decoding (``mapped``) reorders in place, copying only the histories a
+    step must (a parent's further children into the slots of parents that have none); the compiled step, or a
+    change in row count, gathers the filled positions of the chosen rows with one ``index_select(out=)`` into a
+    second buffer of the same shape and swaps the two. The cache never reallocates. ``keep_sources(sources, rows)`` drops finished sources
     (their cross K/V are compacted in place, the self K/V with the reorder) so that finished rows
     stop costing work. Only the live rows ``[:rows]`` and positions ``[:length]`` are ever read.
 

@@ -394,7 +394,7 @@ class BartPreTrainedModel(nn.Module):
         return load_pretrained(cls, path, config=config, strict=strict, map_location=map_location, explicit=explicit)
 
     def save_pretrained(self, folder) -> None:
-        """Write a folder Hugging Face ``from_pretrained`` loads (config.json + model.safetensors)."""
+        """Write a folder Hugging Face ``from_pretrained`` loads (config.json, generation_config.json, model.safetensors)."""
         from bart.modeling.weights import save_pretrained
         save_pretrained(self, folder)
 

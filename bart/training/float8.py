@@ -6,7 +6,8 @@ gradients); everything else runs under the run's bf16 autocast, and the optimize
 
 Kept in bf16 (:func:`float8_filter`):
 - the LM head: tied to the token embeddings, its product is taken from the weight directly
-  (``lm_logits``, the chunked loss of ``--fused_cross_entropy``), and BART's 50,265 rows are no multiple of 16;
+  (``lm_logits``, the chunked loss of ``--fused_cross_entropy``), not through a linear layer to convert (its
+  padded 50,304 rows would be a multiple of 16; the tie is why it stays);
 - the first layer (``model.encoder.layers.0``: it reads the embeddings) and the last
   (``model.decoder.layers.{N-1}``: it feeds the LM head), as float8 recipes for stability do; with them in
   fp8 too the emulated loss stays as close to bf16's (tests/test_trainer.py), so the GPU run may try both;

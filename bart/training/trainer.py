@@ -99,7 +99,7 @@ class Trainer:
         self.batches_in_epoch = 0
         self._data_position = None  # where a seekable loader resumes (see _batches)
         self._bad_steps = 0
-        self.precision = config.precision  # validation and prediction take it from here
+        self.precision = config.precision  # validation takes it from here (prediction: the same object, from Settings)
         self.scaler = self.precision.grad_scaler(self.device.type)
         self.precision.configure()
         self.strategy = strategy or strategy_for(config, self.world_size, self.device)
