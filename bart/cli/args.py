@@ -249,12 +249,12 @@ def add_dist_timeout_arg(group) -> None:
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:
-    from bart.training.strategy import STRATEGIES  # the training scripts' group: run_eval.py loads no training module
-
+    from bart.training.strategy import DEFAULT_STRATEGY, STRATEGIES  # the training scripts' group: run_eval.py loads
+    # no training module
+    kinds = [f"{name} ({cls.summary}{', the default' if name == DEFAULT_STRATEGY else ''})" for name, cls in STRATEGIES.items()]
     dist = parser.add_argument_group("distributed")
     dist.add_argument("--distributed_strategy", choices=STRATEGIES, default=None,
-                      help="how several processes share the model: ddp (replicas, the default) or fsdp "
-                           "(FSDP2: parameters, gradients and optimizer state sharded)")
+                      help=f"how several processes share the model: {', '.join(kinds)}")
     dist.add_argument("--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16",
                       dest="allreduce_post_accumulation_half_precision", action="store_true",
                       help="all-reduce gradients in bf16/fp16 once per update (fp32 parameters)")

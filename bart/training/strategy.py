@@ -73,6 +73,7 @@ class Strategy:
 
 class DDPStrategy(Strategy):
     name = "ddp"
+    summary = "replicas"  # --distributed_strategy's help
 
     def wrap(self, model, module):
         device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -88,6 +89,7 @@ class DDPStrategy(Strategy):
 
 class FSDPStrategy(Strategy):
     name = "fsdp"
+    summary = "FSDP2: parameters, gradients and optimizer state sharded"
 
     def prepare(self, model):
         from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
