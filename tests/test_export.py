@@ -12,6 +12,7 @@ import torch
 import transformers
 
 from bart.configuration import BartConfig
+from bart.export import main as export_main
 from bart.modeling import BartForConditionalGeneration
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,6 +29,20 @@ def _export(*args, env_extra=None):
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "bart.export", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
+
+
+def _export_here(monkeypatch, capsys, *args):
+    """``bart.export``'s main in this process, in the environment ``_export`` gives its processes: for the tests
+    of what an export writes (the refusals' exit codes and one-line errors are processes: ``_export``).
+    Returns (exit code, stdout, stderr)."""
+    for name in list(os.environ):
+        if name.startswith(("HF_", "TRANSFORMERS_")) or name == "TOKENIZER":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    capsys.readouterr()
+    code = export_main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def _checkpoint(path, pre_ln, num_beams, **overrides):
@@ -52,12 +67,13 @@ def _project_summaries(model, tokenizer):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pre_ln", [False, True])
-def test_export_loads_in_transformers_and_summarizes_as_the_project(pre_ln, tmp_path, tokenizer_dir, tokenizer):
+def test_export_loads_in_transformers_and_summarizes_as_the_project(pre_ln, tmp_path, tokenizer_dir, tokenizer,
+                                                                    monkeypatch, capsys):
     num_beams = 3 if pre_ln else 4
     model = _checkpoint(tmp_path / "best.ckpt", pre_ln, num_beams)
     out = tmp_path / "hf"
-    done = _export(tmp_path / "best.ckpt", out, "--tokenizer", tokenizer_dir)
-    assert done.returncode == 0, done.stderr
+    code, _, stderr = _export_here(monkeypatch, capsys, tmp_path / "best.ckpt", out, "--tokenizer", tokenizer_dir)
+    assert code == 0, stderr
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "vocab.json", "merges.txt"} <= set(os.listdir(out))
     config = json.load(open(out / "config.json"))
@@ -88,22 +104,26 @@ def test_export_loads_in_transformers_and_summarizes_as_the_project(pre_ln, tmp_
     assert _project_summaries(again, tokenizer) == ours
 
 
-def test_export_from_a_folder_uses_its_tokenizer_and_replaces_only_with_overwrite(tmp_path, tokenizer_dir):
+def test_export_from_a_folder_uses_its_tokenizer_and_replaces_only_with_overwrite(tmp_path, tokenizer_dir,
+                                                                                   monkeypatch, capsys):
     _checkpoint(tmp_path / "m.ckpt", False, 4)
-    assert _export(tmp_path / "m.ckpt", tmp_path / "first", "--tokenizer", tokenizer_dir).returncode == 0
-    done = _export(tmp_path / "first", tmp_path / "second")  # no --tokenizer: the folder's own
-    assert done.returncode == 0, done.stderr
-    assert f"tokenizer from {tmp_path / 'first'}" in done.stdout
+    assert _export_here(monkeypatch, capsys, tmp_path / "m.ckpt", tmp_path / "first", "--tokenizer",
+                        tokenizer_dir)[0] == 0
+    code, stdout, stderr = _export_here(monkeypatch, capsys, tmp_path / "first", tmp_path / "second")  # no --tokenizer
+    assert code == 0, stderr
+    assert f"tokenizer from {tmp_path / 'first'}" in stdout  # the folder's own
     before = (tmp_path / "second" / "model.safetensors").read_bytes()
-    done = _export(tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer", tokenizer_dir)
-    assert done.returncode == 2 and "exists and is not empty; pass --overwrite" in done.stderr
+    code, _, stderr = _export_here(monkeypatch, capsys, tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer",
+                                   tokenizer_dir)
+    assert code == 2 and "exists and is not empty; pass --overwrite" in stderr
     assert (tmp_path / "second" / "model.safetensors").read_bytes() == before
-    done = _export(tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer", tokenizer_dir, "--overwrite")
-    assert done.returncode == 0, done.stderr
+    code, _, stderr = _export_here(monkeypatch, capsys, tmp_path / "m.ckpt", tmp_path / "second", "--tokenizer",
+                                   tokenizer_dir, "--overwrite")
+    assert code == 0, stderr
     assert sorted(os.listdir(tmp_path)) == ["first", "m.ckpt", "second"]  # no staging or backup folder left
 
 
-def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_dir):
+def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_dir, monkeypatch, capsys):
     (tmp_path / "notes.ckpt").write_text("not a checkpoint")
     # fine-tuning's final_step.ckpt (a raw state dict, no config) copied out of its run: it records the run's
     # tokenizer (an anonymous raw state dict of BART-large's size would be an NGC checkpoint: facebook's vocabulary)
@@ -134,21 +154,24 @@ def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_di
     assert sorted(os.listdir(tmp_path)) == ["notes.ckpt", "raw.ckpt", "small_vocab.ckpt"]
     # the same weights file exports once its config is given
     (tmp_path / "config.json").write_text(json.dumps(TINY))
-    done = _export(tmp_path / "raw.ckpt", tmp_path / "out", "--config", tmp_path / "config.json", "--no-verify",
-                   "--tokenizer", tokenizer_dir)
-    assert done.returncode == 0, done.stderr
+    code, _, stderr = _export_here(monkeypatch, capsys, tmp_path / "raw.ckpt", tmp_path / "out", "--config",
+                                   tmp_path / "config.json", "--no-verify", "--tokenizer", tokenizer_dir)
+    assert code == 0, stderr
     assert json.load(open(tmp_path / "out" / "config.json"))["d_model"] == 32
 
 
-@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002], ids=["umask022", "umask077", "umask002"])
-def test_the_exported_folder_gets_the_umasks_mode(mask, tmp_path, tokenizer_dir):
-    """Old code: the folder was 0755 whatever the umask (shared under 077, not group-writable under 002)."""
+def test_the_exported_folder_gets_the_umasks_mode(tmp_path, tokenizer_dir, monkeypatch, capsys):
+    """Old code: the folder was 0755 whatever the umask (shared under 077, not group-writable under 002).
+    The export runs in this process under each umask (the mode comes from the process's umask)."""
     _checkpoint(tmp_path / "m.ckpt", False, 2)
-    old = os.umask(mask)
-    try:  # the export process inherits the umask
-        done = _export(tmp_path / "m.ckpt", tmp_path / "hf", "--tokenizer", tokenizer_dir, "--no-verify")
-    finally:
-        os.umask(old)
-    assert done.returncode == 0, done.stderr
-    assert oct(os.stat(tmp_path / "hf").st_mode & 0o777) == oct(0o777 & ~mask)
-    assert oct(os.stat(tmp_path / "hf" / "model.safetensors").st_mode & 0o777) == oct(0o666 & ~mask)
+    for mask in (0o022, 0o077, 0o002):
+        out = tmp_path / f"hf{mask:03o}"
+        old = os.umask(mask)
+        try:
+            code, _, stderr = _export_here(monkeypatch, capsys, tmp_path / "m.ckpt", out, "--tokenizer", tokenizer_dir,
+                                           "--no-verify")
+        finally:
+            os.umask(old)
+        assert code == 0, stderr
+        assert oct(os.stat(out).st_mode & 0o777) == oct(0o777 & ~mask), f"umask {mask:03o}"
+        assert oct(os.stat(out / "model.safetensors").st_mode & 0o777) == oct(0o666 & ~mask), f"umask {mask:03o}"
