@@ -14,6 +14,7 @@ from bart.data.pretraining_dataset import build_pretraining_loader, is_blank, sp
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import Trainer, TrainerConfig
+from tests.helpers import loader_rank
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
 from tests.helpers.synthetic import tiny_config
 from tests.helpers.ports import free_port
@@ -222,8 +223,7 @@ def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch_and_resume(shard
                     f"--master_port={free_port()}", "-m", "tests.helpers.loader_rank", folder, tokenizer_dir,
                     str(tmp_path), "1"], cwd=ROOT, env=env, check=True, timeout=240, capture_output=True)
     os.makedirs(tmp_path / "one")
-    subprocess.run([sys.executable, "-m", "tests.helpers.loader_rank", folder, tokenizer_dir, str(tmp_path / "one"), "0"],
-                   cwd=ROOT, env=env, check=True, timeout=240, capture_output=True)
+    loader_rank.main([folder, tokenizer_dir, str(tmp_path / "one"), "0"])  # the reference: one process (this one)
     r0, r1 = (json.load(open(tmp_path / f"rank{r}.json")) for r in (0, 1))
     single = json.load(open(tmp_path / "one" / "rank0.json"))
     for epoch in (0, 1):
