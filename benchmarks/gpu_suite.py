@@ -23,7 +23,8 @@ part runs in its own session) and leaves the report of what finished. Training a
 part measured, so every MFU and bandwidth share divides by the same figures.
 
 --dry-run runs the same parts and commands on CPU (CUDA hidden from them) with a tiny model and tiny
-shapes, one or two steps, and torch.compile's eager backend (dynamo traces the step, no code
+shapes, one or two steps, two beams and small beam-search batches, pretrain512 without the contender pretrain128's
+dry run already traced (DRY_CONTENDERS), and torch.compile's eager backend (dynamo traces the step, no code
 generation): it shows the suite works before a GPU is lent. Its figures are not measurements.
 
 For the suite's own tests, GPU_SUITE_FAULTS="part=error,part=oom,part=hang" replaces those parts'
@@ -226,6 +227,9 @@ PART_NAMES = tuple(PART_WEIGHTS)
 CONTENDERS = {"pretrain128": "hf,lamb_compile,lamb,lamb_fce,lamb_fce_compile",
               "pretrain512": "hf,lamb_compile,lamb,lamb_fce_compile",
               "finetune_xsum": "hf,adamw,adamw_fce"}
+# the dry run: pretrain512 without lamb_fce_compile (pretrain128's dry run traces it): each contender's code path
+# runs once, and each part still has a compiled and an eager row
+DRY_CONTENDERS = dict(CONTENDERS, pretrain512="hf,lamb_compile,lamb")
 FP8_CONTENDERS = {"pretrain128": "lamb_fce_fp8_compile"}  # where env.json says the GPU and torchao can run --fp8
 BEAM_CONTENDERS = "ours,ours_compiled,hf"  # compile_generation (CUDA graphs) a contender of its own
 TRAIN_STEPS, TRAIN_WARMUP = 5, 2  # timed updates and warm-up ones: the figures were stable at 8 and 3
@@ -284,12 +288,12 @@ class Suite:
                        "--source_length", str(beam["source_length"]), "--allow_mismatch",
                        "--json", self.path("beam.json"), "--batch_sizes", *map(str, beam["batch_sizes"]),
                        "--contenders", BEAM_CONTENDERS, "--device", "cpu" if dry else "cuda"]
-            command += ["--compile_backend", "eager"] if dry else []
+            command += ["--compile_backend", "eager", "--threads", "1"] if dry else []
             if peaks.get("bandwidth_bytes_s"):
                 command += ["--bandwidth", repr(peaks["bandwidth_bytes_s"] / 1e9)]
             return command
         batch, source, target = (DRY_TRAIN_SHAPES if dry else TRAIN_SHAPES)[part]
-        contenders = CONTENDERS[part]
+        contenders = (DRY_CONTENDERS if dry else CONTENDERS)[part]
         if part != "finetune_xsum" and (self.figures("env") or {}).get("apex_fused_lamb"):
             names = contenders.split(",")  # apex's LAMB and ours, both eager
             names.insert(names.index("lamb") + 1, "lamb_foreach")
