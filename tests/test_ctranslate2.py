@@ -46,14 +46,26 @@ def _exported(tmp_path, tokenizer_dir, pre_ln):
     return model, tokenizer, tmp_path / "hf"
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, small_tokenizer_dir):
+    """``_exported`` once per layer-norm placement, for the tests that read the folder (none changes it)."""
+    made = {}
+
+    def get(pre_ln):
+        if pre_ln not in made:
+            made[pre_ln] = _exported(tmp_path_factory.mktemp(f"export_pre_ln_{pre_ln}"), small_tokenizer_dir, pre_ln)
+        return made[pre_ln]
+    return get
+
+
 @pytest.mark.parametrize("pre_ln", [False, True])
-def test_export_names_the_layer_norm_placement_as_fairseq_configs_do(pre_ln, tmp_path, small_tokenizer_dir):
+def test_export_names_the_layer_norm_placement_as_fairseq_configs_do(pre_ln, exported):
     """config.json has normalize_before / add_final_layer_norm (= Pre-LN) and normalize_embedding, as
     facebook/bart-large's and mbart-large-cc25's: converters that read them (CTranslate2's) need them; the
     project and transformers read the folder back as the same architecture."""
     import transformers
 
-    model, _, folder = _exported(tmp_path, small_tokenizer_dir, pre_ln)
+    model, _, folder = exported(pre_ln)
     values = json.load(open(folder / "config.json"))
     assert (values["normalize_before"], values["add_final_layer_norm"], values["normalize_embedding"]) == \
         (pre_ln, pre_ln, True)
@@ -63,11 +75,11 @@ def test_export_names_the_layer_norm_placement_as_fairseq_configs_do(pre_ln, tmp
 
 
 @pytest.mark.parametrize("pre_ln", [False, True])
-def test_ctranslate2_decodes_the_export_as_this_project(pre_ln, tmp_path, small_tokenizer_dir):
+def test_ctranslate2_decodes_the_export_as_this_project(pre_ln, tmp_path, exported):
     ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 (requirements.txt) is not installed")
     from ctranslate2.converters import TransformersConverter
 
-    model, tokenizer, folder = _exported(tmp_path, small_tokenizer_dir, pre_ln)
+    model, tokenizer, folder = exported(pre_ln)
     TransformersConverter(str(folder)).convert(str(tmp_path / "ct2"))  # the old export: no 'normalize_before'
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
     vocabulary = bench_generation.ct2_vocabulary(str(folder))
@@ -141,7 +153,7 @@ def test_rouge_l_counts_equal_outputs_as_equal():
     assert 0 < bench_generation.rouge_l(["the cat sat on the mat"], ["the cat sat"]) < 100
 
 
-def test_benchmark_compares_ctranslate2_with_this_project(tmp_path, monkeypatch):
+def test_benchmark_compares_ctranslate2_with_this_project(tmp_path, monkeypatch, tokenizer_dir):
     """bench_generation with the CTranslate2 contenders on real text: the model converted in the run,
     every contender timed and compared with ours (rows, agreement, why different), a contender that is
     not available (here: the precision module missing) named and left out, an unknown one refused."""
@@ -151,11 +163,9 @@ def test_benchmark_compares_ctranslate2_with_this_project(tmp_path, monkeypatch)
     threads = torch.get_num_threads()
     argv = ["bench_generation.py", "--config", str(config), "--device", "cpu", "--batch_sizes", "3",
             "--new_tokens", "10", "--source_length", "48", "--threads", "1", "--repeats", "1",
-            "--sources", str(tmp_path / "news.txt"), "--tokenizer", None, "--json", str(tmp_path / "beam.json"),
+            "--sources", str(tmp_path / "news.txt"), "--tokenizer", tokenizer_dir, "--json", str(tmp_path / "beam.json"),
             "--contenders", "ours,hf,ct2_fp32,ct2_int8,ours_int8"]
     try:
-        from bart.tokenization.build_tokenizer import build_tokenizer_folder
-        argv[argv.index("--tokenizer") + 1] = build_tokenizer_folder(str(tmp_path / "tokenizer"))
         monkeypatch.setattr(sys, "argv", argv)
         bench_generation.main()
         monkeypatch.setattr(sys, "argv", argv[:-1] + ["ours,ct2_fp16"])
