@@ -85,25 +85,25 @@ def _download(repo_id: str, what: str, patterns: list[str], revision: Optional[s
     except GatedRepoError as err:
         raise HubResolutionError(
             f"{what} '{repo_id}' is a gated repository on the Hugging Face hub; accept its terms on "
-            f"huggingface.co and log in (`huggingface-cli login`), or pass a local folder") from err
+            f"huggingface.co and log in (`hf auth login`), or pass a local folder") from err
     except RevisionNotFoundError as err:
         raise HubResolutionError(f"{what} '{repo_id}' has no revision '{revision}' on the Hugging Face hub; "
                                  f"pass an existing revision or a local folder") from err
     except RepositoryNotFoundError as err:
         raise HubResolutionError(
             f"{what} '{repo_id}' is neither a local path nor a model on the Hugging Face hub "
-            f"(or it is private: log in with `huggingface-cli login`); check the name or pass a local "
+            f"(or it is private: log in with `hf auth login`); check the name or pass a local "
             f"folder") from err
     except LocalEntryNotFoundError as err:
         if offline:
             raise HubResolutionError(
                 f"{what} '{repo_id}' is not a local path and not in the hub cache {cache}, and HF_HUB_OFFLINE=1 "
-                f"forbids downloading it; set HF_HUB_OFFLINE=0, or fetch it once with `huggingface-cli download "
+                f"forbids downloading it; set HF_HUB_OFFLINE=0, or fetch it once with `hf download "
                 f"{repo_id}` (same HF_HOME), or pass a local folder") from err
         raise HubResolutionError(
             f"{what} '{repo_id}' is not a local path, not in the hub cache {cache}, and the Hugging Face hub "
             f"could not be reached ({type(err.__cause__ or err).__name__}); connect, or fetch it with "
-            f"`huggingface-cli download {repo_id}` where there is a connection, or pass a local folder") from err
+            f"`hf download {repo_id}` where there is a connection, or pass a local folder") from err
     except OSError as err:  # disk full, permissions, proxies
         raise HubResolutionError(f"{what} '{repo_id}': fetching from the Hugging Face hub failed "
                                  f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
@@ -134,7 +134,7 @@ def resolve_model_path(name_or_path: str | os.PathLike, revision: Optional[str] 
     if not _has_weights(folder):
         raise HubResolutionError(
             f"model '{name}' resolved to {folder}, which holds no weights (model.safetensors, pytorch_model.bin); "
-            f"offline, fetch the whole repository once with `huggingface-cli download {name}`")
+            f"offline, fetch the whole repository once with `hf download {name}`")
     return folder
 
 

@@ -104,7 +104,7 @@ def test_offline_and_not_cached_is_one_clear_error(offline):
         resolve_model_path("facebook/bart-large")
     message = str(err.value)
     assert "\n" not in message
-    for part in ("'facebook/bart-large'", "HF_HUB_OFFLINE=0", "huggingface-cli download facebook/bart-large",
+    for part in ("'facebook/bart-large'", "HF_HUB_OFFLINE=0", "hf download facebook/bart-large",
                  "local folder", offline):
         assert part in message
     with pytest.raises(HubResolutionError, match="tokenizer 'facebook/bart-large' .*HF_HUB_OFFLINE=0"):
@@ -174,7 +174,7 @@ def test_online_unknown_id_and_unreachable_hub(tmp_path):
     env["HF_HOME"] = str(closed)
     done = _run(code, env)
     assert done.returncode == 0, done.stderr
-    assert "could not be reached" in done.stdout and "huggingface-cli download no-such-org/no-such-model" in done.stdout
+    assert "could not be reached" in done.stdout and "hf download no-such-org/no-such-model" in done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +248,22 @@ def test_entry_scripts_refuse_an_uncached_hub_id_in_one_line(hub_50k):
         assert out.returncode == 2, out.stderr[-2000:]
         assert "Traceback" not in out.stderr and "nobody/not-cached" in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_the_readmes_download_command_runs_as_printed(tmp_path, tokenizer_dir):
+    """README, "Starting from public weights": `hf download facebook/bart-large`, typed as printed, here offline
+    from a cache that holds it (the command resolves the cached snapshot and prints its folder). Before, the
+    README and bart.hub's messages printed `huggingface-cli download`, which huggingface_hub 1.x and later no
+    longer install (only `hf`, which 0.34 and later have: transformers 4.57's huggingface_hub 0.36 too)."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    [line] = [line for line in readme.splitlines() if line.startswith("hf download ")]
+    command = line.split("#")[0].strip()
+    assert command == "hf download facebook/bart-large"
+    snapshot = add_to_hub_cache(str(tmp_path / "hf_home" / "hub"), "facebook/bart-large", tokenizer_dir)
+    beside = os.path.join(os.path.dirname(sys.executable), "hf")  # this Python's huggingface_hub's command
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1",
+               PATH=os.pathsep.join([os.path.dirname(beside)] * os.path.isfile(beside) + [env.get("PATH", "")]))
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert snapshot in done.stdout
