@@ -1,4 +1,6 @@
-"""The README's Quick Start, run as printed (steps 2-6 and 8), on CPU with tiny sizes.
+"""The README's Quick Start, run as printed (steps 2-6 and 8), on CPU with tiny sizes, in the laptop's and the
+container's configurations; with the fine-tuning scripts' other forms (the 16 positional values and flags passed
+through, the reference's eval script name and argument order) and "Your own tokenizer"'s command on the shards.
 
 The commands are read from the README; only environment variables shrink them (the scripts
 document each: NPROC, NUM_SHARDS, CPU_PROCESSES, NUM_WORKERS, EXTRA_ARGS, EVAL_EXTRA_ARGS,
@@ -10,7 +12,9 @@ If a Quick Start command changes, EXPECTED below must change with it, or this te
 The model is config_tiny.json with the small trained tokenizer's vocabulary (the hub cache's
 "facebook/bart-large" tokenizer): the journey is about the commands, not GPT-2's 50k vocabulary,
 whose softmax made each training and generation step dearer (phase 2's 512 tokens in bf16 on CPU
-above all). Most of what the test still costs is the start-up of its ~25 Python processes.
+above all). Most of what the test still costs is the start-up of its Python processes: the data steps (2-3) run
+once, in the container's configuration (the image's ENV: its Punkt data), and the laptop's journey starts from
+their data/.
 """
 import json
 import os
@@ -19,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,6 +32,7 @@ import transformers
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_wikipedia_dump
 from tests.helpers.container import DOUBLES, build_image
 from tests.helpers.hub_cache import add_to_hub_cache
+from utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED = {
@@ -102,24 +108,21 @@ def _run(block: list[str], cwd, env, timeout=900):
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("configuration", ["laptop", "container"])
-def test_quick_start_journey(tmp_path, small_tokenizer_dir, tokenizer_dir, punkt_dir, configuration):
-    """The Quick Start as printed, on the laptop path and in the container's configuration (the
-    Dockerfile's ENV and build steps, dllogger and apex as the image installs them: tests/helpers/container.py).
-    In the container, pretraining from scratch takes the image's default tokenizer (GPT-2's vocabulary,
-    so the config keeps the 50,265 rows) and public weights bring their own."""
-    from bart.data.cnn_dm_stories import story_name
+def _summary(path):
+    """The summary line of a dllogger file (step []), read whole: the real dllogger's lines complete."""
+    return {k: v for r in read_dllogger(str(path)) if r["type"] == "LOG" and r["step"] == [] for k, v in r["data"].items()}
+
+
+def _configuration(tmp_path, configuration, small_tokenizer_dir, punkt_dir):
+    """A copy of the checkout (data/ and results/ are written inside it), config_tiny.json, the public weights
+    under facebook/bart-large in a hub cache, and the environment of a command typed in this configuration."""
     container = configuration == "container"
-    steps = quick_start_steps()
-    repo = tmp_path / "bart"  # a copy of the checkout: data/ and results/ are written inside it
+    repo = tmp_path / "bart"
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for name in files:
         if os.path.isfile(os.path.join(ROOT, name)):
             os.makedirs(repo / os.path.dirname(name), exist_ok=True)
             shutil.copy2(os.path.join(ROOT, name), repo / name)
-    _mirror(tmp_path / "mirror", story_name)
-    write_wikipedia_dump(str(tmp_path / "enwiki.xml.bz2"), pages=24)
     # the model config of every command: config_tiny.json
     tiny = json.load(open(repo / "configs" / "config_tiny.json"))
     if not container:  # the laptop path runs on the small tokenizer's vocabulary throughout
@@ -157,46 +160,128 @@ def test_quick_start_journey(tmp_path, small_tokenizer_dir, tokenizer_dir, punkt
         os.symlink(sys.executable, bin_dir / "python")
         env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     add_to_hub_cache(cache, "facebook/bart-large", str(tmp_path / "hub_model"))
+    return SimpleNamespace(repo=repo, env=env, config_path=config_path, tmp=tmp_path)
 
-    _run(steps[2], repo, env)
+
+@pytest.fixture(scope="module")
+def container_journey(tmp_path_factory, small_tokenizer_dir, punkt_dir):
+    """The container's configuration through Quick Start steps 2 and 3 (the data: the image's Punkt data, LDDL's
+    download_wikipedia and preprocessing); both journeys go on from its data/."""
+    from bart.data.cnn_dm_stories import story_name
+    tmp_path = tmp_path_factory.mktemp("journey_container")
+    _mirror(tmp_path / "mirror", story_name)
+    write_wikipedia_dump(str(tmp_path / "enwiki.xml.bz2"), pages=24)
+    state = _configuration(tmp_path, "container", small_tokenizer_dir, punkt_dir)
+    repo, steps = state.repo, quick_start_steps()
+    _run(steps[2], repo, state.env)
     for corpus in ("cnn_dm", "xsum"):
         assert all((repo / "data" / corpus / f"{s}.source").is_file() for s in ("train", "val", "test"))
     # LDDL's download_wikipedia extracted the dump with the installed wikiextractor: one article a line
     [extracted] = (repo / "data" / "wikipedia" / "source" / "en").glob("*.txt")
     articles = extracted.read_text(encoding="utf-8").splitlines()
     assert len(articles) == 24 and all(a.startswith("wiki-") for a in articles)
-    _run(steps[3], repo, env)  # the preprocessing takes download_wikipedia's --outdir as the README says
+    _run(steps[3], repo, state.env)  # the preprocessing takes download_wikipedia's --outdir as the README says
     for length in (128, 512):
         counts = json.load(open(repo / "data" / f"pretrain_lddl_{length}" / ".num_samples.json"))
         assert len(counts) == 2 and sum(counts.values()) >= 24
-    pretrain = dict(env, EXTRA_ARGS=f"--config_path {config_path} --train_batch_size 2 "
-                                    "--gradient_accumulation_steps 1 --max_steps 2 --warmup_steps 1 --log_freq 1")
-    _run(steps[4], repo, pretrain)
-    assert (repo / "results" / "bart_pyt_pretraining" / "phase_2" / "_step4.ckpt").is_file()
-    if container:  # from scratch: the image's default tokenizer, saved with the checkpoints
-        default = env.get("BART_DEFAULT_TOKENIZER") or env["TOKENIZER"]
-        assert _ids(repo / "results" / "bart_pyt_pretraining" / "phase_2") == _ids(default)
+    return state
 
+
+def _fine_tuning_checks(out, steps, generations):
+    """A fine-tuning run of run_summarization.sh: the reference's raw final state dict, the training and evaluation
+    summaries of dllogger complete, the test split's generations."""
+    assert (out / "final_step.ckpt").is_file() and (out / f"_epoch0_step{steps}.ckpt").is_file()
+    raw = torch.load(out / "final_step.ckpt", weights_only=True)
+    assert "model.encoder.layers.0.fc1.weight" in raw  # the reference's raw state dict
+    train = _summary(out / "dllogger.json")
+    assert train["total_loss"] == train["final_loss"] and train["avg_train_time"] > 0 and train["steps"] == steps
+    evaluation = _summary(out / "eval_dllogger.json")
+    for key in ("inference_latency_mean", "inference_latency_conf_90", "inference_latency_conf_99",
+                "inference_throughput_mean", "rouge1"):
+        assert key in evaluation, key
+    assert len(open(out / "test_generations.txt").read().splitlines()) == generations
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("configuration", ["laptop", "container"])
+def test_quick_start_journey(tmp_path, small_tokenizer_dir, tokenizer_dir, punkt_dir, container_journey, configuration,
+                             monkeypatch):
+    """The Quick Start as printed on the laptop path and, in the container's configuration (the Dockerfile's ENV and
+    build steps, dllogger and apex as the image installs them: tests/helpers/container.py), the steps whose
+    behaviour the image changes; the rest runs the same code in either configuration, once:
+    - container: the data, steps 2-3 (the image's Punkt data; the container_journey fixture, whose data/ the
+      laptop's journey takes); pretraining from scratch, step 4 (PHASES=1), with the image's default tokenizer
+      (GPT-2's vocabulary, so the config keeps the 50,265 rows) and LAMB as apex's; public weights by hub id
+      (facebook/bart-large from the image's hub cache) through run_summarization.sh's 16 positional values and
+      finetune.py flags passed through: they bring their own tokenizer, and so does the export of that run (the
+      tokenizer beside its checkpoint, not the image's default); dllogger's lines complete (the image's dllogger);
+    - laptop: "Your own tokenizer"'s command on step 3's shards; steps 4 (both phases), 5 from phase 2, 6 and 8;
+      then the reference's eval script name and argument order (without NUM_GPU) evaluate the run step 8
+      exports, and transformers' generate on the exported folder gives its summaries."""
+    container = configuration == "container"
+    steps = quick_start_steps()
+    if container:
+        state = container_journey
+    else:
+        state = _configuration(tmp_path, "laptop", small_tokenizer_dir, punkt_dir)
+        shutil.copytree(container_journey.repo / "data", state.repo / "data")  # steps 2 and 3: done once
+        # "Your own tokenizer" (step 3's note), as printed, on the shards step 3 wrote
+        [command] = [c for c in re.findall(r"```bash\n(.*?)```", open(os.path.join(ROOT, "README.md")).read(), re.S)
+                     if "train_tokenizer" in c]
+        _run([command.replace("\\\n", " ").splitlines()[0]], state.repo, state.env)
+        trained = json.load(open(state.repo / "data" / "config_32k.json"))["vocab_size"]
+        assert 261 <= trained < 32000 and _ids(state.repo / "data" / "my_tokenizer")  # a small corpus: fewer tokens
+    repo, env, config_path = state.repo, state.env, state.config_path
+    pretrain = dict(env, EXTRA_ARGS=f"--config_path {config_path} --train_batch_size 2 "
+                                    "--gradient_accumulation_steps 1 --max_steps 1 --warmup_steps 1 --log_freq 1")
+    if container:
+        _run(steps[4], repo, dict(pretrain, PHASES="1"))  # phase 2 starts from phase 1's run: the laptop's
+        phase_1 = repo / "results" / "bart_pyt_pretraining" / "phase_1"
+        assert (phase_1 / "_step1.ckpt").is_file()
+        # from scratch: the image's default tokenizer, saved with the checkpoints
+        default = env.get("BART_DEFAULT_TOKENIZER") or env["TOKENIZER"]
+        assert _ids(phase_1) == _ids(default)
+        # public weights named by hub id: run_summarization.sh's 16 values (PRELN false: a post-LN model), then
+        # finetune.py flags
+        public = repo / "results" / "cnn_dm_public"
+        _run([f"bash scripts/run_summarization.sh data/cnn_dm facebook/bart-large {config_path} 1 1e-3 2 1 fp32 2 1 "
+              "64 16 2 2 3 false --n_train 8 --log_freq 1"], repo, dict(env, OUTPUT_DIR="results/cnn_dm_public"))
+        _fine_tuning_checks(public, 2, 3)
+        # fine-tuned with their own tokenizer, not the image's default
+        assert _ids(public) == _ids(small_tokenizer_dir) != _ids(tokenizer_dir) == _ids(default)
+        # that run's final_step.ckpt exported without --tokenizer: the tokenizer beside it, not the image's default
+        # (bart.export in this process, in the image's environment)
+        from bart import export
+        for key in ("TOKENIZER", "BART_DEFAULT_TOKENIZER", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE"):
+            monkeypatch.delenv(key, raising=False)
+            if key in env:
+                monkeypatch.setenv(key, env[key])
+        assert export.main([str(public / "final_step.ckpt"), str(tmp_path / "public_hf"), "--config", config_path,
+                            "--no-pre_ln", "--no-verify"]) == 0
+        assert _ids(tmp_path / "public_hf") == _ids(small_tokenizer_dir)
+        return
+
+    _run(steps[4], repo, pretrain)
+    assert (repo / "results" / "bart_pyt_pretraining" / "phase_2" / "_step2.ckpt").is_file()
     finetune = dict(env, EXTRA_ARGS="--max_steps 2 --warmup_steps 1 --train_batch_size 2 --max_source_length 64 "
                                     "--max_target_length 16 --val_max_target_length 16 --eval_batch_size 2 --log_freq 1",
                     EVAL_EXTRA_ARGS="--max_source_length 64 --max_target_length 12 --bs 3")
-    _run(steps[5], repo, finetune)  # (a) from the phase-2 checkpoints
+    _run(steps[5], repo, finetune)  # from the phase-2 checkpoints
     out = repo / "results" / "cnn_dm"
-    assert (out / "final_step.ckpt").is_file() and (out / "test_rouge.json").is_file()
-    # (b) from public weights named by hub id: the same command, other starting weights
-    _run([steps[5][1]], repo, dict(finetune, CKPT_PATH="facebook/bart-large", PRELN="false",
-                                   OUTPUT_DIR="results/cnn_dm_public"))
-    assert (repo / "results" / "cnn_dm_public" / "final_step.ckpt").is_file()
-    # public weights were fine-tuned with their own tokenizer, whatever the environment's default
-    assert _ids(repo / "results" / "cnn_dm_public") == _ids(small_tokenizer_dir) != _ids(tokenizer_dir)
+    _fine_tuning_checks(out, 2, 3)
+    assert (out / "test_rouge.json").is_file()
 
     _run(steps[6], repo, dict(env, EXTRA_ARGS="--max_source_length 64 --max_target_length 12",
                               OUTPUT_DIR="results/cnn_dm_eval"))
     generations = open(repo / "results" / "cnn_dm_eval" / "test_generations.txt").read().splitlines()
     assert len(generations) == 3
     _run(steps[8], repo, env)
-    # the exported folder in transformers (AutoModelForSeq2SeqLM + generate: 4.57 and 5.x) gives run_eval.py's
-    # summaries (same settings)
+    # the reference's eval script name and its README's order (INIT_CKPT PRED_BS PRECISION EVAL_BEAMS ..., no
+    # NUM_GPU) on the run step 8 exported; the exported folder in transformers (AutoModelForSeq2SeqLM + generate:
+    # 4.57 and 5.x) gives its summaries (same settings)
+    reference = _run([f"bash scripts/run_summarization_eval.sh results/cnn_dm 1 fp32 4 64 12 data/cnn_dm {config_path} "
+                      "auto"], repo, dict(env, OUTPUT_DIR="results/cnn_dm_eval_run"))
+    assert "reading the arguments without NUM_GPU" in reference.stdout + reference.stderr
     exported = str(repo / "results" / "cnn_dm_hf")
     tokenizer = transformers.AutoTokenizer.from_pretrained(exported)
     hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(exported).eval()
@@ -205,11 +290,6 @@ def test_quick_start_journey(tmp_path, small_tokenizer_dir, tokenizer_dir, punkt
     for source in sources:
         batch = tokenizer([source], max_length=64, truncation=True, return_tensors="pt")
         with torch.no_grad():
-            out = hf_model.generate(**batch, num_beams=4, max_length=12)
-        texts.append(tokenizer.batch_decode(out, skip_special_tokens=True)[0].strip())
-    step6 = subprocess.run([sys.executable, "run_eval.py", "results/cnn_dm", config_path, "data/cnn_dm",
-                            "results/cnn_dm_eval_run", "--num_beams", "4", "--max_target_length", "12",
-                            "--max_source_length", "64", "--bs", "1"], cwd=repo, env=env, capture_output=True,
-                           text=True, timeout=300)
-    assert step6.returncode == 0, step6.stderr[-2000:]
+            ids = hf_model.generate(**batch, num_beams=4, max_length=12)
+        texts.append(tokenizer.batch_decode(ids, skip_special_tokens=True)[0].strip())
     assert open(repo / "results" / "cnn_dm_eval_run" / "test_generations.txt").read().splitlines() == texts

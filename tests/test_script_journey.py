@@ -1,7 +1,7 @@
-"""The fine-tuning scripts as a user runs them: public weights named by hub id (resolved from an
-offline Hugging Face cache laid out by huggingface_hub's own layout), run_summarization.sh with a
-leading part of its positional values and pass-through flags, the reference's eval script name and
-argument order, then export to a Hugging Face folder. Sizes shrink through flags only."""
+"""The evaluation script across two nodes, as a user starts it on each. (Public weights by hub id through
+run_summarization.sh's 16 positional values and pass-through flags, the reference's eval script name and
+argument order, and the export of the run are in tests/test_journey.py, beside the Quick Start's step 5 from
+facebook/bart-large that they repeated.)"""
 import json
 import os
 import shutil
@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from tests.helpers.hub_cache import add_to_hub_cache
+from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
 from utils.dllogger_compat import read_dllogger
 
@@ -32,64 +32,7 @@ def _summary(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("configuration", ["laptop", "container"])
-def test_public_weights_to_finetune_eval_and_export(tmp_path, small_tokenizer_dir, tokenizer_dir, configuration,
-                                                    request):
-    """On the laptop path and in the container's configuration (its ENV, whose default tokenizer has other
-    ids than the public weights' own, and dllogger as the image installs it)."""
-    torch.manual_seed(0)
-    folder = tmp_path / "bart-tiny"
-    transformers.BartForConditionalGeneration(transformers.BartConfig(**TINY)).save_pretrained(folder)
-    for name in os.listdir(small_tokenizer_dir):  # the public weights' own vocabulary
-        shutil.copy(os.path.join(small_tokenizer_dir, name), folder / name)
-    cache = str(tmp_path / "hf_home" / "hub")
-    add_to_hub_cache(cache, "tiny-org/bart-tiny", str(folder))
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(TINY))
-    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
-    settings = dict(HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache, OMP_NUM_THREADS="1", OUTPUT_DIR=str(tmp_path / "ft"),
-                    N_VAL="2")
-    if configuration == "container":
-        env = request.getfixturevalue("container_image").env(settings)
-    else:
-        env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=ROOT, **settings)
-        env.pop("TOKENIZER", None)
-    # the 16 positional values (PRELN false: this is a post-LN model), then finetune.py flags passed through
-    _bash(["scripts/run_summarization.sh", data, "tiny-org/bart-tiny", str(config), "1", "1e-3", "4", "1", "fp32",
-           "2", "1", "32", "16", "2", "4", "4", "false", "--n_train", "8", "--log_freq", "1"], env)
-    out = tmp_path / "ft"
-    assert (out / "final_step.ckpt").is_file() and (out / "_epoch0_step2.ckpt").is_file()
-    raw = torch.load(out / "final_step.ckpt", weights_only=True)
-    assert "model.encoder.layers.0.fc1.weight" in raw  # the reference's raw state dict
-    train = _summary(str(out / "dllogger.json"))
-    assert train["total_loss"] == train["final_loss"] and train["avg_train_time"] > 0 and train["steps"] == 2
-    evaluation = _summary(str(out / "eval_dllogger.json"))
-    for key in ("inference_latency_mean", "inference_latency_conf_90", "inference_latency_conf_99",
-                "inference_throughput_mean", "rouge1"):
-        assert key in evaluation, key
-    assert len(open(out / "test_generations.txt").read().splitlines()) == 4
-
-    # the reference README's eval example order (no NUM_GPU), under the reference's script name
-    env["OUTPUT_DIR"] = str(tmp_path / "eval")
-    result = _bash(["scripts/run_summarization_eval.sh", str(out / "final_step.ckpt"), "2", "fp32", "2", "32", "16",
-                    data, str(config), "false", "--n_obs", "2"], env)
-    assert "without NUM_GPU" in result.stderr
-    assert len(open(tmp_path / "eval" / "test_generations.txt").read().splitlines()) == 2
-
-    # export: the tokenizer saved next to the checkpoints is found without --tokenizer
-    subprocess.run([sys.executable, "-m", "bart.export", str(out / "final_step.ckpt"), str(tmp_path / "hf"),
-                    "--config", str(config)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
-    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
-    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf")
-    original = transformers.AutoTokenizer.from_pretrained(small_tokenizer_dir)
-    assert tok.get_vocab() == original.get_vocab() and model.config.d_model == 16
-    assert tok.get_vocab() != transformers.AutoTokenizer.from_pretrained(tokenizer_dir).get_vocab()
-    for log in ("dllogger.json", "eval_dllogger.json"):  # the real dllogger's lines, complete
-        assert _summary(str(out / log)), log
-
-
-@pytest.mark.slow
-def test_evaluation_runs_on_two_nodes(tmp_path, tokenizer_dir):
+def test_evaluation_runs_on_two_nodes(tmp_path, tokenizer_dir, monkeypatch):
     """run_eval_summarization.sh under NNODES=2 (two torchrun agents on 127.0.0.1, one process each):
     the sources are shared out and the generations equal a one-process run's, in input order."""
     import socket
@@ -105,7 +48,11 @@ def test_evaluation_runs_on_two_nodes(tmp_path, tokenizer_dir):
             "false"]
     base = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     base.pop("TOKENIZER", None)
-    _bash(args, dict(base, OUTPUT_DIR=str(tmp_path / "one")))
+    # one process: what the script runs for these values (NUM_GPU 1: the interpreter alone), in this process
+    monkeypatch.delenv("TOKENIZER", raising=False)
+    assert run_entry("run_eval.py", [str(folder), str(config), data, str(tmp_path / "one"), "--type_path", "test",
+                                     "--bs", "2", "--eval_beams", "2", "--max_source_length", "32",
+                                     "--max_target_length", "8", "--no-tf32", "--no-pre_ln"]) == 0
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
