@@ -81,6 +81,15 @@ def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (command, done.stderr[-3000:])
     assert (tmp_path / "results" / "bart_hf" / "model.safetensors").is_file()
+    # "The folder also converts with CTranslate2": its converter, as printed (the optional quantization left out)
+    [convert] = [line for line in README.splitlines() if line.startswith("ct2-transformers-converter ")]
+    convert = convert.replace(" [--quantization int8]", "")
+    beside = os.path.join(os.path.dirname(sys.executable), "ct2-transformers-converter")
+    done = subprocess.run(["bash", "-c", convert], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=dict(env, PATH=os.pathsep.join([os.path.dirname(beside)] * os.path.isfile(beside) +
+                                                             [env["PATH"]])))
+    assert done.returncode == 0, (convert, done.stderr[-3000:])
+    assert (tmp_path / "results" / "bart_ct2" / "model.bin").is_file()
 
 
 def _shell_words(command: str) -> list[str]:
@@ -89,7 +98,7 @@ def _shell_words(command: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_hugging_face_hand_off_runs_as_printed(tmp_path, tokenizer_dir, tokenizer):
+def test_the_hugging_face_hand_off_runs_as_printed(tmp_path, tokenizer_dir, tokenizer, monkeypatch, capsys):
     """Quick Start step 8, typed as printed (in a folder holding the results it names) under the installed
     transformers (CI: 5.x, and 4.57 in its own step): the export, then transformers' AutoModelForSeq2SeqLM +
     generate print the summaries this project generates ("Exporting to Hugging Face": the test above)."""
@@ -113,12 +122,17 @@ def test_the_hugging_face_hand_off_runs_as_printed(tmp_path, tokenizer_dir, toke
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_")) and k != "TOKENIZER"}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", PYTHONPATH=ROOT, HF_HUB_OFFLINE="1",
                TRANSFORMERS_VERBOSITY="error")
-    printed = []
-    for kind, text in blocks:
-        command = ["bash", "-c", text] if kind == "bash" else [sys.executable, "-c", text]
-        out = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, (text, out.stderr[-3000:])
-        printed += [line for line in out.stdout.splitlines() if line.startswith("['")]
+    # the command in a shell; the Python block in this process (Python, not a command: no second start-up), run from
+    # the same folder with the same hub settings
+    out = subprocess.run(["bash", "-c", blocks[0][1]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (blocks[0][1], out.stderr[-3000:])
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith(("HF_", "TRANSFORMERS_")) or k == "TOKENIZER"]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    capsys.readouterr()
+    exec(compile(blocks[1][1], "README.md (Quick Start 8)", "exec"), {"__name__": "__main__"})
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("['")]
     assert sorted(os.listdir(tmp_path / "results")) == ["cnn_dm", "cnn_dm_hf"]
     assert {"vocab.json", "merges.txt", "model.safetensors", "generation_config.json"} <= set(
         os.listdir(tmp_path / "results" / "cnn_dm_hf"))
@@ -134,3 +148,248 @@ def test_the_hugging_face_hand_off_runs_as_printed(tmp_path, tokenizer_dir, toke
 
 def _code_blocks_in(text, language):
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+# -- every command the README prints, and the test that runs it as printed (issue 37) ---------------------------------
+# Commands of the ```bash blocks (one a line, comments dropped), the two ```python blocks, and the commands quoted
+# inline (`bash ...`, `python ...`, `pip ...`, ...). Each maps to the test that runs it, as printed where it can run
+# here. A template (with `...`, `N`, `DIR`) maps to the test that runs an instance of it; what cannot run on this
+# machine (a download, another vendor's tool) says so, with what is checked instead.
+_HERE = "tests/test_readme.py::test_commands_no_other_test_runs_run_as_printed"
+_JOURNEY = "tests/test_journey.py::test_quick_start_journey"
+_CONTAINER_BUILD = "tests/test_container.py::test_the_build_steps_run_on_cpu"
+_HELP = "tests/test_readme.py::test_flags_named_in_the_readme_are_accepted"
+README_COMMANDS = {
+    # the opening block: CHECK_ONLY=1 here (the demo's parts run in their own tests; CI runs the suite: .ci/run)
+    "bash scripts/run_demo.sh": _HERE,
+    "bash scripts/run_tests.sh": _HERE,
+    # Quick Start
+    "bash scripts/docker/build.sh": _HERE,  # docker is a recorder here: the docker command it would run
+    "bash scripts/docker/launch.sh": _HERE,
+    "bash scripts/get_data.sh data": _JOURNEY,
+    "bash scripts/get_pretraining_data.sh data": _JOURNEY,
+    "bash scripts/preprocess_pretrain_data.sh data/wikipedia data/common_crawl data/openwebtext data": _JOURNEY,
+    "bash scripts/run_pretraining.sh 200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 configs/config.json":
+        _JOURNEY,
+    "export CKPT_PATH=results/bart_pyt_pretraining/phase_2 OUTPUT_DIR=results/cnn_dm": _JOURNEY,
+    "bash scripts/run_summarization.sh $(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16)": _JOURNEY,
+    "bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
+    "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)": _JOURNEY,
+    "python block: import json": "tests/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
+    "python -m bart.export results/cnn_dm results/cnn_dm_hf": _JOURNEY,
+    "python block: from transformers import AutoModelForSeq2SeqLM, AutoTokenizer":
+        "tests/test_readme.py::test_the_hugging_face_hand_off_runs_as_printed",
+    # Command-line options
+    "python pretrain.py --help": _HELP,
+    "python finetune.py --help": _HELP,
+    "python run_eval.py --help": _HELP,
+    # Your own tokenizer: the first runs on the Quick Start's shards; the second is a template
+    "python -m bart.tokenization.train_tokenizer data/pretrain_lddl_128 --vocab_size 32000 --out data/my_tokenizer "
+    "--config configs/config.json --config_out data/config_32k.json": _JOURNEY,
+    "TOKENIZER=data/my_tokenizer bash scripts/run_pretraining.sh ... data/config_32k.json":
+        "tests/test_tokenizer_choice.py::test_scripts_leave_the_tokenizer_to_the_python_rule",
+    # Starting from public weights (the second: a template; the Quick Start's step 5 from facebook/bart-large)
+    "hf download facebook/bart-large": "tests/test_hub.py::test_the_readmes_download_command_runs_as_printed",
+    "HF_HUB_OFFLINE=1 python finetune.py --init_checkpoint facebook/bart-large ...": _JOURNEY,
+    # Exporting to Hugging Face, and CTranslate2's converter on the exported folder
+    "python -m bart.export results/finetune/final_step.ckpt results/bart_hf --tokenizer data/tokenizer":
+        "tests/test_readme.py::test_the_export_example_runs_as_printed",
+    "python -c \"from transformers import AutoModelForSeq2SeqLM as M, AutoTokenizer as T; t = T.from_pretrained("
+    "'results/bart_hf'); print(t.batch_decode(M.from_pretrained('results/bart_hf').generate(**t(['Some long text "
+    "...'], return_tensors='pt')), skip_special_tokens=True))\"": "tests/test_readme.py::test_the_export_example_runs_as_printed",
+    "ct2-transformers-converter --model results/bart_hf --output_dir results/bart_ct2 [--quantization int8]":
+        "tests/test_readme.py::test_the_export_example_runs_as_printed",
+    # Benchmarking
+    "bash scripts/run_training_benchmark.sh 40 1024 142 data/cnn_dm":
+        "tests/test_benchmark_scripts.py::test_readme_training_benchmark_runs_as_printed",
+    "bash scripts/run_inference_benchmark.sh 128 4 1024 142 results/cnn_dm/final_step.ckpt data/cnn_dm configs/config.json":
+        "tests/test_benchmark_scripts.py::test_readme_inference_benchmark_runs_as_printed",
+    # CHECK_ONLY=1 here; full runs with a tiny model: test_benchmark_scripts.py's sweep and stability tests
+    "PRECISIONS=\"tf32 bf16\" bash scripts/run_pretraining_benchmark.sh 200 32 configs/config.json": _HERE,
+    "bash scripts/run_stability_test.sh 5 $(source scripts/params/xsum_params.sh && dgxa100_8gpu_bf16)": _HERE,
+    # the side-by-side benchmarks (minutes at bart-base's size): their flags as printed, then --help, here
+    "python benchmarks/bench_generation.py": _HERE,
+    "python benchmarks/bench_generation.py --contenders all --sources lee": _HERE,
+    "python benchmarks/bench_model.py": _HERE,
+    "python benchmarks/bench_lamb.py": _HERE,
+    "python benchmarks/bench_pretraining_loader.py": _HERE,
+    "python benchmarks/bench_pretraining.py": _HERE,
+    "python benchmarks/bench_resume.py": _HERE,
+    "python benchmarks/bench_run_eval.py": _HERE,
+    # the GPU suite: on a CPU machine the first is one line and exit 2; the dry run runs whole
+    "bash benchmarks/gpu_suite.sh results/gpu_suite":
+        "tests/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",
+    "bash benchmarks/gpu_suite.sh results/gpu_suite_dry --dry-run": "tests/test_gpu_suite.py::test_dry_run_order_tarball_and_budget",
+    # Results: CHECK_ONLY=1 on the demo's folders here (full runs: the Benchmarking block's tests above)
+    "CONFIG_PATH=results/demo/data/config_demo.json TRAIN_STEPS=40 bash scripts/run_training_benchmark.sh 16 128 64 "
+    "results/demo/data/summarization": _HERE,
+    "bash scripts/run_inference_benchmark.sh 8 2 64 64 results/demo/finetuning/final_step.ckpt "
+    "results/demo/data/summarization results/demo/data/config_demo.json": _HERE,
+    # -- quoted inline --
+    "bash scripts/run_tests.sh -k generation -x": _HERE,
+    "bash scripts/run_tests.sh tests/test_lamb.py": _HERE,
+    "pip install torchao==0.18.0": "not run (a download); its pin is requirements.txt's: " + _HERE,
+    "bash scripts/install.sh": _CONTAINER_BUILD,  # the image's build step runs it as written
+    "BART_TRANSFORMERS=4 bash scripts/install.sh": _HERE,  # CHECK_ONLY=1; CI's run_tests_transformers4.sh runs it
+    "pip install -e .": "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points",
+    "pip install .": "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points",
+    "pip install --no-deps --no-build-isolation -e .":
+        "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points",
+    "python pretrain.py": _HELP,
+    "ruff check .": "tests/test_package.py::test_ruff_passes_with_the_projects_configuration",
+    "python -m bart.tokenization.build_tokenizer DIR": _CONTAINER_BUILD,
+    "python -m bart.tokenization.build_tokenizer": _CONTAINER_BUILD,
+    "python -m utils.nltk_data": _CONTAINER_BUILD,
+    "ngc registry model download-version \"nvidia/dle/bart__pyt_ckpt_ds-cnndm:20.11.1_amp\"":
+        "not run (NGC's command-line tool, a 4 GB download)",
+    "CHECK_ONLY=1 bash scripts/...": "tests/test_script_checks.py::test_data_and_setup_scripts_check_every_value_before_downloading",
+    "srun --cpu-bind": "not run (SLURM's srun flag, quoted)",
+    "torchrun --nproc_per_node N": "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code",
+    "python finetune.py --gpus 8": "tests/test_reference_flags.py::test_launcher_checks_of_gpus_nodes_processes",
+    "nsys profile": "not run (Nsight Systems' command, quoted)",
+    "torchrun --nnodes N": "tests/test_trainer.py::test_two_torchrun_nodes_train_together",
+    "python -m bart.data.preprocess": _JOURNEY,
+    "python -m bart.data.prepare_summarization": _JOURNEY,
+    "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
+    "docker stop": "not run (docker's command, quoted)",
+    "python -m utils.launch": "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code",
+    "torchrun --max_restarts N":
+        "tests/test_restarts.py::test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupted_run",
+    "tensorboard --logdir OUTPUT_DIR/tensorboard": "tests/test_monitoring.py::test_tensorboard_events_read_back",
+    "pip install wandb": "not run (a download); without it: tests/test_monitoring.py::test_flag_mistakes",
+    "python -m utils.plot_logs LOG.json ... --labels ... --out DIR": "tests/test_monitoring.py::test_plot_has_a_row_per_phase",
+    "OMP_NUM_THREADS=1 python benchmarks/bench_generation.py --threads 1 --batch_sizes B --num_beams K": _HERE,
+    "python benchmarks/bench_generation.py --batch_sizes 1 8 32 --num_beams K": _HERE,
+    "OMP_NUM_THREADS=1 bash scripts/run_demo.sh": _HERE,
+}
+
+
+def readme_commands() -> list[str]:
+    """The README's commands: each line of its bash blocks (comments and continuations joined), each python block
+    by its first line, and each command quoted inline (whitespace collapsed)."""
+    commands = []
+    for block in _code_blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                commands.append(" ".join(line.split()))
+    commands += ["python block: " + block.strip().splitlines()[0] for block in _code_blocks("python")]
+    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    words = r"(?:[A-Z_0-9]+=\S+\s+)*(?:bash|python|pip|ruff|hf|huggingface-cli|ct2-transformers-converter|tensorboard|ngc|" \
+            r"torchrun|srun|docker|nsys|mpirun)\s[^`]*"
+    commands += [" ".join(m.split()) for m in re.findall(rf"`({words})`", prose)]
+    return list(dict.fromkeys(commands))
+
+
+def test_every_command_the_readme_prints_has_a_test_that_runs_it():
+    """A command added to the README needs its line in README_COMMANDS, naming the test that runs it."""
+    commands = readme_commands()
+    assert set(commands) == set(README_COMMANDS), (sorted(set(commands) - set(README_COMMANDS)),
+                                                   sorted(set(README_COMMANDS) - set(commands)))
+    for command, where in README_COMMANDS.items():
+        named = re.findall(r"(tests/test_\w+\.py)::(test_\w+)", where)
+        assert named or where.startswith("not run ("), (command, where)
+        for path, test in named:
+            assert re.search(rf"^def {test}\(", open(os.path.join(ROOT, path)).read(), flags=re.M), (command, where)
+
+
+def _readme_sandbox(tmp_path):
+    """The checkout's files (linked) beside the folders the commands name, laid out as the README assumes (small
+    stand-ins: the commands below only have their values checked)."""
+    import shutil
+
+    from tests.helpers.summaries import write_summarization_data
+    repo = tmp_path / "bart"
+    repo.mkdir()
+    for name in os.listdir(ROOT):
+        if name not in ("data", "results", ".git"):
+            os.symlink(os.path.join(ROOT, name), repo / name)
+    for folder in ("data/xsum", "results/demo/data/summarization"):
+        write_summarization_data(str(repo / folder), sizes=(("train", 2), ("val", 1), ("test", 1)))
+    for folder in ("data/nvidia_pretrained/bart_large", "data/pretrain_lddl_128", "data/pretrain_lddl_512",
+                   "results/demo/finetuning"):
+        (repo / folder).mkdir(parents=True, exist_ok=True)
+    (repo / "results" / "demo" / "finetuning" / "final_step.ckpt").write_bytes(b"")
+    shutil.copy(os.path.join(ROOT, "configs", "config_tiny.json"), repo / "results" / "demo" / "data" / "config_demo.json")
+    return repo
+
+
+def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsys):
+    """The README's commands whose full run no test can afford (the demo, the suite, the benchmarks at their sizes)
+    or whose tool is absent here (docker), each typed as printed:
+    - the scripts with CHECK_ONLY=1 (every value checked, nothing started; their full runs are other tests' with
+      other values, README_COMMANDS names them);
+    - scripts/docker/*.sh with `docker` a recorder on PATH: the docker command each would run;
+    - the side-by-side benchmarks with their printed flags and --help, run as `python FILE` runs them (in this
+      process: no second torch start-up);
+    - the torchao pin the README's install line names is requirements.txt's."""
+    import runpy
+    import shlex
+
+    repo = _readme_sandbox(tmp_path)
+    checked = [c for c, where in README_COMMANDS.items() if where == _HERE and "bash " in c and "docker" not in c]
+    env = {k: v for k, v in os.environ.items() if k not in ("OUTPUT_DIR", "RESULTS_DIR", "CONFIG_PATH", "TOKENIZER")}
+    env.update(CHECK_ONLY="1", PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")  # no GPU: any GPU count is accepted
+    assert len(checked) == 10
+    for command in checked:
+        out = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "every value checked (CHECK_ONLY=1: nothing started)" in out.stdout, (
+            command, out.stdout[-1000:], out.stderr[-1000:])
+    assert not os.path.exists(repo / "results" / "demo" / "plots") and not list((repo / "results").glob("bart_pyt_*"))
+    # docker: the commands build.sh and launch.sh hand to it, from the repository root
+    log = tmp_path / "docker_calls"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "docker").write_text(f"#!/bin/bash\necho \"$PWD | $*\" >> {log}\n")
+    (tmp_path / "bin" / "docker").chmod(0o755)
+    docker_env = dict(env, PATH=f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}")
+    docker_env.pop("CHECK_ONLY")
+    for command in ("bash scripts/docker/build.sh", "bash scripts/docker/launch.sh"):
+        out = subprocess.run(["bash", "-c", command], cwd=repo, env=docker_env, capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, (command, out.stderr)
+    build, launch = log.read_text().splitlines()
+    assert build == f"{repo} | build --network=host -t bart_pyt --build-arg BUILD_APEX=1 ."
+    workdir = [line.split()[1] for line in open(os.path.join(ROOT, "Dockerfile")) if line.startswith("WORKDIR ")][-1]
+    assert f"-v {repo}:{workdir} " in launch and launch.endswith(f"-w {workdir} bart_pyt bash")  # the image built
+    # the benchmarks: printed flags, then --help (argparse reads the flags before it meets --help)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for command in [c for c, where in README_COMMANDS.items() if where == _HERE and "benchmarks/bench_" in c]:
+        words = shlex.split(command.replace(" B ", " 8 ").replace(" K", " 4"))
+        words = words[words.index("python") + 1:]
+        monkeypatch.setattr(sys, "argv", [*words, "--help"])
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(os.path.join(ROOT, words[0]), run_name="__main__")
+        assert stop.value.code == 0 and capsys.readouterr().out.startswith("usage: "), command
+    requirements = open(os.path.join(ROOT, "requirements.txt")).read()
+    assert re.search(r"^torchao==0\.18\.0\b", requirements, flags=re.M) and "`pip install torchao==0.18.0`" in README
+
+
+def test_the_quick_start_python_example_runs_as_printed(tmp_path, monkeypatch, capsys, small_tokenizer_dir):
+    """Quick Start step 7, the Python block as printed, in a folder laid out as it assumes: configs/config.json (a
+    tiny Pre-LN config here), the fine-tuned results/cnn_dm/final_step.ckpt (a raw state dict, as fine-tuning
+    writes it) and data/tokenizer. It prints one summary, the one generate gives with the printed settings."""
+    import json
+    import shutil
+    import textwrap
+
+    import torch
+
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from tests.helpers.corpus import micro_config
+
+    block = textwrap.dedent(_code_blocks_in(README.split("7. Summarize in a few lines of Python")[1], "python")[0])
+    assert 'from_pretrained("results/cnn_dm/final_step.ckpt", config=config)' in block
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "config.json").write_text(json.dumps(micro_config(pre_ln=True)))
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig(**micro_config(pre_ln=True))).eval()
+    (tmp_path / "results" / "cnn_dm").mkdir(parents=True)
+    torch.save(model.state_dict(), tmp_path / "results" / "cnn_dm" / "final_step.ckpt")
+    shutil.copytree(small_tokenizer_dir, tmp_path / "data" / "tokenizer")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md (Quick Start 7)", "exec"), {"__name__": "__main__"})
+    [printed] = capsys.readouterr().out.splitlines()
+    summaries = eval(printed)
+    assert isinstance(summaries, list) and len(summaries) == 1 and isinstance(summaries[0], str)
