@@ -95,7 +95,10 @@ def world(tmp_path_factory, tokenizer_dir, small_tokenizer_dir):
     config.write_text(json.dumps(TINY))
     w["config"] = str(config)
     w["data"] = write_summarization_data(str(base / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
-    assert _ids(tokenizer_dir) != _ids(small_tokenizer_dir)  # the point: other ids for the same text
+    # each test compares with these ids (read once), and TOKENIZER may name a copy of the small one's files
+    w["ids"] = {"gpt": _ids(tokenizer_dir), "small": _ids(small_tokenizer_dir)}
+    assert w["ids"]["gpt"] != w["ids"]["small"]  # the point: other ids for the same text
+    w["small_copy"] = _save_tokenizer(small_tokenizer_dir, base / "copy of small")
     return w
 
 
@@ -130,7 +133,7 @@ STARTS = {  # kind -> (the weights as the entry scripts hand them over, words th
 def test_the_models_own_tokenizer_wins_over_TOKENIZER(world, env, kind):
     start, names = STARTS[kind]
     model_path = start(world)
-    small, gpt = _ids(world["small"]), _ids(world["gpt"])
+    small, gpt = world["ids"]["small"], world["ids"]["gpt"]
     # $TOKENIZER with another vocabulary: one line naming both and the fix (the old code used it silently)
     with pytest.raises(UserError) as err:
         builder.load_tokenizer(_args(), model_path)
@@ -145,7 +148,7 @@ def test_the_models_own_tokenizer_wins_over_TOKENIZER(world, env, kind):
     # the override flag uses the explicit one
     assert _ids(builder.load_tokenizer(_args(allow_tokenizer_mismatch=True), model_path)) == gpt
     # the same content under another path is the same tokenizer
-    env.setenv("TOKENIZER", _save_tokenizer(world["small"], world["base"] / f"copy of small {kind}"))
+    env.setenv("TOKENIZER", world["small_copy"])
     assert _ids(builder.load_tokenizer(_args(), model_path)) == small
     # no explicit choice: the model's own, whatever the image's default for training from scratch
     env.delenv("TOKENIZER")
@@ -155,7 +158,7 @@ def test_the_models_own_tokenizer_wins_over_TOKENIZER(world, env, kind):
 
 def test_from_scratch_the_default_is_the_lowest_choice(world, env):
     """--tokenizer, else $TOKENIZER, else $BART_DEFAULT_TOKENIZER (the image's), else facebook/bart-large."""
-    small, gpt = _ids(world["small"]), _ids(world["gpt"])
+    small, gpt = world["ids"]["small"], world["ids"]["gpt"]
     env.delenv("TOKENIZER")
     assert _ids(builder.load_tokenizer(_args())) == small  # facebook/bart-large, from the hub cache
     env.setenv("BART_DEFAULT_TOKENIZER", world["gpt"])
@@ -174,16 +177,16 @@ def test_a_resumed_run_keeps_its_tokenizer(world, env):
         builder.load_tokenizer(_args(resume_from_checkpoint=True, output_dir=world["run"]))
     env.delenv("TOKENIZER")
     env.setenv("BART_DEFAULT_TOKENIZER", world["gpt"])
-    assert _ids(builder.load_tokenizer(_args(resume_from_checkpoint=True, output_dir=world["run"]))) == _ids(world["small"])
+    assert _ids(builder.load_tokenizer(_args(resume_from_checkpoint=True, output_dir=world["run"]))) == world["ids"]["small"]
     assert _ids(builder.load_tokenizer(_args(resume_from_checkpoint=world["train_ckpt"], output_dir="x"))) == \
-        _ids(world["small"])
+        world["ids"]["small"]
 
 
 def test_weights_without_a_tokenizer_need_one_named(world, env, tmp_path):
     """A checkpoint of unknown vocabulary with no tokenizer beside it and none recorded: the old code took
     $TOKENIZER or facebook/bart-large unasked; now --tokenizer / $TOKENIZER names it, else one line says so."""
     torch.save({"model": world["model"].state_dict(), "config": world["model"].config.to_dict()}, tmp_path / "w.ckpt")
-    assert _ids(builder.load_tokenizer(_args(), str(tmp_path / "w.ckpt"))) == _ids(world["gpt"])
+    assert _ids(builder.load_tokenizer(_args(), str(tmp_path / "w.ckpt"))) == world["ids"]["gpt"]
     env.delenv("TOKENIZER")
     with pytest.raises(UserError, match=r"w\.ckpt carries no tokenizer .*; pass --tokenizer with the tokenizer it was "
                                         r"trained with"):
@@ -214,7 +217,7 @@ def test_checkpoints_record_their_tokenizer(world, env, tmp_path):
     # took the folder's)
     _save_tokenizer(world["gpt"], run)
     env.delenv("TOKENIZER")
-    small = _ids(world["small"])
+    small = world["ids"]["small"]
     for path in (best, final):
         assert _ids(builder.load_tokenizer(_args(), path)) == small
     # copied away, and its tokenizer gone from where it was: one line with the fix; --tokenizer is checked
@@ -313,8 +316,8 @@ def test_the_image_bakes_a_default_for_scratch_and_bart_large_for_public_weights
     env.delenv("HF_HUB_CACHE")
     env.setenv("HF_HOME", os.path.dirname(world["cache"]))
     env.setenv("BART_DEFAULT_TOKENIZER", world["gpt"])
-    assert _ids(builder.load_tokenizer(_args(), world["ngc_step"])) == _ids(world["small"])
-    assert _ids(builder.load_tokenizer(_args())) == _ids(world["gpt"])
+    assert _ids(builder.load_tokenizer(_args(), world["ngc_step"])) == world["ids"]["small"]
+    assert _ids(builder.load_tokenizer(_args())) == world["ids"]["gpt"]
 
 
 @pytest.mark.parametrize("script,args", [
