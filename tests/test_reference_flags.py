@@ -497,14 +497,13 @@ def tiny_run(tmp_path_factory, small_tokenizer_dir):
     return SimpleNamespace(base=base, data=data, config=str(config), weights=str(weights), tok=small_tokenizer_dir)
 
 
-def _script(*argv, timeout=300):
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
+def _script(script, *argv):
+    """``python SCRIPT ARGV`` in this process (these tests are about what the flags do, not the process's exit)."""
+    from tests.helpers.entry import run_entry
+    assert run_entry(script, list(argv)) == 0
 
 
-def test_reference_finetune_command_line_runs(tiny_run):
+def test_reference_finetune_command_line_runs(tiny_run, monkeypatch):
     """The reference's run_summarization.sh and first-release benchmark flags on one command line: epochs,
     a fractional validation interval, -1 = all, 0 beams, weights only, Lightning's precision flags."""
     from utils.dllogger_compat import read_dllogger
@@ -517,6 +516,7 @@ def test_reference_finetune_command_line_runs(tiny_run):
             f"--attention_dropout 0.1 --gradient_clip_val=0.1 --early_stopping_patience=-1 --num_sanity_val_steps=0 "
             f"--eval_beams 0 --freeze_embeds --amp_level=O1 --seed 42 --log_freq 1 --num_workers 0 "
             f"--resume_from_checkpoint={tiny_run.weights} --load_model_weights_only --tokenizer {tiny_run.tok}")
+    monkeypatch.delenv("TOKENIZER", raising=False)
     _script(*shlex.split(line))
     # 40 examples, batches of 8: B = 5 per epoch, A = 2: 2 epochs = ceil(10 / 2) = 5 updates;
     # validation every floor(0.5 x 5 / 2) = 1 update, none before the first, all 6 examples
@@ -531,9 +531,10 @@ def test_reference_finetune_command_line_runs(tiny_run):
     assert (run["init_checkpoint"], run["resume_from_checkpoint"]) == (tiny_run.weights, None)
 
 
-def test_reference_run_eval_command_line_runs(tiny_run):
+def test_reference_run_eval_command_line_runs(tiny_run, monkeypatch):
     """run_eval_summarization.sh's line with --eval_beams 0 (the reference ran one beam) and the reference's
     --device, --debug, --info, --sync_timeout, --local_rank: the same generations as --eval_beams 1."""
+    monkeypatch.delenv("TOKENIZER", raising=False)
     outs = []
     for beams, extra in (("0", "--device cpu --debug --info --sync_timeout 600 --local_rank=0"), ("1", "")):
         out = tiny_run.base / f"eval_{beams}"
