@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.helpers.container import DOUBLES, ROOT, build_image, parse_dockerfile, substitute_for
+from tests.helpers.container import DOUBLES, ROOT, parse_dockerfile, substitute_for
 
 HADOLINT = shutil.which("hadolint")
 
@@ -89,12 +89,9 @@ def test_hadolint_passes():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    return build_image(str(tmp_path_factory.mktemp("image")))
-
-
-def test_the_build_steps_run_on_cpu(image):
+def test_the_build_steps_run_on_cpu(container_image):
+    """The image of the checkout (conftest's session fixture: built once for every test that uses it)."""
+    image = container_image
     ran = [entry for entry in image.build_log if entry[1] == "ran"]
     substituted = {entry[2].split(":")[0] for entry in image.build_log if entry[1] == "substituted"}
     assert {"dllogger", "apex"} <= substituted
@@ -104,12 +101,15 @@ def test_the_build_steps_run_on_cpu(image):
     assert os.path.isfile(os.path.join(env["BART_NLTK_DATA"], "tokenizers", "punkt_tab", "english", "abbrev_types.txt"))
     assert env["BART_USE_SYSTEM_MPI"] == "1"
     assert all(not env[key].startswith("/opt/") for key in image.dockerfile.env)
-    # the image's packages: the doubles are what `import dllogger` / `import apex` find
-    out = subprocess.run([sys.executable, "-c", "import dllogger, apex.optimizers; print(dllogger.__file__); "
-                          "print(apex.optimizers.FusedLAMB.__module__)"], env=env, capture_output=True, text=True,
+    # the image's packages: the doubles are what `import dllogger` / `import apex` find (found, not imported: apex's
+    # double imports torch; its FusedLAMB at work is tests/test_apex_lamb.py's)
+    out = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('dllogger').origin); "
+                          "print(u.find_spec('apex').origin)"], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0].startswith(DOUBLES)
+    found = out.stdout.splitlines()
+    assert len(found) == 2 and all(path.startswith(DOUBLES) for path in found), found
+    assert "class FusedLAMB" in open(os.path.join(os.path.dirname(found[1]), "optimizers.py"), encoding="utf-8").read()
 
 
 def test_the_seed_readmes_printed_commands_in_the_container(container_image, tmp_path):
