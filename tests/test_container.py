@@ -2,8 +2,8 @@
 
 The image's build steps run as written (paths under /opt rebased into a temporary folder); the steps
 that need the network or CUDA are replaced by test doubles that follow the versions the Dockerfile
-pins. The journeys that run in this configuration are in tests/test_journey.py (the Quick Start) and
-tests/test_script_journey.py (the scripts' reference command lines)."""
+pins. The journey that runs in this configuration is tests/test_journey.py's (the Quick Start's steps the image
+changes, and public weights through the scripts' 16 positional values)."""
 import importlib.util
 import glob
 import os

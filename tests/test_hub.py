@@ -204,8 +204,8 @@ def _script(args, cache, timeout=300):
 def test_entry_scripts_take_hub_ids(hub_50k, monkeypatch):
     """run_eval.py ORG/NAME resolves through huggingface_hub's offline cache; without --tokenizer the tokenizer
     stored with the model is used (run in this process: its results are the point). finetune.py --init_checkpoint
-    with a hub id, offline and without --tokenizer, is tests/test_journey.py's step 5 from facebook/bart-large (the
-    scripts' finetune.py command, both configurations)."""
+    with a hub id, offline and without --tokenizer, is tests/test_journey.py's (run_summarization.sh from
+    facebook/bart-large in the container's configuration: the model's own tokenizer, not the image's default)."""
     cache, config, data, work = hub_50k
     for key, value in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", cache)):
         monkeypatch.setenv(key, value)
