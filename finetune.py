@@ -59,7 +59,8 @@ def main(argv=None) -> dict:
                            or model.config.max_length)
         with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
             summary["test"] = predict_split(whole, tokenizer, args.data_dir, "test", args.output_dir, args.task,
-                                            batch_size, args.max_source_length, test_kwargs, args.n_test, args.precision)
+                                            batch_size, args.max_source_length, test_kwargs, args.n_test, args.precision,
+                                            trained=summary.get("final_weights"))
     if validation is not None:
         summary["validation"] = validation.history
     if env.is_main:

@@ -21,19 +21,24 @@ from bart.tokenization.tokenization_bart import model_inputs
 from utils import distributed as dist_utils
 from utils.checkpoint_io import atomic_write_text
 from utils.dllogger_compat import Logger
+from utils.errors import Preempted
 from utils.metrics import calculate_bleu, calculate_rouge
 from utils.precision import FP32, Precision
 from utils.progress import Progress
+from utils.signals import StoppedAtBatch, stop_at_batch_boundary
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
                    gen_kwargs: dict, precision: Precision = FP32,
-                   desc: str = "generate", nested: bool = False) -> tuple[list, list[float]]:
+                   desc: str = "generate", nested: bool = False,
+                   stopped_during: Optional[str] = None) -> tuple[list, list[float]]:
     """(generated text per source in input order, per-batch seconds on this rank), under the run's
     ``precision`` (its autocast): a string per source, or with ``num_return_sequences`` > 1 in
     ``gen_kwargs`` a list of that many strings per source. Rank 0 shows its progress in examples (ranks
     share the work evenly); ``nested``: inside other work (validation during training), so a log gets
-    only its final line."""
+    only its final line. A stop signal (under a training script's ``utils.signals.StopRequest``) ends it
+    before the next batch, on every rank at once: :class:`utils.signals.StoppedAtBatch` naming
+    ``stopped_during`` (default ``desc``)."""
     world, rank = dist_utils.world_size(), dist_utils.rank()
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -42,7 +47,15 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     results, latencies = [], []
     model.eval()
     progress = Progress(sum(len(b) for b in mine), desc, unit="example", enabled=rank == 0, leave=not nested)
-    for batch in mine:
+    for round_ in range(-(-len(batches) // world)):  # every rank the same rounds (its last may have no batch)
+        try:  # a stop signal: abandoned here, between two batches, on every rank at once (nothing returned)
+            stop_at_batch_boundary(stopped_during or desc, device)
+        except StoppedAtBatch:
+            progress.close()
+            raise
+        if round_ >= len(mine):
+            continue
+        batch = mine[round_]
         encoded = model_inputs(tokenizer, [sources[i] for i in batch], max_source_length)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -112,18 +125,25 @@ def score(task: str, predictions: list[str], references: list[str]) -> dict:
 
 def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, task: str, batch_size: int,
                   max_source_length: int, gen_kwargs: dict, n_obs: Optional[int] = None,
-                  precision: Precision = FP32) -> dict:
+                  precision: Precision = FP32, trained: Optional[str] = None) -> dict:
     """Generate for a split, score it, and (rank 0) write ``{split}_generations.txt`` and
-    ``{split}_rouge.json`` (``_bleu.json`` for translation). Returns the metrics."""
+    ``{split}_rouge.json`` (``_bleu.json`` for translation), each whole or not at all. Returns the metrics.
+    A stop signal ends it before the next batch with nothing written (:class:`utils.errors.Preempted`, exit 75),
+    its line naming ``trained`` (the weights this run trained and wrote, if any) and how to predict again."""
     sources, targets = read_split(data_dir, split, n_obs)
-    predictions, _ = generate_texts(model, tokenizer, sources, batch_size, max_source_length, gen_kwargs,
-                                    precision)
+    try:
+        predictions, _ = generate_texts(model, tokenizer, sources, batch_size, max_source_length, gen_kwargs,
+                                        precision, stopped_during=f"the prediction of the {split} split")
+    except StoppedAtBatch as stopped:
+        again = (f"the trained weights are written ({trained}): run the same command with --resume_from_checkpoint "
+                 f"auto to predict without training again" if trained else "run the same command again to predict")
+        raise Preempted(f"{stopped.received} received during the prediction of the {split} split: stopped before it "
+                        f"ended (no {split}_generations.txt, no metrics written); {again}") from None
     metrics = score(task, predictions, targets)
     if dist_utils.is_main_process():
-        with open(os.path.join(output_dir, f"{split}_generations.txt"), "w", encoding="utf-8") as f:
-            f.writelines(p + "\n" for p in predictions)
-        with open(os.path.join(output_dir, f"{split}_{TASK_METRICS[task].name}.json"), "w") as f:
-            json.dump(metrics, f, indent=2)
+        atomic_write_text(os.path.join(output_dir, f"{split}_generations.txt"), "".join(p + "\n" for p in predictions))
+        atomic_write_text(os.path.join(output_dir, f"{split}_{TASK_METRICS[task].name}.json"),
+                          json.dumps(metrics, indent=2))
     return metrics
 
 
@@ -141,8 +161,8 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
         return _write_pseudolabels(args, predictions, all_latencies, len(sources), elapsed)
     if is_main:
         os.makedirs(args.save_path, exist_ok=True)
-        with open(os.path.join(args.save_path, f"{args.type_path}_generations.txt"), "w", encoding="utf-8") as f:
-            f.writelines(p.replace("\n", " ") + "\n" for p in predictions)
+        atomic_write_text(os.path.join(args.save_path, f"{args.type_path}_generations.txt"),
+                          "".join(p.replace("\n", " ") + "\n" for p in predictions))
         result = score(args.task, predictions, targets)
         stats = latency_stats(all_latencies, len(sources), elapsed, dist_utils.world_size())
         result.update(n_obs=len(sources), runtime_s=round(elapsed, 4), seconds_per_sample=round(elapsed / len(sources), 6))
@@ -152,8 +172,8 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
             result["info"] = args.info
         if args.dump_args:
             result["generate_kwargs"] = gen_kwargs
-        with open(os.path.join(args.save_path, f"{args.type_path}_{TASK_METRICS[args.task].name}.json"), "w") as f:
-            json.dump(result, f, indent=2)
+        atomic_write_text(os.path.join(args.save_path, f"{args.type_path}_{TASK_METRICS[args.task].name}.json"),
+                          json.dumps(result, indent=2))
         logger = _summary_logger(args)
         logger.log(step=(), data={**{k: v for k, v in result.items() if isinstance(v, (int, float))}, **stats})
         logger.close()

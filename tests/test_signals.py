@@ -61,22 +61,127 @@ def summaries(tmp_path_factory, small_tokenizer_dir):
     return {"base": base, "weights": weights, "data": data, "tok": small_tokenizer_dir, "common": common}
 
 
-def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries):
+EVAL_BATCH = 8  # the generation batch of the validation and prediction cases (the progress counts go by it)
+
+
+def _progress(lines, desc: str) -> int:
+    """The most examples a progress display ``[desc] N/TOTAL`` reported (PROGRESS_INTERVAL_S=0: a line per batch)."""
+    counts = [int(line.split("] ", 1)[1].split("/", 1)[0]) for line in lines if line.startswith(f"[{desc}] ")
+              and "/" in line]
+    return max(counts or [0])
+
+
+def _pipe_drained(run) -> bool:
+    import fcntl
+    import termios
+
+    pending = bytearray(4)
+    fcntl.ioctl(run.proc.stdout.fileno(), termios.FIONREAD, pending)
+    return int.from_bytes(pending, sys.byteorder) == 0
+
+
+def _signal_between_batches(run, desc: str, workers: list[int], target: int, sig=signal.SIGTERM) -> int:
+    """Once ``desc``'s first batch is reported, the ``workers`` are frozen, what they printed is read, ``sig`` goes
+    to ``target`` and they go on; the examples reported when the signal was sent. However loaded the machine, a
+    stop that waits for the work's end shows the whole count; one at the next batch at most a batch more."""
+    wait_for(lambda: _progress(run.lines, desc) > 0, run.proc, f"the first batch of [{desc}]")
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: _pipe_drained(run), run.proc, "the output read")
+    time.sleep(0.2)  # the reader thread's last lines
+    seen = _progress(run.lines, desc)
+    os.kill(target, sig)
+    for pid in workers:
+        os.kill(pid, signal.SIGCONT)
+    return seen
+
+
+@pytest.fixture
+def progress_lines(monkeypatch):
+    monkeypatch.setenv("PROGRESS", "lines")
+    monkeypatch.setenv("PROGRESS_INTERVAL_S", "0")  # a progress line per batch: what the tests count
+
+
+def _finetune(summaries, out, *flags, launch=()):
+    return Watched([sys.executable, *launch, "finetune.py", *summaries["common"], "--init_checkpoint",
+                    summaries["weights"], "--train_batch_size", "4", "--eval_batch_size", str(EVAL_BATCH),
+                    "--eval_beams", "1", "--eval_max_gen_length", "48", "--output_dir", str(out), *flags],
+                   start_new_session=bool(launch))
+
+
+def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, progress_lines):
     """Old code: exit 143 and no message (SIGTERM's default action): the sbatch script's requeue on 75 did not
-    happen."""
+    happen; then exit 75, but only once the whole validation had ended (400 examples here, minutes on CNN/DM,
+    longer than SLURM's grace). Now it stops at the next generation batch."""
     out = summaries["base"] / "sanity"
-    run = Watched([sys.executable, "finetune.py", *summaries["common"], "--init_checkpoint", summaries["weights"],
-                    "--max_steps", "4", "--train_batch_size", "4", "--val_check_interval", "2", "--n_val", "64",
-                    "--eval_beams", "4", "--eval_max_gen_length", "48", "--output_dir", str(out)])
-    run.wait_for("== run ==")  # the validation before update 1 starts (64 examples, 4 beams: seconds)
-    time.sleep(0.3)
-    run.proc.send_signal(signal.SIGTERM)
+    run = _finetune(summaries, out, "--max_steps", "4", "--val_check_interval", "2", "--n_val", "400")
+    seen = _signal_between_batches(run, "validate", [run.proc.pid], run.proc.pid)
     code, output = run.finish()
     assert code == EXIT_PREEMPTED, output[-3000:]
     assert "Traceback" not in output and len(ours(output, "finetune.py")) == 1, output[-3000:]
     assert ours(output, "finetune.py")[0].startswith("finetune.py: stopped: SIGTERM received before update 1: "
                                                       "stopped without writing a checkpoint"), output[-3000:]
-    assert not [n for n in os.listdir(out) if n.startswith("_")]  # no training checkpoint of nothing trained
+    assert "the validation under way was abandoned" in ours(output, "finetune.py")[0]
+    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 400, output[-3000:]  # not the whole validation
+    assert not [n for n in os.listdir(out) if n.startswith(("_", "best_"))]  # no checkpoint of nothing trained
+
+
+def test_sigterm_during_a_periodic_validation_abandons_it_and_checkpoints_the_update(summaries, progress_lines):
+    """The validation after update 2 is abandoned at its next batch (no metric, no best-k), the checkpoint of
+    update 2 is written, exit 75; the resumed run validates update 2 first. Old code: the whole validation ran
+    (400 examples), its metric and best checkpoint written, before the stop."""
+    out = summaries["base"] / "periodic"
+    flags = ("--max_steps", "4", "--val_check_interval", "2", "--num_sanity_val_steps", "0", "--log_freq", "1",
+             "--resume_from_checkpoint", "auto")
+    run = _finetune(summaries, out, *flags, "--n_val", "400")
+    seen = _signal_between_batches(run, "validate", [run.proc.pid], run.proc.pid)
+    code, output = run.finish()
+    assert code == EXIT_PREEMPTED, output[-3000:]
+    said = ours(output, "finetune.py")
+    assert "Traceback" not in output and len(said) == 1, output[-3000:]
+    assert said[0].startswith(f"finetune.py: stopped: SIGTERM received: stopped after update 2 and wrote "
+                              f"{out / '_step2.ckpt'}; "), said
+    assert "(the validation at update 2 was abandoned: the resumed run does it first)" in said[0], said
+    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 400, output[-3000:]
+    assert sorted(n for n in os.listdir(out) if n.endswith(".ckpt")) == ["_step2.ckpt"]  # no best-k, no final
+    records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
+    assert not [r for r in records if any(k.startswith("val_") for k in r["data"])]
+    # the same command again (a shorter validation: the check is that update 2 is validated, then 3, 4 trained)
+    code, output = _finetune(summaries, out, *flags, "--n_val", "16").finish()
+    assert code == 0, output[-3000:]
+    records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
+    assert [r["step"] for r in records if "val_loss" in r["data"] or any(k.startswith("val_rouge") for k in r["data"])] \
+        == [2, 4], records
+
+
+def test_sigterm_during_the_test_prediction_stops_with_75_and_the_same_command_predicts(summaries, progress_lines):
+    """finetune.py --do_predict: a SIGTERM during the prediction after training stops it at the next batch (exit 75,
+    the trained weights written, no test_generations.txt nor metrics); the same command again (as the scripts run
+    it, --resume_from_checkpoint auto) predicts without training again. Old code: the signal was ignored, the
+    prediction finished and the run ended 0."""
+    out = summaries["base"] / "predict"
+    flags = ("--max_steps", "2", "--n_val", "0", "--do_predict", "--n_test", "96", "--log_freq", "1",
+             "--resume_from_checkpoint", "auto")
+    run = _finetune(summaries, out, *flags)
+    seen = _signal_between_batches(run, "generate", [run.proc.pid], run.proc.pid)
+    code, output = run.finish()
+    assert code == EXIT_PREEMPTED, output[-3000:]
+    said = ours(output, "finetune.py")
+    assert "Traceback" not in output and said == [
+        f"finetune.py: stopped: SIGTERM received during the prediction of the test split: stopped before it ended "
+        f"(no test_generations.txt, no metrics written); the trained weights are written ({out / 'final_step.ckpt'}): "
+        f"run the same command with --resume_from_checkpoint auto to predict without training again"], output[-3000:]
+    assert _progress(run.lines, "generate") <= seen + EVAL_BATCH < 96, output[-3000:]
+    assert os.path.isfile(out / "final_step.ckpt")
+    assert not [n for n in os.listdir(out) if n.startswith("test_")]
+    trained = [r["step"] for r in read_dllogger(str(out / "dllogger.json")) if "loss" in r.get("data", {})]
+    code, output = _finetune(summaries, out, *flags).finish()
+    assert code == 0, output[-3000:]
+    assert "nothing left to train" in output, output[-3000:]
+    assert [r["step"] for r in read_dllogger(str(out / "dllogger.json")) if "loss" in r.get("data", {})] \
+        == trained == [1, 2]
+    assert len((out / "test_generations.txt").read_text().splitlines()) == 96
+    assert json.loads((out / "test_rouge.json").read_text())["rouge2"] >= 0
 
 
 @pytest.mark.parametrize("sig, code, said", [
@@ -178,6 +283,37 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
         assert code == 130, output[-4000:]
         assert launch[0].startswith("launch: SIGINT received: the processes stopped"), launch
         assert "pretrain.py: interrupted (Ctrl-C again): stopped at once" in output, output[-4000:]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch(summaries, progress_lines):
+    """Two gloo processes under utils.launch, SIGTERM to rank 1 only while they generate the validation after
+    update 2: the ranks agree at the next generation batch (a rank abandoning alone would leave the other waiting
+    in the gathering of generations), both write and name the checkpoint of update 2, the job ends 75. Old code:
+    the whole validation ran first."""
+    out = summaries["base"] / "launch_validation"
+    run = _finetune(summaries, out, "--max_steps", "4", "--val_check_interval", "2", "--num_sanity_val_steps", "0",
+                    "--n_val", "400", launch=("-m", "utils.launch", "--nproc_per_node=2",
+                                              f"--master_port={free_port()}"))
+    wait_for(lambda: len(subprocess.run(["pgrep", "-P", str(run.proc.pid)], capture_output=True).stdout.split()) == 2,
+             run.proc, "two workers")
+    workers = _workers(run)
+    seen = _signal_between_batches(run, "validate", workers, workers[1])
+    code, output = run.finish()
+    assert code == EXIT_PREEMPTED, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    said = ours(output, "finetune.py")
+    assert sorted(said) == sorted([
+        f"finetune.py: stopped: a stop signal on another rank received: stopped after update 2 and wrote "
+        f"{out / '_step2.ckpt'}; run the same command with --resume_from_checkpoint True to continue (the validation "
+        f"at update 2 was abandoned: the resumed run does it first)",
+        f"finetune.py: stopped: SIGTERM received: stopped after update 2 and rank 0 wrote {out / '_step2.ckpt'}; run "
+        f"the same command with --resume_from_checkpoint True to continue (the validation at update 2 was abandoned: "
+        f"the resumed run does it first)"]), output[-4000:]
+    assert ours(output, "launch")[0].startswith("launch: rank "), output[-4000:]
+    # rank 0 holds every other batch: at most one more of its batches after the signal
+    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 200, output[-4000:]
+    assert sorted(n for n in os.listdir(out) if n.endswith(".ckpt")) == ["_step2.ckpt"]
 
 
 @pytest.mark.slow

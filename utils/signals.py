@@ -6,9 +6,15 @@ line, exit code 130); landing inside a checkpoint write, it removes the partial 
 one line naming the newest complete checkpoint (``utils.checkpoint_io.WriteInterrupted``, exit code 130).
 
 The request belongs to the process, not to one loop: the entry scripts hold a :class:`StopRequest` from
-their first line (``bart.cli.run_main``), so a signal that lands while the model is built or during the
-validation before update 1 is not a kill (exit 143, no message) but a request the training loop honours
-at its first check. Work with no safe point to stop at (``run_eval.py``'s generation and scoring) takes
+their first line (``bart.cli.run_main``), so a signal that lands while the model is built is not a kill
+(exit 143, no message) but a request the training loop honours at its first check. Long evaluation work
+inside a run (generation over a split, a validation loss over batches) has a safe point too, between two
+batches: it calls :func:`stop_at_batch_boundary` before each, which raises :class:`StoppedAtBatch` once a
+request is agreed; the work is abandoned (nothing of it written) and its caller stops as for any request
+(the trainer: the checkpoint of the last update, exit 75; uncaught: one line, exit 75). Whether to stop is
+decided by all ranks together (:func:`stop_agreed`, a collective: the one place ranks agree on a stop, at
+an update or a batch boundary), since the checkpoint and the gathering of generations that follow are
+collective. Work with no safe point to stop at (``run_eval.py``'s generation and scoring) takes
 the signals ``at_once``: Ctrl-C interrupts (130), SIGTERM/SIGUSR1 raise :class:`utils.errors.Preempted`
 (75: run the same command again)."""
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from typing import Optional
 
 from utils.errors import Preempted
 
@@ -69,8 +76,8 @@ class StopRequest:
                             f"same command again")
         if self.received is None:
             _PROCESS["received"] = name
-            print(f"[signal] {name} received: finishing the current update, then writing a checkpoint and "
-                  f"exiting{' (Ctrl-C again to quit at once, without that checkpoint)' if signum == signal.SIGINT else ''}",
+            print(f"[signal] {name} received: finishing the current update or evaluation batch, then writing a "
+                  f"checkpoint where there is something new to save, and exiting{' (Ctrl-C again to quit at once, without that checkpoint)' if signum == signal.SIGINT else ''}",
                   file=sys.stderr, flush=True)
 
     def __enter__(self) -> "StopRequest":
@@ -90,6 +97,42 @@ class StopRequest:
         if self._installed:
             _PROCESS["depth"] -= 1
             self._installed = False
+
+
+class StoppedAtBatch(Preempted):
+    """All ranks agreed, at a batch boundary of long evaluation work (``work``: what it was), to stop for a
+    signal (``received``: its name): the work was abandoned, nothing of it written. Its caller stops as for
+    any stop request; uncaught, the run ends in one line with exit code 75."""
+
+    def __init__(self, received: str, work: str) -> None:
+        self.received, self.work = received, work
+        super().__init__(f"{received} received during {work}: stopped before it ended (nothing of it written); run "
+                         f"the same command again")
+
+
+def stop_agreed(device=None) -> Optional[str]:
+    """Whether any rank received a stop signal (under a :class:`StopRequest`): the signal's name (this rank's, or
+    "a stop signal on another rank"), or None. With several processes a collective (the flag summed over the
+    ranks, on ``device``: the process group's device): every rank calls it at the same points, so that all
+    stop at the same update or batch."""
+    received = _PROCESS["received"] if _PROCESS["depth"] > 0 else None
+    from utils import distributed as dist_utils  # imports torch: only here
+
+    if dist_utils.world_size() > 1:
+        import torch
+
+        flag = torch.tensor([float(received is not None)], device=device)
+        if dist_utils.all_reduce_sum(flag).item() and received is None:
+            received = "a stop signal on another rank"
+    return received
+
+
+def stop_at_batch_boundary(work: str, device=None) -> None:
+    """Between two batches of long evaluation work (every rank, before each of its batches, the same number of
+    times): raise :class:`StoppedAtBatch` when a stop is agreed (:func:`stop_agreed`)."""
+    received = stop_agreed(device)
+    if received is not None:
+        raise StoppedAtBatch(received, work)
 
 
 def ignore_stop_signals(_worker_id: int = 0) -> None:

@@ -230,9 +230,9 @@ FINAL_WEIGHTS = "final_step.ckpt"
 def save_final_weights(output_dir: str, trainer) -> str | None:
     """Every rank: the weights a file of the model holds (``trainer.model_file_state()``: full tensors, a
     collective under FSDP; the vocabulary's padding rows cut), written by rank 0 as ``final_step.ckpt``
-    (:func:`write_final_weights`); its path on rank 0, None elsewhere."""
+    (:func:`write_final_weights`); its path on every rank (rank 0 wrote it)."""
     weights = trainer.model_file_state()
-    return write_final_weights(output_dir, weights) if is_main_process() else None
+    return write_final_weights(output_dir, weights) if is_main_process() else os.path.join(output_dir, FINAL_WEIGHTS)
 
 
 def write_final_weights(output_dir: str, model_state: dict) -> str:

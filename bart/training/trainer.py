@@ -28,7 +28,7 @@ from utils import distributed as dist_utils
 from utils.checkpoint_io import CheckpointError, first_line
 from utils.dllogger_compat import Logger
 from utils.errors import Preempted, RunStopped
-from utils.signals import StopRequest
+from utils.signals import StoppedAtBatch, StopRequest, stop_agreed
 from utils.precision import Precision
 from utils.progress import Progress
 
@@ -118,6 +118,11 @@ class Trainer:
         self._sequences_seen = 0
         self._periodic_saved: Optional[tuple] = None  # (global step, path) of the newest periodic checkpoint
         self.stop_reason: Optional[str] = None  # set by request_stop (early stopping): fit ends after this step
+        self._validated_at: Optional[int] = None  # the global step of the last validation that ended
+        # a checkpoint's own record: the validation of its step was abandoned for a stop signal (a resumed run
+        # does it first), and whether fit() had ended (a resumed run at max_steps has nothing left to do)
+        self._validation_due = False
+        self._finished = False
         # rank 0: what of the run's folder is gone (None while all is there), checked at every log, validation
         # and checkpoint write; the run stops instead of re-creating a folder with checkpoints only
         self.run_folder_check: Optional[Callable[[], Optional[str]]] = None
@@ -270,6 +275,7 @@ class Trainer:
             "args": _plain(self.config.run_args),
             # the validation hook's own counts (early stopping's best value and patience), where it keeps any
             "eval_hook": _plain(self.eval_hook.state_dict()) if hasattr(self.eval_hook, "state_dict") else None,
+            "validation_due": self._validation_due, "finished": self._finished,
         }
 
     def model_file_state(self) -> dict:
@@ -347,6 +353,8 @@ class Trainer:
         restore_rng_state(state["rng"][self.rank])
         if state.get("eval_hook") is not None and hasattr(self.eval_hook, "load_state_dict"):
             self.eval_hook.load_state_dict(state["eval_hook"])
+        self._validation_due, self._finished = bool(state.get("validation_due")), bool(state.get("finished"))
+        self._validated_at = None if self._validation_due else self.global_step
         positions = state.get("data_position")  # absent from older checkpoints: replayed instead
         if positions and hasattr(self.train_data, "seek"):
             self._data_position = positions[self.rank]
@@ -359,26 +367,39 @@ class Trainer:
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
         cfg = self.config
+        if self._finished and self.step >= cfg.max_steps:  # resumed from the end of a finished run: nothing to do
+            if self.rank == 0:
+                print(f"[checkpoint] the run resumed had finished (update {self.global_step}): nothing left to train",
+                      flush=True)
+            return {"steps": self.step, "stopped_early": False, "already_finished": True}
+        self._finished = False  # a finished run resumed for more updates: its checkpoints are not final
         batches = self._batches()
         window = {"loss_sum": torch.zeros((), device=self.device), "tokens": torch.zeros((), device=self.device),
                   "sequences": 0, "start": time.perf_counter(), "steps": 0}
         run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
         progress = Progress(cfg.max_steps, "train", unit="step", initial=self.step,
                             enabled=cfg.progress_bar and self.rank == 0)
-        with StopRequest() as stop:
-            while self.step < cfg.max_steps and self.stop_reason is None:
-                if self._stop_agreed(stop):
-                    progress.close()
-                    self._stop_for_signal(stop.received or "a stop signal on another rank")
-                loss = self._one_update(batches, window, progress)
-                if loss is not None:
-                    final_loss = loss
-            total_sequences = self._sequences_seen
-        progress.close()
-        if self.stop_reason is not None and self.rank == 0:
-            print(f"stopping early at step {self.global_step}: {self.stop_reason}", flush=True)
-        if self.eval_hook and not (cfg.val_check_interval and self.step % cfg.val_check_interval == 0):
-            self._evaluate()
+        with StopRequest():
+            try:  # a stop signal between two updates, or at a batch of a validation (abandoned: StoppedAtBatch)
+                if self._validation_due and self.eval_hook:  # abandoned for a stop signal before the resume
+                    self._evaluate()
+                while self.step < cfg.max_steps and self.stop_reason is None:
+                    if (received := stop_agreed(self.device)) is not None:
+                        progress.close()
+                        self.stop_for_signal(received)
+                    loss = self._one_update(batches, window, progress)
+                    if loss is not None:
+                        final_loss = loss
+                total_sequences = self._sequences_seen
+                progress.close()
+                if self.stop_reason is not None and self.rank == 0:
+                    print(f"stopping early at step {self.global_step}: {self.stop_reason}", flush=True)
+                if self.eval_hook and self._validated_at != self.global_step:
+                    self._evaluate()
+            except StoppedAtBatch as stopped:
+                progress.close()
+                self.stop_for_signal(stopped.received, validation_abandoned=True)
+        self._finished = True
         path = self.save(cfg.final_checkpoint_name)
         elapsed = time.perf_counter() - run_start
         # total_loss and avg_train_time: the reference recipe's names for the same figures
@@ -415,14 +436,6 @@ class Trainer:
         if cfg.save_checkpoint_steps and self.step % cfg.save_checkpoint_steps == 0 and self.step < cfg.max_steps:
             self.save()
         return logged
-
-    def _stop_agreed(self, stop: StopRequest) -> bool:
-        """Whether any rank received a stop signal: every rank must stop after the same update, since
-        the checkpoint that follows is collective."""
-        flag = stop.requested
-        if self.world_size > 1:
-            flag = bool(dist_utils.all_reduce_sum(torch.tensor([float(flag)], device=self.device)).item())
-        return flag
 
     def _run_folder_lost(self) -> Optional[str]:
         return self.run_folder_check() if self.rank == 0 and self.run_folder_check is not None else None
@@ -464,24 +477,32 @@ class Trainer:
                            f"--resume_from_checkpoint True (it writes the run's files again)" if newest else
                            "No checkpoint is left: start the run again"))
 
-    def _stop_for_signal(self, received: str) -> None:
-        """Every rank: the checkpoint (rank 0 writes it; every rank names it), then Preempted (exit 75). Before
-        this process applied an update (a signal during start-up or the validation before update 1) there is
-        nothing new to save: it stops without writing."""
+    def stop_for_signal(self, received: str, validation_abandoned: bool = False) -> None:
+        """Every rank, once all agreed to stop (``utils.signals.stop_agreed``): the checkpoint (rank 0 writes it;
+        every rank names it), then Preempted (exit 75). Before this process applied an update (a signal during
+        start-up or the validation before update 1) there is nothing new to save: it stops without writing.
+        ``validation_abandoned``: the signal stopped the validation of this step (nothing of it kept); the
+        checkpoint says so, and the run that resumes from it validates that step first."""
         if self._sequences_seen == 0:
             self._write_log(self.global_step, {"stopped_by": received, "checkpoint": ""}, flush=True)
             raise Preempted(f"{received} received before update {self.global_step + 1}: stopped without writing a "
-                            f"checkpoint (nothing was trained in this run yet); run the same command again"
+                            f"checkpoint (nothing was trained in this run yet"
+                            + ("; the validation under way was abandoned" if validation_abandoned else "")
+                            + "); run the same command again"
                             + (" (with --resume_from_checkpoint auto it resumes from the newest checkpoint)"
                                if self.global_step else ""))
         saved = self._periodic_saved  # a signal during the periodic write of this very update: that one stands
-        path = saved[1] if saved and saved[0] == self.global_step else self.save()
+        if validation_abandoned:
+            self._validation_due = True
+        path = saved[1] if saved and saved[0] == self.global_step and not validation_abandoned else self.save()
         if self.world_size > 1:
             path = dist_utils.all_gather_objects(path)[0]  # rank 0 wrote it
         self._write_log(self.global_step, {"stopped_by": received, "checkpoint": path or ""}, flush=True)
         raise Preempted(f"{received} received: stopped after update {self.global_step} and "
                         f"{'' if self.rank == 0 else 'rank 0 '}wrote {path}; run the same command with "
-                        f"--resume_from_checkpoint True to continue")
+                        f"--resume_from_checkpoint True to continue"
+                        + (f" (the validation at update {self.global_step} was abandoned: the resumed run does it "
+                           f"first)" if validation_abandoned else ""))
 
     def _log(self, window: dict, last: dict) -> float:
         lost = self._run_folder_lost()  # its finding rides on the reduction the log makes anyway
@@ -507,6 +528,7 @@ class Trainer:
     def _evaluate(self) -> None:
         self._check_run_folder()
         metrics = self.eval_hook(self) or {}
+        self._validated_at, self._validation_due = self.global_step, False
         if metrics:
             self._write_log(self.global_step, {f"val_{k}" if not k.startswith("val") else k: v
                                                           for k, v in metrics.items()})

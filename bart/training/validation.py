@@ -24,22 +24,27 @@ from bart.evaluation import generate_texts, score
 from bart.training.checkpoint import BestCheckpoints
 from utils import distributed as dist_utils
 from utils.progress import track
+from utils.signals import StoppedAtBatch, stop_at_batch_boundary
 
 
 def token_loss(trainer, batches: list[dict], model: Optional[torch.nn.Module] = None) -> float:
     """Mean cross-entropy per target token (nat/token) of ``model`` (default the trainer's) over
     ``batches``, under the run's autocast. Every rank evaluates every batch (the trainer's model under
-    FSDP needs the same forwards on all ranks)."""
+    FSDP needs the same forwards on all ranks). A stop signal ends it before the next batch, on every rank at
+    once (:class:`utils.signals.StoppedAtBatch`)."""
     model = trainer.model if model is None else model
     total, tokens = 0.0, 0
     model.eval()
-    with torch.no_grad():
-        for batch in track(batches, "validate", unit="batch", enabled=dist_utils.is_main_process(), leave=False):
-            batch = {k: v.to(trainer.device) for k, v in batch.items() if k != "index" and v is not None}
-            with trainer.precision.autocast(trainer.device.type):
-                total += float(model(**batch, reduction="sum").loss)
-            tokens += int((batch["labels"] != -100).sum())
-    model.train()
+    try:
+        with torch.no_grad():
+            for batch in track(batches, "validate", unit="batch", enabled=dist_utils.is_main_process(), leave=False):
+                stop_at_batch_boundary("the validation", trainer.device)
+                batch = {k: v.to(trainer.device) for k, v in batch.items() if k != "index" and v is not None}
+                with trainer.precision.autocast(trainer.device.type):
+                    total += float(model(**batch, reduction="sum").loss)
+                tokens += int((batch["labels"] != -100).sum())
+    finally:
+        model.train()
     return total / max(tokens, 1)
 
 
@@ -61,11 +66,16 @@ class Validation:
 
     def begin(self, trainer, resumed: bool, before_training: bool) -> None:
         """Before the first update of this run: a resumed run goes on with the top-k of the interrupted one
-        (rank 0 keeps it); ``before_training`` validates once at step 0 (not after a resume) and logs it."""
+        (rank 0 keeps it); ``before_training`` validates once at step 0 (not after a resume) and logs it. A stop
+        signal abandons that validation at its next batch and stops the run there (nothing trained: no checkpoint)."""
         if resumed and dist_utils.is_main_process():
             self.best.restore()
         if before_training and trainer.step == 0:
-            trainer.logger.log(step=trainer.global_step, data={f"val_{k}": v for k, v in self(trainer).items()})
+            try:
+                metrics = self(trainer)
+            except StoppedAtBatch as stopped:
+                trainer.stop_for_signal(stopped.received, validation_abandoned=True)
+            trainer.logger.log(step=trainer.global_step, data={f"val_{k}": v for k, v in metrics.items()})
 
     def state_dict(self) -> dict:
         """What early stopping has counted so far (kept in training checkpoints: a resumed run stops where
@@ -82,9 +92,12 @@ class Validation:
         """The validation metrics of ``model`` (the strategy's whole model of ``trainer``)."""
         if self.metric_name == "loss":
             return {"loss": self._loss(trainer, model)}
-        predictions, _ = generate_texts(model, self.tokenizer, self.sources, self.batch_size, self.max_source_length,
-                                        self.gen_kwargs, trainer.precision, desc="validate", nested=True)
-        model.train()
+        try:  # a stop signal abandons it at a batch boundary (StoppedAtBatch): no metric, no best-k change
+            predictions, _ = generate_texts(model, self.tokenizer, self.sources, self.batch_size,
+                                            self.max_source_length, self.gen_kwargs, trainer.precision,
+                                            desc="validate", nested=True, stopped_during="the validation")
+        finally:
+            model.train()
         return score(self.task, predictions, self.targets)
 
     def _loss(self, trainer, model: torch.nn.Module) -> float:
