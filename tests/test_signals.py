@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers.corpus import micro_config, write_shards
+from tests.helpers.entry import run_entry
 from utils.dllogger_compat import read_dllogger
 from tests.helpers.ports import free_port
 from tests.helpers.processes import Watched, ours, wait_for
@@ -102,10 +103,14 @@ def progress_lines(monkeypatch):
     monkeypatch.setenv("PROGRESS_INTERVAL_S", "0")  # a progress line per batch: what the tests count
 
 
+def _finetune_argv(summaries, out, *flags) -> list[str]:
+    return [*summaries["common"], "--init_checkpoint", summaries["weights"], "--train_batch_size", "4",
+            "--eval_batch_size", str(EVAL_BATCH), "--eval_beams", "1", "--eval_max_gen_length", "48", "--output_dir",
+            str(out), *flags]
+
+
 def _finetune(summaries, out, *flags, launch=()):
-    return Watched([sys.executable, *launch, "finetune.py", *summaries["common"], "--init_checkpoint",
-                    summaries["weights"], "--train_batch_size", "4", "--eval_batch_size", str(EVAL_BATCH),
-                    "--eval_beams", "1", "--eval_max_gen_length", "48", "--output_dir", str(out), *flags],
+    return Watched([sys.executable, *launch, "finetune.py", *_finetune_argv(summaries, out, *flags)],
                    start_new_session=bool(launch))
 
 
@@ -118,11 +123,11 @@ def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, 
     seen = _signal_between_batches(run, "validate", [run.proc.pid], run.proc.pid)
     code, output = run.finish()
     assert code == EXIT_PREEMPTED, output[-3000:]
+    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 400, output[-3000:]  # not the whole validation
     assert "Traceback" not in output and len(ours(output, "finetune.py")) == 1, output[-3000:]
     assert ours(output, "finetune.py")[0].startswith("finetune.py: stopped: SIGTERM received before update 1: "
                                                       "stopped without writing a checkpoint"), output[-3000:]
     assert "the validation under way was abandoned" in ours(output, "finetune.py")[0]
-    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 400, output[-3000:]  # not the whole validation
     assert not [n for n in os.listdir(out) if n.startswith(("_", "best_"))]  # no checkpoint of nothing trained
 
 
@@ -137,24 +142,25 @@ def test_sigterm_during_a_periodic_validation_abandons_it_and_checkpoints_the_up
     seen = _signal_between_batches(run, "validate", [run.proc.pid], run.proc.pid)
     code, output = run.finish()
     assert code == EXIT_PREEMPTED, output[-3000:]
+    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 400, output[-3000:]
     said = ours(output, "finetune.py")
     assert "Traceback" not in output and len(said) == 1, output[-3000:]
     assert said[0].startswith(f"finetune.py: stopped: SIGTERM received: stopped after update 2 and wrote "
                               f"{out / '_step2.ckpt'}; "), said
     assert "(the validation at update 2 was abandoned: the resumed run does it first)" in said[0], said
-    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 400, output[-3000:]
     assert sorted(n for n in os.listdir(out) if n.endswith(".ckpt")) == ["_step2.ckpt"]  # no best-k, no final
     records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
     assert not [r for r in records if any(k.startswith("val_") for k in r["data"])]
-    # the same command again (a shorter validation: the check is that update 2 is validated, then 3, 4 trained)
-    code, output = _finetune(summaries, out, *flags, "--n_val", "16").finish()
-    assert code == 0, output[-3000:]
+    # the same command again (in this process: no second start-up; a shorter validation: the check is that update 2
+    # is validated, then 3 and 4 trained)
+    assert run_entry("finetune.py", _finetune_argv(summaries, out, *flags, "--n_val", "16")) == 0
     records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
     assert [r["step"] for r in records if "val_loss" in r["data"] or any(k.startswith("val_rouge") for k in r["data"])] \
         == [2, 4], records
 
 
-def test_sigterm_during_the_test_prediction_stops_with_75_and_the_same_command_predicts(summaries, progress_lines):
+def test_sigterm_during_the_test_prediction_stops_with_75_and_the_same_command_predicts(summaries, progress_lines,
+                                                                                      capsys):
     """finetune.py --do_predict: a SIGTERM during the prediction after training stops it at the next batch (exit 75,
     the trained weights written, no test_generations.txt nor metrics); the same command again (as the scripts run
     it, --resume_from_checkpoint auto) predicts without training again. Old code: the signal was ignored, the
@@ -175,13 +181,43 @@ def test_sigterm_during_the_test_prediction_stops_with_75_and_the_same_command_p
     assert os.path.isfile(out / "final_step.ckpt")
     assert not [n for n in os.listdir(out) if n.startswith("test_")]
     trained = [r["step"] for r in read_dllogger(str(out / "dllogger.json")) if "loss" in r.get("data", {})]
-    code, output = _finetune(summaries, out, *flags).finish()
-    assert code == 0, output[-3000:]
-    assert "nothing left to train" in output, output[-3000:]
+    assert run_entry("finetune.py", _finetune_argv(summaries, out, *flags)) == 0  # in this process: no start-up
+    assert "nothing left to train" in capsys.readouterr().out
     assert [r["step"] for r in read_dllogger(str(out / "dllogger.json")) if "loss" in r.get("data", {})] \
         == trained == [1, 2]
     assert len((out / "test_generations.txt").read_text().splitlines()) == 96
     assert json.loads((out / "test_rouge.json").read_text())["rouge2"] >= 0
+
+
+def test_pretraining_validation_loss_stops_at_the_next_batch():
+    """The held-out loss loop (pretraining's validation, fine-tuning's --val_metric loss) takes a stop signal at its
+    next batch: a real SIGUSR1 during the first batch's forward, under the entry scripts' StopRequest, and the loop
+    ends before the second (StoppedAtBatch: the trainer then checkpoints the last update). Old code: every batch ran."""
+    from types import SimpleNamespace
+
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from bart.training.validation import PretrainingValidation
+    from utils.precision import Precision
+    from utils.signals import StoppedAtBatch, StopRequest
+
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig(**micro_config()))
+    rows = [{"input_ids": torch.randint(4, 100, (12,)), "labels": torch.randint(4, 100, (12,))} for _ in range(8)]
+    validation = PretrainingValidation(rows, lambda part: {k: torch.stack([r[k] for r in part]) for k in part[0]}, 2)
+    forwards = []
+
+    def first_forward_signals(module, args, kwargs):
+        forwards.append(1)
+        if len(forwards) == 1:
+            signal.raise_signal(signal.SIGUSR1)
+
+    model.register_forward_pre_hook(first_forward_signals, with_kwargs=True)
+    trainer = SimpleNamespace(model=model, device=torch.device("cpu"), precision=Precision(), global_step=3)
+    with StopRequest(), pytest.raises(StoppedAtBatch) as stopped:
+        validation(trainer)
+    assert (stopped.value.received, len(forwards), validation.history) == ("SIGUSR1", 1, [])
+    assert model.training  # left as training needs it
 
 
 @pytest.mark.parametrize("sig, code, said", [
@@ -301,6 +337,8 @@ def test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch(summ
     seen = _signal_between_batches(run, "validate", workers, workers[1])
     code, output = run.finish()
     assert code == EXIT_PREEMPTED, output[-4000:]
+    # rank 0 holds every other batch: at most one more of its batches after the signal
+    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 200, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
     said = ours(output, "finetune.py")
     assert sorted(said) == sorted([
@@ -311,8 +349,6 @@ def test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch(summ
         f"the same command with --resume_from_checkpoint True to continue (the validation at update 2 was abandoned: "
         f"the resumed run does it first)"]), output[-4000:]
     assert ours(output, "launch")[0].startswith("launch: rank "), output[-4000:]
-    # rank 0 holds every other batch: at most one more of its batches after the signal
-    assert _progress(run.lines, "validate") <= seen + EVAL_BATCH < 200, output[-4000:]
     assert sorted(n for n in os.listdir(out) if n.endswith(".ckpt")) == ["_step2.ckpt"]
 
 

@@ -1,7 +1,7 @@
 """Stop signals as a request, not a kill: SIGTERM (what SLURM, Kubernetes and torchrun send before
 killing), SIGUSR1 (SLURM's ``--signal`` warning before the time limit) and the first Ctrl-C set a
-flag that a loop checks at a safe point (after an update), so it can write a checkpoint and exit.
-A second Ctrl-C interrupts at once, as usual (raises KeyboardInterrupt; the entry scripts end it in one
+flag that a loop checks at a safe point (after an update, between two evaluation batches), so it can write a
+checkpoint and exit. A second Ctrl-C interrupts at once, as usual (raises KeyboardInterrupt; the entry scripts end it in one
 line, exit code 130); landing inside a checkpoint write, it removes the partial file and the run ends in
 one line naming the newest complete checkpoint (``utils.checkpoint_io.WriteInterrupted``, exit code 130).
 

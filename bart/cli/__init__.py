@@ -94,8 +94,9 @@ def _storage_errors_in_threads_as_one_line(script: str) -> None:
 
 
 # How each entry script takes a stop signal for the whole of its run (utils.signals.StopRequest): training
-# scripts as a request their loop honours after an update (75, a checkpoint); run_eval.py at once (Ctrl-C:
-# 130, SIGTERM/SIGUSR1: 75), there being no safe point to stop at in generation and scoring
+# scripts as a request honoured after an update or at a validation's or prediction's next batch (75, a checkpoint
+# where there is something new to save); run_eval.py at once (Ctrl-C: 130, SIGTERM/SIGUSR1: 75), having nothing to
+# save
 STOP_SIGNALS_AT_ONCE = {"pretrain.py": False, "finetune.py": False, "run_eval.py": True}
 
 
