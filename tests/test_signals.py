@@ -1,6 +1,7 @@
-"""Stop signals wherever they land, with real processes: SIGTERM during the validation before update 1
-(finetune.py), Ctrl-C and SIGTERM while run_eval.py generates, and under torchrun (``python -m utils.launch``,
-what the scripts start): SIGTERM once, Ctrl-C twice, the second Ctrl-C to one rank only. Each ends with one
+"""Stop signals wherever they land, with real processes: SIGTERM during finetune.py's validations (before update 1,
+periodic: stopped at the next generation batch) and its --do_predict prediction, Ctrl-C and SIGTERM while
+run_eval.py generates, and under torchrun (``python -m utils.launch``, what the scripts start): SIGTERM once, to one
+rank during a validation, Ctrl-C twice, the second Ctrl-C to one rank only. Each ends with one
 line per process and the documented exit code (75: stopped, a checkpoint where there was something to save;
 130: stopped at once). A file of its own so that these multi-process tests run beside tests/test_faults.py."""
 import json
@@ -17,15 +18,8 @@ from tests.helpers.corpus import micro_config, write_shards
 from tests.helpers.entry import run_entry
 from utils.dllogger_compat import read_dllogger
 from tests.helpers.ports import free_port
-from tests.helpers.processes import Watched, ours, wait_for
+from tests.helpers.processes import Watched, logged_step, ours, wait_for
 from utils.errors import EXIT_PREEMPTED
-
-def _logged_step(out_dir) -> int:
-    try:
-        return max([r["step"] for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
-                    if r["type"] == "LOG" and isinstance(r["step"], int)] or [0])
-    except (FileNotFoundError, ValueError):
-        return 0
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +291,7 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
     SignalException tracebacks, the second Ctrl-C abandoning the workers mid-checkpoint."""
     out = setup["base"] / f"launch{presses}"
     run = _launch(setup, out, slow_write_ms=0 if presses == 1 else 3000)
-    wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
+    wait_for(lambda: logged_step(out) >= 3, run.proc, "update 3")
     if presses == 1:
         run.proc.send_signal(signal.SIGTERM)
     else:
@@ -358,7 +352,7 @@ def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup)
     """Old code: a 26-line KeyboardInterrupt traceback from rank 1, which said it "wrote None"."""
     out = setup["base"] / "rank1"
     run = _launch(setup, out, slow_write_ms=3000)
-    wait_for(lambda: _logged_step(out) >= 3, run.proc, "update 3")
+    wait_for(lambda: logged_step(out) >= 3, run.proc, "update 3")
     rank1 = _workers(run)[1]
     os.kill(rank1, signal.SIGINT)
     _second_press(run, [rank1], lambda: os.kill(rank1, signal.SIGINT))
