@@ -1,8 +1,12 @@
 """A small training run on synthetic batches through the real Trainer (used by resume/DDP tests).
 
-    python -m tests.helpers.train_driver OUTPUT_DIR --max_steps 10 [--resume PATH] [--batch_size 8]
+    python -m tests.helpers.train_driver OUTPUT_DIR --max_steps 10 [--resume PATH] [--batch_size 8] \
+        [--then OUTPUT_DIR2 FLAGS...]
 Prints nothing special; the dllogger log in OUTPUT_DIR holds per-step loss and learning rate.
 Under torchrun it runs data-parallel (gloo), each rank taking its share of every batch.
+``--then`` starts another run after the first, in the same processes and process group (one launch, several
+runs: each builds its model, optimizer and strategy afresh from the seed, as a new launch would); a later run
+may resume from an earlier one's checkpoint. ``main(argv)`` runs them in the calling process (one process).
 """
 import argparse
 import os
@@ -19,8 +23,10 @@ from utils import distributed as dist_utils  # noqa: E402
 from utils.dllogger_compat import Logger  # noqa: E402
 from utils.precision import Precision  # noqa: E402
 
+THEN = "--then"
 
-def main() -> None:
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("output_dir")
     parser.add_argument("--max_steps", type=int, default=10)
@@ -35,8 +41,20 @@ def main() -> None:
     parser.add_argument("--save_every", type=int, default=1)
     parser.add_argument("--dump_params", default=None)
     parser.add_argument("--strategy", default=None, help="ddp or fsdp (default: ddp under torchrun)")
-    args = parser.parse_args()
-    env = dist_utils.init_distributed()
+    return parser
+
+
+def _runs(argv: list[str]) -> list[list[str]]:
+    runs = [[]]
+    for arg in argv:
+        if arg == THEN:
+            runs.append([])
+        else:
+            runs[-1].append(arg)
+    return runs
+
+
+def train(args, env) -> None:
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=args.dropout))
     torch.manual_seed(100 + env.rank)
@@ -59,6 +77,13 @@ def main() -> None:
     if args.dump_params and env.local_rank == 0:  # one file per node
         torch.save({k: v.detach().clone() for k, v in params.items()}, args.dump_params)
     logger.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    runs = [_parser().parse_args(run) for run in _runs(sys.argv[1:] if argv is None else argv)]
+    env = dist_utils.init_distributed()
+    for args in runs:
+        train(args, env)
     dist_utils.cleanup()
 
 
