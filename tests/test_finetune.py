@@ -12,6 +12,7 @@ from bart.configuration import BartConfig
 from bart.data.summarization import SortishSampler, build_finetuning_loader, read_split
 from bart.modeling import BartForConditionalGeneration
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
+from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +34,9 @@ def _run(script, *args, nproc=1, timeout=600):
     return out
 
 
+FINETUNED_STEPS = 100
+
+
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory, small_tokenizer_dir):
     # The small trained vocabulary (1024 tokens, not GPT-2's 50,265): the softmax no longer dominates
@@ -45,12 +49,14 @@ def finetuned(tmp_path_factory, small_tokenizer_dir):
     values.update(max_position_embeddings=128, dropout=0.0, vocab_size=SMALL_VOCAB_SIZE)
     config = base / "config.json"
     config.write_text(json.dumps(values))
-    _run("finetune.py", "--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
-         "--from_scratch", "--max_steps", "200", "--train_batch_size", "32", "--learning_rate", "3e-3",
-         "--lr_scheduler", "constant", "--warmup_steps", "20", "--max_source_length", "64", "--max_target_length", "24",
-         "--val_check_interval", "100", "--n_val", "16", "--eval_beams", "2", "--eval_max_gen_length", "24",
-         "--sortish_sampler", "--label_smoothing", "0.1", "--log_freq", "50", "--save_top_k", "1",
-         "--output_dir", str(base / "out"))
+    # in this process (about the run's results: the process-level runs are below, under torchrun)
+    assert run_entry("finetune.py", [
+        "--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+        "--from_scratch", "--max_steps", str(FINETUNED_STEPS), "--train_batch_size", "32", "--learning_rate", "3e-3",
+        "--lr_scheduler", "constant", "--warmup_steps", "20", "--max_source_length", "64", "--max_target_length", "24",
+        "--val_check_interval", str(FINETUNED_STEPS // 2), "--n_val", "16", "--eval_beams", "2",
+        "--eval_max_gen_length", "24", "--sortish_sampler", "--label_smoothing", "0.1", "--log_freq", "50",
+        "--save_top_k", "1", "--num_workers", "0", "--output_dir", str(base / "out")]) == 0
     return base, data, str(config)
 
 
@@ -64,10 +70,10 @@ def _val_rouge(out_dir):
 def test_validation_rouge_rises_and_checkpoints_are_named(finetuned):
     base, _, _ = finetuned
     rouge = _val_rouge(str(base / "out"))
-    assert [s for s, _ in rouge] == [0, 100, 200]
+    assert [s for s, _ in rouge] == [0, FINETUNED_STEPS // 2, FINETUNED_STEPS]
     assert rouge[-1][1] > rouge[0][1] + 5.0, rouge
     names = os.listdir(base / "out")
-    assert any(n.startswith("_epoch") and n.endswith("_step200.ckpt") for n in names)
+    assert any(n.startswith("_epoch") and n.endswith(f"_step{FINETUNED_STEPS}.ckpt") for n in names)
     assert sum(n.startswith("best_rouge2_step") for n in names) == 1
 
 
@@ -79,30 +85,27 @@ def test_final_checkpoint_loads_in_snippet_and_run_eval(finetuned, small_tokeniz
     cfg.dtype, cfg.pre_ln = None, True
     model = BartForConditionalGeneration.from_pretrained(ckpt, config=cfg)
     assert not model.training
-    _run("run_eval.py", ckpt, config, data, str(tmp_path / "one"), "--tokenizer", small_tokenizer_dir, "--bs", "3",
-         "--n_obs", "8", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64",
-         "--no_repeat_ngram_size", "2")
+    # the one-process runs in this process (tests.helpers.entry), the three-process one under torchrun
+    assert run_entry("run_eval.py", [
+        ckpt, config, data, str(tmp_path / "one"), "--tokenizer", small_tokenizer_dir, "--bs", "4", "--n_obs", "8",
+        "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2"]) == 0
     one = (tmp_path / "one" / "test_generations.txt").read_text().splitlines()
     rouge = json.load(open(tmp_path / "one" / "test_rouge.json"))
     assert len(one) == 8 and set(rouge) >= {"rouge1", "rouge2", "rougeL", "rougeLsum"}
-    # two processes write the same lines in the same order
-    _run("run_eval.py", ckpt, config, data, str(tmp_path / "two"), "--tokenizer", small_tokenizer_dir, "--bs", "3",
-         "--n_obs", "8", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2",
-         nproc=2)
-    assert (tmp_path / "two" / "test_generations.txt").read_text().splitlines() == one
+    # three processes write the same lines in the same order: 2 batches of 4 dealt to 3 ranks, one from each
+    # of ranks 0 and 1 and none to rank 2 (more ranks than batches: a rank with no examples)
+    _run("run_eval.py", ckpt, config, data, str(tmp_path / "three"), "--tokenizer", small_tokenizer_dir, "--bs", "4",
+         "--n_obs", "8", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64",
+         "--no_repeat_ngram_size", "2", nproc=3)
+    assert (tmp_path / "three" / "test_generations.txt").read_text().splitlines() == one
     # the same settings from a generation_config.json (as transformers writes it) passed through to generate
     (tmp_path / "gen").mkdir()
     (tmp_path / "gen" / "generation_config.json").write_text(json.dumps(
         {"num_beams": 2, "no_repeat_ngram_size": 2, "transformers_version": "4.57.6"}))
-    _run("run_eval.py", ckpt, config, data, str(tmp_path / "four"), "--tokenizer", small_tokenizer_dir, "--bs", "3",
-         "--n_obs", "8", "--max_target_length", "24", "--max_source_length", "64",
-         "--generation_config", str(tmp_path / "gen"))
+    assert run_entry("run_eval.py", [
+        ckpt, config, data, str(tmp_path / "four"), "--tokenizer", small_tokenizer_dir, "--bs", "4", "--n_obs", "8",
+        "--max_target_length", "24", "--max_source_length", "64", "--generation_config", str(tmp_path / "gen")]) == 0
     assert (tmp_path / "four" / "test_generations.txt").read_text().splitlines() == one
-    # more ranks than examples (a rank with none)
-    _run("run_eval.py", ckpt, config, data, str(tmp_path / "three"), "--tokenizer", small_tokenizer_dir, "--bs", "1",
-         "--n_obs", "1", "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", nproc=2)
-    three = (tmp_path / "three" / "test_generations.txt").read_text().splitlines()
-    assert len(three) == 1
     logs = (tmp_path / "one" / "dllogger.json").read_text()
     assert "latency_p99_s" in logs and "throughput_seq_per_s" in logs
 
@@ -123,7 +126,7 @@ def ddp_and_fsdp(finetuned):
              str(STRATEGY_LR), "--lr_scheduler", "constant", "--warmup_steps", "0", "--max_source_length", "64",
              "--max_target_length", "24", "--val_check_interval", "1", "--n_val", "6", "--eval_beams", "2",
              "--eval_max_gen_length", "24", "--save_top_k", "2", "--do_predict", "--n_test", "6", "--no_tensorboard",
-             "--log_freq", "1", "--distributed_strategy", strategy, "--output_dir", str(runs[strategy]), nproc=2)
+             "--log_freq", "1", "--num_workers", "0", "--distributed_strategy", strategy, "--output_dir", str(runs[strategy]), nproc=2)
     return base / "out" / "final_step.ckpt", runs["ddp"], runs["fsdp"]
 
 
@@ -215,7 +218,7 @@ def test_one_precision_travels_through_the_run(tmp_path, small_tokenizer_dir, mo
     assert len(opened) == 4 and all(p is run_precision for p in opened)
 
 
-def test_bad_inputs_are_explained(tmp_path, finetuned):
+def test_bad_inputs_are_explained(tmp_path, finetuned, capsys):
     _, data, config = finetuned
     folder = tmp_path / "bad"
     folder.mkdir()
@@ -233,10 +236,10 @@ def test_bad_inputs_are_explained(tmp_path, finetuned):
     (folder / "dev.target").write_text("1\n2\n3\n")
     with pytest.raises(ValueError, match="dev.source:2 is empty"):
         read_split(str(folder), "dev")
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "finetune.py", "--config_path", config, "--data_dir", data, "--max_steps",
-                          "1", "--init_checkpoint", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert out.returncode != 0 and "holds no checkpoint" in out.stderr
+    capsys.readouterr()
+    code = run_entry("finetune.py", ["--config_path", config, "--data_dir", data, "--max_steps", "1",
+                                     "--init_checkpoint", str(tmp_path)])
+    assert code != 0 and "holds no checkpoint" in capsys.readouterr().err
 
 
 def test_empty_training_examples_are_skipped_and_counted(tmp_path, tokenizer, capsys):
