@@ -168,15 +168,6 @@ def test_fp16_overflow_skips_update_and_scheduler(tmp_path):
             assert torch.equal(v, before[k]), k
 
 
-def _launch(out_dir, *extra, nproc=2, timeout=240):
-    """tests.helpers.train_driver under torchrun (``--then`` in ``extra``: several runs in the one launch)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={free_port()}",
-           "-m", "tests.helpers.train_driver", str(out_dir), *extra]
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)
-    assert done.returncode == 0, f"exit {done.returncode}: {' '.join(cmd[2:])}\n{done.stderr[-6000:]}"
-
-
 def _in_process(out_dir, *extra):
     """tests.helpers.train_driver in this process (one process, no process group), on one thread as the
     launched processes run (OMP_NUM_THREADS=1): the same arithmetic as ``python -m tests.helpers.train_driver``."""
@@ -220,84 +211,89 @@ def test_exact_resume_after_sigkill(tmp_path):
         assert b[step]["learning_rate"] == pytest.approx(a[step]["learning_rate"], abs=1e-12), step
 
 
-# the one-process run that the data-parallel runs below are compared with
+# the data-parallel runs (DDP, then FSDP2) and the one-process runs they are compared with
 ONE_PROCESS = ["--max_steps", "3", "--dropout", "0", "--save_every", "0", "--optimizer", "adamw"]
-
-
-@pytest.mark.slow
-def test_two_torchrun_nodes_train_together_as_one_process(tmp_path):
-    """Two "nodes" (separate torchrun agents, --nnodes 2) on 127.0.0.1, one gloo process each (DDP): the nodes
-    agree exactly and hold the parameters of one process taking the whole batch; the same run with the
-    all-reduce in bf16 (--half_allreduce, the second run of the same launch) stays within 2e-2 of them and
-    really differs."""
-    _in_process(tmp_path / "one", *ONE_PROCESS, "--dump_params", tmp_path / "one.pt")
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    procs = []
-    for node in (0, 1):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
-               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}",
-               "-m", "tests.helpers.train_driver", str(tmp_path / "out"), *ONE_PROCESS,
-               "--dump_params", str(tmp_path / f"node{node}.pt"),
-               "--then", str(tmp_path / "half"), *ONE_PROCESS, "--half_allreduce",
-               "--dump_params", str(tmp_path / f"node{node}_half.pt")]
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    for proc in procs:
-        assert proc.wait(timeout=240) == 0, proc.stderr.read()[-2000:]
-    single = torch.load(tmp_path / "one.pt")  # the same flags in one process
-    for half in ("", "_half"):
-        together, other = (torch.load(tmp_path / f"node{n}{half}.pt") for n in (0, 1))
-        tol = dict(atol=2e-2, rtol=2e-2) if half else dict(atol=1e-5, rtol=1e-5)
-        for name in single:
-            assert torch.equal(together[name], other[name]), (half, name)  # the nodes agree exactly
-            torch.testing.assert_close(together[name], single[name], msg=f"{half} {name}", **tol)
-        if half:  # the bf16 all-reduce really changed something
-            assert any(not torch.equal(single[n], together[n]) for n in single)
-
-
-FSDP = ["--max_steps", "3", "--dropout", "0", "--save_every", "0", "--grad_accum", "2"]
+FSDP = ["--max_steps", "3", "--dropout", "0", "--save_every", "0", "--grad_accum", "2", "--strategy", "fsdp"]
 FSDP_RESUME = ["--max_steps", "4", "--strategy", "fsdp", "--optimizer", "adamw"]  # a checkpoint after every update
 
 
 @pytest.fixture(scope="module")
-def fsdp_runs(tmp_path_factory):
-    """One torchrun launch, two processes, FSDP2 (fully_shard, gloo on CPU), four runs in turn: 3 updates with
-    gradient accumulation under AdamW and under LAMB; a 4-update run (dropout on) and a second run resumed from
-    its step-2 checkpoint (as after a crash there)."""
-    base = tmp_path_factory.mktemp("fsdp")
-    runs = []
-    for optimizer in ("adamw", "lamb"):
-        runs += ["--then", base / optimizer, *FSDP, "--optimizer", optimizer, "--strategy", "fsdp",
-                 "--dump_params", base / f"{optimizer}.pt"]
-    runs += ["--then", base / "straight", *FSDP_RESUME,
-             "--then", base / "resumed", *FSDP_RESUME, "--resume", base / "straight" / "_step2.ckpt"]
-    _launch(*map(str, runs[1:]), nproc=2)
+def two_nodes(tmp_path_factory):
+    """Two "nodes" (separate torchrun agents, --nnodes 2) on 127.0.0.1, one gloo process each, one launch of six
+    runs in turn (tests.helpers.train_driver --then): DDP, DDP with the all-reduce in bf16 (--half_allreduce),
+    FSDP2 (fully_shard) with gradient accumulation under AdamW and under LAMB, a 4-update FSDP run (dropout on)
+    and a second one resumed from its step-2 checkpoint (as after a crash there). Each node writes its own copy
+    of the parameters (``NAME_node{0,1}.pt``; FSDP gathers them to rank 0, node 0)."""
+    base = tmp_path_factory.mktemp("two_nodes")
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    procs = []
+    for node in (0, 1):
+        runs = [base / "ddp", *ONE_PROCESS, "--dump_params", base / f"ddp_node{node}.pt",
+                "--then", base / "half", *ONE_PROCESS, "--half_allreduce", "--dump_params", base / f"half_node{node}.pt"]
+        for optimizer in ("adamw", "lamb"):
+            runs += ["--then", base / optimizer, *FSDP, "--optimizer", optimizer,
+                     "--dump_params", base / f"{optimizer}_node{node}.pt"]
+        runs += ["--then", base / "straight", *FSDP_RESUME,
+                 "--then", base / "resumed", *FSDP_RESUME, "--resume", base / "straight" / "_step2.ckpt"]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
+               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}",
+               "-m", "tests.helpers.train_driver", *map(str, runs)]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()[-4000:]
     return base
 
 
+def _node_params(folder, name):
+    """The parameters both nodes wrote for run NAME: equal to the bit (the nodes agree exactly)."""
+    together, other = (torch.load(folder / f"{name}_node{n}.pt") for n in (0, 1))
+    assert list(together) == list(other)
+    for key in together:
+        assert torch.equal(together[key], other[key]), (name, key)
+    return together
+
+
 @pytest.mark.slow
-def test_fsdp_trains_like_ddp(tmp_path, fsdp_runs):
+def test_two_torchrun_nodes_train_together_as_one_process(tmp_path, two_nodes):
+    """Two nodes, one process each (DDP): the nodes agree exactly and hold the parameters of one process taking
+    the whole batch; with the all-reduce in bf16 they stay within 2e-2 of them and really differ."""
+    _in_process(tmp_path / "one", *ONE_PROCESS, "--dump_params", tmp_path / "one.pt")
+    single = torch.load(tmp_path / "one.pt")  # the same flags in one process
+    for run in ("ddp", "half"):
+        together = _node_params(two_nodes, run)
+        tol = dict(atol=2e-2, rtol=2e-2) if run == "half" else dict(atol=1e-5, rtol=1e-5)
+        for name in single:
+            torch.testing.assert_close(together[name], single[name], msg=f"{run} {name}", **tol)
+        if run == "half":  # the bf16 all-reduce really changed something
+            assert any(not torch.equal(single[n], together[n]) for n in single)
+
+
+@pytest.mark.slow
+def test_fsdp_trains_like_ddp(tmp_path, two_nodes):
     """The distribution seam: FSDP2 on two processes gives the parameters of one process taking the whole batch
-    (which two DDP processes give: see above) after 3 updates with gradient accumulation, under AdamW (the
-    trainer clips the sharded gradients) and LAMB (per-tensor trust ratios over sharded parameters), and its
-    checkpoints hold full, plain tensors."""
+    (which DDP gives: see above) after 3 updates with gradient accumulation, under AdamW (the trainer clips the
+    sharded gradients) and LAMB (per-tensor trust ratios over sharded parameters), and its checkpoints hold
+    full, plain tensors."""
     for optimizer in ("adamw", "lamb"):
-        _in_process(tmp_path / optimizer, *FSDP, "--optimizer", optimizer, "--dump_params", tmp_path / f"{optimizer}.pt")
-        one, fsdp = torch.load(tmp_path / f"{optimizer}.pt"), torch.load(fsdp_runs / f"{optimizer}.pt")
+        _in_process(tmp_path / optimizer, *[f for f in FSDP if f not in ("--strategy", "fsdp")], "--optimizer",
+                    optimizer, "--dump_params", tmp_path / f"{optimizer}.pt")
+        # the full state is gathered to rank 0 (node 0), as the checkpoint files hold it
+        one, fsdp = torch.load(tmp_path / f"{optimizer}.pt"), torch.load(two_nodes / f"{optimizer}_node0.pt")
         assert list(fsdp) == list(one)  # every name of the unwrapped model's state dict, tied ones too
         for name in fsdp:
             assert type(fsdp[name]) is torch.Tensor and fsdp[name].shape == one[name].shape, name
             torch.testing.assert_close(fsdp[name], one[name], msg=f"{optimizer} {name}", atol=1e-5, rtol=1e-5)
-        a, b = _steps(tmp_path / optimizer / "log.json"), _steps(fsdp_runs / optimizer / "log.json")
+        a, b = _steps(tmp_path / optimizer / "log.json"), _steps(two_nodes / optimizer / "log.json")
         for step in (1, 2, 3):
             assert b[step]["loss"] == pytest.approx(a[step]["loss"], abs=1e-6), (optimizer, step)
 
 
 @pytest.mark.slow
-def test_fsdp_resume_is_exact(fsdp_runs):
+def test_fsdp_resume_is_exact(two_nodes):
     """A second FSDP run resumed from the straight run's step-2 checkpoint (as after a crash there)
     continues it exactly."""
-    straight, resumed = fsdp_runs / "straight", fsdp_runs / "resumed"
+    straight, resumed = two_nodes / "straight", two_nodes / "resumed"
     state = torch.load(straight / "_step2.ckpt", weights_only=True)
     assert all(type(v) is torch.Tensor for v in state["model"].values())  # full tensors, not shards
     a, b = _steps(straight / "log.json"), _steps(resumed / "log.json")
