@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
 from utils.dllogger_compat import Logger, read_dllogger
 
@@ -85,13 +86,18 @@ def test_tensorboard_events_read_back(pretrained):
     assert "run_config/text_summary" in events.Tags()["tensors"]
 
 
-def test_n_val_mistakes_are_one_line(tiny_config, small_tokenizer_dir, tmp_path):
+def test_n_val_mistakes_are_one_line(tiny_config, small_tokenizer_dir, tmp_path, capsys):
+    """pretrain.py in this process (tests.helpers.entry: its exit code and what it printed; the refusal comes
+    before LDDL's dataset, so no LDDL logger keeps this test's stderr)."""
     data = os.path.dirname(write_shards(str(tmp_path / "shards"), [4, 4])[0])
     common = ["--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "1",
               "--num_workers", "0", "--output_dir", str(tmp_path / "out")]
-    code, log = _run("pretrain.py", *common, "--n_val", "8", log_path=str(tmp_path / "a.txt"))
-    assert code == 2 and log.strip().splitlines()[-1] == \
-        "pretrain.py: error: --n_val 8: the data holds only 8 rows; hold out fewer" and "Traceback" not in log
+    capsys.readouterr()
+    code = run_entry("pretrain.py", [*common, "--n_val", "8"])
+    said = capsys.readouterr()
+    assert code == 2 and said.err.strip().splitlines()[-1] == \
+        "pretrain.py: error: --n_val 8: the data holds only 8 rows; hold out fewer"
+    assert "Traceback" not in said.out + said.err
 
 
 def test_flag_mistakes(capsys, monkeypatch, tmp_path):
@@ -108,7 +114,8 @@ def test_flag_mistakes(capsys, monkeypatch, tmp_path):
     assert str(err.value).startswith("--wandb_project my-project: the wandb package is not installed")
 
 
-def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir):
+def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir, capsys):
+    """finetune.py in this process (tests.helpers.entry: about what the run does and logs, not the process)."""
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 32), ("val", 4), ("test", 4)))
     values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
     values.update(max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE)
@@ -119,7 +126,14 @@ def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir):
             "--max_source_length", "32", "--max_target_length", "16", "--val_metric", "loss", "--val_check_interval",
             "2", "--early_stopping_patience", "2", "--save_checkpoint_steps", "2", "--log_freq", "2", "--num_workers",
             "0", "--no_tensorboard"]
-    code, log = _run("finetune.py", *args, "--output_dir", str(tmp_path / "out"), log_path=str(tmp_path / "log.txt"))
+
+    def finetune(*more):
+        capsys.readouterr()
+        code = run_entry("finetune.py", args + list(more))
+        said = capsys.readouterr()
+        return code, said.out + said.err
+
+    code, log = finetune("--output_dir", str(tmp_path / "out"))
     assert code == 0, log[-3000:]
     assert "stopping early at step 4: val_loss has not improved for 2 validations (--early_stopping_patience 2" in log
     records = [r for r in read_dllogger(str(tmp_path / "out" / "dllogger.json")) if r["type"] == "LOG"]
@@ -129,8 +143,8 @@ def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir):
     assert not os.path.exists(tmp_path / "out" / "tensorboard")  # --no_tensorboard
     # a run resumed from the step-2 checkpoint (as after a crash there) has already counted one validation
     # without improvement: it stops at step 4 too, not two validations after the resume
-    code, log = _run("finetune.py", *args, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint",
-                     str(tmp_path / "out" / "_step2.ckpt"), log_path=str(tmp_path / "resumed.txt"))
+    code, log = finetune("--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint",
+                         str(tmp_path / "out" / "_step2.ckpt"))
     assert code == 0, log[-3000:]
     assert "stopping early at step 4: val_loss has not improved for 2 validations" in log, log[-3000:]
     records = [r for r in read_dllogger(str(tmp_path / "resumed" / "dllogger.json")) if r["type"] == "LOG"]
