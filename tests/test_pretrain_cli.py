@@ -2,11 +2,11 @@
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.entry import run_entry
 from utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,14 +21,17 @@ CONTRACT_FLAGS = """--config_path --warmup_steps --max_steps --data_dir --learni
 --allreduce_post_accumulation --allreduce_post_accumulation_fp16 --keep_checkpoints --compile --no-pre_ln""".split()
 
 
-def _run(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")  # robust when other work shares the cores
-    return subprocess.run([sys.executable, "pretrain.py", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+def _in_process(capsys, *args):
+    """``python pretrain.py ARGS`` run in this process (tests.helpers.entry: its exit code, one line for a user's
+    mistake): what it printed, as the subprocess's ``returncode``, ``stdout``, ``stderr``."""
+    capsys.readouterr()
+    code = run_entry("pretrain.py", list(args))
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["pretrain.py", *args], code, said.out, said.err)
 
 
-def test_help_lists_every_contract_flag():
-    out = _run("--help")
+def test_help_lists_every_contract_flag(capsys):
+    out = _in_process(capsys, "--help")
     assert out.returncode == 0
     missing = [flag for flag in CONTRACT_FLAGS if flag not in out.stdout]
     assert not missing
@@ -49,34 +52,36 @@ def tiny_config(tmp_path_factory):
 @pytest.mark.slow
 def test_tiny_pretraining_lowers_the_loss(tmp_path, tiny_config, small_tokenizer_dir):
     data = os.path.dirname(write_shards(str(tmp_path / "shards"), [40, 40])[0])
-    out = _run("--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "40",
-               "--train_batch_size", "8", "--max_source_length", "64", "--learning_rate", "5e-2", "--warmup_steps", "4",
-               "--lamb", "--weight_decay", "0.01", "--log_freq", "5", "--num_workers", "0", "--dropout", "0.0",
-               "--output_dir", str(tmp_path / "out"))
-    assert out.returncode == 0, out.stderr[-2000:]
+    # in this process (about the run's results; test_monitoring runs pretrain.py as a process), without capsys:
+    # LDDL's dataset logger keeps the stderr it finds, which must outlive this test
+    assert run_entry("pretrain.py", [
+        "--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "40",
+        "--train_batch_size", "8", "--max_source_length", "64", "--learning_rate", "5e-2", "--warmup_steps", "4",
+        "--lamb", "--weight_decay", "0.01", "--log_freq", "5", "--num_workers", "0", "--dropout", "0.0",
+        "--output_dir", str(tmp_path / "out")]) == 0
     losses = [r["data"]["loss"] for r in read_dllogger(str(tmp_path / "out" / "dllogger.json"))
               if r["type"] == "LOG" and "loss" in r["data"]]
     assert len(losses) == 8 and losses[-1] < losses[0] - 1.5, losses
     saved = json.load(open(tmp_path / "out" / "run_config.json"))
     assert saved["max_steps"] == 40 and saved["model_config"]["pre_ln"] is True
     # phase 2 from phase 1's weights only, numbering its steps after phase 1's
-    out = _run("--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "2",
-               "--train_batch_size", "4", "--max_source_length", "64", "--num_workers", "0", "--log_freq", "1",
-               "--init_checkpoint", str(tmp_path / "out" / "_step40.ckpt"), "--phase1_end_step", "40",
-               "--output_dir", str(tmp_path / "phase2"))
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert run_entry("pretrain.py", [
+        "--config_path", tiny_config, "--data_dir", data, "--tokenizer", small_tokenizer_dir, "--max_steps", "2",
+        "--train_batch_size", "4", "--max_source_length", "64", "--num_workers", "0", "--log_freq", "1",
+        "--init_checkpoint", str(tmp_path / "out" / "_step40.ckpt"), "--phase1_end_step", "40",
+        "--output_dir", str(tmp_path / "phase2")]) == 0
     assert os.path.exists(tmp_path / "phase2" / "_step42.ckpt")
     first = [r["data"]["loss"] for r in read_dllogger(str(tmp_path / "phase2" / "dllogger.json"))
              if r["type"] == "LOG" and "loss" in r["data"]][0]
     assert first < losses[0] - 1.0  # it started from the trained weights
 
 
-def test_finetuning_flags_fail_loudly(tmp_path, tiny_config):
-    out = _run("--config_path", tiny_config, "--data_dir", str(tmp_path), "--max_steps", "1", "--eval_beams", "4")
+def test_finetuning_flags_fail_loudly(tmp_path, tiny_config, capsys):
+    out = _in_process(capsys, "--config_path", tiny_config, "--data_dir", str(tmp_path), "--max_steps", "1", "--eval_beams", "4")
     assert out.returncode != 0 and "--eval_beams is a fine-tuning (finetune.py) flag" in out.stderr
 
 
-def test_missing_data_folder_is_named(tmp_path, tiny_config, small_tokenizer_dir):
-    out = _run("--config_path", tiny_config, "--data_dir", str(tmp_path / "nope"), "--tokenizer", small_tokenizer_dir,
+def test_missing_data_folder_is_named(tmp_path, tiny_config, small_tokenizer_dir, capsys):
+    out = _in_process(capsys, "--config_path", tiny_config, "--data_dir", str(tmp_path / "nope"), "--tokenizer", small_tokenizer_dir,
                "--max_steps", "1")
     assert out.returncode != 0 and "no pretraining data folder at" in out.stderr
