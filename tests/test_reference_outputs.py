@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.helpers.corpus import micro_config
+from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +31,8 @@ def _run(*args, timeout=600):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, small_tokenizer_dir):
     """finetune.py for 2 updates (validation at the end: a best-k checkpoint), resumed to 3; run_eval.py into the
-    run's folder (ROUGE) and into another with two candidates per source."""
+    run's folder (ROUGE) and into another with two candidates per source. The three starts that git_log.json
+    records are processes (their command lines are recorded); the second run_eval.py runs in this process."""
     base = tmp_path_factory.mktemp("reference_outputs")
     data = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
     config = base / "config.json"
@@ -45,8 +47,8 @@ def run(tmp_path_factory, small_tokenizer_dir):
     evaluation = [str(config), data, "--tokenizer", small_tokenizer_dir, "--bs", "2", "--eval_beams", "2",
                   "--max_target_length", "12", "--max_source_length", "32"]
     _run("run_eval.py", os.path.join(out, "final_step.ckpt"), evaluation[0], evaluation[1], out, *evaluation[2:])
-    _run("run_eval.py", os.path.join(out, "final_step.ckpt"), evaluation[0], evaluation[1], str(base / "pl"),
-         *evaluation[2:], "--num_return_sequences", "2")
+    assert run_entry("run_eval.py", [os.path.join(out, "final_step.ckpt"), evaluation[0], evaluation[1],
+                                     str(base / "pl"), *evaluation[2:], "--num_return_sequences", "2"]) == 0
     return base, out, data, str(config)
 
 
@@ -105,9 +107,9 @@ def test_best_checkpoint_is_the_top_of_the_ranking(run, tmp_path):
 
 
 def test_export_writes_a_model_card_from_the_run(run, tmp_path):
-    """Before: the exported folder had no README.md."""
+    """Before: the exported folder had no README.md. (``python -m bart.export`` in this process.)"""
     _, out, data, config = run
-    _run("-m", "bart.export", os.path.join(out, "final_step.ckpt"), str(tmp_path / "hf"), "--config", config)
+    assert run_entry("bart.export", [os.path.join(out, "final_step.ckpt"), str(tmp_path / "hf"), "--config", config]) == 0
     card = (tmp_path / "hf" / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers\n")
     rouge = json.load(open(os.path.join(out, "test_rouge.json")))
