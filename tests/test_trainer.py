@@ -311,6 +311,7 @@ def test_strategies_come_from_their_table(monkeypatch, capsys):
 
     class Mine(Strategy):
         name = "mine"
+        summary = "the test's own"  # --distributed_strategy's help lists each strategy's summary
 
     monkeypatch.setitem(STRATEGIES, "mine", Mine)
     assert type(build_strategy("mine", 2, cpu)) is Mine
