@@ -251,7 +251,9 @@ def add_dist_timeout_arg(group) -> None:
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:
     from bart.training.strategy import DEFAULT_STRATEGY, STRATEGIES  # the training scripts' group: run_eval.py loads
     # no training module
-    kinds = [f"{name} ({cls.summary}{', the default' if name == DEFAULT_STRATEGY else ''})" for name, cls in STRATEGIES.items()]
+    notes = {name: [cls.summary] * bool(cls.summary) + ["the default"] * (name == DEFAULT_STRATEGY)
+             for name, cls in STRATEGIES.items()}
+    kinds = [f"{name} ({', '.join(said)})" if said else name for name, said in notes.items()]
     dist = parser.add_argument_group("distributed")
     dist.add_argument("--distributed_strategy", choices=STRATEGIES, default=None,
                       help=f"how several processes share the model: {', '.join(kinds)}")

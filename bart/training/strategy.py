@@ -34,6 +34,7 @@ def full_tensor(value: torch.Tensor) -> torch.Tensor:
 
 class Strategy:
     name = "single"
+    summary = ""  # what --distributed_strategy's help says of it (a subclass in STRATEGIES: one phrase)
 
     def __init__(self, device: torch.device, half_precision_reduce: Optional[torch.dtype] = None,
                  find_unused_parameters: bool = False) -> None:
