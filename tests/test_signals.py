@@ -335,7 +335,7 @@ def test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch(summ
     # rank 0 holds every other batch: at most one more of its batches after the signal (the ranks go in step)
     assert _progress(run.lines, "validate") <= seen + 2 * EVAL_BATCH < 200, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
-    said = ours(output, "finetune.py")
+    said = ours(output, "finetune.py")  # each rank's line in one write: never another rank's output inside it
     assert sorted(said) == sorted([
         f"finetune.py: stopped: a stop signal on another rank received: stopped after update 2 and wrote "
         f"{out / '_step2.ckpt'}; run the same command with --resume_from_checkpoint True to continue (the validation "

@@ -140,19 +140,26 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
             stop.__exit__() if restore_signals else stop.ignore_from_now_on()
 
 
+def _say(line: str) -> None:
+    """The line an entry script ends with, in one write: under torchrun the ranks share the terminal or log, and a
+    line written in two pieces (``print``'s text, then its newline) can have another rank's output in between."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def _end(err: BaseException, script: str) -> None:
     """One line and the exit code for ``err``, or ``err`` raised again (SystemExit, a programming error)."""
     from bart.generation import GenerationOptionError
     from utils.checkpoint_io import EXIT_INTERRUPTED
 
     if isinstance(err, KeyboardInterrupt):
-        print(_interrupted(script), file=sys.stderr)
+        _say(_interrupted(script))
         sys.exit(EXIT_INTERRUPTED)
     if isinstance(err, (*USER_ERRORS, GenerationOptionError)):
-        print(f"{script}: error: {one_line(err)}{_resume_hint(script, err)}", file=sys.stderr)
+        _say(f"{script}: error: {one_line(err)}{_resume_hint(script, err)}")
         sys.exit(EXIT_USER_ERROR)
     if isinstance(err, RunStopped):
-        print(f"{script}: stopped: {one_line(err)}{_resume_hint(script, err)}", file=sys.stderr)
+        _say(f"{script}: stopped: {one_line(err)}{_resume_hint(script, err)}")
         sys.exit(err.exit_code)
     if not isinstance(err, Exception):
         raise err
@@ -162,18 +169,18 @@ def _end(err: BaseException, script: str) -> None:
     short = out_of_memory(err)
     if short is not None:
         lower = LOWER_WHEN_OUT_OF_MEMORY.get(script, "use a smaller model or batch")
-        print(f"{script}: error: {short}: {lower}", file=sys.stderr)
+        _say(f"{script}: error: {short}: {lower}")
         sys.exit(EXIT_USER_ERROR)
     code = storage_errno(err)
     if code is not None:
         detail = f"{one_line(err)[:200]}; checkpoints are written whole or not at all"
-        print(f"{script}: error: {storage_message(code, _written_folder(err), detail=detail)}"
-              f"{_resume_hint(script)}", file=sys.stderr)
+        _say(f"{script}: error: {storage_message(code, _written_folder(err), detail=detail)}"
+             f"{_resume_hint(script)}")
         sys.exit(EXIT_USER_ERROR)
     if not isinstance(err, RuntimeError) or not is_collective_timeout(err):
         raise err
     from utils import distributed as dist_utils
-    print(f"{script}: stopped: rank {dist_utils.rank()} of {dist_utils.world_size()}: a collective operation "
-          f"failed waiting for the other ranks ({one_line(err)[:300]}); another rank hung or died: see its "
-          f"log; raise --dist_timeout if a step legitimately takes longer", file=sys.stderr)
+    _say(f"{script}: stopped: rank {dist_utils.rank()} of {dist_utils.world_size()}: a collective operation "
+         f"failed waiting for the other ranks ({one_line(err)[:300]}); another rank hung or died: see its "
+         f"log; raise --dist_timeout if a step legitimately takes longer")
     sys.exit(EXIT_DIST_TIMEOUT)
