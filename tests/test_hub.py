@@ -243,7 +243,7 @@ def test_entry_scripts_refuse_an_uncached_hub_id_in_one_line(hub_50k):
     cache, config, data, work = hub_50k
     for args in (["run_eval.py", "nobody/not-cached", config, data, str(work / "x")],
                  ["finetune.py", "--config_path", config, "--data_dir", data, "--init_checkpoint", "nobody/not-cached",
-                  "--max_steps", "1"]):
+                  "--max_steps", "1", "--output_dir", str(work / "ft")]):
         out = _script(args, cache)
         assert out.returncode == 2, out.stderr[-2000:]
         assert "Traceback" not in out.stderr and "nobody/not-cached" in out.stderr

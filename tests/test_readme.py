@@ -247,7 +247,7 @@ README_COMMANDS = {
     "torchrun --nproc_per_node N": "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code",
     "python finetune.py --gpus 8": "tests/test_reference_flags.py::test_launcher_checks_of_gpus_nodes_processes",
     "nsys profile": "not run (Nsight Systems' command, quoted)",
-    "torchrun --nnodes N": "tests/test_trainer.py::test_two_torchrun_nodes_train_together",
+    "torchrun --nnodes N": "tests/test_trainer.py::test_two_torchrun_nodes_train_together_as_one_process",
     "python -m bart.data.preprocess": _JOURNEY,
     "python -m bart.data.prepare_summarization": _JOURNEY,
     "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",

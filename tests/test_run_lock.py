@@ -229,6 +229,18 @@ def _logged_steps(out) -> list[int]:
             if r["type"] == "LOG" and isinstance(r["step"], int) and "loss" in r["data"]]
 
 
+def test_an_entry_script_run_in_process_frees_its_folder_when_it_ends(pretraining):
+    """A caller that goes on after ``run_main`` (a notebook, a test's worker) holds no lock on the folder of a run
+    that ended: old code kept run.lock and its heartbeat until the interpreter exited, so any later process into
+    that folder was refused as 'in use by another run' (the clean-clone suite failed on it)."""
+    from tests.helpers.entry import run_entry
+
+    out = pretraining["base"] / "in_process"
+    assert run_entry("pretrain.py", pretraining["argv"][1:] + ["--output_dir", str(out), "--max_steps", "2"]) == 0
+    assert not (out / run_lock.LOCK_NAME).exists() and str(out) not in run_lock.held_folders()
+    assert (out / "_step2.ckpt").is_file()
+
+
 def test_a_second_run_into_the_same_folder_is_refused_and_changes_nothing(pretraining):
     out = pretraining["base"] / "shared"
     argv = pretraining["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "5"]

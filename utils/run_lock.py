@@ -356,11 +356,19 @@ def _release_and_die(signum, frame) -> None:
     os.kill(os.getpid(), signum)
 
 
-def release_all() -> None:
-    for lock in list(_HELD.values()):
+def held_folders() -> frozenset:
+    """The folders whose run lock this process holds."""
+    return frozenset(_HELD)
+
+
+def release_all(keep=frozenset()) -> None:
+    """Release every lock this process holds but those of the folders in ``keep`` (at exit: all of them)."""
+    for folder, lock in list(_HELD.items()):
+        if folder in keep:
+            continue
         with contextlib.suppress(OSError):
             lock.release()
-    _HELD.clear()
+        _HELD.pop(folder, None)
 
 
 class RunFolderWatch:

@@ -118,6 +118,7 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
     (``STOP_SIGNALS_AT_ONCE``); once the outcome is known, a late one changes nothing: a process on its way out
     (``python SCRIPT``) ignores them, a caller that goes on (``restore_signals``; by default any caller that
     is not ``python SCRIPT`` itself) gets its previous handlers back."""
+    from utils import run_lock
     from utils.signals import StopRequest
 
     if restore_signals is None:
@@ -127,6 +128,7 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
     stop = StopRequest(at_once=STOP_SIGNALS_AT_ONCE[script]) if script in STOP_SIGNALS_AT_ONCE else None
     if stop is not None:
         stop.__enter__()
+    locked_before = run_lock.held_folders()
     try:
         try:
             main()
@@ -135,6 +137,7 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
                 stop.settle()
             _end(err, script)
     finally:
+        run_lock.release_all(keep=locked_before)  # the run's folder is free once it ended (a caller may go on)
         if stop is not None:
             stop.settle()
             stop.__exit__() if restore_signals else stop.ignore_from_now_on()
