@@ -239,7 +239,7 @@ def test_bad_inputs_are_explained(tmp_path, finetuned, capsys):
         read_split(str(folder), "dev")
     capsys.readouterr()
     code = run_entry("finetune.py", ["--config_path", config, "--data_dir", data, "--max_steps", "1",
-                                     "--init_checkpoint", str(tmp_path)])
+                                     "--init_checkpoint", str(tmp_path), "--output_dir", str(tmp_path / "out")])
     assert code != 0 and "holds no checkpoint" in capsys.readouterr().err
 
 
