@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from tests.helpers.corpus import micro_config, write_shards
+from tests.helpers.corpus import micro_config, pretraining_argv
 from tests.helpers.entry import run_entry
 from utils.dllogger_compat import read_dllogger
 from tests.helpers.ports import free_port
@@ -27,12 +27,8 @@ def setup(tmp_path_factory, small_tokenizer_dir):
     """Pretraining inputs for the torchrun cases: 48 rows, a model a little larger than the micro one, so that an
     update and a checkpoint take long enough (a tenth of a second or more) for a second signal to land in them."""
     base = tmp_path_factory.mktemp("signals_pt")
-    (base / "config.json").write_text(json.dumps(micro_config(d_model=128, encoder_ffn_dim=512, decoder_ffn_dim=512,
-                                                              encoder_layers=2, decoder_layers=2)))
-    shards = os.path.dirname(write_shards(str(base / "shards"), [24, 24])[0])
-    argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--data_dir", shards, "--tokenizer",
-            small_tokenizer_dir, "--max_steps", "400", "--train_batch_size", "4", "--max_source_length", "48",
-            "--num_workers", "0", "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7"]
+    argv = pretraining_argv(str(base), small_tokenizer_dir, d_model=128, encoder_ffn_dim=512, decoder_ffn_dim=512,
+                            encoder_layers=2, decoder_layers=2) + ["--max_steps", "400"]
     return {"argv": argv, "base": base}
 
 
@@ -362,3 +358,39 @@ def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup)
     assert "pretrain.py: interrupted (Ctrl-C again): stopped at once, without writing a checkpoint" in output
     assert ours(output, "launch") == ["launch: rank 1 ended with exit code 130, so the job stopped: stopped at once "
                                        "(Ctrl-C again), without a checkpoint"], output[-4000:]
+
+
+def test_every_line_an_entry_script_prints_leaves_in_one_write(monkeypatch):
+    """Under torchrun the ranks share one terminal or log. Unbuffered (``python -u``, PYTHONUNBUFFERED), ``print``
+    wrote a line's text and its newline in two writes, so another rank's line landed inside it (a rank's "stopped"
+    line inside the other's dllogger line: the SIGTERM case above lost one of its two lines). run_main makes both
+    streams line-buffered for the run, and gives the caller's settings back."""
+    import io
+
+    from bart.cli import run_main
+
+    class Raw(io.RawIOBase):
+        def __init__(self):
+            self.writes = []
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            self.writes.append(bytes(data))
+            return len(data)
+
+    raws = {name: Raw() for name in ("stdout", "stderr")}
+    for name, raw in raws.items():  # what python -u gives: text written through to an unbuffered file
+        monkeypatch.setattr(sys, name, io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
+
+    def main():
+        print("DLL 2026-11-26 - 4 loss : 6.5")
+        print("[signal] SIGTERM received", file=sys.stderr)
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit):
+        run_main(main, "pretrain.py", restore_signals=True)
+    for name, raw in raws.items():
+        assert raw.writes and all(w.endswith(b"\n") for w in raw.writes), (name, raw.writes)
+        assert getattr(sys, name).write_through and not getattr(sys, name).line_buffering  # the caller's, back

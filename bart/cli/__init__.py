@@ -10,6 +10,7 @@ at the first Ctrl-C); a programming error keeps its traceback. Stop signals are 
 (``STOP_SIGNALS_AT_ONCE``), not only inside the training loop."""
 from __future__ import annotations
 
+import io
 import os
 import sys
 import threading
@@ -72,8 +73,11 @@ def is_collective_timeout(err: RuntimeError) -> bool:
 
 
 def _storage_errors_in_threads_as_one_line(script: str) -> None:
-    """A background writer thread (TensorBoard's event writer) that dies of a full disk prints one line, not
-    its traceback; its owner raises the error again in the main thread, which ends the run in one line."""
+    """A background writer thread (TensorBoard's event writer) that dies of a full disk leaves one line, not its
+    traceback. Its owner raises the error again in the main thread, which ends the run in one line naming the
+    folder and the fix: while the run goes on the thread's line is held (``_RUN["faults"]``) and said only if the
+    run ends without a line of its own; after that line (``_RUN["ended"]``) a writer meeting the same full disk
+    says nothing (the thread and the main thread meet a full disk in either order)."""
     previous = threading.excepthook
 
     def hook(args) -> None:
@@ -86,7 +90,11 @@ def _storage_errors_in_threads_as_one_line(script: str) -> None:
             return  # its folder went (deleted, or a file put in its place): its owner's next write stops the run
         if args.exc_value is not None and storage_errno(args.exc_value) is not None:
             name = args.thread.name if args.thread is not None else "a thread"
-            print(f"{script}: {name} (a background writer) stopped: {one_line(args.exc_value)}", file=sys.stderr)
+            line = f"{script}: {name} (a background writer) stopped: {one_line(args.exc_value)}"
+            if _RUN["running"]:
+                _RUN["faults"].append(line)
+            elif not _RUN["ended"]:
+                _say(line)
             return
         previous(args)
 
@@ -113,6 +121,19 @@ def _interrupted(script: str) -> str:
              f"continue from it" if newest else "no checkpoint was written: run the same command again"))
 
 
+def _whole_lines() -> list:
+    """Every line the run prints leaves in one write, on stdout as on stderr: unbuffered streams (``python -u``,
+    PYTHONUNBUFFERED, what clusters set) write ``print``'s text and its newline apart, and under torchrun the ranks
+    share one terminal or log, so another rank's line landed inside one (a dllogger line, a rank's last line).
+    Line-buffered, each line is one write (atomic on a pipe below 4 KiB). Returns what to restore."""
+    previous = []
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and not stream.closed:
+            previous.append((stream, stream.line_buffering, stream.write_through))
+            stream.reconfigure(line_buffering=True, write_through=False)
+    return previous
+
+
 def run_main(main, script: str, restore_signals: bool | None = None) -> None:
     """Run ``main`` and end as described above. The stop signals are taken from the first line to the last
     (``STOP_SIGNALS_AT_ONCE``); once the outcome is known, a late one changes nothing: a process on its way out
@@ -125,6 +146,8 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
         restore_signals = os.path.basename(sys.argv[0] if sys.argv else "") != script
 
     _storage_errors_in_threads_as_one_line(script)
+    streams = _whole_lines()
+    _RUN.update(running=True, ended=False, faults=[])  # a caller running scripts one after another: each run's own
     stop = StopRequest(at_once=STOP_SIGNALS_AT_ONCE[script]) if script in STOP_SIGNALS_AT_ONCE else None
     if stop is not None:
         stop.__enter__()
@@ -137,10 +160,16 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
                 stop.settle()
             _end(err, script)
     finally:
+        _RUN["running"] = False
+        for line in [] if _RUN["ended"] else _RUN["faults"]:  # a writer's fault the run's own ending did not say
+            _say(line)
         run_lock.release_all(keep=locked_before)  # the run's folder is free once it ended (a caller may go on)
         if stop is not None:
             stop.settle()
             stop.__exit__() if restore_signals else stop.ignore_from_now_on()
+        for stream, line_buffering, write_through in streams if restore_signals else ():
+            if not stream.closed:
+                stream.reconfigure(line_buffering=line_buffering, write_through=write_through)
 
 
 def _say(line: str) -> None:
@@ -150,11 +179,16 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
+# the run under run_main: going on, ended with its own line (_end), the writer threads' faults held meanwhile
+_RUN: dict = {"running": False, "ended": False, "faults": []}
+
+
 def _end(err: BaseException, script: str) -> None:
     """One line and the exit code for ``err``, or ``err`` raised again (SystemExit, a programming error)."""
     from bart.generation import GenerationOptionError
     from utils.checkpoint_io import EXIT_INTERRUPTED
 
+    _RUN["ended"] = True
     if isinstance(err, KeyboardInterrupt):
         _say(_interrupted(script))
         sys.exit(EXIT_INTERRUPTED)
