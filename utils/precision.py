@@ -38,6 +38,9 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 FP8_LIBRARY = "torchao==0.18.0"  # what --fp8 converts the linear layers with (as pinned in requirements.txt)
 FP8_MIN_CAPABILITY = (8, 9)      # float8 tensor cores
+# The precision flags (destinations) and their defaults: what from_args reads, what a run's record holds
+FLAGS = {"fp16": False, "bf16": False, "tf32": True, "fp8": False, "fp8_emulate": False}
+FLAGS_SAID = "--fp16/--bf16/--fp8/--no-tf32"  # how a run's precision is chosen, in a message
 
 
 class _TrainingOnly(argparse.Action):
@@ -104,7 +107,18 @@ class Precision:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Precision":
-        return cls.from_flags(args.fp16, args.bf16, args.tf32, args.fp8, args.fp8_emulate)
+        return cls.from_flags(**{flag: getattr(args, flag, default) for flag, default in FLAGS.items()})
+
+    @classmethod
+    def from_record(cls, args: dict) -> Optional["Precision"]:
+        """The precision a run's recorded flags chose (a checkpoint's or run_config.json's ``args``); None where
+        they were not recorded or contradict each other."""
+        if not {"fp16", "bf16"} <= args.keys():
+            return None
+        try:
+            return cls.from_flags(**{flag: bool(args.get(flag, default)) for flag, default in FLAGS.items()})
+        except ValueError:
+            return None
 
     @property
     def uses_float8(self) -> bool:

@@ -38,6 +38,7 @@ from bart.modeling.vocab_padding import unpadded_state_dict
 from bart.tokenization.identity import METADATA_KEY, RECORD_KEY, TokenizerFilesError, record, tokenizer_identity
 from utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
 from utils.distributed import is_main_process
+from utils.precision import FLAGS_SAID
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
@@ -293,13 +294,8 @@ def _precision_of(args: dict):
     """The precision a run's flags chose (utils.precision's rule), None where they were not recorded."""
     from utils.precision import Precision
 
-    if not {"fp16", "bf16"} <= args.keys():
-        return None
-    try:
-        return Precision.from_flags(fp16=bool(args["fp16"]), bf16=bool(args["bf16"]), tf32=bool(args.get("tf32", True)),
-                                    fp8=bool(args.get("fp8")), fp8_emulate=bool(args.get("fp8_emulate"))).name
-    except ValueError:
-        return None
+    precision = Precision.from_record(args)
+    return None if precision is None else precision.name
 
 
 def _strategy_of(record: dict):
@@ -336,7 +332,7 @@ def _resume_checks() -> dict:
         "max_tokens_per_batch": ("--max_tokens_per_batch", _arg("max_tokens_per_batch"), False),
         "processes": ("processes", lambda r: r["world_size"], False),
         # fp16's loss scale is dropped or starts anew; the weights and optimizer state are fp32 either way
-        "precision": ("--fp16/--bf16/--fp8/--no-tf32", lambda r: _precision_of(r["args"]), True),
+        "precision": (FLAGS_SAID, lambda r: _precision_of(r["args"]), True),
         # checkpoints hold full tensors whatever the strategy
         "distributed_strategy": ("--distributed_strategy", _strategy_of, True),
     }
