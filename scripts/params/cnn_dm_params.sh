@@ -9,13 +9,9 @@
 # DGX A100 values are the reference recipe's. DGX-1 (8x V100 32GB: fp16 or fp32, no bf16/TF32): the
 # reference's V100 batch sizes, learning rate and update counts (its xsum_params.sh; same source length
 # 1024) with CNN/DM's target length 142 and 4 beams.
-source "$(dirname "${BASH_SOURCE[0]}")/preset_check.sh"  # preset_values_ok
-_cnn_dm() {  # NAME NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP EVAL_BS PRED_BS
-  preset_values_ok "$1" && echo "data/cnn_dm/ ${CKPT_PATH:-data/nvidia_pretrained/bart_large/} ${CONFIG_PATH:-configs/config.json} $2 $3 $4 $5 $6 $7 $8 1024 142 4 $9 ${10} ${PRELN:-true}"
-}
-_cnn_dm_eval() {  # NAME PRED_BS NUM_GPU PRECISION
-  preset_values_ok "$1" && echo "$2 $3 $4 4 1024 142 data/cnn_dm/ ${CONFIG_PATH:-configs/config.json} ${PRELN:-auto}"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/preset_check.sh"  # preset_fine_tuning, preset_evaluation
+_cnn_dm() { preset_fine_tuning data/cnn_dm/ configs/config.json 142 4 "$@"; }  # NAME NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP EVAL_BS PRED_BS
+_cnn_dm_eval() { preset_evaluation data/cnn_dm/ configs/config.json 142 4 "$@"; }  # NAME PRED_BS NUM_GPU PRECISION
 # DATA_DIR CKPT_PATH CONFIG_PATH NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP MAX_SRC MAX_TGT BEAMS EVAL_BS PRED_BS PRELN
 dgxa100_8gpu_bf16() { _cnn_dm dgxa100_8gpu_bf16 8 1.25e-4 40 1 bf16 2000 50 128 128; }
 dgxa100_8gpu_tf32() { _cnn_dm dgxa100_8gpu_tf32 8 1.25e-4 24 1 tf32 3333 50 128 64; }

@@ -7,13 +7,9 @@
 # 32GB, no bf16/TF32: fp16 BS 14 LR 7e-5 7000 updates, fp32 BS 8 12250 updates) and DGX-2H (16x V100 32GB).
 # The reference's V100 presets also validated every 0.3 epoch with patience 1: add
 # VAL_CHECK_INTERVAL=0.3 EXTRA_ARGS="--early_stopping_patience 1" for the same.
-source "$(dirname "${BASH_SOURCE[0]}")/preset_check.sh"  # preset_values_ok
-_xsum() {  # NAME NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP EVAL_BS PRED_BS
-  preset_values_ok "$1" && echo "data/xsum/ ${CKPT_PATH:-data/nvidia_pretrained/bart_large/} ${CONFIG_PATH:-configs/config_xsum.json} $2 $3 $4 $5 $6 $7 $8 1024 60 6 $9 ${10} ${PRELN:-true}"
-}
-_xsum_eval() {  # NAME PRED_BS NUM_GPU PRECISION
-  preset_values_ok "$1" && echo "$2 $3 $4 6 1024 60 data/xsum/ ${CONFIG_PATH:-configs/config_xsum.json} ${PRELN:-auto}"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/preset_check.sh"  # preset_fine_tuning, preset_evaluation
+_xsum() { preset_fine_tuning data/xsum/ configs/config_xsum.json 60 6 "$@"; }  # NAME NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP EVAL_BS PRED_BS
+_xsum_eval() { preset_evaluation data/xsum/ configs/config_xsum.json 60 6 "$@"; }  # NAME PRED_BS NUM_GPU PRECISION
 # DATA_DIR CKPT_PATH CONFIG_PATH NUM_GPU LR BS ACCUM PREC TRAIN_STEPS WARMUP MAX_SRC MAX_TGT BEAMS EVAL_BS PRED_BS PRELN
 dgxa100_8gpu_bf16() { _xsum dgxa100_8gpu_bf16 8 1.25e-4 40 1 bf16 2000 50 128 128; }
 dgxa100_8gpu_tf32() { _xsum dgxa100_8gpu_tf32 8 1.25e-4 24 1 tf32 3333 50 128 64; }
