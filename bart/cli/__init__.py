@@ -72,12 +72,19 @@ def is_collective_timeout(err: RuntimeError) -> bool:
     return dist.is_available() and dist.is_initialized() and any(w in text for w in timeout_words)
 
 
-def _storage_errors_in_threads_as_one_line(script: str) -> None:
+# the run under run_main: its script, going on, ended with its own line (_end), the writer threads' faults held
+_RUN: dict = {"script": "", "running": False, "ended": False, "faults": []}
+
+
+def _storage_errors_in_threads_as_one_line() -> None:
     """A background writer thread (TensorBoard's event writer) that dies of a full disk leaves one line, not its
     traceback. Its owner raises the error again in the main thread, which ends the run in one line naming the
     folder and the fix: while the run goes on the thread's line is held (``_RUN["faults"]``) and said only if the
     run ends without a line of its own; after that line (``_RUN["ended"]``) a writer meeting the same full disk
-    says nothing (the thread and the main thread meet a full disk in either order)."""
+    says nothing (the thread and the main thread meet a full disk in either order). Installed once per process
+    (a caller running scripts one after another keeps one hook); its lines name the run's script."""
+    if getattr(threading.excepthook, "storage_errors_as_one_line", False):
+        return
     previous = threading.excepthook
 
     def hook(args) -> None:
@@ -90,7 +97,7 @@ def _storage_errors_in_threads_as_one_line(script: str) -> None:
             return  # its folder went (deleted, or a file put in its place): its owner's next write stops the run
         if args.exc_value is not None and storage_errno(args.exc_value) is not None:
             name = args.thread.name if args.thread is not None else "a thread"
-            line = f"{script}: {name} (a background writer) stopped: {one_line(args.exc_value)}"
+            line = f"{_RUN['script']}: {name} (a background writer) stopped: {one_line(args.exc_value)}"
             if _RUN["running"]:
                 _RUN["faults"].append(line)
             elif not _RUN["ended"]:
@@ -98,6 +105,7 @@ def _storage_errors_in_threads_as_one_line(script: str) -> None:
             return
         previous(args)
 
+    hook.storage_errors_as_one_line = True
     threading.excepthook = hook
 
 
@@ -145,9 +153,9 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
     if restore_signals is None:
         restore_signals = os.path.basename(sys.argv[0] if sys.argv else "") != script
 
-    _storage_errors_in_threads_as_one_line(script)
+    _RUN.update(script=script, running=True, ended=False, faults=[])  # a caller running scripts one after another
+    _storage_errors_in_threads_as_one_line()
     streams = _whole_lines()
-    _RUN.update(running=True, ended=False, faults=[])  # a caller running scripts one after another: each run's own
     stop = StopRequest(at_once=STOP_SIGNALS_AT_ONCE[script]) if script in STOP_SIGNALS_AT_ONCE else None
     if stop is not None:
         stop.__enter__()
@@ -178,9 +186,6 @@ def _say(line: str) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
-
-# the run under run_main: going on, ended with its own line (_end), the writer threads' faults held meanwhile
-_RUN: dict = {"running": False, "ended": False, "faults": []}
 
 
 def _end(err: BaseException, script: str) -> None:
