@@ -106,13 +106,8 @@ def eval_world(tmp_path_factory, small_tokenizer_dir):
 
 
 def _run_eval(argv):
-    from bart.cli import run_main
-    module = importlib.import_module("run_eval")
-    try:
-        run_main(lambda: module.main(argv), "run_eval.py")
-    except SystemExit as stop:
-        return stop.code
-    return 0
+    from tests.helpers.entry import run_entry
+    return run_entry("run_eval.py", argv)
 
 
 def test_run_eval_decodes_with_the_precision_and_compile_asked(eval_world, monkeypatch, tmp_path):

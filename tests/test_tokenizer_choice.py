@@ -7,7 +7,6 @@ checkpoints and (e) a fairseq model.pt, fine-tuning, evaluation and export use t
 or stop with one line naming both; ``--allow_tokenizer_mismatch`` overrides; pretraining from scratch
 uses the default. The old code silently used ``$TOKENIZER`` in every one of these cases."""
 import argparse
-import importlib
 import json
 import os
 import re
@@ -233,13 +232,8 @@ def test_checkpoints_record_their_tokenizer(world, env, tmp_path):
 
 
 def _main(module_name: str, argv: list[str], capsys) -> tuple[int, str]:
-    from bart.cli import run_main
-    module = importlib.import_module(module_name)
-    try:
-        run_main(lambda: module.main(argv), f"{module_name}.py")
-    except SystemExit as stop:
-        return stop.code, capsys.readouterr().err
-    return 0, capsys.readouterr().err
+    from tests.helpers.entry import run_entry
+    return run_entry(f"{module_name}.py", argv), capsys.readouterr().err
 
 
 def test_run_eval_refuses_before_loading_the_model(world, env, tmp_path, capsys, monkeypatch):
