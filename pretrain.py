@@ -1,46 +1,8 @@
 #!/usr/bin/env python3
-"""BART denoising pretraining on LDDL Parquet shards (see README: Pre-training)."""
-import torch
+"""BART denoising pretraining on LDDL Parquet shards.
 
-from bart.cli import builder, run_main
-from bart.cli.settings import PRETRAIN, Settings, parse_command_line
-from bart.hub import resolve_model_path
-from bart.training.validation import PretrainingValidation
-from utils import distributed as dist_utils
-
-
-def parse_args(argv=None) -> Settings:
-    return parse_command_line(PRETRAIN, argv, __doc__)
-
-
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    # LDDL imports transformers (seconds): after the flags are parsed, so --help and flag mistakes answer at once
-    from bart.data.pretraining_dataset import build_pretraining_loader
-
-    args, env = builder.start_run(args)
-    init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)
-    args, tokenizer, model = builder.build_model_and_tokenizer(args, init, ("max_source_length",))
-    torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
-    loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
-                                      args.noise, args.seed, args.num_workers, env.local_rank,
-                                      n_val=args.n_val or 0, shuffle_buffer_size=args.buffer_size or 16384)
-    builder.check_global_batch(args, loader, env.world_size)
-    validation = PretrainingValidation.from_loader(loader, args.eval_batch_size or args.train_batch_size)
-    if env.is_main:
-        builder.save_run_files(args, tokenizer, model.config, env.world_size)
-    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation)
-    summary = trainer.fit()
-    if env.is_main:
-        print(f"pretraining done: {summary}")
-    dist_utils.cleanup()
-    return summary
-
-
-def console_main() -> None:
-    """The ``bart-pretrain`` console script (pyproject.toml): ``python pretrain.py``."""
-    run_main(main, "pretrain.py")
-
+The checkout's entry script; installed, the same program is ``bart-pretrain``. Its code is ``bart/cli/pretrain.py``."""
+from bart.cli.pretrain import console_main, main, parse_args  # noqa: F401  (notebooks and tests import pretrain)
 
 if __name__ == "__main__":
     console_main()

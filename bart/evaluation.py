@@ -18,14 +18,14 @@ import torch
 
 from bart.data.summarization import read_split
 from bart.tokenization.tokenization_bart import model_inputs
-from utils import distributed as dist_utils
-from utils.checkpoint_io import atomic_write_text
-from utils.dllogger_compat import Logger
-from utils.errors import Preempted
-from utils.metrics import calculate_bleu, calculate_rouge
-from utils.precision import FP32, Precision
-from utils.progress import Progress
-from utils.signals import StoppedAtBatch, stop_at_batch_boundary
+from bart.utils import distributed as dist_utils
+from bart.utils.checkpoint_io import atomic_write_text
+from bart.utils.dllogger_compat import Logger
+from bart.utils.errors import Preempted
+from bart.utils.metrics import calculate_bleu, calculate_rouge
+from bart.utils.precision import FP32, Precision
+from bart.utils.progress import Progress
+from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
@@ -36,8 +36,8 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     ``precision`` (its autocast): a string per source, or with ``num_return_sequences`` > 1 in
     ``gen_kwargs`` a list of that many strings per source. Rank 0 shows its progress in examples (ranks
     share the work evenly); ``nested``: inside other work (validation during training), so a log gets
-    only its final line. A stop signal (under a training script's ``utils.signals.StopRequest``) ends it
-    before the next batch, on every rank at once: :class:`utils.signals.StoppedAtBatch` naming
+    only its final line. A stop signal (under a training script's ``bart.utils.signals.StopRequest``) ends it
+    before the next batch, on every rank at once: :class:`bart.utils.signals.StoppedAtBatch` naming
     ``stopped_during`` (default ``desc``)."""
     world, rank = dist_utils.world_size(), dist_utils.rank()
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -128,7 +128,7 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
                   precision: Precision = FP32, trained: Optional[str] = None) -> dict:
     """Generate for a split, score it, and (rank 0) write ``{split}_generations.txt`` and
     ``{split}_rouge.json`` (``_bleu.json`` for translation), each whole or not at all. Returns the metrics.
-    A stop signal ends it before the next batch with nothing written (:class:`utils.errors.Preempted`, exit 75),
+    A stop signal ends it before the next batch with nothing written (:class:`bart.utils.errors.Preempted`, exit 75),
     its line naming ``trained`` (the weights this run trained and wrote, if any) and how to predict again."""
     sources, targets = read_split(data_dir, split, n_obs)
     try:

@@ -13,7 +13,7 @@ ROUGE/BLEU and best-validation metrics, and the provenance record git_log.json).
 as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
 builds BART's byte-level BPE tokenizer rather than mBART's SentencePiece one.
 
-The tokenizer is the one CKPT was trained with (:mod:`bart.cli.tokenizer_choice`): a folder's own files, the
+The tokenizer is the one CKPT was trained with (:mod:`bart.tokenization.tokenizer_choice`): a folder's own files, the
 one recorded in (or saved beside) a training checkpoint, facebook/bart-large's for NGC reference and fairseq
 checkpoints. ``--tokenizer`` (else $TOKENIZER) names it for weights that carry none, and is checked
 against the stored one otherwise: a different one is an error unless ``--allow_tokenizer_mismatch``.
@@ -35,8 +35,8 @@ import sys
 import tempfile
 from typing import Optional
 
-from utils.errors import one_line
-from utils.file_modes import staging_folder
+from bart.utils.errors import one_line
+from bart.utils.file_modes import staging_folder
 
 EXIT_USAGE = 2
 
@@ -122,7 +122,7 @@ def model_card(model, model_path: str) -> str:
     """README.md of the export, from what the run left beside the checkpoint: run_config.json (data, steps,
     settings), the training log's summary (dllogger.json), the metrics files ({split}_rouge.json,
     best_{metric}.json) and the provenance record (git_log.json: commit, versions, GPUs, command line)."""
-    from utils.dllogger_compat import read_dllogger
+    from bart.utils.dllogger_compat import read_dllogger
 
     folder = os.path.dirname(os.path.abspath(model_path)) if os.path.isfile(model_path) else model_path
     run = _read_json(os.path.join(folder, "run_config.json")) or {}
@@ -223,7 +223,7 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
     from bart.modeling.weights import write_model_files  # torch: imported once the cheap checks passed
 
-    from bart.cli.tokenizer_choice import choose_tokenizer
+    from bart.tokenization.tokenizer_choice import choose_tokenizer
 
     model = _load_model(model_path, config_path, pre_ln)
     tokenizer_path = choose_tokenizer(model_path, tokenizer, allow_mismatch=allow_tokenizer_mismatch).path

@@ -5,7 +5,7 @@
     tokenizer_path = resolve_tokenizer_path("facebook/bart-large")  # a tokenizer folder, or a hub id's snapshot
 
 Which tokenizer goes with a model (its own, checked against ``--tokenizer`` / ``$TOKENIZER``) is decided
-in :mod:`bart.cli.tokenizer_choice`; this module only turns names into local folders.
+in :mod:`bart.tokenization.tokenizer_choice`; this module only turns names into local folders.
 
 A hub id is resolved with ``huggingface_hub.snapshot_download``: downloaded when online, read from
 the cache when offline (``HF_HUB_OFFLINE=1``). The cache is ``HF_HUB_CACHE``, else ``HF_HOME/hub``,

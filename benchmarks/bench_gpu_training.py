@@ -54,7 +54,7 @@ from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.training.float8 import convert_to_float8  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
-from utils.precision import Precision  # noqa: E402
+from bart.utils.precision import Precision  # noqa: E402
 
 SHAPES = {  # name: (batch, source length, target length)
     "pretrain128": (200, 128, 128),

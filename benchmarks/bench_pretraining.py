@@ -38,7 +38,7 @@ from bart.tokenization.build_tokenizer import build_tokenizer_folder  # noqa: E4
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
 from benchmarks.corpora import write_shards  # noqa: E402
-from utils.precision import Precision  # noqa: E402
+from bart.utils.precision import Precision  # noqa: E402
 
 LR, WEIGHT_DECAY, CLIP = 1e-4, 0.01, 1.0
 

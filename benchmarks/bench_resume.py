@@ -36,7 +36,7 @@ from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.tokenization.train_tokenizer import train_tokenizer  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
 from benchmarks.corpora import write_shards  # noqa: E402
-from utils.dllogger_compat import Logger  # noqa: E402
+from bart.utils.dllogger_compat import Logger  # noqa: E402
 
 
 VOCAB_SIZE = 1024  # a small trained vocabulary: GPT-2's 50,265-way softmax would dominate the tiny model's step

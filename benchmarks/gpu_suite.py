@@ -47,8 +47,8 @@ import xml.etree.ElementTree as ElementTree
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
-from utils.checkpoint_io import atomic_write_text  # noqa: E402
-from utils.errors import RunStopped, UserError  # noqa: E402
+from bart.utils.checkpoint_io import atomic_write_text  # noqa: E402
+from bart.utils.errors import RunStopped, UserError  # noqa: E402
 from gpu_suite_report import (BEAM, DRY_BEAM, DRY_TRAIN_SHAPES, REPORT_ORDER, TARGETS,  # noqa: E402, F401
                               TRAIN_SHAPES, render)
 
@@ -128,7 +128,7 @@ def part_env(out_dir: str, dry_run: bool) -> None:
 
 def _fp8_problem():
     """Why --fp8 cannot run here (torchao missing, no GPU with float8 tensor cores), or None."""
-    from utils.precision import Precision
+    from bart.utils.precision import Precision
     try:
         Precision("fp8").require_supported()
     except ValueError as err:
@@ -551,5 +551,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from bart.cli import run_main
+    from bart.cli.exits import run_main
     run_main(lambda: sys.exit(main()), "gpu_suite.py")

@@ -42,7 +42,7 @@ def small_tokenizer_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def punkt_dir(tmp_path_factory) -> str:
     """nltk's punkt_tab data written offline; also exported through NLTK_DATA."""
-    from utils.nltk_data import ensure_punkt
+    from bart.utils.nltk_data import ensure_punkt
 
     return ensure_punkt(str(tmp_path_factory.mktemp("nltk_data")))
 
@@ -80,7 +80,7 @@ def pytest_collection_modifyitems(session, config, items):
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored():
     """A test that runs an entry script in this process may leave the stop signals ignored (a process on its
-    way out ignores them: ``bart.cli.run_main``); children started later would inherit SIG_IGN (a SIGTERM
+    way out ignores them: ``bart.cli.exits.run_main``); children started later would inherit SIG_IGN (a SIGTERM
     sent to them would then do nothing). Each test gets the handlers back as they were."""
     import signal
 

@@ -352,7 +352,7 @@ def _fit(tmp_path, prefer_apex, precision="fp32", steps=3):
     from bart.modeling import BartForConditionalGeneration
     from bart.training.trainer import Trainer, TrainerConfig
     from tests.helpers.synthetic import SyntheticBatches, tiny_config
-    from utils.precision import Precision
+    from bart.utils.precision import Precision
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))

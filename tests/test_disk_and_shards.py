@@ -27,9 +27,9 @@ import torch
 from bart.data import DataError
 from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
 from tests.helpers.corpus import micro_config, write_shards
-from utils import checkpoint_io
-from utils.checkpoint_io import StorageError, atomic_save, atomic_write_text, safe_load, storage_errno
-from utils.errors import EXIT_USER_ERROR
+from bart.utils import checkpoint_io
+from bart.utils.checkpoint_io import StorageError, atomic_save, atomic_write_text, safe_load, storage_errno
+from bart.utils.errors import EXIT_USER_ERROR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXIT_INTERRUPTED = 130
@@ -228,7 +228,7 @@ def test_the_entry_scripts_name_the_folder_and_its_free_space_whatever_layer_fai
     """A full disk met outside the atomic writes (a log line, torch.save of another library): one line with
     the folder and its free space, exit 2. Old code: 'free space or write access is needed' without either
     for an OSError, and a traceback for torch's RuntimeError raised over the OSError."""
-    from bart.cli import run_main
+    from bart.cli.exits import run_main
 
     def log_line():
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "dllogger.json"))

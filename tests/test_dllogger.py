@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.doubles import DOUBLES, use_doubles, with_doubles
 from tests.helpers.summaries import write_summarization_data
-from utils.dllogger_compat import Logger, read_dllogger
+from bart.utils.dllogger_compat import Logger, read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}"
@@ -180,7 +180,7 @@ def test_both_writers_give_readers_the_same_lines(dllogger, tmp_path):
     """The package's JSON lines and the fallback writer's mean the same to read_dllogger, drop_records_after
     and utils/benchmark_table.py."""
     from utils.benchmark_table import training_row
-    from utils.dllogger_compat import drop_records_after
+    from bart.utils.dllogger_compat import drop_records_after
 
     results = {}
     for use in (True, False):

@@ -14,8 +14,8 @@ import torch
 
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.ports import free_port
-from utils.dllogger_compat import read_dllogger
-from utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
+from bart.utils.dllogger_compat import read_dllogger
+from bart.utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
 from tests.helpers.processes import Watched as _Watched, logged_step, ours as _ours, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -190,7 +190,7 @@ def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
     from bart.optim import build_optimizer, build_scheduler
     from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
     from tests.helpers.synthetic import SyntheticBatches, tiny_config
-    from utils.precision import Precision
+    from bart.utils.precision import Precision
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))

@@ -62,7 +62,7 @@ def finetuned(tmp_path_factory, small_tokenizer_dir):
 
 
 def _val_rouge(out_dir):
-    from utils.dllogger_compat import read_dllogger
+    from bart.utils.dllogger_compat import read_dllogger
     return [(r["step"], r["data"]["val_rouge1"]) for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
             if r["type"] == "LOG" and "val_rouge1" in r["data"]]
 
@@ -146,8 +146,8 @@ def test_fsdp_fine_tuning_writes_what_ddp_writes(ddp_and_fsdp):
     """Fine-tuning under FSDP validates (generation + ROUGE), keeps best-k, predicts and writes the final weights
     as under DDP: the same files, the same ROUGE and predictions, the same weights within float tolerance (the
     issue's crash: generation on the sharded model, `aten.embedding.default got mixed torch.Tensor and DTensor`)."""
-    from utils.checkpoint_io import safe_load
-    from utils.dllogger_compat import read_dllogger
+    from bart.utils.checkpoint_io import safe_load
+    from bart.utils.dllogger_compat import read_dllogger
 
     start, ddp, fsdp = ddp_and_fsdp
     assert sorted(os.listdir(fsdp)) == sorted(os.listdir(ddp))
@@ -194,7 +194,7 @@ def test_one_precision_travels_through_the_run(tmp_path, small_tokenizer_dir, mo
     and prediction, is opened by that one object; --no-tf32 reaches the process-wide TF32 switch."""
     import finetune
     from tests.helpers.corpus import micro_config
-    from utils.precision import Precision
+    from bart.utils.precision import Precision
 
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
     (tmp_path / "config.json").write_text(json.dumps(micro_config(dropout=0.0)))

@@ -6,7 +6,7 @@ from bart.modeling import BartForConditionalGeneration
 from bart.optim import Lamb, build_optimizer, build_scheduler, decay_groups
 from bart.training.trainer import Trainer, TrainerConfig
 from tests.helpers.synthetic import SyntheticBatches, WalkBatches, tiny_config
-from utils.precision import Precision
+from bart.utils.precision import Precision
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

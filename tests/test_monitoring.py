@@ -10,7 +10,7 @@ import pytest
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
-from utils.dllogger_compat import Logger, read_dllogger
+from bart.utils.dllogger_compat import Logger, read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -102,8 +102,8 @@ def test_n_val_mistakes_are_one_line(tiny_config, small_tokenizer_dir, tmp_path,
 
 def test_flag_mistakes(capsys, monkeypatch, tmp_path):
     import pretrain
-    from bart.cli import USER_ERRORS
-    from utils.metric_writers import build_writers
+    from bart.cli.exits import USER_ERRORS
+    from bart.utils.metric_writers import build_writers
 
     with pytest.raises(SystemExit):
         pretrain.parse_args(["--config_path", "c", "--data_dir", "d", "--max_steps", "1", "--val_check_interval", "5"])

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPORTS = ("from bart.modeling import BartForConditionalGeneration; from bart.configuration import BartConfig; "
-           "import bart, utils, pretrain; print(bart.__file__); print(pretrain.__file__)")
+           "import bart, bart.utils, bart.cli.pretrain; print(bart.__file__); print(bart.cli.pretrain.__file__)")
 
 
 def _layered_venv(path):
@@ -56,7 +56,7 @@ def test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entr
     _install(editable, "-e", ROOT)
     out = _run([str(editable), "-c", IMPORTS], elsewhere)
     assert out.returncode == 0, out.stderr
-    assert [os.path.dirname(p) for p in out.stdout.split()] == [os.path.join(ROOT, "bart"), ROOT]
+    assert [os.path.dirname(p) for p in out.stdout.split()] == [os.path.join(ROOT, "bart"), os.path.join(ROOT, "bart", "cli")]
     scripts = editable.parent
     # each console script runs its entry script: bart-pretrain here, bart-finetune just below (its answer is
     # `python finetune.py`'s), bart-run-eval in the installed copy, bart-export at the end
@@ -82,6 +82,14 @@ def test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entr
     out = _run([str(installed), "-c", IMPORTS], elsewhere)
     assert out.returncode == 0, out.stderr
     assert all(str(tmp_path / "installed") in p and "site-packages" in p for p in out.stdout.split())
+    # one import name: the installed copy claims `bart` alone at the top of site-packages
+    site = os.path.dirname(os.path.dirname(out.stdout.split()[0]))
+    claimed = {name for name in os.listdir(site) if not name.endswith((".dist-info", ".pth")) and name != "__pycache__"}
+    assert claimed == {"bart"}, claimed
+    top_level = [os.path.join(site, d, "top_level.txt") for d in os.listdir(site) if d.endswith(".dist-info")]
+    assert all(open(f).read().split() == ["bart"] for f in top_level if os.path.exists(f))
+    for name in ("utils", "pretrain", "finetune", "run_eval"):
+        assert _run([str(installed), "-c", f"import {name}"], elsewhere).returncode != 0, name
     helped = _run([str(installed.parent / "bart-run-eval"), "--help"], elsewhere)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: run_eval.py"), helped.stderr
 

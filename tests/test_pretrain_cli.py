@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.entry import run_entry
-from utils.dllogger_compat import read_dllogger
+from bart.utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACT_FLAGS = """--config_path --warmup_steps --max_steps --data_dir --learning_rate --n_val --train_batch_size

@@ -18,8 +18,8 @@ from tests.helpers import loader_rank
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
 from tests.helpers.synthetic import tiny_config
 from tests.helpers.ports import free_port
-from utils.checkpoint_io import CheckpointError
-from utils.dllogger_compat import Logger, read_dllogger
+from bart.utils.checkpoint_io import CheckpointError
+from bart.utils.dllogger_compat import Logger, read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -239,7 +239,7 @@ README_COMMANDS = {
     "ruff check .": "tests/test_package.py::test_ruff_passes_with_the_projects_configuration",
     "python -m bart.tokenization.build_tokenizer DIR": _CONTAINER_BUILD,
     "python -m bart.tokenization.build_tokenizer": _CONTAINER_BUILD,
-    "python -m utils.nltk_data": _CONTAINER_BUILD,
+    "python -m bart.utils.nltk_data": _CONTAINER_BUILD,
     "ngc registry model download-version \"nvidia/dle/bart__pyt_ckpt_ds-cnndm:20.11.1_amp\"":
         "not run (NGC's command-line tool, a 4 GB download)",
     "CHECK_ONLY=1 bash scripts/...": "tests/test_script_checks.py::test_data_and_setup_scripts_check_every_value_before_downloading",

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from utils.checkpoint_io import safe_load
-from utils.precision import Precision
+from bart.utils.checkpoint_io import safe_load
+from bart.utils.precision import Precision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
@@ -506,7 +506,7 @@ def _script(script, *argv):
 def test_reference_finetune_command_line_runs(tiny_run, monkeypatch):
     """The reference's run_summarization.sh and first-release benchmark flags on one command line: epochs,
     a fractional validation interval, -1 = all, 0 beams, weights only, Lightning's precision flags."""
-    from utils.dllogger_compat import read_dllogger
+    from bart.utils.dllogger_compat import read_dllogger
     out = tiny_run.base / "ft"
     line = (f"finetune.py --data_dir={tiny_run.data} --config_path={tiny_run.config} --output_dir={out} --gpus 0 "
             f"--learning_rate=1e-3 --do_train --n_val -1 --train_batch_size=8 --gradient_accumulation_steps=2 "
@@ -553,7 +553,7 @@ def test_reference_pretraining_phase2_command_line_runs(tiny_run, monkeypatch):
     the held-out loss runs in --eval_batch_size batches, --buffer_size is the shuffle window."""
     import importlib
     import json
-    from bart.cli import run_main
+    from bart.cli.exits import run_main
     from tests.helpers.corpus import write_shards
 
     shards = os.path.dirname(write_shards(str(tiny_run.base / "shards"), [12, 12])[0])
@@ -651,7 +651,7 @@ def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys
     assert _parse(FT, _base(FT, str(tmp_path / "a_file"))).output_dir == str(tmp_path / "a_file")
     from bart.cli.builder import start_run
     from bart.cli.settings import resolved
-    from utils.errors import UserError
+    from bart.utils.errors import UserError
     with pytest.raises(UserError, match="is a file; choose a folder"):
         start_run(_parse(FT, _base(FT, str(tmp_path / "a_file"))))
     with pytest.raises(FrozenInstanceError):

@@ -42,7 +42,7 @@ def world(tmp_path_factory, small_tokenizer_dir):
 
 
 def _records(out_dir) -> list[dict]:
-    from utils.dllogger_compat import read_dllogger
+    from bart.utils.dllogger_compat import read_dllogger
     return [r for r in read_dllogger(os.path.join(str(out_dir), "dllogger.json")) if r["type"] == "LOG"]
 
 
@@ -119,7 +119,7 @@ def _store():
 
 
 def _join(store, rank, world_size, timeout_s, results, delay=0.0):
-    from utils.distributed import attempt_store
+    from bart.utils.distributed import attempt_store
 
     def run():
         time.sleep(delay)
@@ -153,8 +153,8 @@ def test_a_restarted_attempt_gets_a_prefix_no_dead_attempt_wrote_to(capfd):
 
 @pytest.mark.parametrize("present", [0, 1])
 def test_a_process_that_never_joins_is_named_after_rendezvous_timeout(present):
-    from utils.distributed import RendezvousTimeout
-    from utils.errors import EXIT_DIST_TIMEOUT
+    from bart.utils.distributed import RendezvousTimeout
+    from bart.utils.errors import EXIT_DIST_TIMEOUT
 
     results = {}
     start = time.monotonic()

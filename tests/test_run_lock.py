@@ -1,4 +1,4 @@
-"""One run per output folder (utils/run_lock.py) and a run folder deleted under a running run (issue 29,
+"""One run per output folder (bart/utils/run_lock.py) and a run folder deleted under a running run (issue 29,
 cases 1 and 7): a second run into a folder in use is refused in one line naming the first, before it writes
 anything there; a lock left by a dead process is reported and taken over; the ranks of a refused torchrun
 job all stop; a run whose folder or run files are deleted stops at its next log or checkpoint write in one
@@ -18,12 +18,12 @@ import pytest
 
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.processes import logged_step, wait_for
-from utils import run_lock
-from utils.dllogger_compat import read_dllogger
-from utils.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
+from bart.utils import run_lock
+from bart.utils.dllogger_compat import read_dllogger
+from bart.utils.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from utils import run_lock; "
+HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.utils import run_lock; "
           "run_lock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)")
 
 
@@ -166,7 +166,7 @@ def test_the_holder_refreshes_its_lock_and_notices_its_loss(tmp_path):
 
 
 def test_released_at_exit_error_and_sigterm_and_the_empty_folder_it_made_goes(tmp_path):
-    script = ("import sys, time; sys.path.insert(0, sys.argv[2]); from utils import run_lock; "
+    script = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.utils import run_lock; "
               "run_lock.acquire(sys.argv[1]); print('held', flush=True); sys.stdin.readline(); {end}")
     for name, end, code in (("normal", "pass", 0), ("error", "raise ValueError('x')", 1),
                             ("sigterm", "pass", -signal.SIGTERM)):  # SIGTERM while it waits at startup
@@ -308,7 +308,7 @@ def test_every_rank_of_a_refused_torchrun_job_stops(pretraining, holder):
 
 def test_run_eval_refuses_a_save_path_in_use(tmp_path, holder, capsys):
     import run_eval
-    from bart.cli import run_main
+    from bart.cli.exits import run_main
 
     other = holder(tmp_path / "eval")
     (tmp_path / "model.ckpt").write_bytes(b"not read: refused before")

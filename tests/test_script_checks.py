@@ -398,7 +398,7 @@ def _precision(call: str):
     """The Precision a recorded python call computes in, read by the project's own precision flags."""
     import argparse
 
-    from utils.precision import Precision, add_precision_args
+    from bart.utils.precision import Precision, add_precision_args
 
     parser = argparse.ArgumentParser()
     add_precision_args(parser)

@@ -16,10 +16,10 @@ import torch
 
 from tests.helpers.corpus import micro_config, pretraining_argv
 from tests.helpers.entry import run_entry
-from utils.dllogger_compat import read_dllogger
+from bart.utils.dllogger_compat import read_dllogger
 from tests.helpers.ports import free_port
 from tests.helpers.processes import Watched, logged_step, ours, wait_for
-from utils.errors import EXIT_PREEMPTED
+from bart.utils.errors import EXIT_PREEMPTED
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +189,8 @@ def test_pretraining_validation_loss_stops_at_the_next_batch():
     from bart.configuration import BartConfig
     from bart.modeling import BartForConditionalGeneration
     from bart.training.validation import PretrainingValidation
-    from utils.precision import Precision
-    from utils.signals import StoppedAtBatch, StopRequest
+    from bart.utils.precision import Precision
+    from bart.utils.signals import StoppedAtBatch, StopRequest
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(BartConfig(**micro_config()))
@@ -367,7 +367,7 @@ def test_every_line_an_entry_script_prints_leaves_in_one_write(monkeypatch):
     streams line-buffered for the run, and gives the caller's settings back."""
     import io
 
-    from bart.cli import run_main
+    from bart.cli.exits import run_main
 
     class Raw(io.RawIOBase):
         def __init__(self):

@@ -1,4 +1,4 @@
-"""The tokenizer a model was trained with wins (bart/cli/tokenizer_choice.py).
+"""The tokenizer a model was trained with wins (bart/tokenization/tokenizer_choice.py).
 
 An offline hub cache holds a "facebook/bart-large" whose tokenizer (the small trained one) has other ids
 than the offline GPT-2+4 folder that ``$TOKENIZER`` names, as the image used to set it. Starting from
@@ -27,7 +27,7 @@ from bart.training.checkpoint import BestCheckpoints, write_final_weights, write
 from tests.helpers.hub_cache import add_to_hub_cache
 from tests.helpers.summaries import write_summarization_data
 from tests.helpers.fairseq import fairseq_state
-from utils.errors import UserError
+from bart.utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=50265, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,

@@ -13,8 +13,8 @@ from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
 from tests.helpers.synthetic import SyntheticBatches, WalkBatches, tiny_config
 from tests.helpers.ports import free_port
-from utils.dllogger_compat import read_dllogger
-from utils.precision import Precision
+from bart.utils.dllogger_compat import read_dllogger
+from bart.utils.precision import Precision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -333,7 +333,7 @@ def test_no_tf32_reaches_the_training_loop(tmp_path, flags, allowed):
     """--no-tf32 keeps the fp32 parts of a bf16/fp16 run strict fp32: the builder hands it to the trainer."""
     import pretrain
     from bart.cli import builder
-    from utils.distributed import read_env
+    from bart.utils.distributed import read_env
 
     args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path), "--output_dir",
                                 str(tmp_path / "out"), "--max_steps", "1",
@@ -359,7 +359,7 @@ def _built_run(tmp_path, flags, steps):
     from bart.cli import builder
     from bart.configuration import BartConfig
     from tests.helpers.corpus import micro_config
-    from utils.distributed import read_env
+    from bart.utils.distributed import read_env
 
     args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path),
                                 "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), "--log_freq", "1",

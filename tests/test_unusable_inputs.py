@@ -17,7 +17,7 @@ from bart.modeling.weights import CheckpointError
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, micro_config, write_shards
 from tests.helpers.summaries import write_summarization_data
 from tests.helpers.entry import run_entry as _main
-from utils.errors import UserError
+from bart.utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config()
@@ -326,7 +326,7 @@ def test_cr_only_split_is_read_line_by_line_by_run_eval(world, tmp_path, capsys)
 def test_run_eval_into_a_training_folder_keeps_its_log(world, tmp_path, capsys):
     """Old code: run_eval.py without --json-summary into a fine-tuning folder wrote its dllogger.json anew, so the
     training run's log was lost. Now the evaluation's record is appended (and said once); twice, two records."""
-    from utils.dllogger_compat import read_dllogger
+    from bart.utils.dllogger_compat import read_dllogger
     out = tmp_path / "out"
     out.mkdir()
     training = 'DLLL {"timestamp": "1", "datetime": "x", "elapsedtime": 1.0, "type": "LOG", "step": 3, "data": {"loss": 2.5}}\n'
@@ -412,7 +412,7 @@ def test_a_global_batch_larger_than_the_data_is_one_line(script, world, tmp_path
 
 
 def _first_loss(out: str) -> float:
-    from utils.dllogger_compat import read_dllogger
+    from bart.utils.dllogger_compat import read_dllogger
     return next(r["data"]["loss"] for r in read_dllogger(os.path.join(out, "dllogger.json"))
                 if r["type"] == "LOG" and r["step"] == 1 and "loss" in r["data"])
 
@@ -470,7 +470,7 @@ def test_a_model_too_big_for_the_memory_is_one_line(script, world, tmp_path, cap
 
 
 def test_cuda_out_of_memory_reads_as_one_sentence():
-    from utils.memory import out_of_memory
+    from bart.utils.memory import out_of_memory
     err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 GiB. GPU 0 has a total capacity of "
                                  "139.80 GiB of which 120.12 GiB is free. Including non-PyTorch memory, ...")
     said = out_of_memory(err)
@@ -538,8 +538,8 @@ def test_what_the_project_writes_gets_the_umasks_permissions(mask, umask, tmp_pa
     from bart.modeling.weights import save_pretrained
     from bart.tokenization.train_tokenizer import train_tokenizer
     from tests.helpers.corpus import write_tokenizer_corpus
-    from utils.checkpoint_io import atomic_save
-    from utils.nltk_data import ensure_punkt
+    from bart.utils.checkpoint_io import atomic_save
+    from bart.utils.nltk_data import ensure_punkt
     umask(mask)
     folder_mode, file_mode = 0o777 & ~mask, 0o666 & ~mask
     corpus = write_tokenizer_corpus(str(tmp_path / "corpus"), lines=200)

@@ -123,7 +123,7 @@ def test_a_run_saved_before_padding_resumes(tmp_path):
     from bart.optim import build_optimizer, build_scheduler
     from bart.training.trainer import Trainer, TrainerConfig
     from tests.helpers.synthetic import SyntheticBatches
-    from utils.precision import Precision
+    from bart.utils.precision import Precision
 
     def trainer(folder, multiple, max_steps):
         torch.manual_seed(0)

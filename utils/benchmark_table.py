@@ -19,7 +19,7 @@ import re
 import statistics
 import sys
 
-from utils.dllogger_compat import read_dllogger
+from bart.utils.dllogger_compat import read_dllogger
 
 _RUN = re.compile(r"^(\d+)(gpu|cpu)_(\w+)$")
 

@@ -24,10 +24,10 @@ from bart.data.noise import add_noise_args
 from bart.evaluation import TASK_METRICS
 from bart.generation.precision import DECODE_PRECISIONS
 from bart.optim.schedulers import SCHEDULES
-from utils.affinity import add_affinity_arg
-from utils.checkpoint_io import atomic_write_text
-from utils.errors import UserError
-from utils.precision import Precision, add_precision_args
+from bart.utils.affinity import add_affinity_arg
+from bart.utils.checkpoint_io import atomic_write_text
+from bart.utils.errors import UserError
+from bart.utils.precision import Precision, add_precision_args
 
 FINETUNE_ONLY = ("n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
                  "max_tokens_per_batch", "do_predict", "val_max_target_length", "test_max_target_length",
@@ -337,7 +337,7 @@ def _auto_with_weights_only(args) -> bool:
 # Flags that contradict each other: given together on a command line, one of them would silently win (or do
 # nothing). (flag, other flag or None, when: the values that contradict (None: any), why). A row applies when
 # the command line gave the flag (and the other, when named: :func:`given_flags`) and ``when`` holds; the run is
-# then refused at parse time in one line naming both. (--fp16 with --bf16: utils.precision's rule. Not here:
+# then refused at parse time in one line naming both. (--fp16 with --bf16: bart.utils.precision's rule. Not here:
 # --resume_from_checkpoint with the starting weights (--init_checkpoint): "the same command plus
 # --resume_from_checkpoint True" is how a run is resumed, and ``auto`` starts from them when there is nothing
 # to resume.)

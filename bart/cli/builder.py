@@ -19,11 +19,11 @@ from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import resolve_resume, resumable_checkpoints
 from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
-from utils import distributed as dist_utils
-from utils.checkpoint_io import remove_stale_partials
-from utils.dllogger_compat import Logger, drop_records_after
-from utils.errors import UserError
-from utils.metric_writers import build_writers, config_text
+from bart.utils import distributed as dist_utils
+from bart.utils.checkpoint_io import remove_stale_partials
+from bart.utils.dllogger_compat import Logger, drop_records_after
+from bart.utils.errors import UserError
+from bart.utils.metric_writers import build_writers, config_text
 
 
 def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
@@ -42,7 +42,7 @@ def load_tokenizer(args: Settings, model_path: str | None = None):
     resumed from: with True the newest readable one, as the resume takes it), checked against ``--tokenizer`` /
     ``$TOKENIZER`` (``--allow_tokenizer_mismatch`` overrides); from scratch: ``--tokenizer``, else
     ``$TOKENIZER``, else ``$BART_DEFAULT_TOKENIZER``, else facebook/bart-large. See
-    :mod:`bart.cli.tokenizer_choice`."""
+    :mod:`bart.tokenization.tokenizer_choice`."""
     resume = args.resume_from_checkpoint
     candidates = [model_path]
     if model_path is None and isinstance(resume, str):
@@ -165,7 +165,7 @@ def watch_run_files(output_dir: str, json_path: str, tensorboard_dir: str | None
     """What the Trainer checks at its log and checkpoint writes (rank 0): the folder, the log, run_config.json,
     the tokenizer saved there, TensorBoard's folder and the run lock (see ``Trainer.run_folder_check``)."""
     from bart.hub import TOKENIZER_FILES
-    from utils import run_lock
+    from bart.utils import run_lock
 
     lock = run_lock.held(output_dir)
     files = {os.path.basename(json_path): [json_path], "run_config.json": [os.path.join(output_dir, "run_config.json")],

@@ -24,8 +24,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from utils.errors import UserError
-from utils.precision import Precision
+from bart.utils.errors import UserError
+from bart.utils.precision import Precision
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -150,7 +150,7 @@ class _Refusal(Exception):
 
 # -- launcher checks: --gpus, --num_nodes, --num_processes against torchrun/SLURM ------------------
 def _launch():
-    from utils.distributed import read_env
+    from bart.utils.distributed import read_env
     return read_env()
 
 
@@ -505,7 +505,7 @@ def write_debug_references(args) -> Optional[str]:
     line for line with {type_path}_generations.txt (as the reference wrote them). Not written over the
     data's own file when SAVE_PATH is the data folder."""
     from bart.data.summarization import read_split
-    from utils.checkpoint_io import atomic_write_text
+    from bart.utils.checkpoint_io import atomic_write_text
 
     path = os.path.join(args.save_path, f"{args.type_path}.target")
     if os.path.abspath(args.save_path) == os.path.abspath(args.data_dir):

@@ -26,8 +26,8 @@ from bart.cli.args import FINETUNE_ONLY, build_parser, check_namespace, generate
 from bart.cli.reference_flags import apply_reference_args
 from bart.data.noise import NoiseConfig, noise_config_from_args
 from bart.evaluation import task_metric
-from utils.errors import UserError
-from utils.precision import Precision
+from bart.utils.errors import UserError
+from bart.utils.precision import Precision
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -139,7 +139,7 @@ class Settings:
     rendezvous_timeout: float = 600.0
     """Seconds the processes wait for each other at start-up."""
     affinity: str = "disabled"
-    """CPU affinity of each GPU process (:mod:`utils.affinity`); run_eval.py: left alone."""
+    """CPU affinity of each GPU process (:mod:`bart.utils.affinity`); run_eval.py: left alone."""
     local_rank: Optional[int] = None
     """An old launcher's ``--local_rank``: must equal torchrun's LOCAL_RANK."""
 

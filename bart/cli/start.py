@@ -13,9 +13,9 @@ import torch
 
 from bart.cli.settings import Settings
 from bart.configuration.configuration_bart import BartConfig
-from utils import distributed as dist_utils, provenance
-from utils.checkpoint_io import CheckpointError
-from utils.errors import UserError
+from bart.utils import distributed as dist_utils, provenance
+from bart.utils.checkpoint_io import CheckpointError
+from bart.utils.errors import UserError
 
 
 def seed_everything(seed: int, rank: int = 0) -> None:
@@ -40,10 +40,10 @@ def setup_distributed(args: Settings) -> dist_utils.DistributedEnv:
 
 
 def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir") -> None:
-    """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`utils.run_lock`) before anything is
+    """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`bart.utils.run_lock`) before anything is
     written there; the other ranks wait for its decision and stop with it (exit 2 on every rank)."""
-    from utils import run_lock
-    from utils.errors import one_line
+    from bart.utils import run_lock
+    from bart.utils.errors import one_line
 
     if os.path.exists(folder) and not os.path.isdir(folder):  # every rank: the same one line
         raise UserError(f"output folder {folder} is a file; choose a folder (see --help)")
@@ -86,16 +86,16 @@ def model_config(args: Settings, training: bool = True) -> BartConfig:
 
 def record_start(folder: str, world_size: int) -> str:
     """Rank 0: this start's provenance (commit, versions, GPUs, container, command line) appended to
-    ``folder``/git_log.json (:mod:`utils.provenance`); a resume adds a record, never replaces one."""
+    ``folder``/git_log.json (:mod:`bart.utils.provenance`); a resume adds a record, never replaces one."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return provenance.append_start(folder, provenance.collect(root, extra={"world_size": world_size}))
 
 
 def tokenizer_for(args: Settings, candidates: list):
     """The tokenizer of the first of ``candidates`` (model paths, None: from scratch) whose checkpoint can be
-    read (:func:`bart.cli.tokenizer_choice.choose_tokenizer` with ``--tokenizer`` / ``--allow_tokenizer_mismatch``);
+    read (:func:`bart.tokenization.tokenizer_choice.choose_tokenizer` with ``--tokenizer`` / ``--allow_tokenizer_mismatch``);
     the last one's error when none can."""
-    from bart.cli.tokenizer_choice import choose_tokenizer
+    from bart.tokenization.tokenizer_choice import choose_tokenizer
     from bart.tokenization.tokenization_bart import BartTokenizer
 
     for i, candidate in enumerate(candidates):

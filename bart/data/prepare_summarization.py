@@ -24,8 +24,8 @@ import os
 import sys
 import tarfile
 
-from utils.progress import track
-from utils.text_lines import split_lines
+from bart.utils.progress import track
+from bart.utils.text_lines import split_lines
 
 SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "valid": "val", "dev": "val", "test": "test"}
 COLUMN_PAIRS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
@@ -122,7 +122,7 @@ def convert_lead(input_path: str, out_dir: str, sizes: list[int], train_passages
     """Documents → (document, its first sentence). With ``train_passages`` every training document
     also gives one example per later sentence: the passage from that sentence on, and the sentence
     (validation and test keep whole documents, so no test text is seen in training)."""
-    from utils.nltk_data import sent_tokenize
+    from bart.utils.nltk_data import sent_tokenize
 
     with open(input_path, encoding="utf-8-sig") as f:
         documents = [_clean(line) for line in f if line.strip()]

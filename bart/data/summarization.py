@@ -17,9 +17,9 @@ import torch
 
 from bart.modeling.modeling_bart import shift_tokens_right
 from bart.tokenization.tokenization_bart import model_inputs
-from utils.errors import UserError
-from utils.signals import ignore_stop_signals
-from utils.text_lines import iter_lines, line_ends
+from bart.utils.errors import UserError
+from bart.utils.signals import ignore_stop_signals
+from bart.utils.text_lines import iter_lines, line_ends
 
 def _read_lines(path: str) -> list[str]:
     """The file's lines (universal newlines: ``\\n``, ``\\r\\n`` or a lone ``\\r`` ends a line, as Python's text

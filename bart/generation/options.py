@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from utils.checkpoint_io import CheckpointError, read_json_object
+from bart.utils.checkpoint_io import CheckpointError, read_json_object
 
 
 class GenerationOptionError(ValueError, TypeError):

@@ -33,8 +33,8 @@ from bart.generation.options import (OPTION_BY_NAME, TOKEN_IDS, generation_confi
                                      single_token_id)
 from bart.hub import looks_like_hub_id, resolve_model_path
 from bart.modeling.vocab_padding import fit_vocab_rows, unpadded_state_dict
-from utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
-from utils.file_modes import give_new_file_mode
+from bart.utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
+from bart.utils.file_modes import give_new_file_mode
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")

@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 
-from utils.file_modes import staging_folder
+from bart.utils.file_modes import staging_folder
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 MASK = "<mask>"

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 from bart.hub import TOKENIZER_FILES
-from utils.checkpoint_io import atomic_copy, atomic_write_text
+from bart.utils.checkpoint_io import atomic_copy, atomic_write_text
 
 _SENTENCE_END = (".", "!", "?")
 _CLOSERS = "\"')]}’”»"

@@ -24,7 +24,7 @@ import sys
 from typing import Iterable, Iterator
 
 from bart.tokenization.build_tokenizer import MASK, SPECIALS, write_bart_folder
-from utils.text_lines import iter_lines
+from bart.utils.text_lines import iter_lines
 
 BYTE_SYMBOLS = 256
 MIN_VOCAB_SIZE = len(SPECIALS) + BYTE_SYMBOLS + 1  # specials, every byte, <mask>

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from utils.errors import UserError
+from bart.utils.errors import UserError
 
 # Extra rows tolerated without a note: facebook/bart-large's config has 50265 rows for the offline
 # tokenizer's 50262 tokens, and vocabularies are often padded to a multiple of 8 or 64.
@@ -38,7 +38,7 @@ def check_vocab_size(tokenizer_size: int, vocab_size: int, tokenizer_name: str =
 
 def require_vocab_size(tokenizer, config, tokenizer_name: str | None = None, config_name: str | None = None) -> None:
     """For entry points: a mismatch raises :class:`VocabSizeMismatch` (a ``UserError``: one line and exit 2
-    through ``bart.cli.run_main``); a note goes to stderr."""
+    through ``bart.cli.exits.run_main``); a note goes to stderr."""
     tokenizer_name = tokenizer_name or getattr(tokenizer, "name_or_path", None) or "the tokenizer"
     config_name = config_name or "the model config"
     note = check_vocab_size(len(tokenizer), config.vocab_size, tokenizer_name, config_name)

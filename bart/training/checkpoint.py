@@ -2,7 +2,7 @@
 (Which file of a folder holds starting weights is :func:`bart.modeling.weights.resolve_weights`.)
 
 Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; written atomically by
-:func:`utils.checkpoint_io.atomic_save`):
+:func:`bart.utils.checkpoint_io.atomic_save`):
 - a training checkpoint (``kind: "bart-training-checkpoint"``): model, optimizer, scheduler, scaler,
   step counters, data position and every rank's RNG state: what an exact resume needs. Names:
   ``_step{N}.ckpt`` while training (the newest ``--keep_checkpoints`` are kept), the final one
@@ -17,7 +17,7 @@ The step a checkpoint belongs to is stored inside it; names only order files. A 
 Every checkpoint written into a run's folder records the run's tokenizer (the one saved in that folder:
 fingerprint, tokens, name; :mod:`bart.tokenization.identity`): a ``tokenizer`` entry, or for the raw
 ``final_step.ckpt`` its state dict's metadata (``load_state_dict`` ignores it), so a checkpoint copied
-elsewhere still says which tokenizer it was trained with (:mod:`bart.cli.tokenizer_choice` reads it).
+elsewhere still says which tokenizer it was trained with (:mod:`bart.tokenization.tokenizer_choice` reads it).
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ from bart.configuration.configuration_bart import ARCHITECTURE_KEYS
 from bart.hub import has_tokenizer_files
 from bart.modeling.vocab_padding import unpadded_state_dict
 from bart.tokenization.identity import METADATA_KEY, RECORD_KEY, TokenizerFilesError, record, tokenizer_identity
-from utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
-from utils.distributed import is_main_process
-from utils.precision import FLAGS_SAID
+from bart.utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
+from bart.utils.distributed import is_main_process
+from bart.utils.precision import FLAGS_SAID
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
@@ -291,8 +291,8 @@ def _training_state(path: str) -> dict:
 # (older checkpoints, the Trainer used without an entry script) are not compared.
 # name -> (the flag that sets it, its value in a run's record, whether --allow_resume_change may allow it)
 def _precision_of(args: dict):
-    """The precision a run's flags chose (utils.precision's rule), None where they were not recorded."""
-    from utils.precision import Precision
+    """The precision a run's flags chose (bart.utils.precision's rule), None where they were not recorded."""
+    from bart.utils.precision import Precision
 
     precision = Precision.from_record(args)
     return None if precision is None else precision.name

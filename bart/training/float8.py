@@ -1,4 +1,4 @@
-"""``--fp8``: BART's linear layers as torchao's ``Float8Linear`` (the precision itself: utils/precision.py).
+"""``--fp8``: BART's linear layers as torchao's ``Float8Linear`` (the precision itself: bart/utils/precision.py).
 
 A converted layer computes its three products (forward, gradient of the input, gradient of the weight) in
 float8 with one dynamic scale per tensor (torchao's "tensorwise" recipe: e4m3 activations and weights, e5m2
@@ -27,8 +27,8 @@ from typing import Callable
 from torch import nn
 
 from bart.configuration.configuration_bart import BartConfig
-from utils.errors import UserError
-from utils.precision import FP8_LIBRARY
+from bart.utils.errors import UserError
+from bart.utils.precision import FP8_LIBRARY
 
 
 def kept_in_bf16(config: BartConfig) -> tuple[str, ...]:

@@ -24,13 +24,13 @@ from bart.modeling.vocab_padding import (fit_optimizer_rows, fit_vocab_rows, pad
                                           vocab_axis)
 from bart.training.compilation import Compilation, CompiledOrEager
 from bart.training.strategy import Strategy, build_strategy, full_tensor
-from utils import distributed as dist_utils
-from utils.checkpoint_io import CheckpointError, first_line
-from utils.dllogger_compat import Logger
-from utils.errors import Preempted, RunStopped
-from utils.signals import StoppedAtBatch, StopRequest, stop_agreed
-from utils.precision import Precision
-from utils.progress import Progress
+from bart.utils import distributed as dist_utils
+from bart.utils.checkpoint_io import CheckpointError, first_line
+from bart.utils.dllogger_compat import Logger
+from bart.utils.errors import Preempted, RunStopped
+from bart.utils.signals import StoppedAtBatch, StopRequest, stop_agreed
+from bart.utils.precision import Precision
+from bart.utils.progress import Progress
 
 
 @dataclass
@@ -60,7 +60,7 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.precision, Precision):
-            raise TypeError(f"TrainerConfig.precision is a utils.precision.Precision (e.g. Precision('fp32')), "
+            raise TypeError(f"TrainerConfig.precision is a bart.utils.precision.Precision (e.g. Precision('fp32')), "
                             f"got {self.precision!r}")
         if self.max_steps <= 0 or self.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
@@ -478,7 +478,7 @@ class Trainer:
                            "No checkpoint is left: start the run again"))
 
     def stop_for_signal(self, received: str, validation_abandoned: bool = False) -> None:
-        """Every rank, once all agreed to stop (``utils.signals.stop_agreed``): the checkpoint (rank 0 writes it;
+        """Every rank, once all agreed to stop (``bart.utils.signals.stop_agreed``): the checkpoint (rank 0 writes it;
         every rank names it), then Preempted (exit 75). Before this process applied an update (a signal during
         start-up or the validation before update 1) there is nothing new to save: it stops without writing.
         ``validation_abandoned``: the signal stopped the validation of this step (nothing of it kept); the

@@ -22,16 +22,16 @@ import torch
 from bart.data.summarization import Seq2SeqDataset, read_split
 from bart.evaluation import generate_texts, score
 from bart.training.checkpoint import BestCheckpoints
-from utils import distributed as dist_utils
-from utils.progress import track
-from utils.signals import StoppedAtBatch, stop_at_batch_boundary
+from bart.utils import distributed as dist_utils
+from bart.utils.progress import track
+from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
 
 
 def token_loss(trainer, batches: list[dict], model: Optional[torch.nn.Module] = None) -> float:
     """Mean cross-entropy per target token (nat/token) of ``model`` (default the trainer's) over
     ``batches``, under the run's autocast. Every rank evaluates every batch (the trainer's model under
     FSDP needs the same forwards on all ranks). A stop signal ends it before the next batch, on every rank at
-    once (:class:`utils.signals.StoppedAtBatch`)."""
+    once (:class:`bart.utils.signals.StoppedAtBatch`)."""
     model = trainer.model if model is None else model
     total, tokens = 0.0, 0
     model.eval()

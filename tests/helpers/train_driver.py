@@ -19,9 +19,9 @@ from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for  # noqa: E402
 from tests.helpers.synthetic import SyntheticBatches, tiny_config  # noqa: E402
-from utils import distributed as dist_utils  # noqa: E402
-from utils.dllogger_compat import Logger  # noqa: E402
-from utils.precision import Precision  # noqa: E402
+from bart.utils import distributed as dist_utils  # noqa: E402
+from bart.utils.dllogger_compat import Logger  # noqa: E402
+from bart.utils.precision import Precision  # noqa: E402
 
 THEN = "--then"
 

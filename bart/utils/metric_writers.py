@@ -1,7 +1,7 @@
 """Scalars and text for TensorBoard (the real ``tensorboard`` package through
 ``torch.utils.tensorboard.SummaryWriter``) and, when asked for, Weights & Biases.
 
-:class:`utils.dllogger_compat.Logger` hands every record it logs with a step to these writers, so
+:class:`bart.utils.dllogger_compat.Logger` hands every record it logs with a step to these writers, so
 whatever reaches dllogger (training loss, learning rate, validation metrics...) reaches TensorBoard
 too. Tags: ``train/<name>`` for training values, ``val/<name>`` for ``val_<name>`` values; ``/`` in
 a name becomes ``_per_`` (``seq/s`` → ``train/seq_per_s``).

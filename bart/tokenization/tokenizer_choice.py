@@ -37,7 +37,7 @@ from typing import Mapping, Optional
 from bart.hub import HubResolutionError, has_tokenizer_files, hub_id_of, resolve_tokenizer_path
 from bart.tokenization.identity import (TokenizerFilesError, TokenizerIdentity, difference, read_record, remember,
                                         tokenizer_identity)
-from utils.errors import UserError
+from bart.utils.errors import UserError
 
 DEFAULT_ENV = "BART_DEFAULT_TOKENIZER"
 FALLBACK = "facebook/bart-large"
@@ -75,7 +75,7 @@ def _note(text: str) -> None:
 
 def _peek(path: str):
     """The checkpoint's dict with its tensors left on disk where the format allows (zip files: mmap)."""
-    from utils.checkpoint_io import safe_load
+    from bart.utils.checkpoint_io import safe_load
     return safe_load(path, mmap=zipfile.is_zipfile(path))
 
 

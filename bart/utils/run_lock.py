@@ -40,7 +40,7 @@ import time
 import uuid
 from typing import Callable, Iterable, Optional
 
-from utils.errors import UserError
+from bart.utils.errors import UserError
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 10.0   # how often the holder refreshes the lock file's modification time

@@ -32,7 +32,7 @@ from typing import Optional
 
 import torch
 
-from utils.errors import UserError
+from bart.utils.errors import UserError
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}

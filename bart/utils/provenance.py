@@ -20,7 +20,7 @@ import sys
 from importlib import metadata
 from typing import Optional
 
-from utils.checkpoint_io import atomic_write_text
+from bart.utils.checkpoint_io import atomic_write_text
 
 FILE_NAME = "git_log.json"
 # the libraries a run's numbers depend on (importlib.metadata: read without importing them)

@@ -3,10 +3,10 @@ killing), SIGUSR1 (SLURM's ``--signal`` warning before the time limit) and the f
 flag that a loop checks at a safe point (after an update, between two evaluation batches), so it can write a
 checkpoint and exit. A second Ctrl-C interrupts at once, as usual (raises KeyboardInterrupt; the entry scripts end it in one
 line, exit code 130); landing inside a checkpoint write, it removes the partial file and the run ends in
-one line naming the newest complete checkpoint (``utils.checkpoint_io.WriteInterrupted``, exit code 130).
+one line naming the newest complete checkpoint (``bart.utils.checkpoint_io.WriteInterrupted``, exit code 130).
 
 The request belongs to the process, not to one loop: the entry scripts hold a :class:`StopRequest` from
-their first line (``bart.cli.run_main``), so a signal that lands while the model is built is not a kill
+their first line (``bart.cli.exits.run_main``), so a signal that lands while the model is built is not a kill
 (exit 143, no message) but a request the training loop honours at its first check. Long evaluation work
 inside a run (generation over a split, a validation loss over batches) has a safe point too, between two
 batches: it calls :func:`stop_at_batch_boundary` before each, which raises :class:`StoppedAtBatch` once a
@@ -15,7 +15,7 @@ request is agreed; the work is abandoned (nothing of it written) and its caller 
 decided by all ranks together (:func:`stop_agreed`, a collective: the one place ranks agree on a stop, at
 an update or a batch boundary), since the checkpoint and the gathering of generations that follow are
 collective. Work with no safe point to stop at (``run_eval.py``'s generation and scoring) takes
-the signals ``at_once``: Ctrl-C interrupts (130), SIGTERM/SIGUSR1 raise :class:`utils.errors.Preempted`
+the signals ``at_once``: Ctrl-C interrupts (130), SIGTERM/SIGUSR1 raise :class:`bart.utils.errors.Preempted`
 (75: run the same command again)."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import Optional
 
-from utils.errors import Preempted
+from bart.utils.errors import Preempted
 
 STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None),
                                  getattr(signal, "SIGINT", None)) if s is not None)
@@ -116,7 +116,7 @@ def stop_agreed(device=None) -> Optional[str]:
     ranks, on ``device``: the process group's device): every rank calls it at the same points, so that all
     stop at the same update or batch."""
     received = _PROCESS["received"] if _PROCESS["depth"] > 0 else None
-    from utils import distributed as dist_utils  # imports torch: only here
+    from bart.utils import distributed as dist_utils  # imports torch: only here
 
     if dist_utils.world_size() > 1:
         import torch

@@ -17,8 +17,8 @@ import zipfile
 
 import torch
 
-from utils.errors import RunStopped, UserError
-from utils.file_modes import new_file_mode
+from bart.utils.errors import RunStopped, UserError
+from bart.utils.file_modes import new_file_mode
 
 
 class CheckpointError(UserError):

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from utils import affinity
-from utils.errors import DistributedTimeout, one_line
+from bart.utils import affinity
+from bart.utils.errors import DistributedTimeout, one_line
 
 
 @dataclass
@@ -211,7 +211,7 @@ def all_gather_objects(obj):
 
 
 def set_cpu_affinity(mode: str, env: DistributedEnv) -> list[int] | None:
-    """Pin this GPU process to CPUs near its GPU as ``--affinity MODE`` says (:mod:`utils.affinity`), and
+    """Pin this GPU process to CPUs near its GPU as ``--affinity MODE`` says (:mod:`bart.utils.affinity`), and
     say so: one line per rank, a ``note:`` line on stderr for anything not as expected (unreadable
     topology, fewer cores than GPUs). Returns the CPUs, or None where affinity was left alone; never
     raises for the machine's sake."""

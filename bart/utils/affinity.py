@@ -33,7 +33,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from utils.errors import UserError
+from bart.utils.errors import UserError
 
 MODES = ("socket", "single", "single_unique", "socket_unique_interleaved", "socket_unique_continuous", "disabled")
 DEFAULT_MODE = "socket_unique_interleaved"  # the reference's default (training_base.py)

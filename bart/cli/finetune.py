@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Fine-tune BART for summarization (or translation) on {train,val,test}.source/.target files."""
+import json
+
+import torch
+
+from bart.cli import builder
+from bart.cli.exits import run_main
+from bart.cli.args import generation_kwargs
+from bart.cli.reference_flags import validate_before_training, weights_summary
+from bart.cli.settings import FINETUNE, Settings, parse_command_line, resolve_epochs
+from bart.data.summarization import build_finetuning_loader, read_split
+from bart.evaluation import predict_split
+from bart.hub import resolve_model_path
+from bart.modeling.weights import resolve_weights
+from bart.training.checkpoint import save_final_weights
+from bart.training.validation import Validation
+from bart.utils import distributed as dist_utils
+
+LENGTHS = ("max_source_length", "max_target_length", "val_max_target_length", "test_max_target_length",
+           "eval_max_gen_length")
+
+
+def parse_args(argv=None) -> Settings:
+    return parse_command_line(FINETUNE, argv, __doc__)
+
+
+def main(argv=None) -> dict:
+    args, env = builder.start_run(parse_args(argv))
+    init = None if args.from_scratch or args.resume_from_checkpoint else \
+        resolve_weights(resolve_model_path(args.init_checkpoint))
+    args, tokenizer, model = builder.build_model_and_tokenizer(args, init, LENGTHS)
+    if args.weights_summary and env.is_main:
+        print(weights_summary(model, args.weights_summary), flush=True)
+    torch.manual_seed(args.seed + env.rank)
+    if args.do_predict:
+        read_split(args.data_dir, "test", args.n_test)  # a missing or empty test split fails now, not after training
+    train = build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
+                                    args.train_batch_size, env.world_size, env.rank, args.seed, args.n_train,
+                                    args.sortish_sampler, args.max_tokens_per_batch, args.num_workers)
+    builder.check_global_batch(args, train, env.world_size)
+    args = resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
+    gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
+    batch_size = args.eval_batch_size or 8
+    validation = None if args.n_val == 0 else Validation(
+        args.data_dir, tokenizer, args.task, args.val_metric, args.n_val, args.max_source_length,
+        args.max_target_length, batch_size, gen_kwargs, args.output_dir, args.save_top_k,
+        args.early_stopping_patience, min_steps=args.min_steps)
+    if env.is_main:
+        builder.save_run_files(args, tokenizer, model.config, env.world_size)
+    trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,
+                                    final_checkpoint_name="_epoch{epoch}_step{step}.ckpt")
+    if validation is not None:  # the interrupted run's top-k goes on; a validation at step 0 when asked for
+        validation.begin(trainer, bool(args.resume_from_checkpoint), validate_before_training(args))
+    summary = trainer.fit() if args.do_train else {}
+    if args.do_train and (path := save_final_weights(args.output_dir, trainer)):
+        summary["final_weights"] = path
+    if args.do_predict:
+        test_kwargs = dict(gen_kwargs, max_length=args.test_max_target_length or gen_kwargs.get("max_length")
+                           or model.config.max_length)
+        with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
+            summary["test"] = predict_split(whole, tokenizer, args.data_dir, "test", args.output_dir, args.task,
+                                            batch_size, args.max_source_length, test_kwargs, args.n_test, args.precision,
+                                            trained=summary.get("final_weights"))
+    if validation is not None:
+        summary["validation"] = validation.history
+    if env.is_main:
+        print(json.dumps({k: v for k, v in summary.items() if k != "validation"}, default=str))
+    dist_utils.cleanup()
+    return summary
+
+
+def console_main() -> None:
+    """The ``bart-finetune`` console script (pyproject.toml): ``python finetune.py``."""
+    run_main(main, "finetune.py")
+
+
+if __name__ == "__main__":
+    console_main()

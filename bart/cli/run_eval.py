@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Generate summaries (or translations) for a data split, score them, and report latency/throughput.
+
+    python run_eval.py MODEL_PATH CONFIG_PATH DATA_DIR SAVE_PATH [--type_path test] [--bs 8] ...
+
+MODEL_PATH: a fine-tuning or pretraining checkpoint (.ckpt) or a Hugging Face folder. Outputs in
+SAVE_PATH: {type_path}_generations.txt (one line per input, in input order), {type_path}_rouge.json
+(or _bleu.json) and a dllogger log. Extra ``--key value`` pairs go to generate (an unknown key fails).
+Run under torchrun to shard the work over several processes.
+"""
+import torch
+
+from bart.cli import start
+from bart.cli.exits import run_main
+from bart.cli.reference_flags import write_debug_references
+from bart.cli.args import generation_kwargs
+from bart.cli.settings import EVAL, Settings, fit_lengths, parse_command_line
+from bart.evaluation import run_evaluation
+from bart.generation.precision import check_decode_precision, decodes_packed, prepare_for_decoding
+from bart.hub import resolve_model_path
+from bart.modeling.modeling_bart import BartForConditionalGeneration
+from bart.modeling.weights import resolve_weights
+from bart.tokenization.vocab_check import require_vocab_size
+from bart.utils import distributed as dist_utils
+
+
+def parse_args(argv=None) -> Settings:
+    return parse_command_line(EVAL, argv, __doc__)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    precision = args.precision  # the run's one Precision, made at parse time
+    check_decode_precision(args.decode_precision, precision.name)  # against --bf16/--fp16
+    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
+                                      rendezvous_timeout_s=args.rendezvous_timeout)
+    start.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
+    torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
+    precision.configure()
+    config = start.model_config(args, training=False)
+    model_path = resolve_weights(resolve_model_path(args.model_path))  # a run's folder: its newest checkpoint
+    tokenizer = start.tokenizer_for(args, [model_path])  # the model's own; before the weights are loaded
+    # the architecture from the checkpoint (its config, else its tensors); an explicit --pre_ln must agree
+    model = BartForConditionalGeneration.from_pretrained(model_path, config=config, explicit={"pre_ln": args.pre_ln})
+    args = fit_lengths(args, model.config.max_position_embeddings, ("max_source_length", "eval_max_gen_length"),
+                       args.config_path)
+    device = start.device_for(env) if args.device in (None, "cuda") else torch.device(args.device)
+    check_decode_precision(args.decode_precision, device=device)  # int8 is CPU's
+    model = model.to(device).eval()
+    model = prepare_for_decoding(model, args.decode_precision,  # on CPU: packed linear layers, as decodes_packed says
+                                 packed=decodes_packed(args.compile_generation, precision.autocast_dtype is not None))
+    gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
+                  "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
+    require_vocab_size(tokenizer, model.config, config_name=args.config_path)
+    if env.is_main:  # SAVE_PATH/git_log.json, appended once the inputs are known usable (nothing written before)
+        start.record_start(args.save_path, env.world_size)
+    result = run_evaluation(model, tokenizer, args, gen_kwargs, precision, is_main=env.is_main)
+    if args.debug and env.is_main:
+        write_debug_references(args)
+    dist_utils.cleanup()
+    return result
+
+
+def console_main() -> None:
+    """The ``bart-run-eval`` console script (pyproject.toml): ``python run_eval.py``."""
+    run_main(main, "run_eval.py")
+
+
+if __name__ == "__main__":
+    console_main()
