@@ -311,7 +311,6 @@ def test_a_shard_damaged_further_in_stops_in_one_line_naming_the_row_group(setup
     line = _one_line(done.stderr, "pretrain.py: error:")
     assert f"pretraining shard {bad} is damaged: row group 0 of 1 (rows 0-2999) cannot be read (OSError: Corrupt " \
            f"snappy compressed data.)" in line, line
-    assert done.elapsed < 60, done.elapsed
 
 
 def test_start_up_check_reads_a_page_and_the_reader_names_the_row_group(tmp_path):
