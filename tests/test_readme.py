@@ -1,4 +1,4 @@
-"""The README's commands and flags exist and do what it says (no GPU, no data needed)."""
+"""The commands and flags of the README and docs/*.md exist and do what they say (no GPU, no data needed)."""
 import os
 import re
 import subprocess
@@ -21,14 +21,16 @@ def test_opens_with_the_demo_and_test_commands_ci_runs():
 
 
 def test_every_script_and_file_named_exists_and_parses():
-    scripts = set(re.findall(r"(scripts/[\w/.-]+\.(?:sh|sbatch))", README))
-    assert len(scripts) >= 10
-    for script in scripts:
-        path = os.path.join(ROOT, script)
-        assert os.path.isfile(path), script
-        assert subprocess.run(["bash", "-n", path]).returncode == 0, script
-    for path in re.findall(r"`((?:configs|bart|utils|benchmarks)/[\w/.-]+\.(?:json|py))`", README):
-        assert os.path.exists(os.path.join(ROOT, path)), path
+    """In the README and every docs/*.md file."""
+    texts = {name: open(os.path.join(ROOT, name), encoding="utf-8").read() for name in _doc_files()}
+    assert len(set(re.findall(r"(scripts/[\w/.-]+\.(?:sh|sbatch))", README))) >= 10
+    for name, text in texts.items():
+        for script in set(re.findall(r"(scripts/[\w/.-]+\.(?:sh|sbatch))", text)):
+            path = os.path.join(ROOT, script)
+            assert os.path.isfile(path), (name, script)
+            assert subprocess.run(["bash", "-n", path]).returncode == 0, (name, script)
+        for path in re.findall(r"`((?:configs|bart|utils|benchmarks|tests)/[\w/.-]+\.(?:json|py|sh))`", text):
+            assert os.path.exists(os.path.join(ROOT, path)), (name, path)
 
 
 def test_script_usage_and_argument_count_checks():
@@ -54,9 +56,10 @@ def test_flags_named_in_the_readme_are_accepted():
 
 
 def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
-    """The "Exporting to Hugging Face" block, each line run as printed in a folder laid out as it assumes
-    (a fine-tuning run's results/finetune, the tokenizer in data/tokenizer). Old code: exit 2 on
-    final_step.ckpt, asking for --config, which the README does not print."""
+    """The "Exporting to Hugging Face" block, each line run as printed in a folder laid out as Quick Start step 5
+    leaves it (a fine-tuning run's results/cnn_dm, its tokenizer saved beside its checkpoints). Old code: exit 2 on
+    final_step.ckpt, asking for --config, which the README does not print; before that, the README's command named a
+    data/tokenizer folder no step makes."""
     import json
     import shutil
 
@@ -66,15 +69,17 @@ def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
 
     block = README.split("### Exporting to Hugging Face")[1].split("```bash\n")[1].split("```")[0]
     commands = [line for line in block.splitlines() if line.strip()]
-    assert commands and commands[0].startswith("python -m bart.export results/finetune/final_step.ckpt")
-    shutil.copytree(small_tokenizer_dir, tmp_path / "data" / "tokenizer")
+    assert commands and commands[0] == "python -m bart.export results/cnn_dm/final_step.ckpt results/bart_hf"
+    assert "data/tokenizer" not in README
+    shutil.copytree(small_tokenizer_dir, tmp_path / "elsewhere" / "tokenizer")  # the run's --tokenizer, not data/
     (tmp_path / "config.json").write_text(json.dumps(micro_config()))
     data = write_summarization_data(str(tmp_path / "data" / "cnn_dm"), sizes=(("train", 8), ("val", 2), ("test", 2)))
     assert run_entry("finetune.py", ["--config_path", str(tmp_path / "config.json"), "--data_dir", data,
-                                     "--tokenizer", str(tmp_path / "data" / "tokenizer"), "--from_scratch",
+                                     "--tokenizer", str(tmp_path / "elsewhere" / "tokenizer"), "--from_scratch",
                                      "--max_steps", "1", "--train_batch_size", "2", "--n_val", "0", "--num_workers",
                                      "0", "--max_source_length", "32", "--max_target_length", "8", "--no_tensorboard",
-                                     "--output_dir", str(tmp_path / "results" / "finetune")]) == 0
+                                     "--output_dir", str(tmp_path / "results" / "cnn_dm")]) == 0
+    shutil.rmtree(tmp_path / "elsewhere")  # the export finds the tokenizer beside the checkpoint
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for command in commands:
         argv = [sys.executable if word == "python" else word for word in _shell_words(command)]
@@ -150,143 +155,175 @@ def _code_blocks_in(text, language):
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
-# -- every command the README prints, and the test that runs it as printed (issue 37) ---------------------------------
-# Commands of the ```bash blocks (one a line, comments dropped), the two ```python blocks, and the commands quoted
-# inline (`bash ...`, `python ...`, `pip ...`, ...). Each maps to the test that runs it, as printed where it can run
+# -- every command the README and docs/*.md print, and the test that runs it as printed (issue 37) -------------------
+# Commands of the ```bash blocks (one a line, comments dropped), the ```python blocks, and the commands quoted inline
+# (`bash ...`, `python ...`, `pip ...`, ...), per file. Each maps to the test that runs it, as printed where it can run
 # here. A template (with `...`, `N`, `DIR`) maps to the test that runs an instance of it; what cannot run on this
 # machine (a download, another vendor's tool) says so, with what is checked instead.
 _HERE = "tests/test_readme.py::test_commands_no_other_test_runs_run_as_printed"
 _JOURNEY = "tests/test_journey.py::test_quick_start_journey"
 _CONTAINER_BUILD = "tests/test_container.py::test_the_build_steps_run_on_cpu"
 _HELP = "tests/test_readme.py::test_flags_named_in_the_readme_are_accepted"
-README_COMMANDS = {
-    # the opening block: CHECK_ONLY=1 here (the demo's parts run in their own tests; CI runs the suite: .ci/run)
-    "bash scripts/run_demo.sh": _HERE,
-    "bash scripts/run_tests.sh": _HERE,
-    # Quick Start
-    "bash scripts/docker/build.sh": _HERE,  # docker is a recorder here: the docker command it would run
-    "bash scripts/docker/launch.sh": _HERE,
-    "bash scripts/get_data.sh data": _JOURNEY,
-    "bash scripts/get_pretraining_data.sh data": _JOURNEY,
-    "bash scripts/preprocess_pretrain_data.sh data/wikipedia data/common_crawl data/openwebtext data": _JOURNEY,
-    "bash scripts/run_pretraining.sh 200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 configs/config.json":
-        _JOURNEY,
-    "export CKPT_PATH=results/bart_pyt_pretraining/phase_2 OUTPUT_DIR=results/cnn_dm": _JOURNEY,
-    "bash scripts/run_summarization.sh $(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16)": _JOURNEY,
-    "bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
-    "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)": _JOURNEY,
-    "python block: import json": "tests/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
-    "python -m bart.export results/cnn_dm results/cnn_dm_hf": _JOURNEY,
-    "python block: from transformers import AutoModelForSeq2SeqLM, AutoTokenizer":
-        "tests/test_readme.py::test_the_hugging_face_hand_off_runs_as_printed",
-    # Command-line options
-    "python pretrain.py --help": _HELP,
-    "python finetune.py --help": _HELP,
-    "python run_eval.py --help": _HELP,
-    # Your own tokenizer: the first runs on the Quick Start's shards; the second is a template
-    "python -m bart.tokenization.train_tokenizer data/pretrain_lddl_128 --vocab_size 32000 --out data/my_tokenizer "
-    "--config configs/config.json --config_out data/config_32k.json": _JOURNEY,
-    "TOKENIZER=data/my_tokenizer bash scripts/run_pretraining.sh ... data/config_32k.json":
-        "tests/test_tokenizer_choice.py::test_scripts_leave_the_tokenizer_to_the_python_rule",
-    # Starting from public weights (the second: a template; the Quick Start's step 5 from facebook/bart-large)
-    "hf download facebook/bart-large": "tests/test_hub.py::test_the_readmes_download_command_runs_as_printed",
-    "HF_HUB_OFFLINE=1 python finetune.py --init_checkpoint facebook/bart-large ...": _JOURNEY,
-    # Exporting to Hugging Face, and CTranslate2's converter on the exported folder
-    "python -m bart.export results/finetune/final_step.ckpt results/bart_hf --tokenizer data/tokenizer":
-        "tests/test_readme.py::test_the_export_example_runs_as_printed",
-    "python -c \"from transformers import AutoModelForSeq2SeqLM as M, AutoTokenizer as T; t = T.from_pretrained("
-    "'results/bart_hf'); print(t.batch_decode(M.from_pretrained('results/bart_hf').generate(**t(['Some long text "
-    "...'], return_tensors='pt')), skip_special_tokens=True))\"": "tests/test_readme.py::test_the_export_example_runs_as_printed",
-    "ct2-transformers-converter --model results/bart_hf --output_dir results/bart_ct2 [--quantization int8]":
-        "tests/test_readme.py::test_the_export_example_runs_as_printed",
-    # Benchmarking
-    "bash scripts/run_training_benchmark.sh 40 1024 142 data/cnn_dm":
-        "tests/test_benchmark_scripts.py::test_readme_training_benchmark_runs_as_printed",
-    "bash scripts/run_inference_benchmark.sh 128 4 1024 142 results/cnn_dm/final_step.ckpt data/cnn_dm configs/config.json":
-        "tests/test_benchmark_scripts.py::test_readme_inference_benchmark_runs_as_printed",
-    # CHECK_ONLY=1 here; full runs with a tiny model: test_benchmark_scripts.py's sweep and stability tests
-    "PRECISIONS=\"tf32 bf16\" bash scripts/run_pretraining_benchmark.sh 200 32 configs/config.json": _HERE,
-    "bash scripts/run_stability_test.sh 5 $(source scripts/params/xsum_params.sh && dgxa100_8gpu_bf16)": _HERE,
-    # the side-by-side benchmarks (minutes at bart-base's size): their flags as printed, then --help, here
-    "python benchmarks/bench_generation.py": _HERE,
-    "python benchmarks/bench_generation.py --contenders all --sources lee": _HERE,
-    "python benchmarks/bench_model.py": _HERE,
-    "python benchmarks/bench_lamb.py": _HERE,
-    "python benchmarks/bench_pretraining_loader.py": _HERE,
-    "python benchmarks/bench_pretraining.py": _HERE,
-    "python benchmarks/bench_resume.py": _HERE,
-    "python benchmarks/bench_run_eval.py": _HERE,
-    # the GPU suite: on a CPU machine the first is one line and exit 2; the dry run runs whole
-    "bash benchmarks/gpu_suite.sh results/gpu_suite":
-        "tests/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",
-    "bash benchmarks/gpu_suite.sh results/gpu_suite_dry --dry-run": "tests/test_gpu_suite.py::test_dry_run_order_tarball_and_budget",
-    # Results: CHECK_ONLY=1 on the demo's folders here (full runs: the Benchmarking block's tests above)
-    "CONFIG_PATH=results/demo/data/config_demo.json TRAIN_STEPS=40 bash scripts/run_training_benchmark.sh 16 128 64 "
-    "results/demo/data/summarization": _HERE,
-    "bash scripts/run_inference_benchmark.sh 8 2 64 64 results/demo/finetuning/final_step.ckpt "
-    "results/demo/data/summarization results/demo/data/config_demo.json": _HERE,
-    # -- quoted inline --
-    "bash scripts/run_tests.sh -k generation -x": _HERE,
-    "bash scripts/run_tests.sh tests/test_lamb.py": _HERE,
-    "pip install torchao==0.18.0": "not run (a download); its pin is requirements.txt's: " + _HERE,
-    "bash scripts/install.sh": _CONTAINER_BUILD,  # the image's build step runs it as written
-    "BART_TRANSFORMERS=4 bash scripts/install.sh": _HERE,  # CHECK_ONLY=1; CI's run_tests_transformers4.sh runs it
-    "pip install -e .": "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points",
-    "pip install .": "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points",
-    "pip install --no-deps --no-build-isolation -e .":
-        "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points",
-    "python pretrain.py": _HELP,
-    "ruff check .": "tests/test_package.py::test_ruff_passes_with_the_projects_configuration",
-    "python -m bart.tokenization.build_tokenizer DIR": _CONTAINER_BUILD,
-    "python -m bart.tokenization.build_tokenizer": _CONTAINER_BUILD,
-    "python -m bart.utils.nltk_data": _CONTAINER_BUILD,
-    "ngc registry model download-version \"nvidia/dle/bart__pyt_ckpt_ds-cnndm:20.11.1_amp\"":
-        "not run (NGC's command-line tool, a 4 GB download)",
-    "CHECK_ONLY=1 bash scripts/...": "tests/test_script_checks.py::test_data_and_setup_scripts_check_every_value_before_downloading",
-    "srun --cpu-bind": "not run (SLURM's srun flag, quoted)",
-    "torchrun --nproc_per_node N": "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code",
-    "python finetune.py --gpus 8": "tests/test_reference_flags.py::test_launcher_checks_of_gpus_nodes_processes",
-    "nsys profile": "not run (Nsight Systems' command, quoted)",
-    "torchrun --nnodes N": "tests/test_trainer.py::test_two_torchrun_nodes_train_together_as_one_process",
-    "python -m bart.data.preprocess": _JOURNEY,
-    "python -m bart.data.prepare_summarization": _JOURNEY,
-    "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
-    "docker stop": "not run (docker's command, quoted)",
-    "python -m utils.launch": "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code",
-    "torchrun --max_restarts N":
-        "tests/test_restarts.py::test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupted_run",
-    "tensorboard --logdir OUTPUT_DIR/tensorboard": "tests/test_monitoring.py::test_tensorboard_events_read_back",
-    "pip install wandb": "not run (a download); without it: tests/test_monitoring.py::test_flag_mistakes",
-    "python -m utils.plot_logs LOG.json ... --labels ... --out DIR": "tests/test_monitoring.py::test_plot_has_a_row_per_phase",
-    "OMP_NUM_THREADS=1 python benchmarks/bench_generation.py --threads 1 --batch_sizes B --num_beams K": _HERE,
-    "python benchmarks/bench_generation.py --batch_sizes 1 8 32 --num_beams K": _HERE,
-    "OMP_NUM_THREADS=1 bash scripts/run_demo.sh": _HERE,
+_EXPORT = "tests/test_readme.py::test_the_export_example_runs_as_printed"
+_PACKAGE = "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points"
+_LAUNCH = "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code"
+DOC_COMMANDS = {
+    "README.md": {
+        # the opening block: CHECK_ONLY=1 here (the demo's parts run in their own tests; CI runs the suite: .ci/run)
+        "bash scripts/run_demo.sh": _HERE,
+        "bash scripts/run_tests.sh": _HERE,
+        # Quick Start
+        "bash scripts/docker/build.sh": _HERE,  # docker is a recorder here: the docker command it would run
+        "bash scripts/docker/launch.sh": _HERE,
+        "bash scripts/get_data.sh data": _JOURNEY,
+        "bash scripts/get_pretraining_data.sh data": _JOURNEY,
+        "bash scripts/preprocess_pretrain_data.sh data/wikipedia data/common_crawl data/openwebtext data": _JOURNEY,
+        "bash scripts/run_pretraining.sh 200 32 5e-3 4e-3 bf16 true 8 2166 200 95040 7560 100 40 120 "
+        "configs/config.json": _JOURNEY,
+        "export CKPT_PATH=results/bart_pyt_pretraining/phase_2 OUTPUT_DIR=results/cnn_dm": _JOURNEY,
+        "bash scripts/run_summarization.sh $(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16)": _JOURNEY,
+        "bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
+        "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)": _JOURNEY,
+        "python block: import json": "tests/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
+        "python -m bart.export results/cnn_dm results/cnn_dm_hf": _JOURNEY,
+        "python block: from transformers import AutoModelForSeq2SeqLM, AutoTokenizer":
+            "tests/test_readme.py::test_the_hugging_face_hand_off_runs_as_printed",
+        # Command-line options
+        "python pretrain.py --help": _HELP,
+        "python finetune.py --help": _HELP,
+        "python run_eval.py --help": _HELP,
+        # Your own tokenizer: the first runs on the Quick Start's shards; the second is a template
+        "python -m bart.tokenization.train_tokenizer data/pretrain_lddl_128 --vocab_size 32000 --out "
+        "data/my_tokenizer --config configs/config.json --config_out data/config_32k.json": _JOURNEY,
+        "TOKENIZER=data/my_tokenizer bash scripts/run_pretraining.sh ... data/config_32k.json":
+            "tests/test_tokenizer_choice.py::test_scripts_leave_the_tokenizer_to_the_python_rule",
+        # Starting from public weights (the second: a template; the Quick Start's step 5 from facebook/bart-large)
+        "hf download facebook/bart-large": "tests/test_hub.py::test_the_readmes_download_command_runs_as_printed",
+        "HF_HUB_OFFLINE=1 python finetune.py --init_checkpoint facebook/bart-large ...": _JOURNEY,
+        "ngc registry model download-version \"nvidia/dle/bart__pyt_ckpt_ds-cnndm:20.11.1_amp\"":
+            "not run (NGC's command-line tool, a 4 GB download)",
+        # Exporting to Hugging Face (after Quick Start step 5), and CTranslate2's converter on the exported folder
+        "python -m bart.export results/cnn_dm/final_step.ckpt results/bart_hf": _EXPORT,
+        "python -c \"from transformers import AutoModelForSeq2SeqLM as M, AutoTokenizer as T; t = T.from_pretrained("
+        "'results/bart_hf'); print(t.batch_decode(M.from_pretrained('results/bart_hf').generate(**t(['Some long text "
+        "...'], return_tensors='pt')), skip_special_tokens=True))\"": _EXPORT,
+        "ct2-transformers-converter --model results/bart_hf --output_dir results/bart_ct2 [--quantization int8]": _EXPORT,
+        # Benchmarking
+        "bash scripts/run_training_benchmark.sh 40 1024 142 data/cnn_dm":
+            "tests/test_benchmark_scripts.py::test_readme_training_benchmark_runs_as_printed",
+        "bash scripts/run_inference_benchmark.sh 128 4 1024 142 results/cnn_dm/final_step.ckpt data/cnn_dm "
+        "configs/config.json": "tests/test_benchmark_scripts.py::test_readme_inference_benchmark_runs_as_printed",
+        # -- quoted inline --
+        "bash scripts/run_tests.sh -k generation -x": _HERE,
+        "bash scripts/run_tests.sh tests/test_lamb.py": _HERE,
+        "OMP_NUM_THREADS=1 bash scripts/run_demo.sh": _HERE,
+        "bash scripts/install.sh": _CONTAINER_BUILD,  # the image's build step runs it as written
+        "BART_TRANSFORMERS=4 bash scripts/install.sh": _HERE,  # CHECK_ONLY=1; CI's run_tests_transformers4.sh runs it
+        "pip install -e .": _PACKAGE,
+        "pip install .": _PACKAGE,
+        "pip install --no-deps --no-build-isolation -e .": _PACKAGE,
+        "ruff check .": "tests/test_package.py::test_ruff_passes_with_the_projects_configuration",
+        "python -m bart.tokenization.build_tokenizer DIR": _CONTAINER_BUILD,
+        "python -m bart.utils.nltk_data": _CONTAINER_BUILD,
+        "CHECK_ONLY=1 bash scripts/...":
+            "tests/test_script_checks.py::test_data_and_setup_scripts_check_every_value_before_downloading",
+        "python -m bart.data.preprocess": _JOURNEY,
+        "python -m bart.data.prepare_summarization": _JOURNEY,
+    },
+    "docs/PERFORMANCE.md": {
+        # CHECK_ONLY=1 here; full runs with a tiny model: test_benchmark_scripts.py's sweep and stability tests
+        "PRECISIONS=\"tf32 bf16\" bash scripts/run_pretraining_benchmark.sh 200 32 configs/config.json": _HERE,
+        "bash scripts/run_stability_test.sh 5 $(source scripts/params/xsum_params.sh && dgxa100_8gpu_bf16)": _HERE,
+        # the side-by-side benchmarks (minutes at bart-base's size): their flags as printed, then --help, here
+        "python benchmarks/bench_generation.py": _HERE,
+        "python benchmarks/bench_generation.py --contenders all --sources lee": _HERE,
+        "python benchmarks/bench_model.py": _HERE,
+        "python benchmarks/bench_lamb.py": _HERE,
+        "python benchmarks/bench_pretraining_loader.py": _HERE,
+        "python benchmarks/bench_pretraining.py": _HERE,
+        "python benchmarks/bench_resume.py": _HERE,
+        "python benchmarks/bench_run_eval.py": _HERE,
+        # the GPU suite: on a CPU machine the first is one line and exit 2; the dry run runs whole
+        "bash benchmarks/gpu_suite.sh results/gpu_suite":
+            "tests/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",
+        "bash benchmarks/gpu_suite.sh results/gpu_suite_dry --dry-run":
+            "tests/test_gpu_suite.py::test_dry_run_order_tarball_and_budget",
+        # the demo's benchmark runs: CHECK_ONLY=1 on the demo's folders here (full runs: the README's Benchmarking
+        # commands' tests)
+        "CONFIG_PATH=results/demo/data/config_demo.json TRAIN_STEPS=40 bash scripts/run_training_benchmark.sh 16 128 "
+        "64 results/demo/data/summarization": _HERE,
+        "bash scripts/run_inference_benchmark.sh 8 2 64 64 results/demo/finetuning/final_step.ckpt "
+        "results/demo/data/summarization results/demo/data/config_demo.json": _HERE,
+        "OMP_NUM_THREADS=1 python benchmarks/bench_generation.py --threads 1 --batch_sizes B --num_beams K": _HERE,
+        "python benchmarks/bench_generation.py --batch_sizes 1 8 32 --num_beams K": _HERE,
+    },
+    "docs/REFERENCE_FLAGS.md": {
+        "torchrun --nproc_per_node N": _LAUNCH,
+        "python finetune.py --gpus 8": "tests/test_reference_flags.py::test_launcher_checks_of_gpus_nodes_processes",
+        "nsys profile": "not run (Nsight Systems' command, quoted)",
+        "torchrun --nnodes N": "tests/test_trainer.py::test_two_torchrun_nodes_train_together_as_one_process",
+    },
+    "docs/TRAINING.md": {
+        "pip install torchao==0.18.0": "not run (a download); its pin is requirements.txt's: " + _HERE,
+        "tensorboard --logdir OUTPUT_DIR/tensorboard": "tests/test_monitoring.py::test_tensorboard_events_read_back",
+        "pip install wandb": "not run (a download); without it: tests/test_monitoring.py::test_flag_mistakes",
+        "python -m utils.plot_logs LOG.json ... --labels ... --out DIR":
+            "tests/test_monitoring.py::test_plot_has_a_row_per_phase",
+        "srun --cpu-bind": "not run (SLURM's srun flag, quoted)",
+    },
+    "docs/TROUBLESHOOTING.md": {
+        "docker stop": "not run (docker's command, quoted)",
+        "torchrun --max_restarts N":
+            "tests/test_restarts.py::test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupted_run",
+        "python -m utils.launch": _LAUNCH,
+    },
+    "docs/INFERENCE.md": {},
+    "docs/ARCHITECTURE.md": {
+        "python -m bart.export CKPT OUT_DIR": _EXPORT,
+        "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
+        "python -m bart.training.checkpoint best DIR": "tests/test_reference_outputs.py::test_best_checkpoint_is_the_top_of_the_ranking",
+        "python -m utils.launch": _LAUNCH,
+    },
 }
+README_COMMANDS = DOC_COMMANDS["README.md"]
+ALL_COMMANDS = {command: where for commands in DOC_COMMANDS.values() for command, where in commands.items()}
 
 
-def readme_commands() -> list[str]:
-    """The README's commands: each line of its bash blocks (comments and continuations joined), each python block
+def _doc_files() -> list[str]:
+    docs = sorted(name for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md"))
+    return ["README.md"] + [f"docs/{name}" for name in docs]
+
+
+def doc_commands(text: str) -> list[str]:
+    """A Markdown file's commands: each line of its bash blocks (comments and continuations joined), each python block
     by its first line, and each command quoted inline (whitespace collapsed)."""
     commands = []
-    for block in _code_blocks("bash"):
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line and not line.startswith("#"):
                 commands.append(" ".join(line.split()))
-    commands += ["python block: " + block.strip().splitlines()[0] for block in _code_blocks("python")]
-    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    commands += ["python block: " + block.strip().splitlines()[0]
+                 for block in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
     words = r"(?:[A-Z_0-9]+=\S+\s+)*(?:bash|python|pip|ruff|hf|huggingface-cli|ct2-transformers-converter|tensorboard|ngc|" \
             r"torchrun|srun|docker|nsys|mpirun)\s[^`]*"
     commands += [" ".join(m.split()) for m in re.findall(rf"`({words})`", prose)]
     return list(dict.fromkeys(commands))
 
 
-def test_every_command_the_readme_prints_has_a_test_that_runs_it():
-    """A command added to the README needs its line in README_COMMANDS, naming the test that runs it."""
-    commands = readme_commands()
-    assert set(commands) == set(README_COMMANDS), (sorted(set(commands) - set(README_COMMANDS)),
-                                                   sorted(set(README_COMMANDS) - set(commands)))
-    for command, where in README_COMMANDS.items():
+def readme_commands() -> list[str]:
+    return doc_commands(README)
+
+
+def test_every_command_the_readme_and_docs_print_has_a_test_that_runs_it():
+    """A command added to the README or a docs/*.md file needs its line in DOC_COMMANDS (under that file), naming the
+    test that runs it; every docs/*.md file has its entry."""
+    assert set(DOC_COMMANDS) == set(_doc_files()), sorted(set(DOC_COMMANDS) ^ set(_doc_files()))
+    for name, mapped in DOC_COMMANDS.items():
+        commands = doc_commands(open(os.path.join(ROOT, name), encoding="utf-8").read())
+        assert set(commands) == set(mapped), (name, sorted(set(commands) - set(mapped)), sorted(set(mapped) - set(commands)))
+    for command, where in ALL_COMMANDS.items():
         named = re.findall(r"(tests/test_\w+\.py)::(test_\w+)", where)
         assert named or where.startswith("not run ("), (command, where)
         for path, test in named:
@@ -318,16 +355,16 @@ def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsy
     """The README's commands whose full run no test can afford (the demo, the suite, the benchmarks at their sizes)
     or whose tool is absent here (docker), each typed as printed:
     - the scripts with CHECK_ONLY=1 (every value checked, nothing started; their full runs are other tests' with
-      other values, README_COMMANDS names them);
+      other values, DOC_COMMANDS names them);
     - scripts/docker/*.sh with `docker` a recorder on PATH: the docker command each would run;
     - the side-by-side benchmarks with their printed flags and --help, run as `python FILE` runs them (in this
       process: no second torch start-up);
-    - the torchao pin the README's install line names is requirements.txt's."""
+    - the torchao pin docs/TRAINING.md's install line names is requirements.txt's."""
     import runpy
     import shlex
 
     repo = _readme_sandbox(tmp_path)
-    checked = [c for c, where in README_COMMANDS.items() if where == _HERE and "bash " in c and "docker" not in c]
+    checked = [c for c, where in ALL_COMMANDS.items() if where == _HERE and "bash " in c and "docker" not in c]
     env = {k: v for k, v in os.environ.items() if k not in ("OUTPUT_DIR", "RESULTS_DIR", "CONFIG_PATH", "TOKENIZER")}
     env.update(CHECK_ONLY="1", PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")  # no GPU: any GPU count is accepted
     assert len(checked) == 10
@@ -354,7 +391,7 @@ def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsy
     # the benchmarks: printed flags, then --help (argparse reads the flags before it meets --help)
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for command in [c for c, where in README_COMMANDS.items() if where == _HERE and "benchmarks/bench_" in c]:
+    for command in [c for c, where in ALL_COMMANDS.items() if where == _HERE and "benchmarks/bench_" in c]:
         words = shlex.split(command.replace(" B ", " 8 ").replace(" K", " 4"))
         words = words[words.index("python") + 1:]
         monkeypatch.setattr(sys, "argv", [*words, "--help"])
@@ -362,13 +399,15 @@ def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsy
             runpy.run_path(os.path.join(ROOT, words[0]), run_name="__main__")
         assert stop.value.code == 0 and capsys.readouterr().out.startswith("usage: "), command
     requirements = open(os.path.join(ROOT, "requirements.txt")).read()
-    assert re.search(r"^torchao==0\.18\.0\b", requirements, flags=re.M) and "`pip install torchao==0.18.0`" in README
+    training = open(os.path.join(ROOT, "docs", "TRAINING.md"), encoding="utf-8").read()
+    assert re.search(r"^torchao==0\.18\.0\b", requirements, flags=re.M) and "`pip install torchao==0.18.0`" in training
 
 
 def test_the_quick_start_python_example_runs_as_printed(tmp_path, monkeypatch, capsys, small_tokenizer_dir):
-    """Quick Start step 7, the Python block as printed, in a folder laid out as it assumes: configs/config.json (a
-    tiny Pre-LN config here), the fine-tuned results/cnn_dm/final_step.ckpt (a raw state dict, as fine-tuning
-    writes it) and data/tokenizer. It prints one summary, the one generate gives with the printed settings."""
+    """Quick Start step 7, the Python block as printed, in a folder laid out as step 5 leaves it: configs/config.json
+    (a tiny Pre-LN config here), the fine-tuned results/cnn_dm/final_step.ckpt (a raw state dict, as fine-tuning
+    writes it) and the run's tokenizer files beside it. It prints one summary, the one generate gives with the
+    printed settings. (Before, the block loaded data/tokenizer, which no step makes.)"""
     import json
     import shutil
     import textwrap
@@ -381,13 +420,15 @@ def test_the_quick_start_python_example_runs_as_printed(tmp_path, monkeypatch, c
 
     block = textwrap.dedent(_code_blocks_in(README.split("7. Summarize in a few lines of Python")[1], "python")[0])
     assert 'from_pretrained("results/cnn_dm/final_step.ckpt", config=config)' in block
+    assert 'BartTokenizer.from_pretrained("results/cnn_dm")' in block
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "config.json").write_text(json.dumps(micro_config(pre_ln=True)))
     torch.manual_seed(0)
     model = BartForConditionalGeneration(BartConfig(**micro_config(pre_ln=True))).eval()
     (tmp_path / "results" / "cnn_dm").mkdir(parents=True)
     torch.save(model.state_dict(), tmp_path / "results" / "cnn_dm" / "final_step.ckpt")
-    shutil.copytree(small_tokenizer_dir, tmp_path / "data" / "tokenizer")
+    for name in os.listdir(small_tokenizer_dir):  # as a fine-tuning run saves its tokenizer beside its checkpoints
+        shutil.copy(os.path.join(small_tokenizer_dir, name), tmp_path / "results" / "cnn_dm" / name)
     monkeypatch.chdir(tmp_path)
     exec(compile(block, "README.md (Quick Start 7)", "exec"), {"__name__": "__main__"})
     [printed] = capsys.readouterr().out.splitlines()

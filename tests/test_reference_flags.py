@@ -1,6 +1,6 @@
 """The reference recipe's command lines: every flag of NVIDIA's BART ``pretrain.py``, ``finetune.py`` and
 ``run_eval.py`` works with the reference's meaning or is refused in one line naming its replacement, and the
-README's table ("Flags of the reference recipe") lists exactly those flags.
+table of docs/REFERENCE_FLAGS.md lists exactly those flags.
 
 The flag lists below were read from the reference's source (DeepLearningExamples, PyTorch/LanguageModeling/BART):
 ``training_base.py`` (``BaseTransformer.add_model_specific_args``, ``add_generic_args``), ``pretrain.py``,
@@ -25,7 +25,7 @@ from bart.utils.checkpoint_io import safe_load
 from bart.utils.precision import Precision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+FLAGS_DOC = open(os.path.join(ROOT, "docs", "REFERENCE_FLAGS.md"), encoding="utf-8").read()
 PT, FT, EV = "pretrain.py", "finetune.py", "run_eval.py"
 
 TRAINING_BASE = """--config_path --cache_dir --resume_from_checkpoint --encoder_layerdrop --decoder_layerdrop --dropout
@@ -61,8 +61,8 @@ assert len(LIGHTNING_1_1_5) == 51
 
 
 def readme_table() -> dict:
-    """{flag: {script: status}} from the README's table (empty cells: not a flag of that script)."""
-    section = README.split("#### Flags of the reference recipe", 1)[1].split("\n### ", 1)[0]
+    """{flag: {script: status}} from docs/REFERENCE_FLAGS.md's table (empty cells: not a flag of that script)."""
+    section = FLAGS_DOC.split("\n## The table", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         if not line.startswith("| `--"):
@@ -317,8 +317,8 @@ def test_the_counts_match_the_table():
     refused = [f for f, cells in TABLE.items() if all(s.startswith("refused") for s in cells.values())]
     partly = [f for f, cells in TABLE.items() if f not in refused and any("refused" in s for s in cells.values())]
     sentence = f"{len(TABLE)} flags: {len(TABLE) - len(refused)} work ({len(partly)} of\nthem"
-    assert sentence.replace("\n", " ") in README.replace("\n", " "), sentence
-    assert f"and {len(refused)} are\nrefused".replace("\n", " ") in README.replace("\n", " ")
+    assert sentence.replace("\n", " ") in FLAGS_DOC.replace("\n", " "), sentence
+    assert f"and {len(refused)} are\nrefused".replace("\n", " ") in FLAGS_DOC.replace("\n", " ")
 
 
 @pytest.mark.parametrize("flag,script", [(f, s) for f, s, status in CELLS if status.startswith("works")],

@@ -8,7 +8,7 @@ The reference is NVIDIA's BART recipe: its current ``pretrain.py``, ``finetune.p
 Flags whose name and meaning are already this recipe's live in :mod:`bart.cli.args`; the ones
 here are either translated onto this recipe's flags (``--max_epochs`` becomes a number of updates,
 ``--precision 16`` is ``--fp16``) or refused with the replacement (``--adafactor``, ``--tpu_cores``).
-The README's "Flags of the reference recipe" table lists every one of them with its status.
+docs/REFERENCE_FLAGS.md's table lists every one of them with its status.
 
     add_reference_args(parser, "finetune.py")   # after the script's own flags (bart.cli.args.build_parser)
     apply_reference_args(namespace, parser, "finetune.py", argv, given)  # translate, or refuse in one line
@@ -368,7 +368,7 @@ def specs_for(script: str) -> list[Spec]:
 def add_reference_args(parser: argparse.ArgumentParser, script: str) -> None:
     """The reference's flags of ``script`` that :mod:`bart.cli.args` does not define. Every one
     defaults to None (not given); refused ones stay out of --help."""
-    group = parser.add_argument_group("flags of the reference recipe (see README: Flags of the reference recipe)")
+    group = parser.add_argument_group("flags of the reference recipe (see docs/REFERENCE_FLAGS.md)")
     for spec in specs_for(script):
         shown = spec.help or argparse.SUPPRESS
         metavar = spec.options[0].lstrip("-").upper()
