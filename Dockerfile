@@ -1,6 +1,7 @@
 # BART recipe image on the NGC PyTorch container. The container's torch (CUDA build) is kept:
 # scripts/install.sh installs torch only where none is importable.
-# NGC PyTorch 26.09: torch 2.14.0a0+b2c75dd062.nv26.09, CUDA 13.4, Python 3.12 (README, Setup)
+# NGC PyTorch 26.09: torch 2.14.0a0+b2c75dd062.nv26.09, CUDA 13.4, Python 3.12 (README, Setup).
+# Before: NGC PyTorch 25.10 (torch 2.9).
 ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:26.09-py3
 FROM ${FROM_IMAGE_NAME}
 
@@ -31,7 +32,7 @@ RUN pip install --no-cache-dir "git+https://github.com/NVIDIA/dllogger@v1.0.0#eg
 ARG BUILD_APEX=1
 # apex pinned to its master of 2026-07-08 (no release tag follows 25.09; this commit carries the C++20
 # fix, #1985, that extensions built against torch 2.14 need; FusedLAMB and its kernels unchanged since
-# 25.09 but for formatting); override with --build-arg APEX_COMMIT=...
+# 25.09 but for formatting); override with --build-arg APEX_COMMIT=... Before: 25.09's release commit 4bdecd06.
 ARG APEX_COMMIT=6424da3b4faa6c8f062da4a48c424fff3f02d42d
 RUN if [ "$BUILD_APEX" = "1" ] && ! python -c "import apex.optimizers" 2>/dev/null; then \
       APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install --no-cache-dir --no-build-isolation -v \
