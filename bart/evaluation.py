@@ -3,6 +3,14 @@
 Sources are sorted by length (fewer padded tokens per batch), dealt to ranks, generated in
 batches, gathered with a collective and returned in input order. Each batch's wall time is kept
 for latency percentiles.
+
+Generation runs under the run's ``Precision``. Every rank runs the same rounds of batches, and a stop signal is
+agreed before each (:func:`bart.utils.signals.stop_at_batch_boundary`). ``predict_split`` writes its files
+atomically; on a stop signal it writes nothing and says, in one line, where the trained weights are and how to
+predict again (exit 75). ``run_evaluation`` is run_eval.py's (``pseudolabel_results.json`` for
+``--num_return_sequences`` > 1; the reference's latency names also in ``{type_path}_rouge.json``).
+``TASK_METRICS`` is the one "task -> metric" rule: the metrics file's name, the scoring function, and what
+validation ranks by (``--val_metric``'s default and choices, ``--task``'s choices).
 """
 from __future__ import annotations
 

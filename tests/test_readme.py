@@ -281,7 +281,6 @@ DOC_COMMANDS = {
     "docs/ARCHITECTURE.md": {
         "python -m bart.export CKPT OUT_DIR": _EXPORT,
         "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
-        "python -m bart.training.checkpoint best DIR": "tests/test_reference_outputs.py::test_best_checkpoint_is_the_top_of_the_ranking",
         "python -m utils.launch": _LAUNCH,
     },
 }

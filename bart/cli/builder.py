@@ -1,5 +1,12 @@
 """Building a training run from its settings (:class:`bart.cli.settings.Settings`): what pretrain.py and
-finetune.py share, on top of :mod:`bart.cli.start` (what every entry script does first)."""
+finetune.py share, on top of :mod:`bart.cli.start` (what every entry script does first).
+
+``start_run``: the process group, the output folder's lock, seeds, ``--resume_from_checkpoint auto`` resolved.
+Then the tokenizer of the starting weights (or of the checkpoint resumed), ``build_model_and_tokenizer`` (config,
+lengths fitted, vocabulary checked, frozen parameters), the strategy, optimizer and scheduler, and the ``Trainer``
+(``trainer_config``: every ``TrainerConfig`` field named as a ``Settings`` field takes its value), its logger and
+metric writers, and the start-of-run banner.
+"""
 from __future__ import annotations
 
 import dataclasses

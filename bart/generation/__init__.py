@@ -1,7 +1,7 @@
 """``model.generate``: greedy decoding, sampling, beam search and beam sampling written in this project
 (no transformers import), with transformers' options and semantics: transformers 4.57's wherever 5.x
 changed them (the model config's generation keys are in effect, beam sampling, the attention mask
-inferred from padding, a forced EOS that ``suppress_tokens`` also names; README, "Inference process").
+inferred from padding, a forced EOS that ``suppress_tokens`` also names; docs/INFERENCE.md).
 
 The options and how they are resolved: :mod:`bart.generation.options`; the decode session (encoder
 output, cache, LM head): :mod:`~bart.generation.session`; the processor order:

@@ -1,4 +1,10 @@
-"""Optimizers (multi-tensor LAMB, AdamW) with weight-decay groups, and LR schedules."""
+"""Optimizers (multi-tensor LAMB, AdamW) with weight-decay groups, and LR schedules.
+
+apex's FusedLAMB is used when it imports with its CUDA extensions and the parameters are whole CUDA tensors (not
+under FSDP). It runs behind ``_AsProjectLamb``, so every option, ``zero_grad``, ``last_grad_norm`` and the
+checkpoint layout are :class:`~bart.optim.lamb.Lamb`'s. ``lamb_optimizer(groups, FusedLAMB)`` is the seam the
+tests use with ``tests/doubles/apex``.
+"""
 from __future__ import annotations
 
 import math

@@ -6,6 +6,12 @@ whole update over all ranks (so the split into micro-batches and ranks does not 
 update), clipping, the optimizer step, then the scheduler step; a skipped update (fp16 overflow,
 or a non-finite loss) steps neither. ``fit`` is the outer loop: log, evaluate, save, stop after
 exactly ``max_steps`` updates. Everything a resumed run needs is in ``state_dict``.
+
+A stop signal is agreed before each update, or at a validation's batch (``StoppedAtBatch``: that validation is
+abandoned, recorded in the checkpoint and done first by the resumed run); either ends in ``stop_for_signal``
+(a checkpoint, exit 75). A checkpoint of a finished run resumed at ``max_steps`` trains, validates and writes
+nothing. ``state_dict`` holds each rank's data position: loaders with ``seek`` start there, others are replayed.
+The trainer holds the run's ``Precision`` (``TrainerConfig.precision``); validation takes it from there.
 """
 from __future__ import annotations
 

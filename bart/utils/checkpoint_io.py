@@ -4,6 +4,10 @@
 into place, so a process killed mid-write never leaves a half-written file under the real name.
 ``safe_load`` is ``torch.load(weights_only=True)`` (loading never runs code from the file) with
 errors that name the file.
+
+A failed write (a full disk or quota, a read-only file system, found by ``storage_errno`` whatever layer raised it;
+Ctrl-C midway) removes its partial file and becomes one line: :class:`StorageError` (the folder, its free space,
+the space needed) or :class:`WriteInterrupted` (the newest complete file).
 """
 from __future__ import annotations
 

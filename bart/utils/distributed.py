@@ -1,4 +1,9 @@
-"""Process-group setup from torchrun or SLURM variables, and the few collectives the recipe uses."""
+"""Process-group setup from torchrun or SLURM variables, and the few collectives the recipe uses.
+
+Rank and world size come from torchrun or SLURM. The process group is set up under a store prefix of its own per
+torchrun attempt (so a restart never reads a dead attempt's addresses), within ``--rendezvous_timeout``.
+``set_cpu_affinity`` pins each rank (:mod:`bart.utils.affinity`) and prints one line per rank.
+"""
 from __future__ import annotations
 
 import datetime

@@ -1,4 +1,10 @@
 # Shared checks and launcher of the scripts (sourced, not run).
+# - Value checks: one checker per kind (value_ok / value_problem); check_inputs for positional values (with the
+#   shifted-value hint), check_env, check_list, check_data_dir, check_launch_env; checks_done ends a script's
+#   checks (CHECK_ONLY=1 stops there).
+# - gpus_present: nvidia-smi and CUDA_VISIBLE_DEVICES (torch only where there is no nvidia-smi).
+# - launch_command: utils.launch (torchrun), or the interpreter alone for one process on one node without
+#   restarts; rendezvous_port; run_forwarding_signals passes stop signals on.
 split_positional() {  # MAX args...: POSITIONAL = the first MAX values before any --flag; PASS = the rest
   local max=$1; shift
   POSITIONAL=(); PASS=()
