@@ -270,6 +270,7 @@ DOC_COMMANDS = {
         "python -m utils.plot_logs LOG.json ... --labels ... --out DIR":
             "tests/test_monitoring.py::test_plot_has_a_row_per_phase",
         "srun --cpu-bind": "not run (SLURM's srun flag, quoted)",
+        "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
     },
     "docs/TROUBLESHOOTING.md": {
         "docker stop": "not run (docker's command, quoted)",
