@@ -5,7 +5,8 @@ counts that differ, a line that is not UTF-8, an empty line. Batches are tokeniz
 (truncated to the max lengths); the samplers group examples of similar length and split every
 epoch over the ranks with each example exactly once. An epoch's batches are a pure function of
 (seed, epoch), so a resumed run starts at its batch (``EpochLoader.seek``) without going through
-the batches before it.
+the batches before it. The loader draws nothing from torch's global generator (the dropout stream a checkpoint
+carries): its iterator's seed comes from a generator of its own, seeded from (seed, epoch).
 """
 from __future__ import annotations
 
@@ -228,9 +229,14 @@ class EpochLoader:
             workers = self.num_workers
             if workers:
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            # a private generator for the iterator's base seed (workers' seeds): without one, every iter() draws
+            # from torch's global generator, the training's dropout stream, and a resumed run, which starts its
+            # epoch's iterator once more than the uninterrupted run did, would go on with other dropout masks
             self._dataloader = torch.utils.data.DataLoader(
                 self.dataset, batch_sampler=self.sampler, collate_fn=self.dataset.collate, num_workers=workers,
-                persistent_workers=workers > 0, worker_init_fn=ignore_stop_signals if workers else None)
+                persistent_workers=workers > 0, worker_init_fn=ignore_stop_signals if workers else None,
+                generator=torch.Generator())
+        self._dataloader.generator.manual_seed(self.sampler.seed * 1_000_003 + self.sampler.epoch)
         return self._dataloader
 
     def __iter__(self):
