@@ -4,7 +4,8 @@
 Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; written atomically by
 :func:`bart.utils.checkpoint_io.atomic_save`):
 - a training checkpoint (``kind: "bart-training-checkpoint"``): model, optimizer, scheduler, scaler,
-  step counters, data position and every rank's RNG state: what an exact resume needs. Names:
+  step counters, data position and every rank's RNG state (:func:`capture_rng_state`; work between updates
+  that may draw, validation, runs under :func:`rng_untouched`): what an exact resume needs. Names:
   ``_step{N}.ckpt`` while training (the newest ``--keep_checkpoints`` are kept), the final one
   ``_step{N}.ckpt`` (pretraining) or ``_epoch{E}_step{N}.ckpt`` (fine-tuning);
 - a weights checkpoint (``kind: "bart-weights"``): model, config, step and metrics; the best-k
@@ -21,6 +22,7 @@ elsewhere still says which tokenizer it was trained with (:mod:`bart.tokenizatio
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -395,6 +397,19 @@ def restore_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def rng_untouched():
+    """The generators :func:`capture_rng_state` keeps, as they were on entry once the block ends (however it ends):
+    work inside (validation: sampled generations, anything else drawing) takes nothing from the training's random
+    streams, so the updates after it, and a run resumed from a checkpoint written after it or after its abandonment,
+    draw what an uninterrupted run draws."""
+    state = capture_rng_state()
+    try:
+        yield
+    finally:
+        restore_rng_state(state)
 
 
 if __name__ == "__main__":  # python -m bart.training.checkpoint best OUTPUT_DIR: the path, or one line and exit 2

@@ -25,7 +25,8 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, check_resume, latest_checkpoint,
-                                      read_training_checkpoint, restore_rng_state, write_training_checkpoint)
+                                      read_training_checkpoint, restore_rng_state, rng_untouched,
+                                      write_training_checkpoint)
 from bart.modeling.vocab_padding import (fit_optimizer_rows, fit_vocab_rows, padded_vocab_size, unpad_state,
                                           vocab_axis)
 from bart.training.compilation import Compilation, CompiledOrEager
@@ -533,7 +534,8 @@ class Trainer:
 
     def _evaluate(self) -> None:
         self._check_run_folder()
-        metrics = self.eval_hook(self) or {}
+        with rng_untouched():  # the training's random streams go on as if no validation had run (exact resume)
+            metrics = self.eval_hook(self) or {}
         self._validated_at, self._validation_due = self.global_step, False
         if metrics:
             self._write_log(self.global_step, {f"val_{k}" if not k.startswith("val") else k: v

@@ -11,7 +11,9 @@ reference's ``--min_epochs``/``--min_steps``). Pretraining
 Both run under the trainer's precision (``trainer.precision``). Fine-tuning validation works on the
 strategy's whole model (:meth:`bart.training.strategy.Strategy.whole_model`: under FSDP a gathered
 copy), so that each rank generates for its own sources, and best-k keeps the same full weights, the same
-files, whatever the strategy.
+files, whatever the strategy. Every validation runs under :func:`bart.training.checkpoint.rng_untouched` (the
+trainer's, and the step-0 one of :meth:`Validation.begin`): a sampling generation draws nothing from the
+training's random streams, so a run resumed after an abandoned validation trains as the uninterrupted one.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import torch
 
 from bart.data.summarization import Seq2SeqDataset, read_split
 from bart.evaluation import generate_texts, score
-from bart.training.checkpoint import BestCheckpoints
+from bart.training.checkpoint import BestCheckpoints, rng_untouched
 from bart.utils import distributed as dist_utils
 from bart.utils.progress import track
 from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
@@ -72,7 +74,8 @@ class Validation:
             self.best.restore()
         if before_training and trainer.step == 0:
             try:
-                metrics = self(trainer)
+                with rng_untouched():  # as every validation (the trainer's): the training's streams stay as they are
+                    metrics = self(trainer)
             except StoppedAtBatch as stopped:
                 trainer.stop_for_signal(stopped.received, validation_abandoned=True)
             trainer.logger.log(step=trainer.global_step, data={f"val_{k}": v for k, v in metrics.items()})
