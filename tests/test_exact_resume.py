@@ -1,0 +1,93 @@
+"""Fine-tuning with dropout resumes exactly: a run stopped after a periodic checkpoint (mid-epoch, at an epoch
+boundary), by SIGTERM between updates or during a validation, and resumed with ``--resume_from_checkpoint auto``
+logs the per-update losses and validation metrics of the uninterrupted run and ends with its weights, bit for
+bit: one process, DDP and FSDP (2 gloo processes, one launch; tests/helpers/resume_runs.py runs the cases).
+Dropout is on (0.1): a random stream a checkpoint loses shows in every later loss (with dropout 0 it would
+not). Old code: every loss after the resume differed (the fine-tuning DataLoader took its iterator's seed from
+torch's global generator, the dropout stream, once more in the resumed run than in the uninterrupted one)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers.corpus import micro_config
+from tests.helpers.entry import run_entry
+from tests.helpers.ports import free_port
+from tests.helpers.resume_runs import CASES, STEPS, STOPPED_AT, run_cases
+from tests.helpers.summaries import write_summarization_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = micro_config(do_sample=True)  # validation samples: it draws from torch's generator too
+assert CONFIG["dropout"] == 0.1, "a lost random stream is invisible without dropout"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, small_tokenizer_dir):
+    base = tmp_path_factory.mktemp("exact_resume")
+    (base / "config.json").write_text(json.dumps(CONFIG))
+    # 24 examples: an epoch of 6 updates (4 sequences each); validation: 8 examples in 2 batches per process (BLEU:
+    # scored in milliseconds, ROUGE's bootstrap takes a second)
+    data = write_summarization_data(str(base / "data"), sizes=(("train", 24), ("val", 8), ("test", 4)))
+    argv = ["--config_path", str(base / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+            "--from_scratch", "--learning_rate", "1e-3", "--max_source_length", "32", "--max_target_length", "16",
+            "--n_val", "8", "--eval_batch_size", "2", "--eval_beams", "1", "--eval_max_gen_length", "8",
+            "--task", "translation", "--num_sanity_val_steps", "0", "--num_workers", "0", "--no_tensorboard"]
+    return base, argv
+
+
+@pytest.fixture(scope="module")
+def one_process(inputs):
+    base, argv = inputs
+    return run_cases(str(base / "one"), argv + ["--train_batch_size", "4"], lambda args: run_entry("finetune.py", args))
+
+
+@pytest.fixture(scope="module")
+def two_processes(inputs):
+    """DDP and FSDP, two gloo processes each, in one launch."""
+    base, argv = inputs
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          f"--master_port={free_port()}", "-m", "tests.helpers.resume_runs", str(base / "two"),
+                          "ddp,fsdp", *argv, "--train_batch_size", "2"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return {strategy: {name: str(base / "two" / strategy / name) for name in ("straight", *CASES)}
+            for strategy in ("ddp", "fsdp")}
+
+
+def _logged(folder: str) -> dict:
+    """{step: {name: value}} of the losses and validation metrics a run's dllogger.json holds."""
+    from bart.utils.dllogger_compat import read_dllogger
+
+    logged = {}
+    for record in read_dllogger(os.path.join(folder, "dllogger.json")):
+        if record["type"] == "LOG" and isinstance(record["step"], int):
+            values = {k: v for k, v in record["data"].items() if k == "loss" or k.startswith("val_")}
+            logged.setdefault(record["step"], {}).update(values)
+    return {step: values for step, values in logged.items() if values}
+
+
+def _same_run(straight: str, resumed: str, case: str) -> None:
+    want, got = _logged(straight), _logged(resumed)
+    assert [s for s in want if "loss" in want[s]] == list(range(1, STEPS + 1))
+    assert any("val_bleu" in values for values in want.values())
+    after = {s: v for s, v in want.items() if s > STOPPED_AT[case]}
+    assert {s: got.get(s) for s in after} == after  # every update after the resume, and each validation
+    assert got == want
+    a = torch.load(os.path.join(straight, "final_step.ckpt"), weights_only=True)
+    b = torch.load(os.path.join(resumed, "final_step.ckpt"), weights_only=True)
+    assert a.keys() == b.keys() and [k for k in a if not torch.equal(a[k], b[k])] == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_process_resumes_to_the_uninterrupted_losses(one_process, case):
+    _same_run(one_process["straight"], one_process[case], case)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("case", CASES)
+def test_two_processes_resume_to_the_uninterrupted_losses(two_processes, strategy, case):
+    _same_run(two_processes[strategy]["straight"], two_processes[strategy][case], case)
