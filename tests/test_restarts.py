@@ -188,7 +188,7 @@ def test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupt
     argv = world["argv"] + ["--max_steps", "6", "--save_checkpoint_steps", "2", "--resume_from_checkpoint", "auto",
                             "--dist_timeout", "1", "--rendezvous_timeout", "60"]
     restarted = world["base"] / "restarted"
-    out, took = _torchrun(argv + ["--output_dir", str(restarted)], {"BART_TEST_KILL_AFTER_STEP": "3"}, restarts=1)
+    out, _ = _torchrun(argv + ["--output_dir", str(restarted)], {"BART_TEST_KILL_AFTER_STEP": "3"}, restarts=1)
     assert out.returncode == 0, out.stderr[-4000:]
     assert "restart_driver: rank 1 killed after update 3" in out.stdout, out.stdout[-3000:]
     assert "[distributed] torchrun restart 1 of 1: all 2 processes joined again" in out.stdout
@@ -197,7 +197,6 @@ def test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupt
     assert [r["data"]["resumed_from"] for r in _records(restarted) if "resumed_from" in r["data"]] == \
         [str(restarted / "_step2.ckpt")]
     assert _steps(restarted) == [1, 2, 3, 4, 5, 6]  # update 3 of the dead attempt dropped, run again once
-    assert took < 90, took
 
     plain = world["base"] / "uninterrupted"
     ref, _ = _torchrun(argv + ["--output_dir", str(plain)])
