@@ -112,7 +112,7 @@ def _run_eval(argv):
 
 def test_run_eval_decodes_with_the_precision_and_compile_asked(eval_world, monkeypatch, tmp_path):
     positional, tok, _ = eval_world
-    run_eval = importlib.import_module("run_eval")
+    run_eval = importlib.import_module("bart.cli.run_eval")
     seen = {}
     original = run_eval.run_evaluation
 

@@ -566,7 +566,7 @@ def test_reference_pretraining_phase2_command_line_runs(tiny_run, monkeypatch):
         f"--load_model_weights_only --save_checkpoint_steps=2 --log_freq=1 --allreduce_post_accumulation_half_precision "
         f"--seed 7 --lamb --task pretraining --n_train -1 --early_stopping_patience -1 --freeze_embeds "
         f"--n_val 3 --val_check_interval 2 --eval_batch_size 2 --buffer_size 5 --tokenizer {tiny_run.tok}")
-    pretrain = importlib.import_module("pretrain")
+    pretrain = importlib.import_module("bart.cli.pretrain")
     import bart.data.pretraining_dataset as pretraining_dataset
     seen = {}
     build, from_loader = pretraining_dataset.build_pretraining_loader, pretrain.PretrainingValidation.from_loader

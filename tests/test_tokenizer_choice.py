@@ -237,7 +237,7 @@ def _main(module_name: str, argv: list[str], capsys) -> tuple[int, str]:
 
 
 def test_run_eval_refuses_before_loading_the_model(world, env, tmp_path, capsys, monkeypatch):
-    import run_eval
+    from bart.cli import run_eval
 
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded before the tokenizer was checked")
