@@ -465,8 +465,75 @@ def test_a_model_too_big_for_the_memory_is_one_line(script, world, tmp_path, cap
     out = str(tmp_path / "out")
     argv = _argv(PT if script == "pretrain.py" else FT + ["--from_scratch"], world, out, cfg=str(config))
     line = _one_line(capsys, _main(script, argv), script)
-    assert "out of memory: asked for 32768.0 GiB; this machine has " in line and "available)" in line, line
+    assert "out of memory: asked for 32.0 TiB; the limit that applies is " in line, line
     assert "--train_batch_size" in line and "d_model, layers, ffn dims" in line, line
+
+
+def test_out_of_memory_under_a_ulimit_names_the_limit_and_the_size(world, tmp_path):
+    """pretrain.py under a real RLIMIT_AS (``ulimit -v``) smaller than the machine's RAM. Was: "asked for 32768.0 GiB;
+    this machine has <RAM>", the ulimit that refused it unnamed."""
+    import resource
+
+    from bart.utils.memory import host_memory
+
+    limit = 6 * 2 ** 30
+    if (host_memory()[0] or 0) <= limit:
+        pytest.skip("the machine's RAM is below the ulimit this test sets")
+    config = tmp_path / "huge.json"
+    config.write_text(json.dumps({**CONFIG, "encoder_ffn_dim": 2 ** 38}))  # fc1 alone: 32 TiB
+    argv = _argv(PT, world, str(tmp_path / "out"), cfg=str(config))
+    out = subprocess.run([sys.executable, "pretrain.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT),
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    lines = [line for line in out.stderr.strip().splitlines() if not line.startswith(("note:", "LDDL - "))]
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("pretrain.py: error: out of memory: asked for 32.0 TiB; the limit that applies is this "
+                               "process's RLIMIT_AS 6.0 GiB (ulimit -v), "), lines
+    assert " of it in use (this machine has " in lines[0], lines
+
+
+def _fake_root(tmp_path, cgroup_lines, files):
+    for path, text in {"proc/self/cgroup": "\n".join(cgroup_lines) + "\n",
+                       "proc/meminfo": "MemTotal:       67108864 kB\nMemAvailable:   33554432 kB\n", **files}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_out_of_memory_in_a_cgroup_names_its_limit(tmp_path, version):
+    """A SLURM job's cgroup (the job's limit on its folder; the step's below says none): the cgroup's limit is the
+    one named, with its usage, and a size the allocator gave in MiB reads in MiB. Was: the machine's RAM and
+    "asked for 0.1 GiB"."""
+    from bart.utils.memory import out_of_memory
+
+    gib = 2 ** 30
+    if version == "v2":
+        root = _fake_root(tmp_path, ["0::/system.slice/slurmstepd.scope/job_7/step_0"], {
+            "sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/memory.max": f"{4 * gib}\n",
+            "sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0/memory.max": "max\n",
+            "sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/memory.current": f"{3 * gib}\n"})
+        named = "the cgroup's memory.max 4.0 GiB (/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/memory.max)"
+    else:
+        root = _fake_root(tmp_path, ["5:cpuset:/slurm/uid_0/job_7", "4:memory:/slurm/uid_0/job_7/step_0"], {
+            "sys/fs/cgroup/memory/slurm/uid_0/job_7/memory.limit_in_bytes": f"{4 * gib}\n",
+            "sys/fs/cgroup/memory/slurm/uid_0/job_7/memory.usage_in_bytes": f"{3 * gib}\n",
+            "sys/fs/cgroup/memory/slurm/uid_0/job_7/step_0/memory.limit_in_bytes": "9223372036854771712\n",
+            "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n"})
+        named = "the cgroup's memory limit 4.0 GiB (/sys/fs/cgroup/memory/slurm/uid_0/job_7/memory.limit_in_bytes)"
+    err = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                       "tried to allocate 67108864 bytes. Error code 12 (Cannot allocate memory)")
+    said = out_of_memory(err, root=root)
+    assert said.startswith(f"out of memory: asked for 64.0 MiB; the limit that applies is {named}"), said
+    if version == "v2":
+        assert ", 3.0 GiB of it in use (this machine has 64.0 GiB, 32.0 GiB available)" in said, said
+
+
+def test_out_of_memory_of_unknown_size_says_so():
+    """Python's MemoryError gives no size: the line says so instead of a size it does not know."""
+    from bart.utils.memory import UNKNOWN_SIZE, out_of_memory
+
+    assert out_of_memory(MemoryError()).startswith(f"out of memory: asked for {UNKNOWN_SIZE}; the limit that applies")
 
 
 def test_cuda_out_of_memory_reads_as_one_sentence():
