@@ -312,7 +312,7 @@ def gpu_rank(monkeypatch, machine):
     for name, value in (("RANK", "4"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "4"), ("LOCAL_WORLD_SIZE", "8")):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(dist_utils, "init_distributed", lambda env, timeout_minutes=None, rendezvous_timeout_s=None: env)
+    monkeypatch.setattr(dist_utils, "init_distributed", lambda env, timeout_minutes=None, rendezvous_timeout_s=None, **_: env)
     calls = []
     real = affinity.Host
     monkeypatch.setattr(affinity, "Host", lambda: real(root=machine, topo_matrix=lambda: None, gpus=gpus,

@@ -12,6 +12,17 @@ abandoning the workers in their checkpoint write without passing it on. Here:
 - the launcher ends with the workers' exit code and one line: 75 (checkpoint written), 130 (stopped at once),
   or, when a worker failed by itself, the first failure's code (4 for a hung rank, 2, 3, ...), never a
   traceback of torchrun's.
+
+And three cluster faults are named instead of met again or buried:
+
+- a worker that ends with exit code 2 (a user error: a bad flag, file or value) is not restarted whatever
+  ``--max_restarts`` says: the same command would meet the same error (torchrun alone spends a restart on it
+  and prints it again);
+- a rendezvous port already taken (two jobs on one node with the same ``--master_port``, a port another
+  program holds) is one line naming the port and the fix, exit code 2, instead of torchrun's TCPStore traceback;
+- a worker that is stopped (SIGSTOP; see :mod:`bart.utils.heartbeat`, which names it) gets SIGCONT right after
+  torchrun's closing signal, so that it ends now instead of when the SIGKILL comes 30 s (a failed worker
+  group) or ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds later.
 """
 from __future__ import annotations
 
@@ -20,6 +31,7 @@ import signal
 import sys
 
 ME = "launch"
+EXIT_USER_ERROR = 2  # bart.utils.errors.EXIT_USER_ERROR: the same command meets the same error, never restarted
 _MEANING = {75: "a checkpoint was written: run the same command again to resume",
             130: "stopped at once (Ctrl-C again), without a checkpoint"}
 
@@ -53,7 +65,7 @@ def main(argv=None) -> int:
     from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    contexts, codes, first = [], {}, []
+    contexts, codes, first, spared = [], {}, [], []
 
     def handler(signum, frame) -> None:
         sig = signal.Signals(signum)
@@ -80,6 +92,8 @@ def main(argv=None) -> int:
 
     api._terminate_process_handler = handler  # what PContext.start installs for SIGTERM, SIGINT, ...
     api.PContext.start, api.PContext.close = start_and_keep, close_and_record
+    _no_restart_after_a_user_error(spared)
+    _wake_stopped_workers_when_closing()
     try:
         torchrun.main(argv)
     except api.SignalException:
@@ -90,11 +104,61 @@ def main(argv=None) -> int:
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
-        print(f"{ME}: rank {rank} ended with exit code {code}, so the job stopped"
-              + (f": {_MEANING[code]}" if code in _MEANING else " (its line above says why)"), file=sys.stderr,
-              flush=True)
+        if code == EXIT_USER_ERROR and spared:
+            why = (f" (a user error: its line above says what to change), so the job stopped without the "
+                   f"{spared[0]} restart(s) --max_restarts left: the same command would meet the same error")
+        else:
+            why = ", so the job stopped" + (f": {_MEANING[code]}" if code in _MEANING else " (its line above says why)")
+        print(f"{ME}: rank {rank} ended with exit code {code}{why}", file=sys.stderr, flush=True)
         return code
+    except RuntimeError as err:  # torchrun's own rendezvous store could not start
+        from bart.utils.distributed import port_in_use_line
+
+        line = port_in_use_line(err, "--master_port / --rdzv_endpoint")
+        if line is None:
+            raise
+        print(f"{ME}: error: {line}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
     return 0
+
+
+def _no_restart_after_a_user_error(spared: list) -> None:
+    """A worker group that failed because a worker ended with exit code 2 is not restarted: no restarts are left
+    once torchrun's agent has seen it (its ``_remaining_restarts``; how many there were goes in ``spared`` for
+    the launcher's last line)."""
+    from torch.distributed.elastic.agent.server.api import WorkerState
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    monitor = LocalElasticAgent._monitor_workers
+
+    def monitor_and_spare(self, worker_group):
+        result = monitor(self, worker_group)
+        failures = getattr(result, "failures", None) or {}
+        user_error = any(failure.exitcode == EXIT_USER_ERROR for failure in failures.values())
+        if result.state == WorkerState.FAILED and user_error and self._remaining_restarts > 0:
+            spared.append(self._remaining_restarts)
+            self._remaining_restarts = 0
+        return result
+
+    LocalElasticAgent._monitor_workers = monitor_and_spare
+
+
+def _wake_stopped_workers_when_closing() -> None:
+    """SIGCONT after each closing signal torchrun sends a worker (its process group): a stopped worker would hold
+    the signal until the SIGKILL long after; a running one ignores SIGCONT."""
+    from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
+
+    close = SubprocessHandler.close
+
+    def close_and_wake(self, death_sig=None) -> None:
+        close(self, death_sig)
+        if death_sig != signal.SIGKILL:
+            try:
+                os.killpg(self.proc.pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    SubprocessHandler.close = close_and_wake
 
 
 if __name__ == "__main__":

@@ -246,6 +246,9 @@ def add_dist_timeout_arg(group) -> None:
     group.add_argument("--rendezvous_timeout", type=POSITIVE_FLOAT, default=600.0, metavar="SECONDS",
                        help="seconds the processes of a multi-process run wait for each other at start-up (and "
                             "after a torchrun --max_restarts restart) before it stops naming the ones missing")
+    group.add_argument("--heartbeat_timeout", type=NON_NEGATIVE_FLOAT, default=60.0, metavar="SECONDS",
+                       help="seconds without a heartbeat from a process (stopped, frozen, its machine gone) before "
+                            "the job ends naming it; a busy process keeps beating (bart.utils.heartbeat); 0: off")
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,8 @@ def main(argv=None) -> dict:
     precision = args.precision  # the run's one Precision, made at parse time
     check_decode_precision(args.decode_precision, precision.name)  # against --bf16/--fp16
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
-                                      rendezvous_timeout_s=args.rendezvous_timeout)
+                                      rendezvous_timeout_s=args.rendezvous_timeout,
+                                      heartbeat_timeout_s=args.heartbeat_timeout)
     start.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision.configure()

@@ -138,6 +138,8 @@ class Settings:
     """Minutes a collective waits for the other ranks."""
     rendezvous_timeout: float = 600.0
     """Seconds the processes wait for each other at start-up."""
+    heartbeat_timeout: float = 60.0
+    """Seconds without a heartbeat from a rank's process before the job ends naming it (0: off)."""
     affinity: str = "disabled"
     """CPU affinity of each GPU process (:mod:`bart.utils.affinity`); run_eval.py: left alone."""
     local_rank: Optional[int] = None

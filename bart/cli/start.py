@@ -36,7 +36,8 @@ def setup_distributed(args: Settings) -> dist_utils.DistributedEnv:
         print(f"note: --affinity {args.affinity} pins GPU processes near their GPU; this run has no GPU, so its "
               f"CPU affinity is left as it is", file=sys.stderr)
     return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout,
-                                       rendezvous_timeout_s=args.rendezvous_timeout)
+                                       rendezvous_timeout_s=args.rendezvous_timeout,
+                                       heartbeat_timeout_s=args.heartbeat_timeout)
 
 
 def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir") -> None:

@@ -6,8 +6,10 @@ torchrun attempt (so a restart never reads a dead attempt's addresses), within `
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
+import re
 import sys
 import time
 import uuid
@@ -17,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from bart.utils import affinity
-from bart.utils.errors import DistributedTimeout, one_line
+from bart.utils.errors import DistributedTimeout, UserError, one_line
 
 
 @dataclass
@@ -72,17 +74,22 @@ def read_env(environ=None) -> DistributedEnv:
 
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 600.0  # as torchrun's own rendezvous: how long the processes wait for each other
 _RDZV = "bart_rdzv"  # this module's keys in the launcher's store
+_HEARTBEAT_PREFIX = "bart_hb/{token}"  # the heartbeats' (bart.utils.heartbeat), per attempt
+_ATTEMPT: list = []  # the token of this process's attempt (attempt_store)
 _POLL_S = 0.05
 
 
 def init_distributed(env: DistributedEnv | None = None, backend: str | None = None,
                      timeout_minutes: float | None = None,
-                     rendezvous_timeout_s: float | None = None) -> DistributedEnv:
+                     rendezvous_timeout_s: float | None = None,
+                     heartbeat_timeout_s: float | None = None) -> DistributedEnv:
     """Join the process group (NCCL on CUDA, gloo on CPU); sets the CUDA device. No-op for one process.
     ``timeout_minutes``: how long a collective waits for the other ranks before it fails (torch's
     default otherwise), so a hung or dead rank ends the job instead of blocking it.
     ``rendezvous_timeout_s`` (``--rendezvous_timeout``): how long the processes wait for each other at
     start-up; a process that does not come is named in one line (:class:`RendezvousTimeout`).
+    ``heartbeat_timeout_s`` (``--heartbeat_timeout``; None: 60 s, 0: off): a rank whose process stops (SIGSTOP,
+    a frozen machine) ends the job that long after, named in one line (:mod:`bart.utils.heartbeat`).
 
     The group is set up under a key prefix of the launcher's store that only this attempt's processes
     share (:func:`attempt_store`): torchrun keeps one store across ``--max_restarts`` restarts (static and
@@ -96,7 +103,8 @@ def init_distributed(env: DistributedEnv | None = None, backend: str | None = No
         os.environ.setdefault("MASTER_PORT", str(env.master_port))
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         waited = rendezvous_timeout_s or DEFAULT_RENDEZVOUS_TIMEOUT_S
-        store = attempt_store(env.rank, env.world_size, waited)
+        launcher = _launcher_store(env.rank, env.world_size, waited)
+        store = attempt_store(env.rank, env.world_size, waited, store=launcher)
         timeout = datetime.timedelta(minutes=timeout_minutes) if timeout_minutes else None
         if timeout is not None:
             store.set_timeout(timeout)
@@ -106,7 +114,31 @@ def init_distributed(env: DistributedEnv | None = None, backend: str | None = No
         if env.is_main and restart not in ("", "0"):
             print(f"[distributed] torchrun restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}: "
                   f"all {env.world_size} processes joined again", flush=True)
+        start_heartbeat(env, store, heartbeat_timeout_s)
     return env
+
+
+_HEARTBEAT: list = []  # this process's bart.utils.heartbeat.Heartbeat, stopped by cleanup()
+
+
+def start_heartbeat(env: DistributedEnv, attempt: "dist.PrefixStore", timeout_s: float | None) -> None:
+    """This rank's heartbeat (:mod:`bart.utils.heartbeat`) under this attempt's prefix, over a store connection of
+    its own to MASTER_ADDR:MASTER_PORT (torchrun's agent store, or rank 0's); ``timeout_s`` 0: none."""
+    from bart.utils import heartbeat
+
+    timeout_s = heartbeat.DEFAULT_HEARTBEAT_TIMEOUT_S if timeout_s is None else timeout_s
+    if not timeout_s or _HEARTBEAT:
+        return
+    client = heartbeat.store_client(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                    2 * heartbeat.interval_for(timeout_s))
+    own = dist.PrefixStore(_HEARTBEAT_PREFIX.format(token=_ATTEMPT[-1]), client)
+    _HEARTBEAT.append(heartbeat.Heartbeat(own, env.rank, env.world_size, timeout_s).start())
+    atexit.register(stop_heartbeat)  # a process that ends (well or not) is not a hung one: its launcher sees it
+
+
+def stop_heartbeat() -> None:
+    while _HEARTBEAT:
+        _HEARTBEAT.pop().stop()
 
 
 class RendezvousTimeout(DistributedTimeout):
@@ -120,12 +152,35 @@ def _launcher_store(rank: int, world_size: int, timeout_s: float):
         store, _, _ = next(dist.rendezvous("env://", rank, world_size,
                                            timeout=datetime.timedelta(seconds=timeout_s)))
     except RuntimeError as err:  # DistNetworkError, DistStoreError: no store there within the timeout
+        taken = port_in_use_line(err, "MASTER_PORT")
+        if taken:  # rank 0 serves the store itself (srun, or RANK/WORLD_SIZE set by hand) and its port is taken
+            raise UserError(f"rank {rank} of {world_size}: {taken}") from None
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
         raise RendezvousTimeout(
             f"rank {rank} of {world_size}: could not reach the rendezvous store at {where} within "
             f"--rendezvous_timeout {timeout_s:g} s ({one_line(err)[:200]}); check MASTER_ADDR/MASTER_PORT, or "
             f"raise --rendezvous_timeout if the nodes start further apart") from None
     return store
+
+
+_PORT_IN_USE = re.compile(r"port: (\d+).*EADDRINUSE|EADDRINUSE.*port: (\d+)", re.S)
+
+
+def port_in_use_line(err: BaseException, flag: str) -> str | None:
+    """The line for a rendezvous store that could not listen because its port is taken (torch's DistNetworkError
+    "... port: N ... EADDRINUSE", anywhere in ``err``'s chain), naming the port and the fix; None for any other
+    error. ``flag``: how the port was given (``--master_port``, ``MASTER_PORT``)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        found = _PORT_IN_USE.search(str(err))
+        if found:
+            port = found.group(1) or found.group(2)
+            return (f"the rendezvous port {port} ({flag}) is already in use on this machine (another job's "
+                    f"rendezvous, or another program): give another one (MASTER_PORT=<a free port>, the same on every "
+                    f"node; the scripts pick a free one themselves on one node when MASTER_PORT is not set)")
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def attempt_store(rank: int, world_size: int, timeout_s: float, store=None):
@@ -171,15 +226,17 @@ def attempt_store(rank: int, world_size: int, timeout_s: float, store=None):
                     f"{timeout_s:g} s: rank 0's process failed to start (see its log) or its node did not start; "
                     f"raise --rendezvous_timeout if the nodes start further apart")
             time.sleep(_POLL_S)
+    _ATTEMPT.append(token)
     return dist.PrefixStore(f"{_RDZV}/{token}/pg", store)
 
 
 def cleanup() -> None:
     """The end of a run that went well on every rank: a barrier first, so that no rank closes its
     connections while a peer is still in the last collective (gloo aborts a process whose peer hung up
-    mid-operation)."""
+    mid-operation). After the barrier every rank is at its end: the heartbeats stop (none is a hung rank)."""
     if dist.is_initialized():
         dist.barrier()
+        stop_heartbeat()
         dist.destroy_process_group()
 
 
