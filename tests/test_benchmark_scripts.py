@@ -144,16 +144,18 @@ def test_inference_benchmark_on_a_pre_ln_checkpoint_with_a_shipped_style_config(
                                                   config], env)
     assert run.returncode == 0, run.stderr[-2000:]
     results = tmp_path / "results"
-    log = open(results / "1cpu_fp32" / "joblog.log").read()
+    log = open(results / "1cpu_fp32_bs2" / "joblog.log").read()
     assert "pre_ln True (config file: False)" in log and "encoder_attention_heads 2 (config file: 8)" in log
     # the table's figures are the run's: throughput as its DLLogger summary, avg and p50 <= p99
     [row] = _table_rows(open(results / "inference_benchmark.log").read())
-    values = [float(v) for v in row.strip("|").split("|")[2:]]
-    summary = [r["data"] for r in read_dllogger(str(results / "1cpu_fp32" / "dllogger.json"))][-1]
+    cells = [v.strip() for v in row.strip("|").split("|")]
+    assert cells[2] == "2" and cells[-1] == "1cpu_fp32_bs2", cells  # the batch size and the run's folder
+    values = [float(v) for v in cells[3:9]]
+    summary = [r["data"] for r in read_dllogger(str(results / "1cpu_fp32_bs2" / "dllogger.json"))][-1]
     assert summary["n_obs"] == 4
     assert values[0] == pytest.approx(summary["throughput_seq_per_s"], abs=0.006)
     assert values[1] <= values[5] + 1e-3 and values[2] <= values[5] + 1e-3
-    generations = open(results / "1cpu_fp32" / "test_generations.txt", encoding="utf-8").read().split("\n")
+    generations = open(results / "1cpu_fp32_bs2" / "test_generations.txt", encoding="utf-8").read().split("\n")
     matching = dict(json.load(open(config)), **{k: getattr(model.config, k) for k in ARCHITECTURE_KEYS})
     (tmp_path / "matching.json").write_text(json.dumps(matching))
     run_eval.main([str(folder / "best_rouge2_step10.ckpt"), str(tmp_path / "matching.json"), data,
@@ -161,6 +163,17 @@ def test_inference_benchmark_on_a_pre_ln_checkpoint_with_a_shipped_style_config(
                    "--max_target_length", "12", "--n_obs", "4", "--tokenizer", small_tokenizer_dir])
     assert generations == open(tmp_path / "direct" / "test_generations.txt", encoding="utf-8").read().split("\n")
     assert len(generations) == 4 + 1
+
+    # a second run into the same folder, batch sizes 1 and 2: its rows are added (bs 2 again as _run2), the first
+    # run's folder and figures are kept
+    first = (results / "1cpu_fp32_bs2" / "dllogger.json").read_bytes()
+    run = _script("run_inference_benchmark.sh", ["1,2", "2", "48", "12", str(folder / "best_rouge2_step10.ckpt"), data,
+                                                  config], env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = _table_rows(open(results / "inference_benchmark.log").read())
+    assert [[c.strip() for c in r.strip("|").split("|")][2::7] for r in rows] == \
+        [["1", "1cpu_fp32_bs1"], ["2", "1cpu_fp32_bs2"], ["2", "1cpu_fp32_bs2_run2"]], rows
+    assert rows[1] == row and (results / "1cpu_fp32_bs2" / "dllogger.json").read_bytes() == first
 
 
 def test_an_explicit_preln_that_contradicts_the_checkpoint_is_one_line(tmp_path, small_tokenizer_dir):
@@ -231,9 +244,10 @@ def test_readme_inference_benchmark_runs_as_printed(tmp_path, small_tokenizer_di
     assert run.returncode == 0, run.stderr[-3000:]
     [results] = glob.glob(str(repo / "results" / "bart_pyt_inference_benchmark_*"))
     assert _table_rows(open(os.path.join(results, "inference_benchmark.log")).read())
-    with open(os.path.join(results, "1cpu_fp32", "test_generations.txt"), encoding="utf-8") as f:
+    # the command's batch size 128, capped at the N_OBS=2 examples
+    with open(os.path.join(results, "1cpu_fp32_bs2", "test_generations.txt"), encoding="utf-8") as f:
         assert len(f.read().split("\n")) == 2 + 1  # a line per source (a random model's text may hold \x1c...)
-    assert "pre_ln True (config file: False)" in open(os.path.join(results, "1cpu_fp32", "joblog.log")).read()
+    assert "pre_ln True (config file: False)" in open(os.path.join(results, "1cpu_fp32_bs2", "joblog.log")).read()
 
 
 def test_readme_training_benchmark_runs_as_printed(tmp_path, small_tokenizer_dir):

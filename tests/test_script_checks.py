@@ -245,7 +245,7 @@ def test_run_pretraining_checks_every_value(sandbox):
 def test_benchmark_scripts_check_every_value(sandbox):
     _accepted(sandbox, "run_inference_benchmark.sh", INFERENCE)
     _accepted(sandbox, "run_training_benchmark.sh", TRAINING)
-    inference = [(1, "true", "predict batch size (1st) 'true'"), (2, "x", "eval beams (2nd) 'x'"),
+    inference = [(1, "true", "predict batch size(s) (1st) 'true'"), (1, "1 0 8", "predict batch size(s) (1st) '1 0 8'"), (2, "x", "eval beams (2nd) 'x'"),
                  (3, "0", "max source length (3rd) '0'"), (4, "1.5", "max target length (4th) '1.5'"),
                  (5, "no.ckpt", "model (5th): no.ckpt does not exist"), (6, "nodata", "data dir (6th): nodata not found"),
                  (7, "no.json", "config path (7th): no.json not found")]
@@ -380,7 +380,8 @@ def test_results_dir_is_where_every_script_writes_and_output_dir_wins(sandbox):
     run = sandbox.run(["scripts/run_inference_benchmark.sh", *INFERENCE], {"RESULTS_DIR": res + "_inference"})
     assert run.returncode == 0, run.stderr
     evaluate, table = _python_calls(sandbox)
-    assert evaluate.split()[5] == f"{res}_inference/1cpu_fp32" and table.split()[-1] == f"{res}_inference"
+    # a folder per batch size (INFERENCE's 2, capped at the split's one example)
+    assert evaluate.split()[5] == f"{res}_inference/1cpu_fp32_bs1" and table.split()[-1] == f"{res}_inference"
     run = sandbox.run(["scripts/run_training_benchmark.sh", *TRAINING], {"RESULTS_DIR": res + "_training"})
     assert run.returncode == 0, run.stderr
     finetune, table = _python_calls(sandbox)
@@ -523,13 +524,23 @@ def test_scripts_take_a_leading_part_of_their_values_and_the_references_defaults
     run = sandbox.run(["scripts/run_training_benchmark.sh", "8"])
     assert run.returncode == 0 and _arg(_python_calls(sandbox)[0], "--train_batch_size") == "8"
 
+    # the inference benchmark's default: the NGC seed's batch sizes 1 4 8 16 32 64 128 (a split of 200 examples)
+    for side in ("source", "target"):
+        (sandbox.root / "data" / "xsum" / f"test.{side}").write_text(f"A {side}.\n" * 200)
     run = sandbox.run(["scripts/run_inference_benchmark.sh"])
     assert run.returncode == 0, run.stderr
-    evaluate = _python_calls(sandbox)[0].split()
+    runs = [call for call in _python_calls(sandbox) if "run_eval.py" in call]
+    assert [_arg(call, "--bs") for call in runs] == ["1", "4", "8", "16", "32", "64", "128"]
+    evaluate = runs[-1].split()
     assert evaluate[2:5] == ["facebook/bart-large", "configs/config_xsum.json", "data/xsum"]
     assert [_arg(" ".join(evaluate), f) for f in ("--bs", "--eval_beams", "--max_source_length", "--max_target_length")] \
         == ["128", "6", "1024", "60"]
     assert "--n_obs" not in evaluate  # the whole split, as the reference
+    # capped at the split's size (N_OBS): sizes above it run once, as N_OBS, and a note says so
+    run = sandbox.run(["scripts/run_inference_benchmark.sh", "1,4,8,16 32"], {"N_OBS": "10"})
+    assert run.returncode == 0, run.stderr
+    assert [_arg(call, "--bs") for call in _python_calls(sandbox) if "run_eval.py" in call] == ["1", "4", "8", "10"]
+    assert "note: batch size(s) 16 32 above the split's 10 examples run as 10" in run.stderr, run.stderr
     run = sandbox.run(["scripts/run_inference_benchmark.sh", *INFERENCE], {"N_OBS": "-1"})
     assert run.returncode == 0 and "--n_obs" not in _python_calls(sandbox)[0], run.stderr
     run = sandbox.run(["scripts/run_inference_benchmark.sh", *INFERENCE], {"N_OBS": "5000"})

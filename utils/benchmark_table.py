@@ -6,10 +6,11 @@
     python -m utils.benchmark_table stability RESULTS_DIR
 
 RESULTS_DIR holds one folder per run named ``{count}{gpu|cpu}_{precision}`` with a dllogger.json
-(pretraining: ``len{L}_{nodes}node_{count}{gpu|cpu}_{precision}``; stability: ``seed_{N}`` with
+(inference: ``{count}{gpu|cpu}_{precision}_bs{batch}``, a repeated measurement ``..._run{k}``, every one a row;
+pretraining: ``len{L}_{nodes}node_{count}{gpu|cpu}_{precision}``; stability: ``seed_{N}`` with
 ``test_rouge.json``). Training and pretraining: throughput averaged over the logged windows after the
-first (the warm-up). Inference: the throughput and latency figures run_eval.py logs. Stability: ROUGE
-per seed, mean and standard deviation.
+first (the warm-up). Inference: the throughput and latency figures run_eval.py logs, a row per batch size.
+Stability: ROUGE per seed, mean and standard deviation.
 """
 from __future__ import annotations
 
@@ -66,14 +67,33 @@ def _training_table(results_dir: str) -> list[str]:
     return lines
 
 
+# run_inference_benchmark.sh's folders: a batch size each, a repeat of one measurement into the same results folder
+# _run2, _run3 (an earlier version's folders had no batch size: "-")
+_INFERENCE_RUN = re.compile(r"^(\d+)(gpu|cpu)_([a-z0-9]+?)(?:_bs(\d+))?(?:_run(\d+))?$")
+
+
+def inference_runs(results_dir: str) -> list[tuple]:
+    """(processes, device, precision, batch size or None, repeat, folder) of every inference run folder, sorted."""
+    runs = []
+    for name in os.listdir(results_dir):
+        match = _INFERENCE_RUN.match(name)
+        if match and os.path.isdir(os.path.join(results_dir, name)):
+            count, device, precision, batch, repeat = match.groups()
+            runs.append((int(count), device, precision, int(batch) if batch else None, int(repeat or 1),
+                         os.path.join(results_dir, name)))
+    if not runs:
+        raise FileNotFoundError(f"no run folders ({{count}}{{gpu|cpu}}_{{precision}}_bs{{batch}}) in {results_dir}")
+    return sorted(runs, key=lambda r: (r[0], r[1], r[2], r[3] or 0, r[4]))
+
+
 def _inference_table(results_dir: str) -> list[str]:
-    lines = ["| processes | precision | summaries/s | latency avg s | p50 | p90 | p95 | p99 |",
-             "|---|---|---|---|---|---|---|---|"]
-    for count, device, precision, folder in _runs(results_dir):
+    lines = ["| processes | precision | batch size | summaries/s | latency avg s | p50 | p90 | p95 | p99 | run |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for count, device, precision, batch, _, folder in inference_runs(results_dir):
         row = inference_row(os.path.join(folder, "dllogger.json"))
-        lines.append(f"| {count} {device.upper()} | {precision} | {row['throughput_seq_per_s']:.2f} | "
+        lines.append(f"| {count} {device.upper()} | {precision} | {batch or '-'} | {row['throughput_seq_per_s']:.2f} | "
                      f"{row['latency_avg_s']:.3f} | {row['latency_p50_s']:.3f} | {row['latency_p90_s']:.3f} | "
-                     f"{row['latency_p95_s']:.3f} | {row['latency_p99_s']:.3f} |")
+                     f"{row['latency_p95_s']:.3f} | {row['latency_p99_s']:.3f} | {os.path.basename(folder)} |")
     return lines
 
 

@@ -59,6 +59,8 @@ value_ok() {  # KIND VALUE: is VALUE a KIND?
   case "$1" in
     count) [[ "$v" =~ ^[0-9]{1,15}$ ]] && [ "$v" -ge 1 ] ;;            # a whole number >= 1
     count0) [[ "$v" =~ ^[0-9]{1,15}$ ]] ;;                            # a whole number >= 0
+    count_list) [[ "$v" =~ ^[[:space:],]*[0-9]{1,15}([[:space:],]+[0-9]{1,15})*[[:space:],]*$ ]] &&
+      [[ ! "$v" =~ (^|[^0-9])0+([^0-9]|$) ]] ;;                       # whole numbers >= 1: "1 4 8" or 1,4,8
     count_all) [[ "$v" =~ ^([0-9]{1,15}|-1)$ ]] ;;                    # >= 0, or -1 for all
     count_or_all) [[ "$v" =~ ^([0-9]{1,15}|-1)$ ]] && [ "$v" != 0 ] ;; # >= 1, or -1 for all
     number) [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && [[ ! "$v" =~ ^[0.]+([eE].*)?$ ]] ;;
@@ -89,6 +91,7 @@ value_problem() {  # KIND LABEL VALUE: the sentence saying why VALUE is not a KI
   case "$1" in
     count) echo "$label '$v' is not a whole number >= 1" ;;
     count0) echo "$label '$v' is not a whole number >= 0" ;;
+    count_list) echo "$label '$v' is not a whole number >= 1 or a list of them (\"1 4 8\" or 1,4,8)" ;;
     count_all) echo "$label '$v' is not a whole number >= 0 (or -1 for all)" ;;
     count_or_all) echo "$label '$v' is not a whole number >= 1 (or -1 for all)" ;;
     number) echo "$label '$v' is not a positive number (such as 1e-4 or 0.001)" ;;
