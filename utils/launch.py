@@ -20,9 +20,9 @@ And three cluster faults are named instead of met again or buried:
   and prints it again);
 - a rendezvous port already taken (two jobs on one node with the same ``--master_port``, a port another
   program holds) is one line naming the port and the fix, exit code 2, instead of torchrun's TCPStore traceback;
-- a worker that is stopped (SIGSTOP; see :mod:`bart.utils.heartbeat`, which names it) gets SIGCONT right after
-  torchrun's closing signal, so that it ends now instead of when the SIGKILL comes 30 s (a failed worker
-  group) or ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds later.
+- a worker that is stopped (SIGSTOP; :mod:`bart.utils.heartbeat` names it) when torchrun closes the job is
+  killed at once if a worker failed (torchrun alone waits 30 s for it), or woken (SIGCONT) after a stop signal
+  so that it takes the signal and writes its checkpoint.
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     api._terminate_process_handler = handler  # what PContext.start installs for SIGTERM, SIGINT, ...
     api.PContext.start, api.PContext.close = start_and_keep, close_and_record
     _no_restart_after_a_user_error(spared)
-    _wake_stopped_workers_when_closing()
+    _wake_stopped_workers_when_closing(first)
     try:
         torchrun.main(argv)
     except api.SignalException:
@@ -143,18 +143,30 @@ def _no_restart_after_a_user_error(spared: list) -> None:
     LocalElasticAgent._monitor_workers = monitor_and_spare
 
 
-def _wake_stopped_workers_when_closing() -> None:
-    """SIGCONT after each closing signal torchrun sends a worker (its process group): a stopped worker would hold
-    the signal until the SIGKILL long after; a running one ignores SIGCONT."""
+def _stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP, SIGTSTP: state T in /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _wake_stopped_workers_when_closing(stop_signals: list) -> None:
+    """After each closing signal torchrun sends a worker (its process group), a worker that is stopped: after a
+    stop signal (``stop_signals`` not empty) SIGCONT, so that it takes the signal now (and writes its checkpoint);
+    when the job ends because a worker failed, SIGKILL: it is the stopped rank the heartbeat named
+    (:mod:`bart.utils.heartbeat`), and torchrun would kill it 30 s later anyway. A running worker is left to its
+    closing signal."""
     from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
 
     close = SubprocessHandler.close
 
     def close_and_wake(self, death_sig=None) -> None:
         close(self, death_sig)
-        if death_sig != signal.SIGKILL:
+        if death_sig != signal.SIGKILL and _stopped(self.proc.pid):
             try:
-                os.killpg(self.proc.pid, signal.SIGCONT)
+                os.killpg(self.proc.pid, signal.SIGCONT if stop_signals else signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 

@@ -10,8 +10,8 @@ rank watches rank 0 (O(ranks) store traffic in all). A counter that did not move
 seconds, measured on the watcher's own clock, means that process is stopped (SIGSTOP, a frozen machine), dead
 without its launcher noticing, or cut off from the store: the watcher writes one line naming the rank(s), their
 host and pid (each rank publishes them at start), and ends its process with exit code 4
-(``EXIT_DIST_TIMEOUT``); the launcher then ends the job (``utils.launch`` wakes a stopped worker with SIGCONT so
-that its closing signal is not held until the SIGKILL 30 s or ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` later).
+(``EXIT_DIST_TIMEOUT``); the launcher then ends the job (``utils.launch`` kills the stopped worker at once; plain
+torchrun sends it SIGTERM, which a stopped process holds, and SIGKILL 30 s later).
 
 What is not a hang: the beating thread runs beside the main thread, so a rank that is merely busy (a long
 compile, a checkpoint write, a slow data shard, waiting in a collective for a slow peer) keeps beating. Only a
