@@ -62,7 +62,7 @@ def container_image(tmp_path_factory):
 # of a 6-minute suite). Files not named here follow in pytest's order; a stale list costs only time.
 HEAVIEST_FIRST = ("test_gpu_suite.py", "test_journey.py", "test_pretraining_data.py", "test_faults.py", "test_signals.py",
                   "test_trainer.py", "test_disk_and_shards.py", "test_finetune.py", "test_benchmark_scripts.py",
-                  "test_generation.py", "test_readme.py", "test_run_lock.py", "test_restarts.py", "test_exact_resume.py",
+                  "test_generation.py", "test_readme.py", "test_run_lock.py", "test_restarts.py", "test_exact_resume.py", "test_cluster_faults.py",
                   "test_export.py",
                   "test_package.py", "test_reference_outputs.py", "test_tokenizer_choice.py", "test_hub.py",
                   "test_script_journey.py", "test_tokenizer.py", "test_train_tokenizer.py")
