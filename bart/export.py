@@ -35,6 +35,7 @@ import sys
 import tempfile
 from typing import Optional
 
+from bart.configuration.shipped import config_file, names_help
 from bart.utils.errors import one_line
 from bart.utils.file_modes import staging_folder
 
@@ -262,7 +263,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--allow_tokenizer_mismatch", action="store_true",
                         help="export --tokenizer / $TOKENIZER even where it differs from the checkpoint's own")
     parser.add_argument("--config", dest="config_path", default=None,
-                        help="BART config.json, for a weights file that carries no config")
+                        help=f"for a weights file that carries no config: a shipped config's name ({names_help()}) "
+                             f"or a BART config.json's path")
     parser.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
                         help="with --config: Pre-LN model (default: the config's)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT_DIR")
@@ -276,7 +278,8 @@ def main(argv=None) -> int:
     from bart.hub import HubResolutionError
 
     try:
-        result = export(args.checkpoint, args.out_dir, args.tokenizer, args.config_path, args.pre_ln,
+        config_path = args.config_path and config_file(args.config_path, "--config")  # UserError: a ValueError
+        result = export(args.checkpoint, args.out_dir, args.tokenizer, config_path, args.pre_ln,
                         args.overwrite, args.verify, args.allow_tokenizer_mismatch)
     except (ExportError, HubResolutionError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
             PermissionError, ValueError) as err:  # ValueError: CheckpointError too (not imported: it imports torch)

@@ -20,6 +20,7 @@ import math
 import os
 
 from bart.cli.reference_flags import add_reference_args
+from bart.configuration.shipped import names_help
 from bart.data.noise import add_noise_args
 from bart.evaluation import TASK_METRICS
 from bart.generation.precision import DECODE_PRECISIONS
@@ -187,7 +188,8 @@ def add_architecture_args(group) -> None:
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
-    model.add_argument("--config_path", required=True, help="BART config.json (configs/config.json: bart-large)")
+    model.add_argument("--config_path", required=True,
+                       help=f"a shipped config's name ({names_help()}) or a BART config.json's path")
     add_architecture_args(model)
     model.add_argument("--dropout", type=PROBABILITY, default=None, help="dropout (default: the config's)")
     model.add_argument("--attention_dropout", type=PROBABILITY, default=None, help="attention dropout (default: the config's)")
@@ -412,7 +414,8 @@ def write_run_config(values: dict, output_dir: str, extra: dict | None = None) -
 def add_eval_args(parser: argparse.ArgumentParser) -> None:
     """run_eval.py's own: the reference's positional arguments and what a run of generation takes."""
     parser.add_argument("model_path", help="checkpoint (.ckpt) or Hugging Face folder")
-    parser.add_argument("config_path", help="BART config.json the model was built with")
+    parser.add_argument("config_path", help=f"the config the model was built with: a shipped config's name "
+                                            f"({names_help()}) or a BART config.json's path")
     parser.add_argument("data_dir", help="folder with {type_path}.source and .target")
     parser.add_argument("save_path", help="output folder")
     parser.add_argument("--type_path", default="test", help="split to evaluate (train, val, test)")

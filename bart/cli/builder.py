@@ -17,8 +17,8 @@ import torch
 
 from bart.cli.args import write_run_config
 from bart.cli.settings import Settings, fit_lengths, resolved
-from bart.cli.start import (device_for, lock_output_dir, model_config, record_start, seed_everything, setup_distributed,
-                             tokenizer_for)
+from bart.cli.start import (device_for, lock_output_dir, model_config, record_start, resolve_config, seed_everything,
+                             setup_distributed, tokenizer_for)
 from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler, describe_optimizer
@@ -35,7 +35,9 @@ from bart.utils.metric_writers import build_writers, config_text
 
 def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
     """A training run's start: the process group, the output folder's lock (one run per folder, before
-    anything is written there), the seeds, and ``--resume_from_checkpoint auto`` settled against the folder."""
+    anything is written there), the seeds, and ``--resume_from_checkpoint auto`` settled against the folder; before
+    all of them, ``--config_path`` as a file (a shipped config's name: its file)."""
+    args = resolve_config(args)
     env = setup_distributed(args)
     lock_output_dir(args.output_dir, env)
     seed_everything(args.seed, env.rank)

@@ -29,7 +29,7 @@ def parse_args(argv=None) -> Settings:
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    args = start.resolve_config(parse_args(argv), "CONFIG_PATH")  # a shipped config's name: its file
     precision = args.precision  # the run's one Precision, made at parse time
     check_decode_precision(args.decode_precision, precision.name)  # against --bf16/--fp16
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,

@@ -46,7 +46,8 @@ class Settings:
 
     # -- model ---------------------------------------------------------------------------------------
     config_path: Optional[str] = None
-    """The BART config.json the model is built from (run_eval.py: the generation settings' file)."""
+    """The BART config.json the model is built from (run_eval.py: the generation settings' file): as given, a
+    shipped config's name or a path; from run start (``start.resolve_config``) the file's path."""
     pre_ln: Optional[bool] = None
     """Pre-LN (True) or post-LN (False) over the config file's ``pre_ln``; None: the file's (run_eval.py: the checkpoint's)."""
     tokenizer: Optional[str] = None

@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import torch
 
-from bart.cli.settings import Settings
+from bart.cli.settings import Settings, resolved
 from bart.configuration.configuration_bart import BartConfig
+from bart.configuration.shipped import config_file
 from bart.utils import distributed as dist_utils, provenance
 from bart.utils.checkpoint_io import CheckpointError
 from bart.utils.errors import UserError
@@ -68,8 +69,15 @@ def device_for(env: dist_utils.DistributedEnv) -> torch.device:
         else torch.device("cpu")
 
 
+def resolve_config(args: Settings, flag: str = "--config_path") -> Settings:
+    """The settings with ``config_path`` a file: a shipped config's name (:mod:`bart.configuration.shipped`) as
+    its file; an unknown name or a missing file one line listing the names. First thing at run start."""
+    return resolved(args, config_path=config_file(args.config_path, flag))
+
+
 def model_config(args: Settings, training: bool = True) -> BartConfig:
-    """The config file with the command line's overrides applied before the model is built.
+    """The config file (``args.config_path``, as :func:`resolve_config` left it) with the command line's overrides
+    applied before the model is built.
     Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
     config = BartConfig.from_json_file(args.config_path)
     for key, value in (("dropout", args.dropout), ("attention_dropout", args.attention_dropout),
