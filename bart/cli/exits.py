@@ -3,7 +3,8 @@ unreadable checkpoint, a hub id that cannot be resolved) is one line on stderr a
 that stopped itself (non-finite losses, the fp16 loss scale at its floor, a collective that timed
 out, a stop signal after its checkpoint) is one line and its own exit code (``bart.utils.errors``); a full
 disk, quota or read-only file system, whatever layer raises it (``bart.utils.checkpoint_io.storage_errno``), is
-one line naming the folder and its free space, exit code 2; memory that runs out (CPU or GPU) one line with
+one line naming the folder and its free space, exit code 2; a package missing from this Python one line naming it and
+its install command (``bart.cli.console.missing_package``), exit code 2; memory that runs out (CPU or GPU) one line with
 the size asked for, the memory there is and what to lower (``bart.utils.memory``), exit code 2; Ctrl-C during a checkpoint write one line
 naming the newest complete checkpoint, exit code 130, and anywhere else one line, exit code 130 (run_eval.py:
 at the first Ctrl-C); a programming error keeps its traceback. Stop signals are taken for the whole run
@@ -205,6 +206,12 @@ def _end(err: BaseException, script: str) -> None:
         sys.exit(err.exit_code)
     if not isinstance(err, Exception):
         raise err
+    from bart.cli.console import missing_package
+
+    missing = missing_package(err)  # a package the run imported late (lddl for pretraining's data, say)
+    if missing is not None:
+        _say(f"{script}: error: {missing}")
+        sys.exit(EXIT_USER_ERROR)
     from bart.utils.checkpoint_io import storage_errno, storage_message
     from bart.utils.memory import out_of_memory
 
