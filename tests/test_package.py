@@ -1,33 +1,52 @@
-"""The project as a package (pyproject.toml): installed into fresh virtual environments (layered on this
-Python's packages, nothing downloaded), ``from bart.modeling import ...`` works from any folder, the
-console scripts are the entry points; and the ruff configuration CI runs passes."""
+"""The project as a package (pyproject.toml, setup.py's build hook), built and installed offline: the wheel (one
+import name, the shipped configs, the commit it was built from); an editable install; the wheel installed with
+its dependencies into a virtual environment layered on this Python's packages (every dependency met by what is
+there, torch kept), where ``from bart.modeling import ...`` works from any folder, the console scripts are the
+entry points and a run's git_log.json names the version and the commit; the wheel in a bare virtual environment
+without torch, where each console script says what is missing in one line; and the ruff configuration CI runs."""
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
+
+from tests.helpers.summaries import write_summarization_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPORTS = ("from bart.modeling import BartForConditionalGeneration; from bart.configuration import BartConfig; "
            "import bart, bart.utils, bart.cli.pretrain; print(bart.__file__); print(bart.cli.pretrain.__file__)")
+SCRIPTS = {"bart-pretrain": "pretrain.py", "bart-finetune": "finetune.py", "bart-run-eval": "run_eval.py",
+           "bart-export": "python -m bart.export"}
+SHIPPED = {"bart-large": "config.json", "bart-base": "config_base.json", "xsum": "config_xsum.json",
+           "tiny": "config_tiny.json"}
 
 
-def _layered_venv(path):
-    """A virtual environment whose own packages come first, then this Python's (a .pth file)."""
+def _git(*args):
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _venv(path, layered=True):
+    """A virtual environment; ``layered``: its own packages first, then this Python's (a .pth file); else bare
+    (no site packages at all)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
     python = path / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    with open(os.path.join(purelib, "_outer.pth"), "w") as f:
-        f.write("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))) + "\n")
+    if layered:
+        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        with open(os.path.join(purelib, "_outer.pth"), "w") as f:
+            f.write("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))) + "\n")
     return python
 
 
-def _install(python, *args):
-    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                          "--no-build-isolation", "--no-index", *args], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+def _pip(*args, python=None, env=None):
+    target = ["--python", str(python)] if python else []
+    out = subprocess.run([sys.executable, "-m", "pip", *target, *args, "--quiet", "--no-build-isolation", "--no-index"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
 
 
 def _run(command, cwd):
@@ -45,53 +64,178 @@ def _builds_wheels_offline() -> bool:
     return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
 
 
+needs_wheels = pytest.mark.skipif(not _builds_wheels_offline(), reason="this Python's setuptools < 70.1 without wheel "
+                                  "cannot build without a download (pip --no-build-isolation)")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """The wheel of this working tree (its tracked and new files, symlinks as links), built as `pip wheel .` in a
+    clone would build it: the build hook reads the checkout's git state (GIT_DIR, GIT_WORK_TREE)."""
+    base = tmp_path_factory.mktemp("wheel")
+    source = base / "source"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, listed):
+        path, copy = os.path.join(ROOT, name), source / name
+        if os.path.islink(path) or os.path.isfile(path):
+            os.makedirs(copy.parent, exist_ok=True)
+            os.symlink(os.readlink(path), copy) if os.path.islink(path) else shutil.copy2(path, copy)
+    env = dict(os.environ, GIT_DIR=_git("rev-parse", "--absolute-git-dir"), GIT_WORK_TREE=str(source))
+    _pip("wheel", "--no-deps", "-w", str(base / "dist"), str(source), env=env)
+    (built,) = (base / "dist").glob("bart_recipe-*.whl")
+    return built
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not _builds_wheels_offline(), reason="this Python's setuptools < 70.1 without wheel cannot build "
-                                                         "without a download (pip --no-build-isolation)")
-def test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points(tmp_path):
+@needs_wheels
+def test_the_wheel_claims_bart_ships_the_configs_and_the_commit(wheel):
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+        (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+        assert whl.read(top_level).decode().split() == ["bart"]
+        assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"bart"}
+        # the shipped configs, the checkout's configs/ (a link to bart/configs: one copy in git), byte for byte
+        assert os.path.islink(os.path.join(ROOT, "configs"))
+        assert os.path.realpath(os.path.join(ROOT, "configs")) == os.path.join(ROOT, "bart", "configs")
+        shipped = sorted(n[len("bart/configs/"):] for n in names if n.startswith("bart/configs/"))
+        assert shipped == sorted(os.listdir(os.path.join(ROOT, "configs"))) == sorted(SHIPPED.values())
+        for name in shipped:
+            assert whl.read(f"bart/configs/{name}") == open(os.path.join(ROOT, "configs", name), "rb").read()
+        build = json.loads(whl.read("bart/_build.json"))
+    assert build["git"]["commit"] == _git("rev-parse", "HEAD")
+    assert build["git"]["dirty"] == bool(_git("status", "--porcelain"))
+    assert build["version"] == wheel.name.split("-")[1]
+
+
+@pytest.mark.slow
+@needs_wheels
+def test_editable_install_runs_the_checkout(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    # pip install -e . : the checkout itself
-    editable = _layered_venv(tmp_path / "editable")
-    _install(editable, "-e", ROOT)
-    out = _run([str(editable), "-c", IMPORTS], elsewhere)
+    editable = _venv(tmp_path / "editable")
+    _pip("install", "--no-deps", "-e", ROOT, python=editable)
+    out = _run([str(editable), "-c", IMPORTS + "; from bart.configuration.shipped import config_file; "
+                "print(config_file('bart-base', '--config_path'))"], elsewhere)
     assert out.returncode == 0, out.stderr
-    assert [os.path.dirname(p) for p in out.stdout.split()] == [os.path.join(ROOT, "bart"), os.path.join(ROOT, "bart", "cli")]
+    assert out.stdout.split() == [os.path.join(ROOT, "bart", "__init__.py"), os.path.join(ROOT, "bart", "cli", "pretrain.py"),
+                                  os.path.join(ROOT, "bart", "configs", "config_base.json")]
     scripts = editable.parent
-    # each console script runs its entry script: bart-pretrain here, bart-finetune just below (its answer is
-    # `python finetune.py`'s), bart-run-eval in the installed copy, bart-export at the end
-    helped = _run([str(scripts / "bart-pretrain"), "--help"], elsewhere)
-    assert helped.returncode == 0 and helped.stdout.startswith("usage: pretrain.py"), helped.stderr
+    assert not os.path.exists(os.path.join(ROOT, "bart", "_build.json"))  # an editable copy's runs read git
     # a user's mistake: what `python finetune.py` answers, in one line and exit 2
     ours = _run([str(scripts / "bart-finetune"), "--config_path", "missing.json"], elsewhere)
     theirs = _run([str(editable), os.path.join(ROOT, "finetune.py"), "--config_path", "missing.json"], elsewhere)
     assert (ours.returncode, ours.stdout, ours.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr)
     assert ours.returncode == 2 and len(ours.stderr.strip().splitlines()) == 1, ours.stderr
-    assert "usage" in _run([str(scripts / "bart-export"), "--help"], elsewhere).stdout
-    # pip install . : a copy of the tracked files, installed into site-packages
-    source = tmp_path / "source"
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True).stdout.split("\0")
-    for name in filter(None, tracked):
-        if os.path.isfile(os.path.join(ROOT, name)):
-            os.makedirs(source / os.path.dirname(name), exist_ok=True)
-            shutil.copy2(os.path.join(ROOT, name), source / name)
-    for name in ("pyproject.toml",):  # this checkout's, committed or not
-        shutil.copy2(os.path.join(ROOT, name), source / name)
-    installed = _layered_venv(tmp_path / "installed")
-    _install(installed, str(source))
-    out = _run([str(installed), "-c", IMPORTS], elsewhere)
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """The wheel installed WITH its dependencies, offline, into a venv layered on this Python's packages: the
+    install succeeds only if every dependency pyproject.toml declares is met by what is installed (as in the NGC
+    container, whose torch pip must keep)."""
+    python = _venv(tmp_path_factory.mktemp("venv") / "installed")
+    _pip("install", str(wheel), python=python)
+    return python
+
+
+@pytest.mark.slow
+@needs_wheels
+def test_installed_copy_runs_from_anywhere_with_a_shipped_config_by_name(installed, tmp_path, small_tokenizer_dir):
+    import torch
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = _run([str(installed), "-c", IMPORTS + "; import torch; print(torch.__file__)"], elsewhere)
     assert out.returncode == 0, out.stderr
-    assert all(str(tmp_path / "installed") in p and "site-packages" in p for p in out.stdout.split())
+    bart_init, cli_pretrain, torch_init = out.stdout.split()
+    assert all(str(installed.parent.parent) in p and "site-packages" in p for p in (bart_init, cli_pretrain))
+    assert torch_init == torch.__file__  # the environment's torch kept (torch>=2.4 met), not installed again
     # one import name: the installed copy claims `bart` alone at the top of site-packages
-    site = os.path.dirname(os.path.dirname(out.stdout.split()[0]))
+    site = os.path.dirname(os.path.dirname(bart_init))
     claimed = {name for name in os.listdir(site) if not name.endswith((".dist-info", ".pth")) and name != "__pycache__"}
     assert claimed == {"bart"}, claimed
-    top_level = [os.path.join(site, d, "top_level.txt") for d in os.listdir(site) if d.endswith(".dist-info")]
-    assert all(open(f).read().split() == ["bart"] for f in top_level if os.path.exists(f))
     for name in ("utils", "pretrain", "finetune", "run_eval"):
         assert _run([str(installed), "-c", f"import {name}"], elsewhere).returncode != 0, name
-    helped = _run([str(installed.parent / "bart-run-eval"), "--help"], elsewhere)
-    assert helped.returncode == 0 and helped.stdout.startswith("usage: run_eval.py"), helped.stderr
+    scripts = installed.parent
+    for script, usage in SCRIPTS.items():
+        helped = _run([str(scripts / script), "--help"], elsewhere)
+        assert helped.returncode == 0 and helped.stdout.startswith(f"usage: {usage}"), helped.stderr
+        if script != "bart-export":  # its --config too, in other words
+            assert all(f"{name}:" in " ".join(helped.stdout.split()) for name in SHIPPED), script
+    # an unknown name: one line listing the names
+    refused = _run([str(scripts / "bart-run-eval"), "m", "bart-huge", "d", str(tmp_path / "eval")], elsewhere)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "run_eval.py: error: CONFIG_PATH bart-huge: no such file, nor a shipped config's name; give a config.json's "
+        "path or one of bart-large, bart-base, xsum, tiny (see --help)"], refused.stderr
+    # a tiny run from elsewhere with the shipped config by name: it reads the installed file, and its
+    # git_log.json names the distribution's version and the commit the copy was built from
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
+    run = _run([str(scripts / "bart-finetune"), "--config_path", "tiny", "--from_scratch", "--tokenizer",
+                small_tokenizer_dir, "--data_dir", data, "--max_steps", "1", "--train_batch_size", "2",
+                "--max_source_length", "32", "--max_target_length", "16", "--n_val", "0", "--num_workers", "0",
+                "--no_tensorboard", "--output_dir", "out"], elsewhere)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.load(open(elsewhere / "out" / "run_config.json"))["config_path"] == \
+        os.path.join(site, "bart", "configs", "config_tiny.json")
+    log = json.load(open(elsewhere / "out" / "git_log.json"))
+    (start,) = log["starts"]
+    version = _run([str(installed), "-c", "from importlib.metadata import version; print(version('bart-recipe'))"],
+                   elsewhere).stdout.strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+    assert start["package"]["version"] == version and start["package"]["installed"] == "built"
+    assert start["git"]["commit"] == log["repo_sha"] == _git("rev-parse", "HEAD")
+    assert start["git"]["repo"] is None and start["git"]["from"] == "built package"
+
+
+@pytest.mark.slow
+@needs_wheels
+def test_bare_venv_without_torch_each_console_script_says_what_is_missing(wheel, tmp_path):
+    bare = _venv(tmp_path / "bare", layered=False)
+    _pip("install", "--no-deps", str(wheel), python=bare)
+    assert _run([str(bare), "-c", "import torch"], tmp_path).returncode != 0
+    for script in SCRIPTS:
+        said = _run([str(bare.parent / script), "--help"], tmp_path)
+        # the first package its entry point imports that is not there (torch for all but bart-export's --help,
+        # which needs none: it answers)
+        if script == "bart-export":
+            assert said.returncode == 0 and said.stdout.startswith("usage: python -m bart.export"), said.stderr
+            continue
+        assert said.returncode == 2 and said.stdout == "", said.stdout
+        assert said.stderr.splitlines() == [
+            f"{script}: error: the package 'torch' is not installed in this Python ({bare}); install it: "
+            f"{bare} -m pip install 'torch>=2.4'"], said.stderr
+
+
+def _requirements(path):
+    for line in open(path):
+        line = line.split("#")[0].strip()
+        if line:
+            yield line
+
+
+def test_dependencies_admit_the_containers_torch_and_the_pinned_versions():
+    """pyproject.toml's lower bounds are met by the NGC container's torch (Dockerfile) and by the versions CI pins
+    (requirements.txt, and requirements-transformers4.txt's transformers 4.57 line)."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    declared = {canonicalize_name(r.name): r for r in map(Requirement, tomllib.load(
+        open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]["dependencies"])}
+    container_torch = re.search(r"NGC PyTorch [\d.]+: torch (\S+),", open(os.path.join(ROOT, "Dockerfile")).read())
+    assert declared["torch"].specifier.contains(container_torch.group(1), prereleases=True), container_torch.group(1)
+    pins = {}
+    for path in ("requirements.txt", "requirements-nodeps.txt", "requirements-transformers4.txt"):
+        for line in _requirements(os.path.join(ROOT, path)):
+            requirement = Requirement(line)
+            for pinned in (s.version for s in requirement.specifier if s.operator == "=="):
+                pins.setdefault(canonicalize_name(requirement.name), []).append(pinned)
+    pins.setdefault("torch", []).append(re.search(r"torch==([\d.]+)", open(os.path.join(ROOT, "scripts",
+                                                                                         "install.sh")).read()).group(1))
+    for name, requirement in declared.items():
+        for version in pins.get(name, []):
+            assert requirement.specifier.contains(version, prereleases=True), (name, version, str(requirement))
 
 
 def test_ruff_passes_with_the_projects_configuration():

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import torch
 
+from bart.cli.console import DISTRIBUTION
 from bart.cli.settings import Settings, resolved
 from bart.configuration.configuration_bart import BartConfig
 from bart.configuration.shipped import config_file
@@ -95,9 +96,12 @@ def model_config(args: Settings, training: bool = True) -> BartConfig:
 
 def record_start(folder: str, world_size: int) -> str:
     """Rank 0: this start's provenance (commit, versions, GPUs, container, command line) appended to
-    ``folder``/git_log.json (:mod:`bart.utils.provenance`); a resume adds a record, never replaces one."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return provenance.append_start(folder, provenance.collect(root, extra={"world_size": world_size}))
+    ``folder``/git_log.json (:mod:`bart.utils.provenance`); a resume adds a record, never replaces one. The code's
+    origin: the checkout's git state, or for an installed copy its version and the commit it was built from."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bart/
+    origin = provenance.package_origin(DISTRIBUTION, package_dir)  # an installed copy: version, commit built from
+    return provenance.append_start(folder, provenance.collect(os.path.dirname(package_dir), package=origin,
+                                                              extra={"world_size": world_size}))
 
 
 def tokenizer_for(args: Settings, candidates: list):

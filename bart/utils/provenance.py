@@ -4,6 +4,10 @@ NCCL, the libraries), the hardware (GPU names and count), the container and the 
     record = collect(repo_dir)               # one start of a run, as a plain JSON dict
     append_start(folder, record)             # folder/git_log.json: every start of the run, in order
 
+An installed copy of a package has no git checkout: ``package_origin`` reads the distribution's version
+(``importlib.metadata``) and the commit the copy was built from (``_build.json`` in the package, written at build
+time), and ``collect(..., package=...)`` records that commit as the run's code.
+
 ``git_log.json`` keeps the reference recipe's keys (``repo_id``, ``repo_sha``, ``repo_branch``,
 ``hostname``: the first start's, never rewritten) and adds ``starts``, one full record per start: a
 resumed or restarted run appends its record and keeps the earlier ones. Nothing here knows what runs.
@@ -23,6 +27,7 @@ from typing import Optional
 from bart.utils.checkpoint_io import atomic_write_text
 
 FILE_NAME = "git_log.json"
+BUILD_FILE = "_build.json"  # in a built package's folder: {"version", "built", "git": {"commit", ...}}
 # the libraries a run's numbers depend on (importlib.metadata: read without importing them)
 LIBRARIES = ("torch", "numpy", "transformers", "tokenizers", "huggingface_hub", "safetensors", "lddl", "dllogger",
              "apex", "rouge_score", "nltk", "sacrebleu", "pyarrow", "ctranslate2", "tensorboard", "wandb")
@@ -52,6 +57,41 @@ def git_state(repo_dir: str) -> dict:
     return {"repo": _git(repo_dir, "rev-parse", "--show-toplevel") or os.path.abspath(repo_dir), "commit": commit,
             "branch": _git(repo_dir, "rev-parse", "--abbrev-ref", "HEAD"), "dirty": bool(changed),
             "changed": changed[:50], "remote": _git(repo_dir, "remote", "get-url", "origin")}
+
+
+def _installs(dist: metadata.Distribution, package_dir: str) -> bool:
+    """Whether ``dist`` is the installed copy whose package folder is ``package_dir``: its files there (a built
+    install), or an editable install of the folder above it (direct_url.json)."""
+    package_dir = os.path.realpath(package_dir)
+    init = dist.locate_file(os.path.join(os.path.basename(package_dir), "__init__.py"))
+    if os.path.isfile(init) and os.path.realpath(init) == os.path.join(package_dir, "__init__.py"):
+        return True
+    try:
+        direct = json.loads(dist.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return False
+    url = direct.get("url", "")
+    return bool(direct.get("dir_info", {}).get("editable")) and url.startswith("file://") and \
+        os.path.realpath(url[len("file://"):]) == os.path.dirname(package_dir)
+
+
+def package_origin(distribution: str, package_dir: str) -> dict:
+    """The code as a package: ``distribution``'s version where it is installed from ``package_dir`` (None: a
+    checkout that is not installed), ``installed`` (``built``: a wheel or ``pip install .``, ``editable``, or
+    ``checkout``) and, for a built copy, ``built`` (when) and ``git``: the commit it was built from (``BUILD_FILE``)."""
+    build_path = os.path.join(package_dir, BUILD_FILE)
+    build = None
+    if os.path.isfile(build_path):
+        with open(build_path, encoding="utf-8") as f:
+            build = json.load(f)
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        dist = None
+    version = dist.version if dist is not None and _installs(dist, package_dir) else None
+    installed = "built" if build is not None else "editable" if version is not None else "checkout"
+    return {"distribution": distribution, "version": version, "installed": installed,
+            "built": None if build is None else build.get("built"), "git": None if build is None else build.get("git")}
 
 
 def library_versions(names=LIBRARIES) -> dict:
@@ -99,10 +139,14 @@ def gpus() -> dict:
     return {"count": count, "names": names, "capability": capability}
 
 
-def collect(repo_dir: str, argv: Optional[list[str]] = None, extra: Optional[dict] = None) -> dict:
+def collect(repo_dir: str, argv: Optional[list[str]] = None, extra: Optional[dict] = None,
+            package: Optional[dict] = None) -> dict:
     """One start's record: time, host, command line (the interpreter and every argument, as typed and as a
-    shell-quoted line), working folder, git state of ``repo_dir``, versions, GPUs, container; ``extra``
-    (the caller's own facts, e.g. the world size) merged in."""
+    shell-quoted line), working folder, git state of ``repo_dir`` (for a built ``package``, see
+    :func:`package_origin`: the commit it was built from, ``repo`` None), the package, versions, GPUs, container;
+    ``extra`` (the caller's own facts, e.g. the world size) merged in."""
+    built = (package or {}).get("git")
+    git = {"repo": None, **built, "from": "built package"} if built else git_state(repo_dir)
     argv = list(sys.argv if argv is None else argv)
     command = [sys.executable, *argv]
     record = {
@@ -111,7 +155,8 @@ def collect(repo_dir: str, argv: Optional[list[str]] = None, extra: Optional[dic
         "command": command,
         "command_line": shlex.join(command),
         "cwd": os.getcwd(),
-        "git": git_state(repo_dir),
+        "git": git,
+        "package": None if package is None else {k: v for k, v in package.items() if k != "git"},
         "python": sys.version.split()[0],
         **{"torch_build": torch_build()},
         "libraries": library_versions(),
@@ -159,5 +204,5 @@ def append_start(folder: str, record: dict) -> str:
     return path
 
 
-__all__ = ["collect", "append_start", "read_starts", "git_state", "library_versions", "torch_build", "gpus",
-           "FILE_NAME"]
+__all__ = ["collect", "append_start", "read_starts", "git_state", "package_origin", "library_versions", "torch_build",
+           "gpus", "FILE_NAME", "BUILD_FILE"]

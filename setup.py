@@ -1,0 +1,69 @@
+"""The build hook of the package (everything else is pyproject.toml's): a built copy (a wheel, ``pip install .``)
+carries ``bart/_build.json``, the commit it was built from, which a run's git_log.json records
+(``bart.utils.provenance.package_origin``). The commit is the source folder's git state at build time; an sdist
+carries the file it was made with, for a build without git. An editable install gets none: its runs read the
+checkout's git state as it is then."""
+import datetime
+import json
+import os
+import subprocess
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD_FILE = os.path.join("bart", "_build.json")
+
+
+def _git(*args):
+    try:
+        out = subprocess.run(["git", "-C", HERE, *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.rstrip("\n") if out.returncode == 0 else None
+
+
+def build_record(version):
+    """The source's git state (commit, branch, dirty and the changed paths) where HERE is the top of a git
+    work tree, else the record an sdist carried, else commit None."""
+    top = _git("rev-parse", "--show-toplevel")
+    if top and os.path.realpath(top) == os.path.realpath(HERE):  # not a folder inside some other repository
+        changed = [line[3:] for line in (_git("status", "--porcelain") or "").splitlines() if line.strip()]
+        git = {"commit": _git("rev-parse", "HEAD"), "branch": _git("rev-parse", "--abbrev-ref", "HEAD"),
+               "dirty": bool(changed), "changed": changed[:50], "remote": _git("remote", "get-url", "origin")}
+    elif os.path.isfile(os.path.join(HERE, BUILD_FILE)):
+        with open(os.path.join(HERE, BUILD_FILE), encoding="utf-8") as f:
+            git = json.load(f)["git"]
+    else:
+        git = {"commit": None, "branch": None, "dirty": None, "changed": []}
+    return {"version": version, "built": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git": git}
+
+
+def _write(folder, version):
+    path = os.path.join(folder, BUILD_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(build_record(version), f, indent=2)
+        f.write("\n")
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        if not getattr(self, "editable_mode", False):
+            _write(self.build_lib, self.distribution.get_version())
+
+    def get_outputs(self, include_bytecode=True):
+        outputs = super().get_outputs(include_bytecode)
+        return outputs if getattr(self, "editable_mode", False) else [*outputs, os.path.join(self.build_lib, BUILD_FILE)]
+
+
+class Sdist(sdist):
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        _write(base_dir, self.distribution.get_version())
+
+
+setup(cmdclass={"build_py": BuildPy, "sdist": Sdist})
