@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
+from tests.helpers.doubles import use_doubles
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
 from bart.utils.dllogger_compat import Logger, read_dllogger
@@ -112,6 +113,35 @@ def test_flag_mistakes(capsys, monkeypatch, tmp_path):
     with pytest.raises(USER_ERRORS) as err:
         build_writers(None, "my-project", str(tmp_path))
     assert str(err.value).startswith("--wandb_project my-project: the wandb package is not installed")
+
+
+def test_wandb_resume_continues_the_same_run(tmp_path, small_tokenizer_dir, monkeypatch, capsys):
+    """A preempted fine-tuning run resumed (--resume_from_checkpoint auto) logs to the W&B run it started (the id
+    kept in OUTPUT_DIR/wandb_run_id), not a new one; wandb is the double (tests/doubles/wandb: its server in
+    this process). A run started anew in another folder gets its own run."""
+    use_doubles(monkeypatch)
+    import wandb
+
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    values.update(max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE)
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    out = tmp_path / "out"
+    args = ["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+            "--from_scratch", "--train_batch_size", "8", "--max_source_length", "32", "--max_target_length", "16",
+            "--n_val", "0", "--log_freq", "1", "--num_workers", "0", "--no_tensorboard", "--wandb_project", "p",
+            "--resume_from_checkpoint", "auto"]
+    for steps, folder in ((2, out), (4, out), (1, tmp_path / "other")):
+        assert run_entry("finetune.py", args + ["--max_steps", str(steps), "--output_dir", str(folder)]) == 0, \
+            capsys.readouterr()
+    first, resumed, other = wandb.INITS
+    run_id = (out / "wandb_run_id").read_text().strip()
+    assert first["id"] == resumed["id"] == run_id and first["resume"] == resumed["resume"] == "allow"
+    assert other["id"] != run_id
+    runs = wandb.SERVER["p"]
+    assert set(runs) == {run_id, other["id"]}
+    # the one run holds both starts' training steps
+    assert [step for step, logged in sorted(runs[run_id]["history"].items()) if "train/loss" in logged] == [1, 2, 3, 4]
 
 
 def test_early_stopping_stops_after_patience(tmp_path, small_tokenizer_dir, capsys):

@@ -4,12 +4,15 @@
 :class:`bart.utils.dllogger_compat.Logger` hands every record it logs with a step to these writers, so
 whatever reaches dllogger (training loss, learning rate, validation metrics...) reaches TensorBoard
 too. Tags: ``train/<name>`` for training values, ``val/<name>`` for ``val_<name>`` values; ``/`` in
-a name becomes ``_per_`` (``seq/s`` → ``train/seq_per_s``).
+a name becomes ``_per_`` (``seq/s`` → ``train/seq_per_s``). The W&B run's id is kept in the run's folder
+(``wandb_run_id``): a resumed run continues the same W&B run.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from typing import Optional
 
 
@@ -52,7 +55,15 @@ class TensorBoardWriter:
         self.writer.close()
 
 
+WANDB_RUN_ID = "wandb_run_id"  # in the run's folder: the W&B run's id, so that a resumed run continues it
+
+
 class WandbWriter:
+    """One W&B run per training run: its id is kept in ``run_dir``/``WANDB_RUN_ID`` (written before
+    ``wandb.init``), and a resumed run (``resume``) passes that id, so a preemption or requeue goes on with the same
+    run's curves instead of starting another. (W&B drops what is logged at a step below the run's last one: the
+    steps an interrupted run logged after its checkpoint keep their first values.)"""
+
     def __init__(self, project: str, run_dir: str, config: Optional[dict] = None, resume: bool = False) -> None:
         try:
             import wandb
@@ -60,7 +71,29 @@ class WandbWriter:
             raise MetricWriterError(f"--wandb_project {project}: the wandb package is not installed "
                                     f"(pip install wandb), or leave the flag out") from err
         self.wandb = wandb
-        self.run = wandb.init(project=project, dir=run_dir, config=config or {}, resume="allow" if resume else None)
+        run_id = self.run_id(run_dir, resume)
+        self.run = wandb.init(project=project, dir=run_dir, config=config or {}, id=run_id, resume="allow")
+
+    @staticmethod
+    def run_id(run_dir: str, resume: bool) -> str:
+        """The id the folder keeps for a resumed run; else a new one, written to the folder first."""
+        import secrets
+
+        from bart.utils.checkpoint_io import atomic_write_text
+
+        path = os.path.join(run_dir, WANDB_RUN_ID)
+        if resume and os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                kept = f.read().strip()
+            if kept:
+                return kept
+        if resume:
+            print(f"note: {path} is missing: this resumed run starts a new W&B run", file=sys.stderr)
+        alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"  # as W&B's own ids: 8 of these
+        run_id = "".join(secrets.choice(alphabet) for _ in range(8))
+        os.makedirs(run_dir, exist_ok=True)
+        atomic_write_text(path, run_id + "\n")
+        return run_id
 
     def scalars(self, step: int, data: dict) -> None:
         self.run.log({scalar_tag(k): v for k, v in _scalars(data).items()}, step=step)

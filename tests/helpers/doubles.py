@@ -4,7 +4,7 @@ import os
 import sys
 
 DOUBLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "doubles")
-PACKAGES = ("dllogger", "apex")  # the doubles that use_doubles makes importable afresh
+PACKAGES = ("dllogger", "apex", "wandb")  # the doubles that use_doubles makes importable afresh
 
 
 def with_doubles(env: dict) -> dict:
