@@ -120,9 +120,10 @@ def _configuration(tmp_path, configuration, small_tokenizer_dir, punkt_dir):
     repo = tmp_path / "bart"
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for name in files:
-        if os.path.isfile(os.path.join(ROOT, name)):
+        path = os.path.join(ROOT, name)
+        if os.path.islink(path) or os.path.isfile(path):  # configs/: a link to bart/configs, copied as a link
             os.makedirs(repo / os.path.dirname(name), exist_ok=True)
-            shutil.copy2(os.path.join(ROOT, name), repo / name)
+            os.symlink(os.readlink(path), repo / name) if os.path.islink(path) else shutil.copy2(path, repo / name)
     # the model config of every command: config_tiny.json
     tiny = json.load(open(repo / "configs" / "config_tiny.json"))
     if not container:  # the laptop path runs on the small tokenizer's vocabulary throughout
