@@ -165,7 +165,8 @@ _JOURNEY = "tests/test_journey.py::test_quick_start_journey"
 _CONTAINER_BUILD = "tests/test_container.py::test_the_build_steps_run_on_cpu"
 _HELP = "tests/test_readme.py::test_flags_named_in_the_readme_are_accepted"
 _EXPORT = "tests/test_readme.py::test_the_export_example_runs_as_printed"
-_PACKAGE = "tests/test_package.py::test_installed_package_imports_anywhere_and_its_console_scripts_are_the_entry_points"
+_PACKAGE = "tests/test_package.py::test_editable_install_runs_the_checkout"
+_INSTALLED = "tests/test_package.py::test_installed_copy_runs_from_anywhere_with_a_shipped_config_by_name"
 _LAUNCH = "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code"
 DOC_COMMANDS = {
     "README.md": {
@@ -220,7 +221,7 @@ DOC_COMMANDS = {
         "bash scripts/install.sh": _CONTAINER_BUILD,  # the image's build step runs it as written
         "BART_TRANSFORMERS=4 bash scripts/install.sh": _HERE,  # CHECK_ONLY=1; CI's run_tests_transformers4.sh runs it
         "pip install -e .": _PACKAGE,
-        "pip install .": _PACKAGE,
+        "pip install .": _INSTALLED,
         "pip install --no-deps --no-build-isolation -e .": _PACKAGE,
         "ruff check .": "tests/test_package.py::test_ruff_passes_with_the_projects_configuration",
         "python -m bart.tokenization.build_tokenizer DIR": _CONTAINER_BUILD,
