@@ -135,8 +135,10 @@ def test_wandb_resume_continues_the_same_run(tmp_path, small_tokenizer_dir, monk
         assert run_entry("finetune.py", args + ["--max_steps", str(steps), "--output_dir", str(folder)]) == 0, \
             capsys.readouterr()
     first, resumed, other = wandb.INITS
+    assert first["id"] is not None and resumed["id"] == first["id"], (first, resumed)  # before: no id, 2 runs
+    assert first["resume"] == resumed["resume"] == "allow"
     run_id = (out / "wandb_run_id").read_text().strip()
-    assert first["id"] == resumed["id"] == run_id and first["resume"] == resumed["resume"] == "allow"
+    assert run_id == first["id"]
     assert other["id"] != run_id
     runs = wandb.SERVER["p"]
     assert set(runs) == {run_id, other["id"]}
