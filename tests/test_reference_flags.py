@@ -652,8 +652,8 @@ def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys
     from bart.cli.builder import start_run
     from bart.cli.settings import resolved
     from bart.utils.errors import UserError
-    with pytest.raises(UserError, match="is a file; choose a folder"):
-        start_run(_parse(FT, _base(FT, str(tmp_path / "a_file"))))
+    with pytest.raises(UserError, match="is a file; choose a folder"):  # a shipped config: the folder is what is wrong
+        start_run(_parse(FT, _base(FT, str(tmp_path / "a_file")) + ["--config_path", "tiny"]))
     with pytest.raises(FrozenInstanceError):
         args.max_steps = 4  # built once: a change is a checked copy
     assert resolved(args, max_steps=4).max_steps == 4 and args.max_steps == 3
