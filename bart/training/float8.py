@@ -20,8 +20,6 @@ converted projections (``BartAttention._project``), each with its own scale.
 """
 from __future__ import annotations
 
-import contextlib
-import logging
 from typing import Callable
 
 from torch import nn
@@ -48,21 +46,6 @@ def float8_filter(config: BartConfig) -> Callable[[nn.Module, str], bool]:
     return convert
 
 
-@contextlib.contextmanager
-def _quiet_import():
-    """torchao's import logs each CUDA extension a CPU build of torch cannot load, and torch a deprecation of
-    torchao's pytree registration; float8 training needs neither (its products are torch's ``_scaled_mm``)."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-
-
 def convert_to_float8(model: nn.Module, emulate: bool = False) -> list[str]:
     """Replace ``model``'s linear layers by ``Float8Linear`` in place (before the strategy wraps and
     ``--compile`` compiles it); ``emulate``: torchao's emulation (any device). Returns the converted names."""
@@ -75,8 +58,8 @@ def convert_to_float8(model: nn.Module, emulate: bool = False) -> list[str]:
                         f"and the last layer stay in bf16 and float8 products need sizes that are multiples of 16; "
                         f"train it with --bf16")
     try:
-        with _quiet_import():
-            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        # torchao's import lines about kernels float8 training does not use: dropped (bart/utils/foreign_noise.py)
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as err:
         raise UserError(f"--fp8 needs torchao's float8 training, which does not import ({err}): "
                         f"pip install {FP8_LIBRARY}") from err
