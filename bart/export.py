@@ -1,7 +1,7 @@
 """Export a checkpoint as a Hugging Face folder others can load with transformers.
 
     python -m bart.export CKPT OUT_DIR [--tokenizer T] [--allow_tokenizer_mismatch] [--config CONFIG] [--overwrite]
-                                       [--no-verify]
+                                       [--no-verify] [--ct2 CT2_DIR] [--push_to_hub OWNER/NAME [--private]]
 
 CKPT: a training checkpoint (``.ckpt``, which carries its config), a weights file (then ``--config``),
 a Hugging Face folder, a fairseq ``model.pt`` or a hub id. OUT_DIR receives config.json,
@@ -22,8 +22,17 @@ Before the folder is moved into place, transformers loads it (``AutoModelForSeq2
 The folder is assembled in a temporary folder beside OUT_DIR and renamed, so no half-written
 export remains; an existing non-empty OUT_DIR is replaced only with ``--overwrite``.
 
-Errors in the input (missing file, not a checkpoint, unknown hub id) end with one line on stderr and
-exit code 2.
+``--ct2 CT2_DIR`` also writes CTranslate2's model of the folder (its ``TransformersConverter``), with the
+tokenizer files and ``bart_translate_options.json``: the model's generation settings as
+``Translator.translate_batch``'s options, so that CTranslate2 decodes as run_eval.py does; what it decodes
+otherwise (no forced EOS, ...) is printed and recorded there (:mod:`bart.ct2`). A generation setting it has no
+option for is refused before anything is written; without CTranslate2 installed, ``--ct2`` is one line with
+the install command. ``--push_to_hub OWNER/NAME`` uploads OUT_DIR once written (``huggingface_hub``:
+``create_repo(private=--private, exist_ok=True)``, ``upload_folder``; the endpoint ``HF_ENDPOINT``, the token
+``HF_TOKEN`` or a stored login, checked before the export starts).
+
+Errors in the input (missing file, not a checkpoint, unknown hub id, no token) and a refused upload end with
+one line on stderr and exit code 2.
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ from typing import Optional
 from bart.configuration.shipped import config_file, names_help
 from bart.utils.errors import one_line
 from bart.utils.file_modes import staging_folder
+from bart.utils.foreign_noise import no_transformers_progress_bars
 
 EXIT_USAGE = 2
 
@@ -185,7 +195,8 @@ def _verify(folder: str, model) -> float:
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     if not isinstance(hf_tokenizer, (transformers.BartTokenizer, transformers.BartTokenizerFast)):
         raise ExportError(f"AutoTokenizer built a {type(hf_tokenizer).__name__} from the export, not BART's tokenizer")
-    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    with no_transformers_progress_bars():
+        hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
     expected = "MBartForConditionalGeneration" if model.config.pre_ln else "BartForConditionalGeneration"
     if type(hf_model).__name__ != expected:
         raise ExportError(f"transformers built a {type(hf_model).__name__} from the export, expected {expected}")
@@ -205,17 +216,81 @@ def _verify(folder: str, model) -> float:
     return diff
 
 
+def _check_target(folder: str, name: str, overwrite: bool) -> None:
+    if os.path.isfile(folder):
+        raise ExportError(f"{name} {folder} is a file; it must be a folder (new, empty, or replaced with --overwrite)")
+    if os.path.isdir(folder) and os.listdir(folder) and not overwrite:
+        raise ExportError(f"{name} {folder} exists and is not empty; pass --overwrite to replace it or choose another "
+                          f"folder")
+
+
+def _check_ct2(ct2_dir: str, out_dir: str, overwrite: bool) -> None:
+    """--ct2's folder and CTranslate2 itself, before anything is loaded."""
+    import importlib.util
+
+    from bart.ct2 import INSTALL
+
+    if importlib.util.find_spec("ctranslate2") is None:
+        raise ExportError(f"--ct2 needs CTranslate2, which is not installed: {INSTALL}")
+    _check_target(ct2_dir, "--ct2", overwrite)
+    inside = os.path.commonpath([ct2_dir, out_dir]) in (ct2_dir, out_dir)
+    if inside:
+        raise ExportError(f"--ct2 {ct2_dir} and OUT_DIR {out_dir} must be separate folders (neither inside the other)")
+
+
+def _move_into_place(staging: str, target: str) -> None:
+    """``staging`` renamed to ``target``; an existing ``target`` (checked replaceable) is replaced."""
+    parent = os.path.dirname(target)
+    if os.path.isdir(target):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=parent)
+        os.replace(target, os.path.join(old, "previous"))
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, target)
+
+
+def _ct2_settings(model) -> dict:
+    """The model's generation settings CTranslate2 is given; one it has no option for is an ExportError."""
+    from bart.ct2 import model_settings
+
+    try:
+        return model_settings(model.config)
+    except ValueError as err:
+        raise ExportError(f"--ct2: {err}") from None
+
+
+def _write_ct2(hf_folder: str, ct2_dir: str, model, settings: dict) -> dict:
+    """CTranslate2's model of the exported folder in a staging folder beside ``ct2_dir``; returns what
+    ``bart.ct2.convert`` returns plus the staging folder."""
+    from bart import ct2
+
+    parent = os.path.dirname(ct2_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = staging_folder(parent, prefix=f".{os.path.basename(ct2_dir)}.ct2-")
+    try:
+        return dict(ct2.convert(hf_folder, staging, model.config.vocab_size, settings), staging=staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, config_path: Optional[str] = None,
            pre_ln: Optional[bool] = None, overwrite: bool = False, verify: bool = True,
-           allow_tokenizer_mismatch: bool = False) -> dict:
-    """Write the Hugging Face folder ``out_dir``; returns what was written (paths, tokenizer, check)."""
-    from bart.hub import resolve_model_path
+           allow_tokenizer_mismatch: bool = False, ct2_dir: Optional[str] = None,
+           push_to_hub: Optional[str] = None, private: bool = False) -> dict:
+    """Write the Hugging Face folder ``out_dir`` (and with ``ct2_dir`` CTranslate2's model of it; with
+    ``push_to_hub`` upload ``out_dir`` to that model repository); returns what was written (paths,
+    tokenizer, check, CTranslate2's options, the repository's URL)."""
+    from bart.hub import check_can_push, push_folder, resolve_model_path
 
     out_dir = os.path.abspath(os.path.expanduser(out_dir))
-    if os.path.isfile(out_dir):
-        raise ExportError(f"{out_dir} is a file; OUT_DIR must be a folder (new, empty, or replaced with --overwrite)")
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
-        raise ExportError(f"{out_dir} exists and is not empty; pass --overwrite to replace it or choose another folder")
+    _check_target(out_dir, "OUT_DIR", overwrite)
+    if ct2_dir is not None:
+        ct2_dir = os.path.abspath(os.path.expanduser(ct2_dir))
+        _check_ct2(ct2_dir, out_dir, overwrite)
+    if push_to_hub is not None:
+        check_can_push(push_to_hub)
     model_path = resolve_model_path(checkpoint)
     if os.path.isdir(model_path) and not os.path.isfile(os.path.join(model_path, "config.json")):
         from bart.modeling.weights import resolve_weights
@@ -227,6 +302,7 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
     from bart.tokenization.tokenizer_choice import choose_tokenizer
 
     model = _load_model(model_path, config_path, pre_ln)
+    ct2_settings = _ct2_settings(model) if ct2_dir is not None else None
     tokenizer_path = choose_tokenizer(model_path, tokenizer, allow_mismatch=allow_tokenizer_mismatch).path
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
@@ -239,17 +315,22 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
             f.write(model_card(model, model_path))
         files.append("README.md")
         max_diff = _verify(staging, model) if verify else None
-        if os.path.isdir(out_dir):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
-            os.replace(out_dir, os.path.join(old, "previous"))
-            os.replace(staging, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, out_dir)
+        converted = _write_ct2(staging, ct2_dir, model, ct2_settings) if ct2_dir is not None else None
+        try:
+            _move_into_place(staging, out_dir)
+            if converted is not None:
+                _move_into_place(converted["staging"], ct2_dir)
+        finally:
+            if converted is not None:
+                shutil.rmtree(converted["staging"], ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return {"out_dir": out_dir, "files": sorted(files), "tokenizer": tokenizer_path,
-            "model_type": "mbart" if model.config.pre_ln else "bart", "verify_max_abs_diff": max_diff}
+    result = {"out_dir": out_dir, "files": sorted(files), "tokenizer": tokenizer_path,
+              "model_type": "mbart" if model.config.pre_ln else "bart", "verify_max_abs_diff": max_diff,
+              "ct2": None if converted is None else dict(converted, staging=None, folder=ct2_dir), "hub_url": None}
+    if push_to_hub is not None:
+        result["hub_url"] = push_folder(out_dir, push_to_hub, private=private)
+    return result
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -270,18 +351,31 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT_DIR")
     parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                         help="load the export with transformers and compare logits before moving it into place")
-    return parser.parse_args(argv)
+    parser.add_argument("--ct2", dest="ct2_dir", default=None, metavar="DIR",
+                        help="also write CTranslate2's model of the export into DIR (its converter; the tokenizer "
+                             "files; bart.ct2.OPTIONS_FILE: the model's generation settings as translate_batch's "
+                             "options, see bart/ct2.py)")
+    parser.add_argument("--push_to_hub", default=None, metavar="REPO",
+                        help="upload OUT_DIR to the hub's model repository REPO (OWNER/NAME; made if missing) once "
+                             "it is written; needs a token with write access (HF_TOKEN or `hf auth login`)")
+    parser.add_argument("--private", action="store_true",
+                        help="with --push_to_hub: make the repository private (an existing one keeps its visibility)")
+    args = parser.parse_args(argv)
+    if args.private and args.push_to_hub is None:
+        parser.error("--private applies to the repository --push_to_hub makes; add --push_to_hub REPO or drop it")
+    return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from bart.hub import HubResolutionError
+    from bart.hub import HubPushError, HubResolutionError
 
     try:
         config_path = args.config_path and config_file(args.config_path, "--config")  # UserError: a ValueError
         result = export(args.checkpoint, args.out_dir, args.tokenizer, config_path, args.pre_ln,
-                        args.overwrite, args.verify, args.allow_tokenizer_mismatch)
-    except (ExportError, HubResolutionError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                        args.overwrite, args.verify, args.allow_tokenizer_mismatch, args.ct2_dir,
+                        args.push_to_hub, args.private)
+    except (ExportError, HubResolutionError, HubPushError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
             PermissionError, ValueError) as err:  # ValueError: CheckpointError too (not imported: it imports torch)
         print(f"bart.export: error: {one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
@@ -290,6 +384,17 @@ def main(argv=None) -> int:
     print(f"wrote {result['out_dir']} ({result['model_type']}, tokenizer from {result['tokenizer']}){check}")
     for name in result["files"]:
         print(f"  {name}")
+    converted = result["ct2"]
+    if converted is not None:
+        from bart.ct2 import OPTIONS_FILE
+        placeholders = (f"; {converted['placeholder_tokens']} placeholder tokens <ct2_unused_i> for the model's "
+                        f"vocabulary rows beyond the tokenizer" if converted["placeholder_tokens"] else "")
+        print(f"wrote {converted['folder']} (CTranslate2; translate_batch options in {OPTIONS_FILE}{placeholders})")
+        for setting, why in converted["differences"].items():
+            print(f"  note: CTranslate2 decodes otherwise than generate's {setting}="
+                  f"{converted['generate_settings'][setting]!r}: {why}")
+    if result["hub_url"]:
+        print(f"pushed {result['out_dir']} to {result['hub_url']}")
     return 0
 
 

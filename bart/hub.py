@@ -190,3 +190,70 @@ def resolve_tokenizer_path(name_or_path: str | os.PathLike | None, model_path: s
 
 __all__ = ["HubResolutionError", "looks_like_hub_id", "resolve_model_path", "resolve_tokenizer_path", "has_tokenizer_files", "hub_id_of",
            "is_offline", "cache_dir"]
+
+
+# -- publishing ---------------------------------------------------------------------------------------
+
+class HubPushError(OSError):
+    """A folder that cannot be pushed to the hub (no token, offline, a refused or failed upload); one line."""
+
+
+def _push_target(repo_id: str) -> str:
+    return f"--push_to_hub {repo_id}"
+
+
+def check_can_push(repo_id: str) -> None:
+    """Before anything is written: a valid repository id, online, and a token (``HF_TOKEN`` or a stored
+    login). Raises :class:`HubPushError` saying what to do."""
+    from huggingface_hub import get_token
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise HubPushError(f"{_push_target(repo_id)}: not a hub repository id ({' '.join(str(err).split())}); "
+                           f"give OWNER/NAME") from None
+    if is_offline():
+        raise HubPushError(f"{_push_target(repo_id)}: the hub is switched off here (HF_HUB_OFFLINE / "
+                           f"TRANSFORMERS_OFFLINE); unset it to push, or drop --push_to_hub")
+    if not get_token():
+        raise HubPushError(f"{_push_target(repo_id)} needs a Hugging Face token with write access: set HF_TOKEN or "
+                           f"run `hf auth login`")
+
+
+def _unreachable_errors() -> tuple:
+    """The exceptions a failed connection raises: requests' (huggingface_hub 0.x, OSErrors) and httpx's (1.x+)."""
+    errors: tuple = (OSError,)
+    try:
+        import httpx
+        errors += (httpx.TransportError,)
+    except ImportError:
+        pass
+    return errors
+
+
+def push_folder(folder: str, repo_id: str, private: bool = False) -> str:
+    """Upload every file of ``folder`` to the model repository ``repo_id`` (made if missing, ``private`` as
+    asked; an existing one keeps its visibility) in one commit; returns the repository's URL. A refused
+    request (wrong or read-only token, someone else's repository) or an unreachable hub is one
+    :class:`HubPushError` naming the repository and the fix."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi()  # the endpoint (HF_ENDPOINT) and token as huggingface_hub reads them now
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model",
+                          commit_message="Upload BART export (python -m bart.export)")
+    except HfHubHTTPError as err:
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        said = getattr(err, "server_message", None) or str(err).splitlines()[0]
+        hint = (" (check that the token has write access to it: HF_TOKEN or `hf auth login`)"
+                if status in (401, 403) else "")
+        raise HubPushError(f"the hub refused {_push_target(repo_id)} (HTTP {status}: {' '.join(str(said).split())})"
+                           f"{hint}; the export is in {folder}") from None
+    except _unreachable_errors() as err:
+        raise HubPushError(f"{_push_target(repo_id)}: cannot reach {api.endpoint} ({type(err).__name__}: "
+                           f"{' '.join(str(err).split())[:200]}); the export is in {folder}") from None
+    return str(url)

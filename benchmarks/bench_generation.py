@@ -30,7 +30,8 @@ renormalize_logits=True means the settings, as CTranslate2 takes its log-softmax
 length bans; otherwise the log-prob gap of the two tokens where the first row leaves ours, under the fp32
 model: near 0 is a near-tie that rounding decides) and, for bf16/int8, ROUGE-L of their decoded outputs
 against ours (the fp32 output is the reference: with random weights there is no true summary). The
-settings' mapping onto CTranslate2 is ``ct2_options`` (tests/test_ctranslate2.py checks it).
+settings' mapping onto CTranslate2 is the package's ``bart.ct2.ct2_options`` (tests/test_ctranslate2.py
+checks it).
 
 Every contender runs once (the checked run), then --repeats times in turn (ours, transformers, ...,
 ours, ...) and medians are reported. Per contender and batch: median seconds, summaries/s, new tokens/s
@@ -68,6 +69,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bart.configuration import BartConfig  # noqa: E402
+# CTranslate2: generate's settings as translate_batch's options and what it does differently (bart/ct2.py)
+from bart.ct2 import ct2_options, ct2_vocabulary  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -176,59 +179,6 @@ def _least_bytes(model, sequences: torch.Tensor, source_length: int, pad: int, b
     return float(total)
 
 
-# -- CTranslate2 -------------------------------------------------------------------------------------
-# What CTranslate2 4.x does differently from transformers' generate (read from its decoding.cc):
-#  * its log-probs are a log-softmax taken AFTER the bans (n-gram blocking, min length): transformers
-#    bans after the log-softmax unless renormalize_logits=True. Greedy search picks the same token either
-#    way; beam search ranks beams by different scores, so CT2 equals generate(..., renormalize_logits=True).
-#  * min/max lengths count generated tokens (transformers counts the decoder start token too): 1 less.
-#  * a forced first token is a target_prefix (score 0, as transformers' forced BOS); at the first step
-#    after it CT2 drops EOS from the beams other than the first (its issue #277), where transformers may
-#    finish a hypothesis: identical when min_length keeps EOS out of that step.
-#  * there is no forced EOS at max_length (a hypothesis cut there ends without EOS), and early stopping
-#    is transformers' early_stopping=True (patience 1).
-CT2_SETTINGS = ("num_beams", "max_length", "min_length", "no_repeat_ngram_size", "length_penalty", "early_stopping",
-                "forced_bos_token_id", "forced_eos_token_id", "renormalize_logits")
-
-
-def ct2_options(settings: dict, vocabulary: list, rows: int) -> dict:
-    """generate's settings as keyword arguments of ctranslate2.Translator.translate_batch; a setting CTranslate2
-    has no equivalent for is a ValueError naming it."""
-    unknown = sorted(set(settings) - set(CT2_SETTINGS))
-    if unknown:
-        raise ValueError(f"no CTranslate2 equivalent known for {unknown}")
-    if settings.get("forced_eos_token_id") is not None:
-        raise ValueError("forced_eos_token_id: CTranslate2 has no forced EOS at max_length; compare with None")
-    if settings.get("early_stopping", True) is not True:
-        raise ValueError("early_stopping: CTranslate2's beam search stops as early_stopping=True only")
-    options = dict(beam_size=settings.get("num_beams", 1), length_penalty=settings.get("length_penalty", 1.0),
-                   no_repeat_ngram_size=settings.get("no_repeat_ngram_size") or 0,
-                   min_decoding_length=max(settings.get("min_length", 0) - 1, 0),
-                   max_decoding_length=settings["max_length"] - 1, return_end_token=True, max_input_length=0)
-    if settings.get("forced_bos_token_id") is not None:
-        options["target_prefix"] = [[vocabulary[settings["forced_bos_token_id"]]]] * rows
-    return options
-
-
-def ct2_vocabulary(folder: str) -> list:
-    """The tokens of an exported folder's tokenizer in id order (CTranslate2's vocabulary)."""
-    import transformers
-
-    vocab = transformers.AutoTokenizer.from_pretrained(folder).get_vocab()
-    return [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
-
-
-def ct2_generate(translator, vocabulary: list, index: dict, ids: torch.Tensor, attention_mask: torch.Tensor,
-                 settings: dict, decoder_start: int, pad: int) -> torch.Tensor:
-    """CTranslate2's output for generate's inputs and settings, as generate returns it (decoder start token
-    first, padded with ``pad``)."""
-    source = [[vocabulary[i] for i in row[mask.bool()].tolist()] for row, mask in zip(ids.cpu(), attention_mask.cpu())]
-    results = translator.translate_batch(source, **ct2_options(settings, vocabulary, len(source)))
-    rows = [[decoder_start] + [index[token] for token in result.hypotheses[0]] for result in results]
-    width = max(map(len, rows))
-    return torch.tensor([row + [pad] * (width - len(row)) for row in rows])
-
-
 WORKLOADS = {  # source length, new tokens, batch sizes (flags override)
     "full": (512, 64, [1, 8, 32, 64]), "ragged": (512, 64, [1, 8, 32, 64]), "short": (128, 24, [4, 8])}
 # ragged: the decoder's start token is EOS, so random weights make EOS the likeliest first tokens; rows may end
@@ -328,21 +278,17 @@ def _convert_ct2(ours, config_values: dict, tokenizer_dir: str, folder: str) -> 
     """``ours``'s weights through ``python -m bart.export``'s code and CTranslate2's converter; returns the
     CTranslate2 model folder. Tokens for the rows the tokenizer lacks (a model's vocab_size above it) are
     added to the converter's copy only: CTranslate2 needs one token per row."""
-    import transformers
-    from ctranslate2.converters import TransformersConverter
-
+    from bart import ct2
     from bart.export import export
 
     checkpoint = os.path.join(folder, "model.ckpt")
     torch.save({"model": ours.state_dict(), "config": ours.config.to_dict(), "step": 0}, checkpoint)
     hf_dir = os.path.join(folder, "hf")
     export(checkpoint, hf_dir, tokenizer=tokenizer_dir, allow_tokenizer_mismatch=True)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
-    missing = config_values["vocab_size"] - len(tokenizer)
-    if missing > 0:
-        tokenizer.add_tokens([f"<bench_unused_{i}>" for i in range(missing)])
-        tokenizer.save_pretrained(hf_dir)
-    return TransformersConverter(hf_dir).convert(os.path.join(folder, "ct2"), force=True)
+    out = os.path.join(folder, "ct2")
+    os.makedirs(out)
+    ct2.convert(hf_dir, out, config_values["vocab_size"], ct2.model_settings(ours.config))
+    return out
 
 
 def main() -> None:
@@ -480,7 +426,7 @@ def main() -> None:
                     ct2_dir.append(_convert_ct2(ours.float().cpu(), values, tokenizer_dir, folder))
                     ours.to(args.device, dtype)
                 compute = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
-                vocabulary = ct2_vocabulary(os.path.join(os.path.dirname(ct2_dir[0]), "hf"))
+                vocabulary = ct2_vocabulary(ct2_dir[0])  # the converter's tokenizer: placeholders included
                 index = {token: i for i, token in enumerate(vocabulary)}
 
                 def run(ids, mask, meter, compute=compute, vocabulary=vocabulary, index=index):
