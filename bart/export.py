@@ -359,7 +359,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="upload OUT_DIR to the hub's model repository REPO (OWNER/NAME; made if missing) once "
                              "it is written; needs a token with write access (HF_TOKEN or `hf auth login`)")
     parser.add_argument("--private", action="store_true",
-                        help="with --push_to_hub: make the repository private (an existing one keeps its visibility)")
+                        help="with --push_to_hub: make the repository private (default: the hub's default, public "
+                             "unless the organization's is private; an existing repository keeps its visibility)")
     args = parser.parse_args(argv)
     if args.private and args.push_to_hub is None:
         parser.error("--private applies to the repository --push_to_hub makes; add --push_to_hub REPO or drop it")

@@ -234,8 +234,8 @@ def _unreachable_errors() -> tuple:
 
 
 def push_folder(folder: str, repo_id: str, private: bool = False) -> str:
-    """Upload every file of ``folder`` to the model repository ``repo_id`` (made if missing, ``private`` as
-    asked; an existing one keeps its visibility) in one commit; returns the repository's URL. A refused
+    """Upload every file of ``folder`` to the model repository ``repo_id`` (made if missing: private with
+    ``private``, else as the hub's default; an existing one keeps its visibility) in one commit; returns the repository's URL. A refused
     request (wrong or read-only token, someone else's repository) or an unreachable hub is one
     :class:`HubPushError` naming the repository and the fix."""
     from huggingface_hub import HfApi
@@ -243,7 +243,8 @@ def push_folder(folder: str, repo_id: str, private: bool = False) -> str:
 
     api = HfApi()  # the endpoint (HF_ENDPOINT) and token as huggingface_hub reads them now
     try:
-        url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        # private=None without --private: the hub's default (public, unless the organization's default is private)
+        url = api.create_repo(repo_id, private=True if private else None, exist_ok=True, repo_type="model")
         api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model",
                           commit_message="Upload BART export (python -m bart.export)")
     except HfHubHTTPError as err:

@@ -10,11 +10,13 @@ import pytest
 import torch
 import transformers
 
+from bart.configuration import BartConfig
 from bart.hub import HubResolutionError, resolve_model_path, resolve_tokenizer_path
 from bart.modeling import BartForConditionalGeneration
 from bart.tokenization.tokenization_bart import BartTokenizer
 from tests.helpers.entry import run_entry
 from tests.helpers.hub_cache import add_to_hub_cache
+from tests.helpers.hub_server import HubStandIn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -267,3 +269,51 @@ def test_the_readmes_download_command_runs_as_printed(tmp_path, tokenizer_dir):
     done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert snapshot in done.stdout
+
+
+def _push(tmp_path, hub_endpoint, *flags, token="hf_writer"):
+    """``python -m bart.export`` of a tiny checkpoint with ``flags`` in a fresh process whose hub is the stand-in
+    (HF_ENDPOINT), with ``token`` as HF_TOKEN (None: no token at all, nor a stored login)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_")) and k != "TOKENIZER"}
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_ENDPOINT=hub_endpoint, HF_HUB_DISABLE_TELEMETRY="1")
+    if token is not None:
+        env["HF_TOKEN"] = token
+    return subprocess.run([sys.executable, "-m", "bart.export", str(tmp_path / "model.ckpt"), str(tmp_path / "out"),
+                           "--no-verify", *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_export_pushes_to_the_hub_through_huggingface_hub(tmp_path, tokenizer_dir):
+    """--push_to_hub REPO --private: huggingface_hub's create_repo and upload_folder against a local stand-in of
+    the hub's API (tests/helpers/hub_server.py; HF_ENDPOINT): the repository made private, every file of OUT_DIR
+    uploaded byte for byte in one commit, the model card's metadata validated. A refused upload (a token
+    without write access) and a missing token are one line and exit 2: the first keeps the export, the second
+    is refused before anything is written."""
+    config = BartConfig(**dict(TINY, vocab_size=50265))
+    torch.manual_seed(0)
+    torch.save({"model": BartForConditionalGeneration(config).state_dict(), "config": config.to_dict(), "step": 1},
+               tmp_path / "model.ckpt")
+    with HubStandIn(token="hf_writer") as hub:
+        done = _push(tmp_path, hub.endpoint, "--tokenizer", tokenizer_dir, "--push_to_hub", "me/tiny-bart", "--private")
+        assert done.returncode == 0, done.stderr
+        assert f"pushed {tmp_path / 'out'} to {hub.endpoint}/me/tiny-bart" in done.stdout
+        repo = hub.repos["me/tiny-bart"]
+        assert repo["private"] is True and len(repo["commits"]) == 1
+        written = {name: (tmp_path / "out" / name).read_bytes() for name in os.listdir(tmp_path / "out")}
+        assert repo["files"] == written and "model.safetensors" in written
+        assert hub.cards == [written["README.md"].decode()]
+        assert not [request for request in hub.unknown if request[0] != "GET"]  # every upload step was the API's
+
+        shutil.rmtree(tmp_path / "out")
+        done = _push(tmp_path, hub.endpoint, "--tokenizer", tokenizer_dir, "--push_to_hub", "someone/else",
+                     token="hf_reader")
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert done.stderr.startswith("bart.export: error: the hub refused --push_to_hub someone/else (HTTP 403: ")
+        assert f"the export is in {tmp_path / 'out'}" in done.stderr and "HF_TOKEN" in done.stderr
+        assert (tmp_path / "out" / "model.safetensors").is_file() and "someone/else" not in hub.repos
+
+        shutil.rmtree(tmp_path / "out")
+        done = _push(tmp_path, hub.endpoint, "--tokenizer", tokenizer_dir, "--push_to_hub", "me/tiny-bart", token=None)
+        assert done.returncode == 2 and done.stderr == (
+            "bart.export: error: --push_to_hub me/tiny-bart needs a Hugging Face token with write access: set "
+            "HF_TOKEN or run `hf auth login`\n"), done.stderr
+        assert not (tmp_path / "out").exists() and len(hub.repos["me/tiny-bart"]["commits"]) == 1
