@@ -13,6 +13,12 @@ Kept in bf16 (:func:`float8_filter`):
   fp8 too the emulated loss stays as close to bf16's (tests/test_trainer.py), so the GPU run may try both;
 - any linear layer whose input or output size is not a multiple of 16 (float8 matrix products need it).
 
+Float8 products are training's: outside training (``model.eval()``: validation's loss and generation,
+``--do_predict``, any decoding of the converted model) a converted layer computes as the ``nn.Linear`` it replaced,
+from its high-precision weight under the run's bf16 autocast (:func:`training_float8_class`). So an fp8 run's
+validation and predictions are the tokens of its weights decoded in bf16, those ``run_eval.py --bf16`` and the
+export give (tests/test_matrix.py); torchao's float8 tensors would also refuse generation's inference mode.
+
 Checkpoints are unchanged: ``Float8Linear`` holds the ``nn.Linear``'s own ``weight``/``bias`` Parameters
 (same names, shapes, fp32) and no buffers, so state dicts, resumes, export and Hugging Face loading are a
 bf16 run's. Attention's fused q/k/v product (one GEMM over the concatenated weights) runs per layer for
@@ -20,9 +26,11 @@ converted projections (``BartAttention._project``), each with its own scale.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from torch import nn
+from torch.nn import functional as F
 
 from bart.configuration.configuration_bart import BartConfig
 from bart.utils.errors import UserError
@@ -46,6 +54,27 @@ def float8_filter(config: BartConfig) -> Callable[[nn.Module, str], bool]:
     return convert
 
 
+@functools.cache
+def training_float8_class() -> type:
+    """torchao's ``Float8Linear`` whose float8 products are training's only: in eval mode it is the ``nn.Linear``
+    it replaced (the high-precision weight's product, bf16 under the run's autocast). Same parameters, no buffer
+    of its own: the state dict is ``Float8Linear``'s, which is ``nn.Linear``'s."""
+    from torchao.float8.float8_linear import Float8Linear
+
+    class TrainingFloat8Linear(Float8Linear):
+        def forward(self, input):
+            if self.training:
+                return super().forward(input)
+            return F.linear(input, self.weight, self.bias)
+
+    return TrainingFloat8Linear
+
+
+def is_float8(module: nn.Module) -> bool:
+    """A linear layer converted by :func:`convert_to_float8` (without importing torchao)."""
+    return any(cls.__name__ == "Float8Linear" for cls in type(module).__mro__)
+
+
 def convert_to_float8(model: nn.Module, emulate: bool = False) -> list[str]:
     """Replace ``model``'s linear layers by ``Float8Linear`` in place (before the strategy wraps and
     ``--compile`` compiles it); ``emulate``: torchao's emulation (any device). Returns the converted names."""
@@ -67,14 +96,18 @@ def convert_to_float8(model: nn.Module, emulate: bool = False) -> list[str]:
     # batches): padded to a multiple of 16 there, as float8 products need
     convert_to_float8_training(model, module_filter_fn=selected,
                                config=Float8LinearConfig(emulate=emulate, pad_inner_dim=True))
+    # torchao's conversion as it is (its compile fixes included), then each converted layer's class narrowed to
+    # the subclass whose eval mode is the high-precision product (same instance, same parameters)
+    training_only = training_float8_class()
+    for name in converted:
+        model.get_submodule(name).__class__ = training_only
     return converted
 
 
 def float8_summary(model: nn.Module) -> str:
     """How many linear layers compute in float8 (for the run's banner)."""
-    float8 = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+    float8 = sum(is_float8(m) for m in model.modules())
     linear = sum(isinstance(m, nn.Linear) for m in model.modules())
-    emulated = any(getattr(getattr(m, "config", None), "emulate", False) for m in model.modules()
-                   if type(m).__name__ == "Float8Linear")
+    emulated = any(getattr(getattr(m, "config", None), "emulate", False) for m in model.modules() if is_float8(m))
     return (f"float8 linear layers {float8} of {linear} (torchao{', emulated' if emulated else ''}; LM head, "
             f"first and last layer in bf16)")
