@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -88,6 +89,12 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     return [by_index[i] if several else " ".join(by_index[i]) for i in range(len(sources))], latencies
 
 
+def generation_lines(predictions: list[str]) -> str:
+    """A generations file's text: one line per prediction, whatever line breaks (``\\n``, ``\\r``) a prediction's
+    tokens decode to (as spaces), so that line k is example k for every reader (universal newlines)."""
+    return "".join(re.sub(r"\r\n|\r|\n", " ", p) + "\n" for p in predictions)
+
+
 def latency_stats(latencies: list[float], examples: int, total_seconds: float, processes: int = 1) -> dict:
     """Per-batch latency figures under two sets of names: this project's (``latency_p90_s``: numpy
     percentiles; ``throughput_seq_per_s``: examples over wall time) and the reference recipe's
@@ -149,7 +156,7 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
                         f"ended (no {split}_generations.txt, no metrics written); {again}") from None
     metrics = score(task, predictions, targets)
     if dist_utils.is_main_process():
-        atomic_write_text(os.path.join(output_dir, f"{split}_generations.txt"), "".join(p + "\n" for p in predictions))
+        atomic_write_text(os.path.join(output_dir, f"{split}_generations.txt"), generation_lines(predictions))
         atomic_write_text(os.path.join(output_dir, f"{split}_{TASK_METRICS[task].name}.json"),
                           json.dumps(metrics, indent=2))
     return metrics
@@ -169,8 +176,7 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
         return _write_pseudolabels(args, predictions, all_latencies, len(sources), elapsed)
     if is_main:
         os.makedirs(args.save_path, exist_ok=True)
-        atomic_write_text(os.path.join(args.save_path, f"{args.type_path}_generations.txt"),
-                          "".join(p.replace("\n", " ") + "\n" for p in predictions))
+        atomic_write_text(os.path.join(args.save_path, f"{args.type_path}_generations.txt"), generation_lines(predictions))
         result = score(args.task, predictions, targets)
         stats = latency_stats(all_latencies, len(sources), elapsed, dist_utils.world_size())
         result.update(n_obs=len(sources), runtime_s=round(elapsed, 4), seconds_per_sample=round(elapsed / len(sources), 6))
