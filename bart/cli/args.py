@@ -187,6 +187,7 @@ def add_architecture_args(group) -> None:
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
+    from bart.training.compilation import COMPILE_BACKENDS  # the training scripts' group (as STRATEGIES)
     model = parser.add_argument_group("model")
     model.add_argument("--config_path", required=True,
                        help=f"a shipped config's name ({names_help()}) or a BART config.json's path")
@@ -201,6 +202,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                             "and each recompile; a compile failure is one warning and the run goes on eager). "
                             "Default: on with CUDA, off on CPU (eager: compiling costs minutes a short CPU run does "
                             "not recover); --no-compile: eager")
+    model.add_argument("--compile_backend", choices=COMPILE_BACKENDS, default="inductor",
+                       help="--compile's backend: inductor (torch.compile's default: generated kernels), aot_eager "
+                            "(the same graphs and graph breaks, run by eager kernels: a cheap check of what "
+                            "inductor would compile)")
     model.add_argument("--fused_cross_entropy", action="store_true",
                        help="LM head and loss computed in token chunks: the (tokens x vocab) logits are never "
                             "stored (less memory for large batches; same loss and gradients)")

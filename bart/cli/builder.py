@@ -122,7 +122,7 @@ def trainer_config(args: Settings, **own) -> TrainerConfig:
 
 
 def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval_hook=None,
-                  final_checkpoint_name: str | None = None) -> Trainer:
+                  final_checkpoint_name: str | None = None, varying_lengths: bool = False) -> Trainer:
     """The trainer, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
     banner (printed, in run_config.json, in TensorBoard)."""
     device = device_for(env)
@@ -131,7 +131,7 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
         args, step_offset=args.phase1_end_step, allreduce_half_precision=args.allreduce_post_accumulation_half_precision,
         compile=compile_default(args, device),
         find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
-        final_checkpoint_name=final_checkpoint_name, run_args=args.as_dict())
+        final_checkpoint_name=final_checkpoint_name, varying_lengths=varying_lengths, run_args=args.as_dict())
     strategy = strategy_for(config, env.world_size, device)
     strategy.prepare(model)  # before the optimizer: FSDP replaces the parameters by shards
     optimizer, clips_internally = build_optimizer(

@@ -49,7 +49,7 @@ def main(argv=None) -> dict:
     if env.is_main:
         builder.save_run_files(args, tokenizer, model.config, env.world_size)
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,
-                                    final_checkpoint_name="_epoch{epoch}_step{step}.ckpt")
+                                    final_checkpoint_name="_epoch{epoch}_step{step}.ckpt", varying_lengths=True)
     if validation is not None:  # the interrupted run's top-k goes on; a validation at step 0 when asked for
         validation.begin(trainer, bool(args.resume_from_checkpoint), validate_before_training(args))
     summary = trainer.fit() if args.do_train else {}

@@ -66,6 +66,8 @@ class Settings:
     """Recompute activations in backward (less memory, more time)."""
     compile: Optional[bool] = None
     """``torch.compile`` the model for training (``--compile`` / ``--no-compile``); None: on with CUDA, off on CPU."""
+    compile_backend: str = "inductor"
+    """``--compile``'s backend (``torch.compile(backend=...)``): inductor, or aot_eager (the same graphs, eager kernels)."""
     fused_cross_entropy: bool = False
     """The LM head and the loss in token chunks: the (tokens x vocab) logits are never stored."""
 

@@ -59,6 +59,7 @@ class TrainerConfig:
     distributed_strategy: Optional[str] = None  # None: DDP with several processes (see bart.training.strategy)
     compile: bool = False
     compile_backend: object = "inductor"    # torch.compile's backend (a name or a callable; tests force failures)
+    varying_lengths: bool = False           # batches of any length (fine-tuning): compiled for any length at once
     fused_cross_entropy: bool = False       # LM head + loss in token chunks: no (tokens x vocab) logits
     find_unused_parameters: bool = False
     progress_bar: bool = True
@@ -118,7 +119,7 @@ class Trainer:
         self.compilation: Optional[Compilation] = None
         module = model
         if config.compile:  # see bart.training.compilation: logged, recompiles counted, a failure runs eager
-            module = CompiledOrEager(model, config.compile_backend)
+            module = CompiledOrEager(model, config.compile_backend, config.varying_lengths)
             self.compilation = Compilation(module, lambda data: self._write_log(self.global_step, data))
         self.forward_model = self.strategy.wrap(model, module)
         self.history: list[dict] = []
