@@ -86,14 +86,12 @@ def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (command, done.stderr[-3000:])
     assert (tmp_path / "results" / "bart_hf" / "model.safetensors").is_file()
-    # "The folder also converts with CTranslate2": its converter, as printed (the optional quantization left out)
-    [convert] = [line for line in README.splitlines() if line.startswith("ct2-transformers-converter ")]
-    convert = convert.replace(" [--quantization int8]", "")
-    beside = os.path.join(os.path.dirname(sys.executable), "ct2-transformers-converter")
-    done = subprocess.run(["bash", "-c", convert], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env=dict(env, PATH=os.pathsep.join([os.path.dirname(beside)] * os.path.isfile(beside) +
-                                                             [env["PATH"]])))
+    # "Two more targets": the --ct2 line as printed (the --push_to_hub line runs against a stand-in hub in test_hub)
+    [convert] = [line for line in README.splitlines() if line.startswith("python -m bart.export ") and "--ct2" in line]
+    argv = [sys.executable if word == "python" else word for word in _shell_words(convert)]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (convert, done.stderr[-3000:])
+    assert (tmp_path / "results" / "bart_ct2" / "bart_translate_options.json").is_file()
     assert (tmp_path / "results" / "bart_ct2" / "model.bin").is_file()
 
 
@@ -208,7 +206,10 @@ DOC_COMMANDS = {
         "python -c \"from transformers import AutoModelForSeq2SeqLM as M, AutoTokenizer as T; t = T.from_pretrained("
         "'results/bart_hf'); print(t.batch_decode(M.from_pretrained('results/bart_hf').generate(**t(['Some long text "
         "...'], return_tensors='pt')), skip_special_tokens=True))\"": _EXPORT,
-        "ct2-transformers-converter --model results/bart_hf --output_dir results/bart_ct2 [--quantization int8]": _EXPORT,
+        "python -m bart.export results/cnn_dm/final_step.ckpt results/bart_hf_ct2 --ct2 results/bart_ct2": _EXPORT,
+        "python -m bart.export results/cnn_dm/final_step.ckpt results/bart_hf_hub --push_to_hub ME/bart-cnn --private":
+            "tests/test_hub.py::test_export_pushes_to_the_hub_through_huggingface_hub",
+        "hf auth login": "not run (huggingface_hub's login prompt, quoted; the push test passes HF_TOKEN)",
         # Benchmarking
         "bash scripts/run_training_benchmark.sh 40 1024 142 data/cnn_dm":
             "tests/test_benchmark_scripts.py::test_readme_training_benchmark_runs_as_printed",
@@ -279,7 +280,28 @@ DOC_COMMANDS = {
             "tests/test_restarts.py::test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupted_run",
         "python -m utils.launch": _LAUNCH,
     },
-    "docs/INFERENCE.md": {},
+    "docs/INFERENCE.md": {
+        "python -m bart.export CKPT OUT_DIR --ct2 CT2_DIR": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
+    },
+    "docs/EXPORT.md": {
+        "python -m bart.export results/finetune/final_step.ckpt results/bart_hf --ct2 results/bart_ct2": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
+        "python block: import ctranslate2, transformers": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
+        "python -m bart.export CKPT OUT_DIR": _EXPORT,
+        "pip install ctranslate2==4.8.5":
+            "tests/test_ctranslate2.py::test_ct2_without_ctranslate2_is_one_line_naming_the_install",
+        "hf auth login": "not run (huggingface_hub's login prompt, quoted; the push test passes HF_TOKEN)",
+        # ONNX: a transformers 4.57 environment of its own (optimum-onnx 0.1.0 requires transformers<4.58)
+        'python -m venv .venv-onnx && .venv-onnx/bin/pip install "transformers==4.57.6" "optimum-onnx[onnxruntime]==0.1.0"':
+            "not run (downloads optimum-onnx and onnxruntime; untested here: docs/EXPORT.md says so)",
+        ".venv-onnx/bin/optimum-cli export onnx --model results/bart_hf --task text2text-generation-with-past "
+        "results/bart_onnx": "not run (optimum-onnx's exporter, in its own environment)",
+        ".venv-onnx/bin/python -c \"from optimum.onnxruntime import ORTModelForSeq2SeqLM; from transformers import "
+        "AutoTokenizer": "not run (onnxruntime, in its own environment)",
+        "t = AutoTokenizer.from_pretrained('results/bart_onnx'); m = ORTModelForSeq2SeqLM.from_pretrained("
+        "'results/bart_onnx')": "not run (the python -c above, continued)",
+        "print(t.batch_decode(m.generate(**t(['Some long text ...'], return_tensors='pt')), skip_special_tokens=True))\"":
+            "not run (the python -c above, continued)",
+    },
     "docs/ARCHITECTURE.md": {
         "python -m bart.export CKPT OUT_DIR": _EXPORT,
         "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
