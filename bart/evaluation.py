@@ -30,7 +30,7 @@ from bart.tokenization.tokenization_bart import model_inputs
 from bart.utils import distributed as dist_utils
 from bart.utils.checkpoint_io import atomic_write_text
 from bart.utils.dllogger_compat import Logger
-from bart.utils.errors import Preempted
+from bart.utils.errors import Preempted, UserError
 from bart.utils.metrics import calculate_bleu, calculate_rouge
 from bart.utils.precision import FP32, Precision
 from bart.utils.progress import Progress
@@ -193,6 +193,24 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
         logger.close()
         print(json.dumps(result, indent=2), file=sys.stderr)
     return result
+
+
+def evaluation_files(args) -> list[str]:
+    """What :func:`run_evaluation` writes into SAVE_PATH for ``args`` (the split's generations and metrics file,
+    or the candidates of --num_return_sequences)."""
+    if args.num_return_sequences > 1:
+        return [os.path.join(args.save_path, "pseudolabel_results.json")]
+    return [os.path.join(args.save_path, f"{args.type_path}_generations.txt"),
+            os.path.join(args.save_path, f"{args.type_path}_{TASK_METRICS[args.task].name}.json")]
+
+
+def refuse_earlier_evaluation(args) -> None:
+    """An earlier evaluation's files in SAVE_PATH are replaced only with ``--overwrite`` (as ``bart.export``):
+    without it, one line naming them, before the model is loaded."""
+    found = [os.path.basename(p) for p in evaluation_files(args) if os.path.exists(p)]
+    if found and not args.overwrite:
+        raise UserError(f"SAVE_PATH {args.save_path} holds an earlier evaluation ({', '.join(found)}); pass "
+                        f"--overwrite to replace it, or choose another SAVE_PATH")
 
 
 def _summary_logger(args) -> Logger:

@@ -18,6 +18,7 @@ Every failure is one :class:`HubResolutionError` whose one-line message names th
 from __future__ import annotations
 
 import os
+import sys
 from typing import Optional
 
 _TRUE = {"1", "on", "yes", "true"}
@@ -174,12 +175,24 @@ def resolve_tokenizer_path(name_or_path: str | os.PathLike | None, model_path: s
         name_or_path = default
     name = os.fspath(name_or_path)
     expanded = os.path.expanduser(name)
+    if os.path.isfile(expanded):  # a tokenizer is a folder: a file of one (tokenizer.json) names its folder
+        folder = os.path.dirname(expanded) or "."
+        if os.path.basename(expanded) in TOKENIZER_FILES and has_tokenizer_files(folder):
+            print(f"note: tokenizer '{name}' is a file of the tokenizer folder {folder}: using that folder",
+                  file=sys.stderr, flush=True)
+            return folder
+        raise HubResolutionError(
+            f"tokenizer '{name}' is a file; a tokenizer is a folder holding tokenizer.json (or vocab.json + "
+            f"merges.txt): pass that folder")
     if os.path.exists(expanded):
         return expanded
     if _looks_like_path(name):
+        filename = os.path.basename(os.path.normpath(name))
+        folder = os.path.dirname(os.path.normpath(name)) if filename in TOKENIZER_FILES else name
         raise HubResolutionError(
-            f"tokenizer '{name}' does not exist (no such folder); build one offline with "
-            f"`python -m bart.tokenization.build_tokenizer {name}` or pass a hub id")
+            f"tokenizer '{name}' does not exist (no such {'file' if folder != name else 'folder'}); a tokenizer is "
+            f"a folder: build one offline with `python -m bart.tokenization.build_tokenizer {folder or '.'}` and "
+            f"pass --tokenizer {folder or '.'}, or pass a hub id")
     folder = _download(name, "tokenizer", TOKENIZER_FILES + ["config.json"], revision)
     if not has_tokenizer_files(folder):
         raise HubResolutionError(

@@ -26,7 +26,7 @@ ARGS=()
 [ -d "$CC" ] && ARGS+=(--common_crawl "$CC") || echo "common crawl: $CC not found, skipped"
 [ -d "$OWT" ] && ARGS+=(--open_webtext "$OWT") || echo "openwebtext: $OWT not found, skipped"
 [ ${#ARGS[@]} -gt 0 ] || { echo "preprocess_pretrain_data.sh: none of the three corpora exists" >&2; exit 2; }
-mkdir -p "$DATA"
+# "$DATA" is made by bart.data.preprocess once it found text in the corpora: a refused run leaves nothing behind
 if [ "$NPROC" -ge 3 ] && command -v mpirun >/dev/null && "$PYTHON" -c "import dask_mpi" 2>/dev/null; then
   echo "running the dask pipeline on MPI with $NPROC ranks, then balancing in one process"
   for LENGTH in 128 512; do  # dask-mpi starts once per mpirun: one length per run

@@ -7,9 +7,11 @@
 # Environment: DEMO_VOCAB_SIZE (tokenizer, 4096), DEMO_PHASE1_STEPS (100), DEMO_PHASE2_STEPS (20),
 # DEMO_FINETUNE_STEPS (300; the model starts copying after some 150-200 of them), OMP_NUM_THREADS
 # (all cores; 1 on a machine shared with other work). Every value is checked before anything starts.
+# Run again into the same folder: the downloaded corpus and the LDDL shards are kept, every training run and
+# evaluation starts over in place (--overwrite_output_dir / --overwrite: the earlier demo's runs removed first).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 [ $# -le 1 ] || { echo "usage: bash scripts/run_demo.sh [output folder]" >&2; exit 2; }
 source scripts/params/common.sh
 OUT=${1:-${RESULTS_DIR:-results/demo}}
@@ -60,7 +62,7 @@ ls "$DATA/pretrain_lddl_128" "$DATA/pretrain_lddl_512" > /dev/null
 
 step "pretraining phase 1 (length 128) and phase 2 (length 512) with scripts/run_pretraining.sh"
 # 16 rows of each length held out of training: their reconstruction loss is val_loss (every 50 updates, and at the end)
-DATA_DIR="$DATA" OUTPUT_DIR="$OUT/pretraining" NUM_WORKERS=1 LOG_FREQ=10 EXTRA_ARGS="--n_val 16 --val_check_interval 50" \
+DATA_DIR="$DATA" OUTPUT_DIR="$OUT/pretraining" NUM_WORKERS=1 LOG_FREQ=10 EXTRA_ARGS="--n_val 16 --val_check_interval 50 --overwrite_output_dir" \
   bash scripts/run_pretraining.sh 16 4 1e-2 5e-3 fp32 true 1 10 5 ${DEMO_PHASE1_STEPS:-100} ${DEMO_PHASE2_STEPS:-20} 1000 1 1 "$CONFIG" \
   2>&1 | grep -E "^==|val_loss|final_loss|rror" | sed 's/^DLL [^-]*- //' || true
 PRETRAINED=$(ls -t "$OUT"/pretraining/phase_2/_step*.ckpt | head -n 1)
@@ -71,7 +73,7 @@ document also gives one example per later sentence, the passage from there on)"
   --train_passages
 
 step "ROUGE of the pretrained model before fine-tuning"
-"$PYTHON" run_eval.py "$PRETRAINED" "$CONFIG" "$DATA/summarization" "$OUT/eval_pretrained" \
+"$PYTHON" run_eval.py "$PRETRAINED" "$CONFIG" "$DATA/summarization" "$OUT/eval_pretrained" --overwrite \
   --tokenizer "$TOKENIZER" --bs 8 --eval_beams 2 --max_source_length 64 --max_target_length 64 2> /dev/null
 
 # A tiny model learns to copy from its source only after some 10-13k examples, whatever the steps:
@@ -82,11 +84,11 @@ step "fine-tuning from the phase-2 checkpoint (finetune.py)"
   --init_checkpoint "$PRETRAINED" --tokenizer "$TOKENIZER" --max_steps ${DEMO_FINETUNE_STEPS:-300} --train_batch_size 64 \
   --learning_rate 2e-3 --lr_scheduler constant --warmup_steps 20 --max_source_length 40 --max_target_length 24 \
   --dropout 0.0 --n_val 25 --val_check_interval 150 --eval_beams 2 --eval_max_gen_length 64 --log_freq 25 \
-  --num_workers 0 --output_dir "$OUT/finetuning" 2>&1 | grep -E "val_rouge|final_loss|rror" | sed 's/^DLL [^-]*- //' || true
+  --num_workers 0 --output_dir "$OUT/finetuning" --overwrite_output_dir 2>&1 | grep -E "val_rouge|final_loss|rror" | sed 's/^DLL [^-]*- //' || true
 FINETUNED=$(ls -t "$OUT"/finetuning/_epoch*_step*.ckpt | head -n 1)
 
 step "ROUGE of the fine-tuned model (run_eval.py on the test split)"
-"$PYTHON" run_eval.py "$FINETUNED" "$CONFIG" "$DATA/summarization" "$OUT/eval_finetuned" \
+"$PYTHON" run_eval.py "$FINETUNED" "$CONFIG" "$DATA/summarization" "$OUT/eval_finetuned" --overwrite \
   --tokenizer "$TOKENIZER" --bs 8 --eval_beams 2 --max_source_length 64 --max_target_length 64 2> /dev/null
 
 step "loss curves"

@@ -76,6 +76,9 @@ done
 if [[ " $PHASES " != *" 1 "* ]] && ! ls "$OUTPUT_DIR"/phase_1/_step*.ckpt >/dev/null 2>&1; then
   die "PHASES (environment) '$PHASES' starts at phase 2, but $OUTPUT_DIR/phase_1 holds no checkpoint (run phase 1 first)"
 fi
+# the pretrain.py flags of EXTRA_ARGS, checked as the script's own (phase 2 reads phase 1's folder)
+read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
+check_extra_args "EXTRA_ARGS (environment)" "${EXTRA[@]+"${EXTRA[@]}"}"
 check_launch_env
 precision_flags "$precision"
 preln_flag "$use_preln"
@@ -95,10 +98,11 @@ COMMON=(--config_path "$config_path" --lamb --lr_scheduler polynomial --weight_d
         --num_workers "$NUM_WORKERS" --save_checkpoint_steps "$save_checkpoint_steps" --log_freq "${LOG_FREQ:-10}")
 # half-precision gradient all-reduce in mixed-precision runs, as the reference recipe does
 case "$precision" in fp16|bf16|fp8) COMMON+=(--allreduce_post_accumulation_half_precision) ;; esac
-read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
 # a rerun, a requeued job or a torchrun restart continues from the phase's newest checkpoint, a first start
-# starts (pretrain.py decides, after the previous processes are gone; it says which in one line)
+# starts (pretrain.py decides, after the previous processes are gone; it says which in one line);
+# --overwrite_output_dir in EXTRA_ARGS: each phase's earlier run is removed and started over instead
 RESUME=(--resume_from_checkpoint auto)
+if has_flag --overwrite_output_dir "${EXTRA[@]+"${EXTRA[@]}"}"; then RESUME=(); fi
 
 if [[ " $PHASES " == *" 1 "* ]]; then
   echo "== phase 1: length 128, batch $train_batch_size_phase1 x accumulation $num_accumulation_phase1 x $((num_gpus * NNODES)) processes"
@@ -111,8 +115,13 @@ if [[ " $PHASES " == *" 1 "* ]]; then
 fi
 if [[ " $PHASES " == *" 2 "* ]]; then
   # phase 1's last checkpoint (its step: EXTRA_ARGS may have changed phase 1's --max_steps)
-  phase1_ckpt=$(ls "$OUTPUT_DIR"/phase_1/_step*.ckpt 2>/dev/null | sed 's/.*_step\([0-9]*\)\.ckpt$/\1 &/' | sort -n | tail -n 1 | cut -d' ' -f2-)
-  [ -n "$phase1_ckpt" ] || { echo "run_pretraining.sh: no phase 1 checkpoint in $OUTPUT_DIR/phase_1 (run phase 1 first)" >&2; exit 2; }
+  phase1_ckpt=$( (ls "$OUTPUT_DIR"/phase_1/_step*.ckpt 2>/dev/null || true) | sed 's/.*_step\([0-9]*\)\.ckpt$/\1 &/' | sort -n | tail -n 1 | cut -d' ' -f2-)
+  if [ -z "$phase1_ckpt" ]; then
+    if [ ! -d "$OUTPUT_DIR/phase_1" ]; then why="the folder does not exist"
+    elif [ -z "$(ls -A "$OUTPUT_DIR/phase_1")" ]; then why="the folder is empty"
+    else why="the folder holds: $(ls -A "$OUTPUT_DIR/phase_1" | head -n 6 | paste -sd ' ')"; fi
+    die "phase 2 starts from phase 1's last checkpoint, but $OUTPUT_DIR/phase_1/_step*.ckpt matches no file ($why): phase 1 writes one when it ends; run phase 1 (PHASES=\"1 2\") until it ends"
+  fi
   phase1_steps=$(basename "$phase1_ckpt" .ckpt); phase1_steps=${phase1_steps#_step}
   [ "$phase1_steps" = "$train_steps_phase1" ] || echo "run_pretraining.sh: note: phase 1 ended at update $phase1_steps, not $train_steps_phase1"
   echo "== phase 2: length 512 from $phase1_ckpt (weights only)"

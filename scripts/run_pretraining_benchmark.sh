@@ -50,7 +50,7 @@ for length in "${LENGTHS[@]}"; do
         --max_source_length "$length" --train_batch_size "$bs" "${PREC_FLAGS[@]}" "${TOKENIZER_FLAG[@]+"${TOKENIZER_FLAG[@]}"}" \
         --lamb --lr_scheduler polynomial --learning_rate 5e-3 --warmup_steps 0 --weight_decay 0.1 --dropout 0.1 \
         --attention_dropout 0.1 --gradient_clip_val 0.1 --max_steps "${TRAIN_STEPS:-100}" --log_freq "${LOG_FREQ:-10}" \
-        --save_checkpoint_steps 1000000000 --num_workers "${NUM_WORKERS:-4}" --seed 42 --output_dir "$run" \
+        --save_checkpoint_steps 1000000000 --num_workers "${NUM_WORKERS:-4}" --seed 42 --output_dir "$run" --overwrite_output_dir \
         --json-summary "$run/dllogger.json" > "$run/joblog.log" 2>&1 || { tail -n 20 "$run/joblog.log" >&2; exit 1; }
       rm -f "$run"/*.ckpt  # throughput only: the weights are random
     done

@@ -60,6 +60,19 @@ case "${EVAL_CHECKPOINT:-final}" in final|best) ;;
 if [ "${EVAL_CHECKPOINT:-final}" = best ] && [ "${N_VAL:-100}" = 0 ]; then
   die "EVAL_CHECKPOINT (environment) 'best' needs validation during training, but N_VAL is 0"
 fi
+# the finetune.py flags given (EXTRA_ARGS, then those after the values: they win), checked as the script's own
+read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
+EXTRA+=("${PASS[@]+"${PASS[@]}"}")
+EXTRA_WHERE="the finetune.py flags (EXTRA_ARGS / after the 16 values)"
+check_extra_args "$EXTRA_WHERE" "${EXTRA[@]+"${EXTRA[@]}"}"
+if [ "${EVAL_CHECKPOINT:-final}" = best ]; then
+  if value=$(flag_value --n_val "${EXTRA[@]+"${EXTRA[@]}"}") && [ "$value" = 0 ]; then
+    die "EVAL_CHECKPOINT (environment) 'best' needs validation during training, but --n_val 0 in $EXTRA_WHERE turns it off"
+  fi
+  if value=$(flag_value --save_top_k "${EXTRA[@]+"${EXTRA[@]}"}") && [ "$value" = 0 ]; then
+    die "EVAL_CHECKPOINT (environment) 'best' evaluates the best validation checkpoint, but --save_top_k 0 in $EXTRA_WHERE keeps none; drop it, or use EVAL_CHECKPOINT=final"
+  fi
+fi
 check_env model TOKENIZER
 check_env outdir OUTPUT_DIR
 check_env outdir RESULTS_DIR
@@ -72,11 +85,11 @@ PYTHON=${PYTHON:-python3}
 precision_flags "$PREC"
 preln_flag "$PRELN"
 mkdir -p "$OUTPUT_DIR"
-read -r -a EXTRA <<< "${EXTRA_ARGS:-}"
-EXTRA+=("${PASS[@]+"${PASS[@]}"}")
 # a rerun into the same OUTPUT_DIR (a requeued or pre-empted job, a torchrun restart) continues from its newest
-# checkpoint, a first start starts: finetune.py decides (auto) and says which; the job log is appended to
+# checkpoint, a first start starts: finetune.py decides (auto) and says which; the job log is appended to.
+# --overwrite_output_dir among the flags: the run in OUTPUT_DIR is removed and started over instead
 RESUME=(--resume_from_checkpoint auto); TEE=(tee -a)
+if has_flag --overwrite_output_dir "${EXTRA[@]+"${EXTRA[@]}"}"; then RESUME=(); fi
 # output through a process substitution, not a pipe: the launcher stays in this shell, whose traps pass
 # SIGTERM/SIGUSR1 on to the training processes (scripts/params/common.sh)
 launcher "$NUM_GPU" finetune.py --data_dir "$DATA_DIR" --init_checkpoint "$CKPT_PATH" --config_path "$CONFIG_PATH" \
@@ -94,7 +107,8 @@ if [ "${EVAL_CHECKPOINT:-final}" = best ]; then
   FINAL=$("$PYTHON" -m bart.training.checkpoint best "$OUTPUT_DIR") || exit 2  # it said why, in one line
 fi
 echo "== evaluating $FINAL"
-launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --bs "$PRED_BS" \
+# --overwrite: a rerun evaluates the run's weights again, in place of its earlier evaluation
+launcher "$NUM_GPU" run_eval.py "$FINAL" "$CONFIG_PATH" "$DATA_DIR" "$OUTPUT_DIR" --overwrite --bs "$PRED_BS" \
   --eval_beams "$EVAL_BEAMS" --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" \
   "${EVAL_PREC_FLAGS[@]}" "${PRELN_FLAG[@]}" \
   --json-summary "$OUTPUT_DIR/eval_dllogger.json" ${EVAL_EXTRA_ARGS:-} > >(tee "$OUTPUT_DIR/eval_joblog.log") 2>&1

@@ -36,7 +36,7 @@ for n in "${GPU_COUNTS[@]}"; do
     launcher "$n" finetune.py --from_scratch --data_dir "$DATA_DIR" --config_path "$CONFIG_PATH" \
       --train_batch_size "$BS" "${PREC_FLAGS[@]}" \
       --max_source_length "$MAX_SOURCE_LEN" --max_target_length "$MAX_TARGET_LEN" --max_steps "${TRAIN_STEPS:-100}" \
-      --dropout 0.1 --attention_dropout 0.1 --warmup_steps 0 --n_val 0 --log_freq "${LOG_FREQ:-10}" --num_workers 2 --seed 42 --output_dir "$run" \
+      --dropout 0.1 --attention_dropout 0.1 --warmup_steps 0 --n_val 0 --log_freq "${LOG_FREQ:-10}" --num_workers 2 --seed 42 --output_dir "$run" --overwrite_output_dir \
       --json-summary "$run/dllogger.json" > "$run/joblog.log" 2>&1 || { tail -n 20 "$run/joblog.log" >&2; exit 1; }
     rm -f "$run"/*.ckpt  # throughput only: the weights are random
   done

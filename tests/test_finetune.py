@@ -243,29 +243,24 @@ def test_bad_inputs_are_explained(tmp_path, finetuned, capsys):
     assert code != 0 and "holds no checkpoint" in capsys.readouterr().err
 
 
-def test_empty_training_examples_are_skipped_and_counted(tmp_path, small_tokenizer_dir, capsys):
-    """An empty source or target line in the training split leaves that example out, says which lines,
-    and the count reaches the log (skipped_rows); --n_train counts usable examples."""
+def test_an_empty_training_example_is_refused_naming_its_line(tmp_path, small_tokenizer_dir):
+    """An empty (or whitespace) source or target line in the training split is refused, naming the file and line,
+    as run_eval.py and validation refuse it (was: the pair left out, 31 rows for 32 lines)."""
     from bart.tokenization.tokenization_bart import BartTokenizer
+    from bart.utils.errors import UserError
 
     tokenizer = BartTokenizer.from_pretrained(small_tokenizer_dir)  # the file's other tests' (no GPT-2 folder to build)
     folder = tmp_path / "data"
     folder.mkdir()
-    (folder / "train.source").write_text("one two\n\nthree four\n \t \nfive six\nseven\n")
-    (folder / "train.target").write_text("one\ntwo\nthree\nfour\n\nsix\n")
-    loader = build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2)
-    assert loader.dataset.sources == ["one two", "three four", "seven"] and loader.dataset.targets == ["one", "three", "six"]
-    assert loader.skipped_rows == 3 and loader.dataset.skipped_lines == [2, 4, 5]
-    assert "3 example(s) with an empty source or target skipped (line 2, 4, 5)" in capsys.readouterr().out
-    first_two = build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2, n_obs=2)
-    assert first_two.dataset.sources == ["one two", "three four"] and first_two.skipped_rows == 1
-    assert sum(len(b["input_ids"]) for b in loader) == 3
-    ranks = [build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=1, world_size=2, rank=r) for r in (0, 1)]
-    assert sum(r.skipped_rows for r in ranks) == 3  # the trainer's sum over ranks counts each skipped line once
-    (folder / "train.source").write_text("\n \n")
-    (folder / "train.target").write_text("a\nb\n")
-    with pytest.raises(ValueError, match="train.source has no examples \\(all lines empty\\)"):
+    (folder / "train.source").write_text("one two\nthree four\n \t \nfive six\n")
+    (folder / "train.target").write_text("one\ntwo\nthree\nfour\n")
+    with pytest.raises(UserError, match=f"^{folder / 'train.source'}:3 is empty; every line must hold one example"):
         build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2)
+    (folder / "train.source").write_text("one two\nthree four\nfive\nfive six\n")
+    (folder / "train.target").write_text("one\n\nthree\nfour\n")
+    with pytest.raises(UserError, match=f"^{folder / 'train.target'}:2 is empty"):
+        build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=2)
+    assert len(build_finetuning_loader(str(folder), tokenizer, 16, 8, batch_size=1, n_obs=1).dataset) == 1
 
 
 @pytest.mark.parametrize("mode", ["random", "sortish", "max_tokens"])

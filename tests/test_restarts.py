@@ -62,11 +62,11 @@ def test_auto_starts_a_new_run_then_resumes_from_its_newest_checkpoint(world, ca
     # the log gives the real sequences of each update (48 rows, 4 per update)
     assert [r["data"]["sequences_per_update"] for r in _records(out) if "loss" in r["data"]] == [4.0] * 3
     assert not [r for r in _records(out) if "resumed_from" in r["data"]]
-    # the same command again, for more updates: it resumes from fine-tuning's final checkpoint (step 3),
-    # the newest, not the periodic _step2.ckpt
+    # the same command again, for more updates (a longer schedule: said with --allow_resume_change max_steps): it
+    # resumes from fine-tuning's final checkpoint (step 3), the newest, not the periodic _step2.ckpt
     assert sorted(n for n in os.listdir(out) if n.endswith(".ckpt")) == ["_epoch0_step3.ckpt", "_step2.ckpt",
                                                                         "final_step.ckpt"]
-    assert _main("finetune.py", argv + ["--max_steps", "5"]) == 0
+    assert _main("finetune.py", argv + ["--max_steps", "5", "--allow_resume_change", "max_steps"]) == 0
     said = capsys.readouterr().out
     assert f"resuming from the newest checkpoint in {out} (_epoch0_step3.ckpt, step 3)" in said
     assert [r["data"]["resumed_from"] for r in _records(out) if "resumed_from" in r["data"]] == \
@@ -241,7 +241,7 @@ def test_an_allowed_change_resumes_and_says_so(world, capsys):
         assert _main("finetune.py", argv + ["--max_steps", "1", "--bf16"]) == 0
     capsys.readouterr()
     assert _main("finetune.py", argv + ["--max_steps", "2", "--resume_from_checkpoint", "True",
-                                        "--allow_resume_change", "precision"]) == 0
+                                        "--allow_resume_change", "precision", "max_steps"]) == 0
     err = capsys.readouterr().err
     assert "with precision tf32 instead of the checkpoint's bf16, as --allow_resume_change precision asks" in err, err
     assert _steps(out) == [1, 2]

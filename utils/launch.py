@@ -27,13 +27,34 @@ And three cluster faults are named instead of met again or buried:
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 
 ME = "launch"
 EXIT_USER_ERROR = 2  # bart.utils.errors.EXIT_USER_ERROR: the same command meets the same error, never restarted
-_MEANING = {75: "a checkpoint was written: run the same command again to resume",
+_MEANING = {75: "a checkpoint was written: to resume, run {resume}",
             130: "stopped at once (Ctrl-C again), without a checkpoint"}
+_RESUME_FLAG, _OVERWRITE_FLAG = "--resume_from_checkpoint", "--overwrite_output_dir"
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command that resumes this job: this one with ``--resume_from_checkpoint auto`` (in place of any
+    resume flag, and of ``--overwrite_output_dir``, which would start over); the same command alone would be
+    refused, as a new run into a folder that holds a run."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == _RESUME_FLAG:
+            skip = True
+        elif not arg.startswith(_RESUME_FLAG + "=") and arg != _OVERWRITE_FLAG:
+            kept.append(arg)
+    return shlex.join([os.path.basename(sys.executable) or "python3", "-m", "utils.launch", *kept, _RESUME_FLAG, "auto"])
+
+
+def _meaning(code: int, argv: list[str]) -> str | None:
+    return _MEANING[code].format(resume=resume_command(argv)) if code in _MEANING else None
 
 
 def _job_code(codes: list[int], sig: signal.Signals) -> int:
@@ -50,13 +71,13 @@ def _job_code(codes: list[int], sig: signal.Signals) -> int:
     return max(set(done), key=done.count) if done else 0
 
 
-def _said(sig: signal.Signals, codes: list[int], code: int) -> str:
+def _said(sig: signal.Signals, codes: list[int], code: int, argv: list[str]) -> str:
     shown = ", ".join(str(c) for c in codes) or "none started"
     if code > 128 and any(c is not None and c < 0 for c in codes):
         why = (f"a process did not stop within TORCH_ELASTIC_SHUTDOWN_TIMEOUT "
                f"({os.environ.get('TORCH_ELASTIC_SHUTDOWN_TIMEOUT', '30')} s) and was killed")
     else:
-        why = _MEANING.get(code, "see the processes' lines above")
+        why = _meaning(code, argv) or "see the processes' lines above"
     return f"{ME}: {sig.name} received: the processes stopped (exit codes {shown}): {why}"
 
 
@@ -66,6 +87,7 @@ def main(argv=None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     contexts, codes, first, spared = [], {}, [], []
+    argv = sys.argv[1:] if argv is None else list(argv)
 
     def handler(signum, frame) -> None:
         sig = signal.Signals(signum)
@@ -99,7 +121,7 @@ def main(argv=None) -> int:
     except api.SignalException:
         found = [codes[rank] for rank in sorted(codes)]
         code = _job_code(found, first[0])
-        print(_said(first[0], found, code), file=sys.stderr, flush=True)
+        print(_said(first[0], found, code, argv), file=sys.stderr, flush=True)
         return code
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
@@ -108,7 +130,8 @@ def main(argv=None) -> int:
             why = (f" (a user error: its line above says what to change), so the job stopped without the "
                    f"{spared[0]} restart(s) --max_restarts left: the same command would meet the same error")
         else:
-            why = ", so the job stopped" + (f": {_MEANING[code]}" if code in _MEANING else " (its line above says why)")
+            why = ", so the job stopped" + (f": {_meaning(code, argv)}" if code in _MEANING else
+                                            " (its line above says why)")
         print(f"{ME}: rank {rank} ended with exit code {code}{why}", file=sys.stderr, flush=True)
         return code
     except RuntimeError as err:  # torchrun's own rendezvous store could not start

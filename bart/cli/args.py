@@ -285,6 +285,10 @@ def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
                       help="True: the newest training checkpoint in --output_dir (none there is an error); auto: "
                            "that one when there is one, else a new run (one command for a first start and its "
                            "restarts); or a path. Restores everything")
+    ckpt.add_argument("--overwrite_output_dir", action="store_true",
+                      help="a new run into an --output_dir that holds another run's checkpoints or log: remove "
+                           "that run's files (checkpoints, logs, rankings, predictions, tokenizer, TensorBoard "
+                           "events; nothing else) and start over. Without it such a folder is refused")
     ckpt.add_argument("--allow_resume_change", nargs="+", choices=ALLOWABLE_CHANGES, default=(), metavar="NAME",
                       help=f"resume although the checkpoint was written with another {' / '.join(ALLOWABLE_CHANGES)} "
                            f"(the run says what changed); any other difference from the checkpoint's run is refused")
@@ -360,6 +364,9 @@ CONTRADICTIONS = (
     ("resume_from_checkpoint", "load_model_weights_only", _auto_with_weights_only,
      "auto resumes this run from its own checkpoints; --load_model_weights_only starts a new run from a "
      "checkpoint's weights: give that checkpoint's PATH instead of auto"),
+    ("overwrite_output_dir", "resume_from_checkpoint", None,
+     "--resume_from_checkpoint goes on with the run in --output_dir; --overwrite_output_dir removes it and starts "
+     "over: give one"),
     ("no_tensorboard", "tensorboard_dir", None, "no TensorBoard events are written, so the folder would stay unused: "
                                                 "drop one"),
     ("use_nvlamb", None, lambda a: not a.lamb,
@@ -423,6 +430,9 @@ def add_eval_args(parser: argparse.ArgumentParser) -> None:
                                             f"({names_help()}) or a BART config.json's path")
     parser.add_argument("data_dir", help="folder with {type_path}.source and .target")
     parser.add_argument("save_path", help="output folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier evaluation of the same split in SAVE_PATH ({type_path}_generations.txt, "
+                             "its metrics file); without it such a folder is refused")
     parser.add_argument("--type_path", default="test", help="split to evaluate (train, val, test)")
     parser.add_argument("--n_obs", type=count_or_all(1), default=None, help="only the first N examples (-1: all)")
     parser.add_argument("--num_return_sequences", type=POSITIVE, default=1)

@@ -23,11 +23,11 @@ from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler, describe_optimizer
 from bart.tokenization.vocab_check import require_vocab_size
-from bart.training.checkpoint import resolve_resume, resumable_checkpoints
+from bart.training.checkpoint import earlier_run, remove_earlier_run, resolve_resume, resumable_checkpoints
 from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, TrainerConfig, strategy_for
 from bart.utils import distributed as dist_utils
-from bart.utils.checkpoint_io import remove_stale_partials
+from bart.utils.checkpoint_io import CheckpointError, remove_stale_partials
 from bart.utils.dllogger_compat import Logger, drop_records_after
 from bart.utils.errors import UserError
 from bart.utils.metric_writers import build_writers, config_text
@@ -43,7 +43,42 @@ def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
     seed_everything(args.seed, env.rank)
     if args.resume_from_checkpoint == "auto":  # True when the folder holds a training checkpoint, else None
         args = resolved(args, resume_from_checkpoint=resolve_resume("auto", args.output_dir, announce=env.is_main))
+    if not args.resume_from_checkpoint:
+        claim_new_run_folder(args, env)
     return args, env
+
+
+def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None:
+    """A new run never starts over on top of another run's files: a folder holding another run's checkpoints or
+    log is refused in one line (``earlier_run``: go on with --resume_from_checkpoint auto, or start over with
+    --overwrite_output_dir); --overwrite_output_dir removes that run's files first (``remove_earlier_run``), so
+    that nothing of it mixes with this run's. Rank 0 decides, every rank ends with its decision."""
+    from bart.utils.errors import one_line
+
+    json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
+    error = None
+    if env.is_main:
+        try:
+            if not args.overwrite_output_dir:
+                refused = earlier_run(args.output_dir, json_path)
+                if refused:
+                    raise UserError(refused)
+            else:
+                keep = (args.init_checkpoint, args.tokenizer or os.environ.get("TOKENIZER"))
+                removed = remove_earlier_run(args.output_dir, json_path, keep=keep)
+                if removed:
+                    print(f"[checkpoint] --overwrite_output_dir: removed the earlier run's {len(removed)} file(s) from "
+                          f"{args.output_dir} ({', '.join(os.path.basename(p.rstrip(os.sep)) for p in removed[:6])}"
+                          f"{', ...' if len(removed) > 6 else ''}): starting a new run", flush=True)
+        except (UserError, CheckpointError, OSError) as err:
+            error = err
+    refused = None if error is None else one_line(error)
+    if env.distributed:
+        refused = dist_utils.all_gather_objects(refused)[0]
+    if error is not None:
+        raise error
+    if refused:
+        raise UserError(f"rank 0 did not start the run: {refused}")
 
 
 def load_tokenizer(args: Settings, model_path: str | None = None):
@@ -252,5 +287,7 @@ def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dic
                   f"{args.warmup_steps}, {args.lr_scheduler} schedule"
                   + (f", resumed after {trainer.step}" if trainer.step else "")),
         "data_rows": data_rows,
+        **({"resumed with changes": "; ".join(f"{name} {change}" for name, change in trainer.resume_changes.items())}
+           if trainer.resume_changes else {}),
     }
 

@@ -15,7 +15,7 @@ from bart.cli.exits import run_main
 from bart.cli.reference_flags import write_debug_references
 from bart.cli.args import generation_kwargs
 from bart.cli.settings import EVAL, Settings, fit_lengths, parse_command_line
-from bart.evaluation import run_evaluation
+from bart.evaluation import refuse_earlier_evaluation, run_evaluation
 from bart.generation.precision import check_decode_precision, decodes_packed, prepare_for_decoding
 from bart.hub import resolve_model_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
@@ -35,7 +35,8 @@ def main(argv=None) -> dict:
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
                                       rendezvous_timeout_s=args.rendezvous_timeout,
                                       heartbeat_timeout_s=args.heartbeat_timeout)
-    start.lock_output_dir(args.save_path, env, flag="SAVE_PATH")  # one evaluation per folder
+    # one evaluation per folder; an earlier one's files are replaced only with --overwrite
+    start.lock_output_dir(args.save_path, env, flag="SAVE_PATH", check=lambda: refuse_earlier_evaluation(args))
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision.configure()
     config = start.model_config(args, training=False)

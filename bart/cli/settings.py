@@ -154,6 +154,9 @@ class Settings:
     resume_from_checkpoint: Union[bool, str, None] = None
     """True: the newest training checkpoint of :attr:`output_dir`; a path; None: a new run. ``"auto"`` until
     run start, where it becomes True or None (:func:`bart.cli.builder.start_run`)."""
+    overwrite_output_dir: bool = False
+    """A new run into an :attr:`output_dir` holding another run's checkpoints or log removes that run's files first
+    (:func:`bart.training.checkpoint.remove_earlier_run`); without it such a folder is refused."""
     allow_resume_change: tuple = ()
     """What a resume may find changed from its checkpoint's run (``precision``, ``distributed_strategy``:
     :data:`bart.training.checkpoint.ALLOWABLE_CHANGES`); anything else that differs is refused."""
@@ -239,6 +242,8 @@ class Settings:
     """MODEL_PATH: a checkpoint, a run's folder or a Hugging Face folder / hub id."""
     save_path: Optional[str] = None
     """SAVE_PATH: the output folder."""
+    overwrite: bool = False
+    """Replace an earlier evaluation of the same split in :attr:`save_path`; without it such a folder is refused."""
     type_path: str = "test"
     """The split to evaluate."""
     n_obs: Optional[int] = None

@@ -42,9 +42,10 @@ def setup_distributed(args: Settings) -> dist_utils.DistributedEnv:
                                        heartbeat_timeout_s=args.heartbeat_timeout)
 
 
-def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir") -> None:
+def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir", check=None) -> None:
     """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`bart.utils.run_lock`) before anything is
-    written there; the other ranks wait for its decision and stop with it (exit 2 on every rank)."""
+    written there, then runs ``check`` (a refusal of what the folder holds: raises a UserError); the other ranks
+    wait for its decision and stop with it (exit 2 on every rank)."""
     from bart.utils import run_lock
     from bart.utils.errors import one_line
 
@@ -54,6 +55,8 @@ def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--
     if env.is_main:
         try:
             run_lock.acquire(folder, flag=flag)
+            if check is not None:
+                check()
         except (UserError, OSError) as err:
             error = err
     refused = None if error is None else one_line(error)

@@ -112,6 +112,7 @@ _UNSUPPORTED_VALUES = {
     "static_position_embeddings": (False, "sinusoidal (static) position embeddings"),
     "extra_pos_embeddings": (2, "a position offset other than 2"),
 }
+MAX_VOCAB_MULTIPLE = 1024  # pad_vocab_to_multiple_of's bound: alignment beyond it buys nothing, rows cost compute
 _POSITIVE = ("vocab_size", "max_position_embeddings", "d_model", "encoder_attention_heads",
              "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "pad_vocab_to_multiple_of")
 
@@ -217,6 +218,12 @@ class BartConfig:
         for key in _POSITIVE:
             if getattr(self, key) <= 0:
                 raise ConfigError(f"BartConfig: '{key}' must be positive, got {getattr(self, key)}")
+        multiple = self.pad_vocab_to_multiple_of  # an alignment: a power of two, 1 (no padding) to 1,024
+        if multiple > MAX_VOCAB_MULTIPLE or multiple & (multiple - 1):
+            raise ConfigError(f"BartConfig: 'pad_vocab_to_multiple_of' must be a power of two from 1 (no padding) to "
+                              f"{MAX_VOCAB_MULTIPLE}, got {multiple} (it would make the vocabulary "
+                              f"{-(-self.vocab_size // multiple) * multiple:,} rows for {self.vocab_size:,} tokens); "
+                              f"use 128 (the default: the GPUs' aligned kernels) or 1")
         for key in ("encoder", "decoder"):
             heads = getattr(self, f"{key}_attention_heads")
             if self.d_model % heads:

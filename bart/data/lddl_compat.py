@@ -84,9 +84,13 @@ def check_shard(path: str) -> int:
     if rows == 0:
         raise DataError(f"{path} holds no rows; delete it and balance the shards again")
     column_type = schema.field(EXPECTED_COLUMN).type if EXPECTED_COLUMN in schema.names else None
-    if column_type is None or not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+    if column_type is None:
         raise DataError(f"{path} has columns {schema.names}; a BART pretraining shard needs a string column "
                         f"'{EXPECTED_COLUMN}' (LDDL's preprocess_bart_pretrain output)")
+    if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+        raise DataError(f"{path}: its column '{EXPECTED_COLUMN}' is {column_type}, not string; a BART pretraining "
+                        f"shard holds text there (LDDL's preprocess_bart_pretrain output): write the shards again "
+                        f"from text (python -m bart.data.preprocess)")
     try:
         next(shard.iter_batches(batch_size=1, columns=[EXPECTED_COLUMN]), None)
     except SHARD_READ_ERRORS as err:

@@ -167,6 +167,7 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
         corpora = {kind: corpus_folder(kind, path) for kind, path in corpora.items()}
     from bart.data.lddl_compat import balance_shards  # LDDL imports transformers: after the checks above
 
+    os.makedirs(out_dir, exist_ok=True)  # once the inputs are known usable: a refused run leaves no folder behind
     written = []
     for length in seq_lengths:
         final = os.path.join(out_dir, f"pretrain_lddl_{length}")
@@ -221,8 +222,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         preprocess(corpora, args.out, args.seq_lengths, args.num_shards, args.workers, args.schedule,
                    stage=args.stage)
-    except (FileNotFoundError, ValueError) as err:
-        sys.exit(f"preprocess: {err}")
+    except (FileNotFoundError, ValueError) as err:  # the user's input: one line, exit 2 (as every entry point)
+        print(f"preprocess: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -253,12 +253,9 @@ def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, ma
                             max_tokens: Optional[int] = None, num_workers: int = 0) -> EpochLoader:
     """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget
     (``max_tokens``, lengths in tokens rather than words)."""
-    train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs,
-                           skip_empty=True)
-    if train.skipped_lines and rank == 0:
-        lines = ", ".join(map(str, train.skipped_lines[:10])) + (", ..." if len(train.skipped_lines) > 10 else "")
-        print(f"[data] {os.path.join(data_dir, 'train')}.source/.target: {len(train.skipped_lines)} example(s) with "
-              f"an empty source or target skipped (line {lines})", flush=True)
+    # an empty source or target line is refused, naming the file and line, as run_eval.py and validation refuse it:
+    # a pair left out would make the split's rows fewer than its lines without the user's say
+    train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs)
     if len(train) < world_size:
         limit = f" (--n_train {n_obs})" if n_obs is not None and len(train) == n_obs else ""
         raise UserError(f"{os.path.join(data_dir, 'train')}.source has {len(train)} usable example(s){limit}, fewer than "

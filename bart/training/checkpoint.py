@@ -113,6 +113,83 @@ def resolve_resume(value, output_dir: str, announce: bool = True):
     return True if found else None
 
 
+# -- a new run's folder ---------------------------------------------------------------------------------
+# The files a training run writes into its --output_dir, by kind: what a new run finds there from another run
+# (the checkpoints and the log refuse it, :func:`earlier_run`) and what --overwrite_output_dir removes before it
+# starts (:func:`remove_earlier_run`). Only these names: anything else in the folder is the user's and stays.
+RUN_FILES = (  # (kind, the names; a trailing / is a folder)
+    ("checkpoint", re.compile(r"^((_epoch\d+)?_step\d+|best_.+_step\d+|final_step)\.ckpt(\.partial.*)?$")),
+    ("log", re.compile(r"^dllogger\.json$")),
+    ("best-k ranking", re.compile(r"^best_[^/]+\.json$")),
+    ("run record", re.compile(r"^(run_config|git_log)\.json$")),
+    ("predictions", re.compile(r"^(test|val)_(generations\.txt|rouge\.json|bleu\.json)$")),
+    ("tokenizer", re.compile(r"^(tokenizer\.json|tokenizer_config\.json|vocab\.json|merges\.txt|"
+                             r"special_tokens_map\.json|added_tokens\.json)$")),
+    ("TensorBoard events", re.compile(r"^tensorboard/$")),
+)
+_REFUSING = ("checkpoint", "log")  # what makes a folder another run's
+
+
+def run_files(output_dir: str, json_path: str | None = None) -> dict[str, list[str]]:
+    """kind -> the paths of a training run's files in ``output_dir`` (:data:`RUN_FILES`), plus the log at
+    ``json_path`` (``--json-summary``) when it is elsewhere and not empty."""
+    found: dict[str, list[str]] = {}
+    names = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    for name in names:
+        path = os.path.join(output_dir, name)
+        shown = name + "/" if os.path.isdir(path) else name
+        kind = next((kind for kind, pattern in RUN_FILES if pattern.match(shown)), None)
+        if kind is not None:
+            found.setdefault(kind, []).append(path)
+    if json_path and os.path.isfile(json_path) and os.path.getsize(json_path) > 0 and \
+            os.path.abspath(json_path) not in {os.path.abspath(p) for p in found.get("log", [])}:
+        found.setdefault("log", []).append(json_path)
+    return found
+
+
+def earlier_run(output_dir: str, json_path: str | None = None) -> str | None:
+    """Why a NEW run into ``output_dir`` would start over on top of another run (its checkpoints or its log), in
+    one line naming what to pass; None when nothing of another run is there. A new run there would replace
+    the log and the periodic checkpoints and leave the rest beside its own files."""
+    found = run_files(output_dir, json_path)
+    named = [os.path.basename(p) for kind in _REFUSING for p in found.get(kind, [])
+             if kind != "log" or os.path.getsize(p) > 0]  # an empty log (nothing was logged) is nobody's
+    if not named:
+        return None
+    shown = ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
+    resumable = resumable_checkpoints(output_dir)
+    go_on = (f"add --resume_from_checkpoint auto to go on from its newest checkpoint "
+             f"({os.path.basename(resumable[-1][1])}, step {resumable[-1][0]}), or " if resumable else
+             "it holds no training checkpoint to go on from: ")
+    return (f"--output_dir {output_dir} holds another run's files ({shown}); a new run there would start over on "
+            f"top of them: {go_on}add --overwrite_output_dir to remove that run's files and start over, or choose "
+            f"another --output_dir")
+
+
+def remove_earlier_run(output_dir: str, json_path: str | None = None, keep=()) -> list[str]:
+    """--overwrite_output_dir: remove the training run's files of ``output_dir`` (:data:`RUN_FILES`: its
+    checkpoints, log, rankings, run records, predictions, tokenizer and TensorBoard events; nothing else) so
+    that nothing of it mixes with the new run's. ``keep``: paths the new run reads (its starting weights,
+    tokenizer): a run file among them is refused (:class:`CheckpointError`) instead. Returns what was removed."""
+    import shutil
+
+    found = [path for paths in run_files(output_dir, json_path).values() for path in paths]
+    kept = {os.path.realpath(p) for p in keep if p}
+    needed = [p for p in found if os.path.realpath(p) in kept or any(k.startswith(os.path.realpath(p) + os.sep)
+                                                                      for k in kept)]
+    if found and os.path.realpath(output_dir) in kept:  # the folder itself: its newest checkpoint, its tokenizer
+        needed.insert(0, output_dir)
+    if needed:
+        raise CheckpointError(f"--overwrite_output_dir would remove {needed[0]}, which this run starts from; copy it "
+                              f"out of {output_dir} first, or choose another --output_dir")
+    for path in found:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    return found
+
+
 def prune_checkpoints(output_dir: str, keep: int) -> list[str]:
     """Delete all but the newest ``keep`` step checkpoints (keep <= 0 keeps everything)."""
     if keep <= 0:
@@ -316,6 +393,15 @@ def _architecture(key: str):
     return lambda record: record["config"].get(key)
 
 
+def _schedule_length(record: dict):
+    """The updates the learning-rate schedule spans (the resolved --max_steps: --max_epochs is counted into it);
+    a constant schedule (no decay) does not depend on it."""
+    args = record["args"]
+    if "max_steps" not in args or args.get("max_steps") is None or args.get("lr_scheduler") == "constant":
+        return None
+    return int(args["max_steps"])
+
+
 def _resume_checks() -> dict:
     checks = {
         "optimizer": ("--lamb", lambda r: None if "lamb" not in r["args"] else "LAMB" if r["args"]["lamb"] else "AdamW",
@@ -325,9 +411,11 @@ def _resume_checks() -> dict:
         "weight_decay": ("--weight_decay", _arg("weight_decay", float), False),
         "adam_betas": ("--adam_betas", _arg("adam_betas", lambda v: [float(x) for x in v]), False),
         "adam_epsilon": ("--adam_epsilon", _arg("adam_epsilon", float), False),
-        "lr_scheduler": ("--lr_scheduler", _arg("lr_scheduler"), False),
-        "warmup_steps": ("--warmup_steps", _arg("warmup_steps", int), False),
-        "lr_end": ("--lr_end", _arg("lr_end", float), False),
+        # the learning-rate schedule's shape: a change recomputes the schedule from the step resumed at
+        "lr_scheduler": ("--lr_scheduler", _arg("lr_scheduler"), True),
+        "warmup_steps": ("--warmup_steps", _arg("warmup_steps", int), True),
+        "lr_end": ("--lr_end", _arg("lr_end", float), True),
+        "max_steps": ("--max_steps / --max_epochs", _schedule_length, True),
         "train_batch_size": ("--train_batch_size", _arg("train_batch_size", int), False),
         "gradient_accumulation_steps": ("--gradient_accumulation_steps", _arg("gradient_accumulation_steps", int),
                                         False),
@@ -343,7 +431,8 @@ def _resume_checks() -> dict:
     return checks
 
 
-ALLOWABLE_CHANGES = ("precision", "distributed_strategy")  # --allow_resume_change's choices
+ALLOWABLE_CHANGES = tuple(name for name, (_, _, may) in _resume_checks().items() if may)  # --allow_resume_change's
+SCHEDULE_CHANGES = ("lr_scheduler", "warmup_steps", "lr_end", "max_steps")  # what reshapes the learning-rate schedule
 
 
 def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]:
@@ -352,10 +441,7 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
     :class:`CheckpointError` naming every difference that is not allowed (one line); returns a note for each
     allowed one."""
     refused, notes = [], []
-    for name, (flag, read, may_change) in _resume_checks().items():
-        before, now = read(saved), read(current)
-        if before is None or now is None or before == now:
-            continue
+    for name, flag, before, now, may_change in _differences(saved, current):
         said = f"{name}: {_shown(before)} in the checkpoint, {_shown(now)} now" + (
             f" ({flag})" if flag != "processes" else "")
         if may_change and name in allowed:
@@ -368,6 +454,20 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
                               f"with the checkpoint's values, or start a new run from its weights with "
                               f"--init_checkpoint {path}")
     return notes
+
+
+def _differences(saved: dict, current: dict):
+    """(name, flag, checkpoint's value, this run's, whether --allow_resume_change may allow it) per difference."""
+    for name, (flag, read, may_change) in _resume_checks().items():
+        before, now = read(saved), read(current)
+        if before is not None and now is not None and before != now:
+            yield name, flag, before, now, may_change
+
+
+def resume_changes(saved: dict, current: dict) -> dict:
+    """name -> "checkpoint's value -> this run's" of the differences a resume goes on with (what
+    :func:`check_resume` allowed): the start banner says them."""
+    return {name: f"{_shown(before)} -> {_shown(now)}" for name, _, before, now, _ in _differences(saved, current)}
 
 
 def _shown(value) -> str:

@@ -24,9 +24,9 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
-from bart.training.checkpoint import (TRAINING_KIND, capture_rng_state, check_resume, latest_checkpoint,
-                                      read_training_checkpoint, restore_rng_state, rng_untouched,
-                                      write_training_checkpoint)
+from bart.training.checkpoint import (SCHEDULE_CHANGES, TRAINING_KIND, capture_rng_state, check_resume,
+                                      latest_checkpoint, read_training_checkpoint, restore_rng_state, resume_changes,
+                                      rng_untouched, write_training_checkpoint)
 from bart.modeling.vocab_padding import (fit_optimizer_rows, fit_vocab_rows, padded_vocab_size, unpad_state,
                                           vocab_axis)
 from bart.training.compilation import Compilation, CompiledOrEager
@@ -107,6 +107,7 @@ class Trainer:
         self.batches_in_epoch = 0
         self._data_position = None  # where a seekable loader resumes (see _batches)
         self._bad_steps = 0
+        self.resume_changes: dict = {}  # what a resume goes on with changed (--allow_resume_change): "old -> new"
         self.precision = config.precision  # validation takes it from here (prediction: the same object, from Settings)
         self.scaler = self.precision.grad_scaler(self.device.type)
         self.precision.configure()
@@ -342,6 +343,7 @@ class Trainer:
         for note in check_resume(saved, current, path, self.config.run_args.get("allow_resume_change") or ()):
             if self.rank == 0:
                 print(note, file=sys.stderr, flush=True)
+        self.resume_changes = resume_changes(saved, current)  # allowed (check_resume refused the rest): the banner says them
         from bart.modeling.weights import check_weight_values  # the rule every weight file meets
         check_weight_values(state["model"], self.model.state_dict(), path)
         model_state, optimizer_state = self._fit_vocabulary(state["model"], state["optimizer"])
@@ -351,6 +353,15 @@ class Trainer:
             raise CheckpointError(f"{path} does not fit this run's model and optimizer ({first_line(err)}); resume "
                                   f"with the flags and config of the run that wrote it") from err
         self.scheduler.load_state_dict(state["scheduler"])
+        if any(name in SCHEDULE_CHANGES for name in self.resume_changes):  # the new schedule from this step on
+            rates = [factor(self.scheduler.last_epoch) * base for factor, base in
+                     zip(self.scheduler.lr_lambdas, self.scheduler.base_lrs)]
+            self.resume_changes["next learning rate"] = (
+                f"{_rate(self.scheduler.get_last_lr())} -> {_rate(rates)} (the new schedule at update "
+                f"{int(state['global_step']) + 1})")
+            for group, rate in zip(self.optimizer.param_groups, rates):
+                group["lr"] = rate
+            self.scheduler._last_lr = rates
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["global_step"]) - self.config.step_offset
@@ -541,6 +552,10 @@ class Trainer:
         if metrics:
             self._write_log(self.global_step, {f"val_{k}" if not k.startswith("val") else k: v
                                                           for k, v in metrics.items()})
+
+
+def _rate(rates) -> str:
+    return "/".join(dict.fromkeys(f"{rate:.3g}" for rate in rates))  # one per distinct rate (weight-decay groups)
 
 
 def _plain(value):

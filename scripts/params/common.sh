@@ -207,6 +207,56 @@ preln_flag() {  # true|false|auto: PRELN_FLAG, the flag array (empty for auto: t
   case "$1" in true) PRELN_FLAG=(--pre_ln) ;; false) PRELN_FLAG=(--no-pre_ln) ;; *) PRELN_FLAG=() ;; esac
 }
 
+flag_value() {  # FLAG ARGS...: the last value ARGS give FLAG (--flag value or --flag=value); status 1 when not given
+  local flag=$1 found="" given=1; shift
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      "$flag") found=${2:-}; given=0; shift ;;
+      "$flag"=*) found=${1#*=}; given=0 ;;
+    esac
+    shift
+  done
+  [ "$given" = 0 ] && echo "$found"
+}
+
+has_flag() {  # FLAG ARGS...: whether ARGS hold the switch FLAG
+  local flag=$1 arg; shift
+  for arg in "$@"; do [ "$arg" = "$flag" ] && return 0; done
+  return 1
+}
+
+check_extra_args() {  # WHERE ARGS...: a training script's extra flags (EXTRA_ARGS and the flags after its values) against
+  # what the script sets itself: the output folder is OUTPUT_DIR (the script reads the run there afterwards), and
+  # the values its own checks would refuse (the same checkers)
+  local where=$1 value; shift
+  if value=$(flag_value --output_dir "$@"); then
+    die "--output_dir $value in $where: the run's folder is OUTPUT_DIR (the script reads the run from there after training); set OUTPUT_DIR=$value instead"
+  fi
+  if value=$(flag_value --seed "$@"); then check_value count0 "--seed in $where" "$value"; fi
+  if has_flag --overwrite_output_dir "$@" && [ "${MAX_RESTARTS:-0}" != 0 ]; then
+    die "--overwrite_output_dir in $where with MAX_RESTARTS (environment) '$MAX_RESTARTS': every torchrun restart would remove the run and start over instead of resuming; give one"
+  fi
+}
+
+# A script's command as typed (captured when common.sh is sourced: the script's own arguments), for the line that
+# says how to resume it
+SCRIPT_COMMAND=("$(pwd)/scripts/$(basename "$0")" "$@")
+
+resume_command() {  # the command that resumes a stopped training script: the same one in the same OUTPUT_DIR (the
+  # scripts resume with --resume_from_checkpoint auto), without --overwrite_output_dir (which would start over)
+  local args=() arg extra=()
+  for arg in "${SCRIPT_COMMAND[@]:1}"; do [ "$arg" = --overwrite_output_dir ] || args+=("$arg"); done
+  read -r -a extra <<< "${EXTRA_ARGS:-}"
+  if has_flag --overwrite_output_dir "${extra[@]+"${extra[@]}"}"; then
+    local kept=()
+    for arg in "${extra[@]}"; do [ "$arg" = --overwrite_output_dir ] || kept+=("$arg"); done
+    printf 'EXTRA_ARGS=%q ' "${kept[*]+"${kept[*]}"}"
+  fi
+  [ -z "${OUTPUT_DIR:-}" ] || printf 'OUTPUT_DIR=%q ' "$OUTPUT_DIR"
+  printf 'bash %q' "${SCRIPT_COMMAND[0]}"
+  [ ${#args[@]} -eq 0 ] || printf ' %q' "${args[@]}"
+}
+
 checks_done() {  # the end of a script's checks: CHECK_ONLY=1 stops here
   check_env binary CHECK_ONLY
   if [ "${CHECK_ONLY:-0}" = 1 ]; then echo "$ME: every value checked (CHECK_ONLY=1: nothing started)"; exit 0; fi
@@ -242,7 +292,7 @@ stopped_exit() {  # SCRIPT RC: after a stop signal, one line and exit 75 (resume
     exit 130
   fi
   if [ -n "$STOPPED_BY" ]; then
-    echo "$1: stopped by $STOPPED_BY after writing a checkpoint (exit $2); run the same command again to resume" >&2
+    echo "$1: stopped by $STOPPED_BY after writing a checkpoint (exit $2); to resume, run: $(resume_command)" >&2
     exit 75
   fi
 }

@@ -1,0 +1,277 @@
+"""Nothing started over by accident, nothing resumed with a silent change (issue #45): a new run into a folder
+that holds another run's checkpoints or log is refused in one line naming --resume_from_checkpoint auto and
+--overwrite_output_dir (which removes that run's files, and only those, first); run_eval.py into a folder with an
+earlier evaluation likewise with --overwrite; a resume that reshapes the learning-rate schedule (--max_steps,
+--warmup_steps, --lr_scheduler, --lr_end) is refused unless --allow_resume_change names it, and then the start
+banner says what changes."""
+import json
+import os
+
+import pytest
+import torch
+
+from tests.helpers.corpus import micro_config
+from tests.helpers.entry import run_entry
+from tests.helpers.summaries import write_summarization_data
+
+CONFIG = micro_config(dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, small_tokenizer_dir):
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+
+    base = tmp_path_factory.mktemp("run_folder")
+    config = base / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    torch.manual_seed(0)
+    weights = str(base / "weights.ckpt")
+    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(config))).state_dict(), weights)
+    data = write_summarization_data(str(base / "data"), sizes=(("train", 32), ("val", 4), ("test", 4)))
+    argv = ["--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+            "--init_checkpoint", weights, "--train_batch_size", "4", "--n_val", "0", "--num_workers", "0",
+            "--max_source_length", "32", "--max_target_length", "16", "--learning_rate", "1e-3",
+            "--log_freq", "1", "--keep_checkpoints", "0", "--no_tensorboard"]
+    return {"base": base, "argv": argv, "config": str(config), "data": data, "tokenizer": small_tokenizer_dir}
+
+
+def _error_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith(("note:", "["))]
+
+
+def _log_steps(out) -> list:
+    from bart.utils.dllogger_compat import read_dllogger
+    return [r["step"] for r in read_dllogger(os.path.join(str(out), "dllogger.json"))
+            if r["type"] == "LOG" and isinstance(r["step"], int) and "loss" in r["data"]]
+
+
+def test_a_finished_runs_command_again_is_refused_and_overwrite_starts_over_cleanly(world, capsys):
+    """Was: exit 0, final_step.ckpt and dllogger.json replaced, the first run's checkpoints left beside the new ones."""
+    out = world["base"] / "finished"
+    argv = world["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "2"]
+    assert run_entry("finetune.py", argv + ["--max_steps", "4"]) == 0
+    (out / "notes.txt").write_text("the user's own file\n")
+    before = {name: (out / name).read_bytes() for name in ("final_step.ckpt", "dllogger.json", "_step2.ckpt")}
+    capsys.readouterr()
+    assert run_entry("finetune.py", argv + ["--max_steps", "3"]) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and err[0].startswith("finetune.py: error: --output_dir"), err
+    assert "--resume_from_checkpoint auto" in err[0] and "(_epoch0_step4.ckpt, step 4)" in err[0], err
+    assert "--overwrite_output_dir" in err[0], err
+    assert {name: (out / name).read_bytes() for name in before} == before  # nothing touched
+    # --overwrite_output_dir: the earlier run's files go first, the user's stay
+    assert run_entry("finetune.py", argv + ["--max_steps", "3", "--overwrite_output_dir"]) == 0
+    said = capsys.readouterr().out
+    assert "--overwrite_output_dir: removed the earlier run's" in said and str(out) in said, said
+    ckpts = sorted(n for n in os.listdir(out) if n.endswith(".ckpt"))
+    assert ckpts == ["_epoch0_step3.ckpt", "_step2.ckpt", "final_step.ckpt"], ckpts  # no _epoch0_step4.ckpt
+    assert _log_steps(out) == [1, 2, 3]
+    assert (out / "notes.txt").read_text() == "the user's own file\n"
+    assert len(json.loads((out / "git_log.json").read_text())["starts"]) == 1  # the earlier run's record went with it
+
+
+def test_overwrite_output_dir_keeps_the_weights_the_run_starts_from(world, capsys):
+    out = world["base"] / "starts_from"
+    argv = world["argv"] + ["--output_dir", str(out)]
+    assert run_entry("finetune.py", argv + ["--max_steps", "1"]) == 0
+    capsys.readouterr()
+    again = [a if a != world["argv"][world["argv"].index("--init_checkpoint") + 1] else str(out / "final_step.ckpt")
+             for a in argv]
+    assert run_entry("finetune.py", again + ["--max_steps", "1", "--overwrite_output_dir"]) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and f"would remove {out / 'final_step.ckpt'}, which this run starts from" in err[0], err
+    assert (out / "final_step.ckpt").is_file()
+
+
+def test_overwrite_output_dir_with_a_resume_is_refused_at_parse_time(world, capsys):
+    code = run_entry("finetune.py", world["argv"] + ["--output_dir", str(world["base"] / "both"), "--max_steps", "1",
+                                                     "--overwrite_output_dir", "--resume_from_checkpoint", "auto"])
+    err = _error_lines(capsys)
+    assert code == 2 and len(err) == 1 and "--overwrite_output_dir with --resume_from_checkpoint auto" in err[0], err
+    assert not (world["base"] / "both").exists()
+
+
+def test_a_stopped_pretraining_run_typed_again_is_refused(tmp_path, small_tokenizer_dir, capsys):
+    """Was: exit 0, a new run from update 1 over the stopped one (its log and stop record gone)."""
+    from tests.helpers.corpus import pretraining_argv
+
+    out = str(tmp_path / "run")
+    argv = pretraining_argv(tmp_path, small_tokenizer_dir)[1:] + ["--max_steps", "4", "--save_checkpoint_steps", "2",
+                                                            "--output_dir", out, "--no_tensorboard"]
+    assert run_entry("pretrain.py", argv) == 0
+    log = open(os.path.join(out, "dllogger.json"), "rb").read()
+    capsys.readouterr()
+    assert run_entry("pretrain.py", argv) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and "pretrain.py: error: --output_dir" in err[0] and "_step4.ckpt" in err[0], err
+    assert open(os.path.join(out, "dllogger.json"), "rb").read() == log
+    assert run_entry("pretrain.py", argv + ["--resume_from_checkpoint", "auto"]) == 0  # the fix the line names
+
+
+def test_auto_with_only_a_finished_runs_weights_is_refused(world, capsys):
+    """auto never starts over on top of checkpoints it cannot resume (final_step.ckpt, best-k)."""
+    out = world["base"] / "weights_left"
+    argv = world["argv"] + ["--output_dir", str(out)]
+    assert run_entry("finetune.py", argv + ["--max_steps", "1"]) == 0
+    os.remove(out / "_epoch0_step1.ckpt")
+    capsys.readouterr()
+    assert run_entry("finetune.py", argv + ["--max_steps", "1", "--resume_from_checkpoint", "auto"]) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and "final_step.ckpt" in err[0] and "no training checkpoint to go on from" in err[0], err
+    assert (out / "final_step.ckpt").is_file()
+
+
+# -- a resume that reshapes the learning-rate schedule --------------------------------------------------
+def test_a_resume_with_another_max_steps_is_refused_unless_allowed_and_then_said(world, capsys):
+    """Was: exit 0 and the linear decay restarted silently (1e-07 at update 8, 2.5e-04 at update 9)."""
+    out = world["base"] / "longer"
+    argv = world["argv"] + ["--output_dir", str(out), "--resume_from_checkpoint", "auto"]
+    assert run_entry("finetune.py", argv + ["--max_steps", "4"]) == 0
+    capsys.readouterr()
+    assert run_entry("finetune.py", argv + ["--max_steps", "8"]) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and "max_steps: 4 in the checkpoint, 8 now (--max_steps / --max_epochs)" in err[0], err
+    assert "--allow_resume_change max_steps resumes with the change" in err[0], err
+    assert _log_steps(out) == [1, 2, 3, 4]
+    assert run_entry("finetune.py", argv + ["--max_steps", "8", "--allow_resume_change", "max_steps"]) == 0
+    said = capsys.readouterr().out
+    banner = json.loads((out / "run_config.json").read_text())["run_banner"]
+    assert "max_steps 4 -> 8" in banner["resumed with changes"], banner
+    assert "next learning rate 0 -> 0.0005 (the new schedule at update 5)" in banner["resumed with changes"], banner
+    assert "resumed with changes: max_steps 4 -> 8" in said
+    from bart.utils.dllogger_compat import read_dllogger
+    rates = {r["step"]: r["data"]["learning_rate"] for r in read_dllogger(str(out / "dllogger.json"))
+             if r["type"] == "LOG" and isinstance(r["step"], int) and "learning_rate" in r["data"]}
+    assert _log_steps(out) == list(range(1, 9))
+    # the log's rate after each update: the 8-update linear decay from update 5 on, not 4 updates' end (0)
+    assert rates[4] == 0 and [rates[k] for k in (5, 6, 7)] == pytest.approx([1e-3 * (8 - k) / 8 for k in (5, 6, 7)])
+
+
+@pytest.mark.parametrize("flag, value, name", [("--warmup_steps", "2", "warmup_steps"),
+                                               ("--lr_scheduler", "cosine", "lr_scheduler")])
+def test_a_resume_with_another_schedule_is_refused_unless_allowed(world, capsys, flag, value, name):
+    out = world["base"] / f"schedule_{name}"
+    argv = world["argv"] + ["--output_dir", str(out), "--resume_from_checkpoint", "auto"]
+    assert run_entry("finetune.py", argv + ["--max_steps", "2"]) == 0
+    capsys.readouterr()
+    assert run_entry("finetune.py", argv + ["--max_steps", "2", flag, value]) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and f"--allow_resume_change {name} resumes with the change" in err[0], err
+    assert run_entry("finetune.py", argv + ["--max_steps", "3", flag, value, "--allow_resume_change", name,
+                                            "max_steps"]) == 0
+    banner = json.loads((out / "run_config.json").read_text())["run_banner"]
+    assert f"{name} " in banner["resumed with changes"] and "max_steps 2 -> 3" in banner["resumed with changes"]
+
+
+def test_a_constant_schedule_resumes_with_more_steps(world, capsys):
+    """max_steps shapes no constant schedule: training longer needs no flag."""
+    out = world["base"] / "constant"
+    argv = world["argv"] + ["--output_dir", str(out), "--resume_from_checkpoint", "auto", "--lr_scheduler", "constant"]
+    assert run_entry("finetune.py", argv + ["--max_steps", "2"]) == 0
+    assert run_entry("finetune.py", argv + ["--max_steps", "3"]) == 0
+    assert _log_steps(out) == [1, 2, 3]
+
+
+# -- run_eval.py into a folder with an earlier evaluation ----------------------------------------------
+def test_run_eval_over_an_earlier_evaluation_is_refused_unless_overwrite(world, capsys):
+    """Was: test_generations.txt and test_rouge.json replaced without a word (bart.export refuses the same case)."""
+    save = world["base"] / "evaluated"
+    weights = world["argv"][world["argv"].index("--init_checkpoint") + 1]
+    argv = [weights, world["config"], world["data"], str(save), "--tokenizer", world["tokenizer"], "--bs", "4",
+            "--max_source_length", "32", "--max_length", "8", "--num_beams", "1", "--n_obs", "2"]
+    assert run_entry("run_eval.py", argv) == 0
+    (save / "test_generations.txt").write_text("the first evaluation\n")
+    capsys.readouterr()
+    assert run_entry("run_eval.py", argv) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and err[0].startswith(f"run_eval.py: error: SAVE_PATH {save} holds an earlier evaluation "
+                                               f"(test_generations.txt, test_rouge.json); pass --overwrite"), err
+    assert (save / "test_generations.txt").read_text() == "the first evaluation\n"
+    assert run_entry("run_eval.py", argv + ["--type_path", "val"]) == 0  # another split: nothing to replace
+    assert run_entry("run_eval.py", argv + ["--overwrite"]) == 0
+    assert (save / "test_generations.txt").read_text() != "the first evaluation\n"
+
+
+# -- issue #45's table: each one clear line ---------------------------------------------------------------
+def test_finetuning_refuses_an_empty_line_as_run_eval_does(world, tmp_path, capsys):
+    """Was: exit 0, the pair dropped (data_rows 31 for 32 lines)."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(world["data"], data)
+    lines = (data / "train.target").read_text().splitlines()
+    lines[6] = ""
+    (data / "train.target").write_text("\n".join(lines) + "\n")
+    argv = world["argv"] + ["--output_dir", str(tmp_path / "out"), "--max_steps", "1"]
+    argv[argv.index("--data_dir") + 1] = str(data)
+    assert run_entry("finetune.py", argv) == 2
+    err = _error_lines(capsys)
+    assert err == [f"finetune.py: error: {data / 'train.target'}:7 is empty; every line must hold one example (remove "
+                   f"the line in both .source and .target)"], err
+    assert not os.path.exists(tmp_path / "out" / "dllogger.json")
+
+
+def test_a_huge_pad_vocab_multiple_is_refused_in_one_line(world, tmp_path, capsys):
+    """Was: accepted silently, the vocabulary padded to 1,000,000 rows and the run 145x slower."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(dict(CONFIG, pad_vocab_to_multiple_of=1000000)))
+    argv = world["argv"] + ["--output_dir", str(tmp_path / "out"), "--max_steps", "1"]
+    argv[argv.index("--config_path") + 1] = str(config)
+    assert run_entry("finetune.py", argv) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and "'pad_vocab_to_multiple_of' must be a power of two from 1 (no padding) to 1024, got " \
+                              "1000000" in err[0], err
+
+
+def test_a_tokenizer_json_file_names_its_folder(world, tmp_path, capsys):
+    """Was: a tokenizer.json file failed, and the fix suggested building a folder named tokenizer.json."""
+    argv = world["argv"] + ["--output_dir", str(tmp_path / "out"), "--max_steps", "1"]
+    at = argv.index("--tokenizer") + 1
+    argv[at] = os.path.join(world["tokenizer"], "tokenizer.json")
+    assert run_entry("finetune.py", argv) == 0
+    assert f"is a file of the tokenizer folder {world['tokenizer']}: using that folder" in capsys.readouterr().err
+    missing = tmp_path / "tok"
+    argv[at] = str(missing / "tokenizer.json")
+    argv[argv.index("--output_dir") + 1] = str(tmp_path / "out2")
+    assert run_entry("finetune.py", argv) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and f"build_tokenizer {missing}` and pass --tokenizer {missing}," in err[0], err
+
+
+def test_a_shard_whose_sentences_are_int64_names_the_type(tmp_path, small_tokenizer_dir, capsys):
+    """Was: the line named the columns, not the type that is wrong."""
+    import glob
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.helpers.corpus import pretraining_argv
+
+    argv = pretraining_argv(tmp_path, small_tokenizer_dir)[1:] + ["--max_steps", "1", "--output_dir",
+                                                                  str(tmp_path / "out"), "--no_tensorboard"]
+    shard = sorted(glob.glob(os.path.join(argv[argv.index("--data_dir") + 1], "**", "*.parquet"), recursive=True))[0]
+    rows = pq.read_table(shard).num_rows
+    pq.write_table(pa.table({"sentences": pa.array(range(rows), pa.int64())}), shard)
+    assert run_entry("pretrain.py", argv) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and f"{shard}: its column 'sentences' is int64, not string" in err[0], err
+
+
+def test_preprocessing_an_empty_corpus_folder_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    """Was: exit 1 (2 is documented) and an empty data folder left behind."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    corpus, data = tmp_path / "common_crawl", tmp_path / "data"
+    corpus.mkdir()
+    env = dict(os.environ, PYTHON=sys.executable, NPROC="1")
+    run = subprocess.run(["bash", os.path.join(root, "scripts", "preprocess_pretrain_data.sh"), str(tmp_path / "no_wiki"),
+                          str(corpus), str(tmp_path / "no_owt"), str(data)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines() == [f"preprocess: --common_crawl {corpus}: no *.txt in {corpus / 'source'} "
+                                               f"(what LDDL's downloader writes) nor in {corpus}; did the download "
+                                               f"finish?"], run.stderr
+    assert not data.exists()
