@@ -275,3 +275,23 @@ def test_preprocessing_an_empty_corpus_folder_is_one_line_exit_2_and_leaves_noth
                                                f"(what LDDL's downloader writes) nor in {corpus}; did the download "
                                                f"finish?"], run.stderr
     assert not data.exists()
+
+
+def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
+    """Was: "run the same command again to resume", which a new run into the folder would now be refused for."""
+    import shlex
+    import signal
+
+    from bart.cli.settings import parse_command_line
+    from utils.launch import _said, resume_command
+
+    argv = ["--nproc_per_node", "2", "finetune.py", *world["argv"], "--output_dir", "out dir", "--max_steps", "4",
+            "--overwrite_output_dir", "--resume_from_checkpoint", "old.ckpt"]
+    line = _said(signal.SIGTERM, [75, 75], 75, argv)
+    assert line.startswith("launch: SIGTERM received: the processes stopped (exit codes 75, 75): a checkpoint was "
+                           "written: to resume, run ") and line.endswith(resume_command(argv)), line
+    words = shlex.split(resume_command(argv))
+    assert words[1:3] == ["-m", "utils.launch"] and words[-2:] == ["--resume_from_checkpoint", "auto"]
+    assert "--overwrite_output_dir" not in words and "old.ckpt" not in words and "out dir" in words
+    settings = parse_command_line("finetune.py", words[words.index("finetune.py") + 1:])  # accepted as it is
+    assert settings.resume_from_checkpoint == "auto" and settings.output_dir == "out dir"

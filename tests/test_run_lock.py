@@ -279,7 +279,8 @@ def test_a_killed_run_leaves_a_stale_lock_that_its_restart_reports_and_takes_ove
         proc.wait()
     assert _record(out)["pid"] == proc.pid  # SIGKILL: left behind
     resumed = _run(pretraining["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "2",
-                                          "--max_steps", "6", "--resume_from_checkpoint", "True"])
+                                          "--max_steps", "6", "--resume_from_checkpoint", "True",
+                                          "--allow_resume_change", "max_steps"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     notes = [line for line in resumed.stderr.splitlines() if "[run lock]" in line]
     assert len(notes) == 1 and f"a stale lock of pid {proc.pid} on host {socket.gethostname()}" in notes[0] and \
@@ -363,7 +364,8 @@ def test_deleted_run_files_stop_the_run_and_the_resume_writes_them_again(pretrai
     assert errors[0].endswith(f"To continue from {out / newest}, the newest checkpoint left, run the same command with "
                               f"--resume_from_checkpoint True (it writes the run's files again)"), errors[0]
     assert not (out / "dllogger.json").exists()  # nothing written after the deletion
-    resumed = _run(argv + ["--max_steps", str(int(newest[5:-5]) + 2), "--resume_from_checkpoint", "True"])
+    resumed = _run(argv + ["--max_steps", str(int(newest[5:-5]) + 2), "--resume_from_checkpoint", "True",
+                           "--allow_resume_change", "max_steps"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert (out / "run_config.json").is_file() and _logged_steps(out)[-1] == int(newest[5:-5]) + 2
 

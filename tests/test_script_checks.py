@@ -626,3 +626,62 @@ def test_new_benchmark_scripts_check_every_value_before_starting(sandbox):
         (["2", *_at(SUMMARIZATION, 8, "fp4")], {}, "PREC (8th) 'fp4' is not a precision"),
         (SUMMARIZATION, {"RESULTS_DIR": "a_file"}, "RESULTS_DIR (environment): a_file is a file")])
     assert not problems, "\n".join(problems)
+
+
+def test_the_training_scripts_check_their_extra_flags_before_training(sandbox):
+    """EXTRA_ARGS (and the flags after the values) are checked as the script's own values, before anything starts.
+    Was: EVAL_CHECKPOINT=best with --save_top_k 0 ran the whole fine-tuning, then the evaluation was refused."""
+    out = str(sandbox.tmp / "elsewhere")
+    assert _refusals(sandbox, "run_summarization.sh", [
+        (SUMMARIZATION, {"EVAL_CHECKPOINT": "best", "EXTRA_ARGS": "--save_top_k 0"},
+         "EVAL_CHECKPOINT (environment) 'best' evaluates the best validation checkpoint, but --save_top_k 0 in the "
+         "finetune.py flags (EXTRA_ARGS / after the 16 values) keeps none"),
+        ([*SUMMARIZATION, "--n_val", "0"], {"EVAL_CHECKPOINT": "best"}, "but --n_val 0 in the finetune.py flags"),
+        (SUMMARIZATION, {"EXTRA_ARGS": f"--output_dir {out}"}, f"--output_dir {out} in the finetune.py flags"),
+        (SUMMARIZATION, {"EXTRA_ARGS": "--overwrite_output_dir", "MAX_RESTARTS": "2"},
+         "every torchrun restart would remove the run and start over"),
+    ]) == []
+    assert _refusals(sandbox, "run_pretraining.sh", [
+        (PRETRAINING, {"EXTRA_ARGS": f"--output_dir={out}"}, f"--output_dir {out} in EXTRA_ARGS (environment)")]) == []
+
+
+def test_run_summarization_resumes_or_starts_over_and_evaluates_again(sandbox):
+    """A rerun resumes (auto) and replaces its own evaluation (--overwrite: run_eval.py refuses an earlier one
+    otherwise); --overwrite_output_dir among the flags starts over instead of resuming."""
+    run = sandbox.run(["scripts/run_summarization.sh", *SUMMARIZATION], {"OUTPUT_DIR": str(sandbox.tmp / "run")})
+    assert run.returncode == 0, run.stderr
+    finetune, evaluate = _python_calls(sandbox)
+    assert _arg(finetune, "--resume_from_checkpoint") == "auto" and "--overwrite" in evaluate.split()
+    run = sandbox.run(["scripts/run_summarization.sh", *SUMMARIZATION, "--overwrite_output_dir"],
+                      {"OUTPUT_DIR": str(sandbox.tmp / "run")})
+    assert run.returncode == 0, run.stderr
+    finetune = _python_calls(sandbox)[0].split()
+    assert "--overwrite_output_dir" in finetune and "--resume_from_checkpoint" not in finetune
+
+
+def test_phase_2_says_which_phase_1_checkpoint_it_looked_for(sandbox):
+    """Was: exit 2 with nothing said after phase 1's banner (ls's status under pipefail ended the script)."""
+    res = sandbox.tmp / "res"
+    (res / "phase_1").mkdir(parents=True)
+    (res / "phase_1" / "dllogger.json").write_text("")
+    run = sandbox.run(["scripts/run_pretraining.sh", *PRETRAINING], {"OUTPUT_DIR": str(res), "PHASES": "1 2"})
+    assert run.returncode == 0, run.stderr  # the stub leaves phase 1's checkpoint, as a finished phase 1 does
+    os.remove(res / "phase_1" / "_step2.ckpt")
+    run = sandbox.run(["scripts/run_pretraining.sh", *PRETRAINING], {"OUTPUT_DIR": str(res), "PHASES": "1 2",
+                                                                     "PYTHON": "/bin/true"})
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and lines == [
+        f"run_pretraining.sh: phase 2 starts from phase 1's last checkpoint, but {res}/phase_1/_step*.ckpt matches no "
+        f"file (the folder holds: dllogger.json): phase 1 writes one when it ends; run phase 1 (PHASES=\"1 2\") until "
+        f"it ends"], run.stderr
+
+
+def test_the_resume_command_a_stopped_script_names(sandbox):
+    """The scripts' stop line: the command that resumes, with the run's OUTPUT_DIR (a default one is dated: the
+    same command alone would start another run) and without --overwrite_output_dir."""
+    run = sandbox.run(None, {"OUTPUT_DIR": "results/bart_pyt_1", "EXTRA_ARGS": "--overwrite_output_dir --seed 3"},
+                      command="bash -c 'source scripts/params/common.sh; resume_command' scripts/run_summarization.sh "
+                              "data/cnn_dm/ 'a b' --overwrite_output_dir --lamb")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == (f"EXTRA_ARGS=--seed\\ 3 OUTPUT_DIR=results/bart_pyt_1 bash "
+                          f"{sandbox.root}/scripts/run_summarization.sh data/cnn_dm/ a\\ b --lamb"), run.stdout

@@ -410,7 +410,7 @@ def test_fp8_checkpoint_layout_is_bf16s(fp8_and_bf16_runs, tmp_path):
     assert layout["fp8"] == layout["bf16"] and all(dtype == torch.float32 for _, dtype in layout["fp8"].values())
     plain = BartForConditionalGeneration(BartConfig(**micro_config(encoder_layers=2, decoder_layers=2, vocab_size=64)))
     plain.load_state_dict(saved["fp8"], strict=True)
-    resumed = _built_run(tmp_path, ["--bf16", "--allow_resume_change", "precision"], FP8_STEPS + 1)  # asked for
+    resumed = _built_run(tmp_path, ["--bf16", "--allow_resume_change", "precision", "max_steps"], FP8_STEPS + 1)
     resumed.resume(fp8_and_bf16_runs["fp8"][1]["checkpoint"])
     assert resumed.step == FP8_STEPS
     for name, value in resumed.model.state_dict().items():

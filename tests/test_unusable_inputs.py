@@ -150,7 +150,8 @@ def test_a_resumed_training_checkpoint_with_nan_weights_is_refused_naming_the_te
     state["model"]["model.decoder.layers.0.fc2.weight"][0, 0] = float("inf")
     torch.save(state, path)
     capsys.readouterr()
-    code = _main("finetune.py", argv + ["--max_steps", "2", "--resume_from_checkpoint", str(path)])
+    code = _main("finetune.py", argv + ["--max_steps", "2", "--resume_from_checkpoint", str(path),
+                                        "--allow_resume_change", "max_steps"])
     line = _one_line(capsys, code, "finetune.py")
     assert "_epoch0_step1.ckpt" in line and "model.decoder.layers.0.fc2.weight" in line, line
 
