@@ -130,7 +130,7 @@ def test_wandb_resume_continues_the_same_run(tmp_path, small_tokenizer_dir, monk
     args = ["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
             "--from_scratch", "--train_batch_size", "8", "--max_source_length", "32", "--max_target_length", "16",
             "--n_val", "0", "--log_freq", "1", "--num_workers", "0", "--no_tensorboard", "--wandb_project", "p",
-            "--resume_from_checkpoint", "auto"]
+            "--resume_from_checkpoint", "auto", "--allow_resume_change", "max_steps"]  # the resume trains longer
     for steps, folder in ((2, out), (4, out), (1, tmp_path / "other")):
         assert run_entry("finetune.py", args + ["--max_steps", str(steps), "--output_dir", str(folder)]) == 0, \
             capsys.readouterr()

@@ -332,8 +332,8 @@ def test_run_eval_into_a_training_folder_keeps_its_log(world, tmp_path, capsys):
     out.mkdir()
     training = 'DLLL {"timestamp": "1", "datetime": "x", "elapsedtime": 1.0, "type": "LOG", "step": 3, "data": {"loss": 2.5}}\n'
     (out / "dllogger.json").write_text(training)
-    for _ in range(2):
-        code = _main("run_eval.py", _argv(EV, world, str(out), model=world["weights"], data=world["data"]))
+    for again in ([], ["--overwrite"]):  # the second replaces the first's generations (refused without --overwrite)
+        code = _main("run_eval.py", _argv(EV, world, str(out), model=world["weights"], data=world["data"]) + again)
         assert code == 0, capsys.readouterr().err[-3000:]
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[run_eval]") and "appended" in line]
     assert len(said) == 2 and str(out / "dllogger.json") in said[0], said

@@ -121,7 +121,7 @@ RUN_FILES = (  # (kind, the names; a trailing / is a folder)
     ("checkpoint", re.compile(r"^((_epoch\d+)?_step\d+|best_.+_step\d+|final_step)\.ckpt(\.partial.*)?$")),
     ("log", re.compile(r"^dllogger\.json$")),
     ("best-k ranking", re.compile(r"^best_[^/]+\.json$")),
-    ("run record", re.compile(r"^(run_config|git_log)\.json$")),
+    ("run record", re.compile(r"^((run_config|git_log)\.json|wandb_run_id)$")),
     ("predictions", re.compile(r"^(test|val)_(generations\.txt|rouge\.json|bleu\.json)$")),
     ("tokenizer", re.compile(r"^(tokenizer\.json|tokenizer_config\.json|vocab\.json|merges\.txt|"
                              r"special_tokens_map\.json|added_tokens\.json)$")),
