@@ -42,7 +42,7 @@ EXPECTED = {
         "configs/config.json"],
     5: ["export CKPT_PATH=results/bart_pyt_pretraining/phase_2 OUTPUT_DIR=results/cnn_dm",
         "bash scripts/run_summarization.sh $(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16)"],
-    6: ["bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
+    6: ["OUTPUT_DIR=results/cnn_dm_eval bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
         "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)"],
     8: ["python -m bart.export results/cnn_dm results/cnn_dm_hf"],  # its Python block: test_readme's hand-off test
 }
@@ -272,8 +272,7 @@ def test_quick_start_journey(tmp_path, small_tokenizer_dir, tokenizer_dir, punkt
     _fine_tuning_checks(out, 2, 3)
     assert (out / "test_rouge.json").is_file()
 
-    _run(steps[6], repo, dict(env, EXTRA_ARGS="--max_source_length 64 --max_target_length 12",
-                              OUTPUT_DIR="results/cnn_dm_eval"))
+    _run(steps[6], repo, dict(env, EXTRA_ARGS="--max_source_length 64 --max_target_length 12"))  # its OUTPUT_DIR=
     generations = open(repo / "results" / "cnn_dm_eval" / "test_generations.txt").read().splitlines()
     assert len(generations) == 3
     _run(steps[8], repo, env)

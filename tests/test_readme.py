@@ -181,7 +181,7 @@ DOC_COMMANDS = {
         "configs/config.json": _JOURNEY,
         "export CKPT_PATH=results/bart_pyt_pretraining/phase_2 OUTPUT_DIR=results/cnn_dm": _JOURNEY,
         "bash scripts/run_summarization.sh $(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16)": _JOURNEY,
-        "bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
+        "OUTPUT_DIR=results/cnn_dm_eval bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
         "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)": _JOURNEY,
         "python block: import json": "tests/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
         "python -m bart.export results/cnn_dm results/cnn_dm_hf": _JOURNEY,
