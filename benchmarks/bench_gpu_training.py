@@ -53,8 +53,9 @@ from bart.configuration import BartConfig  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.training.float8 import convert_to_float8  # noqa: E402
-from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
-from bart.utils.precision import Precision  # noqa: E402
+from bart.cli.settings import PrecisionSettings, Settings  # noqa: E402
+from bart.training.strategy import prepared_strategy  # noqa: E402
+from bart.training.trainer import Trainer  # noqa: E402
 
 SHAPES = {  # name: (batch, source length, target length)
     "pretrain128": (200, 128, 128),
@@ -146,11 +147,11 @@ def project_step_fn(state_dict, config, name, device="cuda"):
     optimizer, clips = build_optimizer(model, optimizer_name, lr=LR, weight_decay=WEIGHT_DECAY, max_grad_norm=CLIP,
                                        prefer_apex="foreach" not in name)
     scheduler = build_scheduler(optimizer, "linear", 2, 10_000)
-    trainer = Trainer(model, optimizer, scheduler, [], TrainerConfig(
-        output_dir=tempfile.mkdtemp(), max_steps=10_000, precision=Precision("fp8" if "fp8" in name else "bf16"),
-        gradient_clip_val=CLIP,
-        compile="compile" in name, fused_cross_entropy="fce" in name, progress_bar=False),
-        clips_internally=clips, device=torch.device(device))
+    trainer = Trainer(model, optimizer, scheduler, [], Settings(
+        output_dir=tempfile.mkdtemp(), max_steps=10_000,
+        precision_flags=PrecisionSettings.named("fp8" if "fp8" in name else "bf16"), gradient_clip_val=CLIP,
+        fused_cross_entropy="fce" in name), strategy=prepared_strategy(None, 1, torch.device(device), model),
+        compile="compile" in name, progress_bar=False, clips_internally=clips, device=torch.device(device))
     kind = type(optimizer).__name__
     kind = {"FusedLAMB": "apex FusedLAMB", "Lamb": "foreach LAMB",
             "AdamW": f"AdamW({'fused' if optimizer.defaults.get('fused') else 'foreach'})"}.get(kind, kind)

@@ -36,9 +36,10 @@ from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.tokenization.build_tokenizer import build_tokenizer_folder  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
-from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
+from bart.cli.settings import PrecisionSettings, Settings  # noqa: E402
+from bart.training.strategy import prepared_strategy  # noqa: E402
+from bart.training.trainer import Trainer  # noqa: E402
 from benchmarks.corpora import write_shards  # noqa: E402
-from bart.utils.precision import Precision  # noqa: E402
 
 LR, WEIGHT_DECAY, CLIP = 1e-4, 0.01, 1.0
 
@@ -91,9 +92,10 @@ def project_loop(state_dict, config, optimizer_name, batches, warmup, compile_mo
     model.load_state_dict(state_dict)
     optimizer, clips = build_optimizer(model, optimizer_name, lr=LR, weight_decay=WEIGHT_DECAY, max_grad_norm=CLIP)
     scheduler = build_scheduler(optimizer, "linear", 2, 1000)
-    trainer = Trainer(model, optimizer, scheduler, [], TrainerConfig(
-        output_dir=tempfile.mkdtemp(), max_steps=len(batches), precision=Precision("fp32"), gradient_clip_val=CLIP,
-        compile=compile_model, progress_bar=False), clips_internally=clips)
+    trainer = Trainer(model, optimizer, scheduler, [], Settings(
+        output_dir=tempfile.mkdtemp(), max_steps=len(batches), precision_flags=PrecisionSettings.named("fp32"),
+        gradient_clip_val=CLIP), strategy=prepared_strategy(None, 1, torch.device("cpu"), model),
+        compile=compile_model, progress_bar=False, clips_internally=clips)
     return timed(lambda batch: trainer.train_step([batch]), batches, warmup)
 
 

@@ -34,7 +34,9 @@ from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.tokenization.train_tokenizer import train_tokenizer  # noqa: E402
-from bart.training.trainer import Trainer, TrainerConfig  # noqa: E402
+from bart.cli.settings import Settings  # noqa: E402
+from bart.training.strategy import prepared_strategy  # noqa: E402
+from bart.training.trainer import Trainer  # noqa: E402
 from benchmarks.corpora import write_shards  # noqa: E402
 from bart.utils.dllogger_compat import Logger  # noqa: E402
 
@@ -70,9 +72,10 @@ class Run:
         model = BartForConditionalGeneration(BartConfig(**TINY))
         optimizer, clips = build_optimizer(model, "lamb", lr=1e-3, weight_decay=0.01, max_grad_norm=1.0)
         scheduler = build_scheduler(optimizer, "polynomial", 0, 2)
-        config = TrainerConfig(output_dir=out_dir, max_steps=2, log_freq=1, progress_bar=False)
-        self.trainer = Trainer(model, optimizer, scheduler, self.loader, config, clips_internally=clips,
-                               logger=Logger(None, stdout=False))
+        settings = Settings(output_dir=out_dir, max_steps=2, log_freq=1)
+        self.trainer = Trainer(model, optimizer, scheduler, self.loader, settings, clips_internally=clips,
+                               strategy=prepared_strategy(None, 1, torch.device("cpu"), model),
+                               logger=Logger(None, stdout=False), progress_bar=False)
 
 
 def first_update(args, folder, tokenizer, checkpoint: str, out_dir: str) -> dict:

@@ -350,18 +350,17 @@ def test_a_checkpoint_resumes_on_either_implementation(apex, on_cuda, tmp_path, 
 # -- in the training loop ----------------------------------------------------------------------------
 def _fit(tmp_path, prefer_apex, precision="fp32", steps=3):
     from bart.modeling import BartForConditionalGeneration
-    from bart.training.trainer import Trainer, TrainerConfig
+    from bart.training.trainer import Trainer
+    from tests.helpers.synthetic import one_process, run_settings
     from tests.helpers.synthetic import SyntheticBatches, tiny_config
-    from bart.utils.precision import Precision
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))
     opt, clips = build_optimizer(model, "lamb", lr=1e-2, weight_decay=0.01, max_grad_norm=0.0,
                                  prefer_apex=prefer_apex)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=steps, log_freq=1, precision=Precision(precision),
-                           progress_bar=False)
-    trainer = Trainer(model, opt, build_scheduler(opt, "linear", 1, steps), SyntheticBatches(2, 4), config,
-                      clips_internally=clips)
+    settings = run_settings(precision, output_dir=str(tmp_path), max_steps=steps, log_freq=1)
+    trainer = Trainer(model, opt, build_scheduler(opt, "linear", 1, steps), SyntheticBatches(2, 4), settings,
+                      strategy=one_process(model), clips_internally=clips, progress_bar=False)
     trainer.fit()
     return trainer
 

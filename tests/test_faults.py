@@ -188,17 +188,16 @@ def test_a_hung_rank_ends_the_job_within_dist_timeout(setup):
 def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
     from bart.modeling import BartForConditionalGeneration
     from bart.optim import build_optimizer, build_scheduler
-    from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
-    from tests.helpers.synthetic import SyntheticBatches, tiny_config
-    from bart.utils.precision import Precision
+    from bart.training.trainer import NonFiniteLossError, Trainer
+    from tests.helpers.synthetic import SyntheticBatches, one_process, run_settings, tiny_config
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))
     optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=50, precision=Precision("fp16"), progress_bar=False,
-                           min_loss_scale=2.0 ** 12)  # 65536 halves to 4096 after 4 skipped updates
-    trainer = Trainer(model, optimizer, build_scheduler(optimizer, "linear", 0, 50), SyntheticBatches(4, 4), config,
-                      clips_internally=clips)
+    settings = run_settings("fp16", output_dir=str(tmp_path), max_steps=50,
+                            min_loss_scale=2.0 ** 12)  # 65536 halves to 4096 after 4 skipped updates
+    trainer = Trainer(model, optimizer, build_scheduler(optimizer, "linear", 0, 50), SyntheticBatches(4, 4), settings,
+                      strategy=one_process(model), clips_internally=clips, progress_bar=False)
     with torch.no_grad():
         model.lm_head.weight.fill_(float("nan"))
     with pytest.raises(NonFiniteLossError, match="--min_loss_scale"):

@@ -4,9 +4,8 @@ import torch
 
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import Lamb, build_optimizer, build_scheduler, decay_groups
-from bart.training.trainer import Trainer, TrainerConfig
-from tests.helpers.synthetic import SyntheticBatches, WalkBatches, tiny_config
-from bart.utils.precision import Precision
+from bart.training.trainer import Trainer
+from tests.helpers.synthetic import SyntheticBatches, WalkBatches, one_process, run_settings, tiny_config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -16,9 +15,9 @@ def _train(tmp_path, precision, steps=20, **options):
     model = BartForConditionalGeneration(tiny_config(dropout=0.0)).cuda()
     opt, clips = build_optimizer(model, "lamb", lr=2e-2, weight_decay=0.01)
     sched = build_scheduler(opt, "linear", 2, steps)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=steps, log_freq=1, precision=Precision(precision), progress_bar=False,
-                           **options)
-    trainer = Trainer(model, opt, sched, SyntheticBatches(4, 8), config, clips_internally=clips)
+    settings = run_settings(precision, output_dir=str(tmp_path), max_steps=steps, log_freq=1, **options)
+    trainer = Trainer(model, opt, sched, SyntheticBatches(4, 8), settings, strategy=one_process(model),
+                      clips_internally=clips, progress_bar=False)
     trainer.fit()
     assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast, fp32 master weights
     return [h["loss"] for h in trainer.history]
@@ -83,9 +82,9 @@ def _trained_tiny_model(tmp_path):
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0)).cuda()
     opt, clips = build_optimizer(model, "adamw", lr=3e-3, weight_decay=0.0)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=150, log_freq=50, precision=Precision("tf32"), progress_bar=False)
-    Trainer(model, opt, build_scheduler(opt, "linear", 5, 150), SyntheticBatches(8, 16), config,
-            clips_internally=clips).fit()
+    settings = run_settings("tf32", output_dir=str(tmp_path), max_steps=150, log_freq=50)
+    Trainer(model, opt, build_scheduler(opt, "linear", 5, 150), SyntheticBatches(8, 16), settings,
+            strategy=one_process(model), clips_internally=clips, progress_bar=False).fit()
     return model.eval()
 
 
@@ -127,10 +126,9 @@ def _walk_losses(tmp_path, precision, compiled, steps=100):
         assert len(convert_to_float8(model)) == 16
     model = model.cuda()
     opt, clips = build_optimizer(model, "adamw", lr=1e-2, weight_decay=0.0)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=steps, log_freq=1, precision=Precision(precision),
-                           progress_bar=False, compile=compiled)
-    trainer = Trainer(model, opt, build_scheduler(opt, "linear", 5, steps), WalkBatches(steps), config,
-                      clips_internally=clips)
+    settings = run_settings(precision, output_dir=str(tmp_path), max_steps=steps, log_freq=1)
+    trainer = Trainer(model, opt, build_scheduler(opt, "linear", 5, steps), WalkBatches(steps), settings,
+                      strategy=one_process(model), clips_internally=clips, progress_bar=False, compile=compiled)
     trainer.fit()
     return [h["loss"] for h in trainer.history]
 

@@ -13,7 +13,8 @@ from bart.data.preprocess import output_complete, preprocess
 from bart.data.pretraining_dataset import build_pretraining_loader, is_blank, split_ids
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
-from bart.training.trainer import Trainer, TrainerConfig
+from bart.training.trainer import Trainer
+from tests.helpers.synthetic import one_process, run_settings
 from tests.helpers import loader_rank
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
 from tests.helpers.synthetic import tiny_config
@@ -105,9 +106,10 @@ def _tiny_trainer(out_dir, loader, max_steps, save_every=0, logger=None):
     model = BartForConditionalGeneration(tiny_config(vocab_size=SMALL_VOCAB_SIZE, max_position_embeddings=66))
     optimizer, clips = build_optimizer(model, "adamw", lr=3e-3, weight_decay=0.01, max_grad_norm=1.0)
     scheduler = build_scheduler(optimizer, "linear", 2, max_steps)
-    config = TrainerConfig(output_dir=str(out_dir), max_steps=max_steps, log_freq=1, save_checkpoint_steps=save_every,
-                           progress_bar=False)
-    return Trainer(model, optimizer, scheduler, loader, config, clips_internally=clips,
+    settings = run_settings(output_dir=str(out_dir), max_steps=max_steps, log_freq=1, save_checkpoint_steps=save_every,
+                            keep_checkpoints=0)
+    return Trainer(model, optimizer, scheduler, loader, settings, strategy=one_process(model), clips_internally=clips,
+                   progress_bar=False,
                    logger=logger or Logger(None, stdout=False))
 
 

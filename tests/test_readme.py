@@ -48,7 +48,7 @@ def test_script_usage_and_argument_count_checks():
 
 def test_flags_named_in_the_readme_are_accepted():
     flags = set(re.findall(r"(--[a-z][\w-]+)", README.split("### Parameters")[1].split("### Command-line")[0]))
-    helps = {name: subprocess.run([sys.executable, name, "--help"], cwd=ROOT, capture_output=True, text=True).stdout
+    helps = {name: subprocess.run([sys.executable, name, "--help-all"], cwd=ROOT, capture_output=True, text=True).stdout
              for name in ("pretrain.py", "finetune.py", "run_eval.py")}
     assert all(h for h in helps.values())
     missing = [f for f in flags if f not in helps["pretrain.py"] + helps["finetune.py"]]

@@ -399,10 +399,12 @@ def _precision(call: str):
     """The Precision a recorded python call computes in, read by the project's own precision flags."""
     import argparse
 
-    from bart.utils.precision import Precision, add_precision_args
+    from bart.cli.args import add_flags
+    from bart.cli.settings import PrecisionSettings
+    from bart.utils.precision import Precision
 
     parser = argparse.ArgumentParser()
-    add_precision_args(parser)
+    add_flags(parser, [PrecisionSettings], "finetune.py")  # the precision flags, as the scripts' parsers have them
     flags, _ = parser.parse_known_args(call.split()[2:])
     return Precision.from_args(flags)
 

@@ -10,11 +10,10 @@ import torch
 
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
-from bart.training.trainer import NonFiniteLossError, Trainer, TrainerConfig
-from tests.helpers.synthetic import SyntheticBatches, WalkBatches, tiny_config
+from bart.training.trainer import NonFiniteLossError, Trainer
+from tests.helpers.synthetic import SyntheticBatches, WalkBatches, one_process, run_settings, tiny_config
 from tests.helpers.ports import free_port
 from bart.utils.dllogger_compat import read_dllogger
-from bart.utils.precision import Precision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,10 +25,10 @@ def _trainer(tmp_path, batch_size, grad_accum, max_steps=2, optimizer="adamw", p
     opt, clips = build_optimizer(model, optimizer, lr=1e-2, weight_decay=0.01, max_grad_norm=1.0)
     sched = build_scheduler(opt, "linear", 1, max_steps)
     data = data or SyntheticBatches(8 // batch_size, batch_size)
-    config = TrainerConfig(output_dir=str(tmp_path), max_steps=max_steps, gradient_accumulation_steps=grad_accum,
-                           log_freq=1, precision=Precision(precision), progress_bar=False, compile=compile_model,
-                           compile_backend=compile_backend)
-    return Trainer(model, opt, sched, data, config, clips_internally=clips)
+    settings = run_settings(precision, output_dir=str(tmp_path), max_steps=max_steps,
+                            gradient_accumulation_steps=grad_accum, log_freq=1)
+    return Trainer(model, opt, sched, data, settings, strategy=one_process(model), clips_internally=clips,
+                   progress_bar=False, compile=compile_model, compile_backend=compile_backend)
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
@@ -115,10 +114,11 @@ def test_compile_is_logged_and_recompiles_over_the_shapes_are_counted(tmp_path, 
 
 
 def test_compile_is_on_by_default_for_cuda_training_only():
-    from bart.cli.args import ArgumentParser, add_model_args
+    from bart.cli.args import ArgumentParser, add_flags
     from bart.cli.builder import compile_default
+    from bart.cli.settings import ModelSettings
     parser = ArgumentParser()
-    add_model_args(parser)  # pretrain.py's and finetune.py's model flags
+    add_flags(parser, [ModelSettings], "pretrain.py")  # pretrain.py's and finetune.py's model flags
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     plain = parser.parse_args(["--config_path", "c.json"])
     assert compile_default(plain, cuda) is True and compile_default(plain, cpu) is False
@@ -143,7 +143,7 @@ class _NanData(SyntheticBatches):
 
 def test_nan_loss_stops_fp32_run_with_clear_message(tmp_path, monkeypatch):
     trainer = _trainer(tmp_path, batch_size=4, grad_accum=1, max_steps=10)
-    trainer.config.max_consecutive_nonfinite = 3
+    trainer.settings = trainer.settings.replace(max_consecutive_nonfinite=3)
     with torch.no_grad():
         trainer.model.lm_head.weight.fill_(float("nan"))
     with pytest.raises(NonFiniteLossError, match="NaN/inf for 3 consecutive updates"):

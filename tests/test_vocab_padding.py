@@ -121,18 +121,17 @@ def test_a_run_saved_before_padding_resumes(tmp_path):
     """A training checkpoint written by an unpadded model (as before this change: 99 rows in the model and the
     optimizer state) resumes in a padded one, and continues as the unpadded run does."""
     from bart.optim import build_optimizer, build_scheduler
-    from bart.training.trainer import Trainer, TrainerConfig
-    from tests.helpers.synthetic import SyntheticBatches
-    from bart.utils.precision import Precision
+    from bart.training.trainer import Trainer
+    from tests.helpers.synthetic import SyntheticBatches, one_process, run_settings
 
     def trainer(folder, multiple, max_steps):
         torch.manual_seed(0)
         model = BartForConditionalGeneration(BartConfig(**CONFIG, pad_vocab_to_multiple_of=multiple))
         opt, clips = build_optimizer(model, "lamb", lr=1e-2, weight_decay=0.01, max_grad_norm=1.0)
-        config = TrainerConfig(output_dir=str(folder), max_steps=max_steps, log_freq=1, progress_bar=False,
-                               precision=Precision("fp32"), save_checkpoint_steps=1 if max_steps == 2 else 0)
-        return Trainer(model, opt, build_scheduler(opt, "linear", 1, 4), SyntheticBatches(4, 2), config,
-                       clips_internally=clips)
+        settings = run_settings("fp32", output_dir=str(folder), max_steps=max_steps, log_freq=1, keep_checkpoints=0,
+                                save_checkpoint_steps=1 if max_steps == 2 else 0)
+        return Trainer(model, opt, build_scheduler(opt, "linear", 1, 4), SyntheticBatches(4, 2), settings,
+                       strategy=one_process(model), clips_internally=clips, progress_bar=False)
 
     old = trainer(tmp_path / "old", 1, 2)
     old.fit()

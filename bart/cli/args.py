@@ -1,38 +1,114 @@
-"""Command-line flags of the three entry points, as argument groups: one name, one default, one meaning.
+"""Command-line flags of the three entry points, generated from the settings' declarations: one name, one
+default, one meaning.
 
-:func:`build_parser` assembles a script's parser: pretrain.py and finetune.py take :func:`add_shared_args`
-(every group), run_eval.py its positional arguments and the architecture, precision and generation groups;
-each script then the reference recipe's flags (:mod:`bart.cli.reference_flags`). Old names from the
-reference and the BERT recipe are aliases of the same destination (``--max_grad_norm`` =
-``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``). Flags that only fine-tuning uses are
-accepted by pretrain.py's parser (so reference command lines parse) but :func:`reject_unused` fails loudly
-when one is set to anything but its default. The parsed flags become :class:`bart.cli.settings.Settings`.
-To add a flag: put it in the group of its concept here, and its field in ``Settings``; one the trainer reads is
-also a ``TrainerConfig`` field of the same name (``bart.cli.builder.trainer_config`` passes it).
+A setting is one field of a :mod:`bart.cli.settings` section, declared with :func:`flag` (its default, help,
+spellings, the scripts that take it, argparse's keywords); :func:`build_parser` generates a script's parser from
+those fields (one argument group per section, run_eval.py's positional arguments in their places), then the
+reference recipe's flags (:mod:`bart.cli.reference_flags`). Old names from the reference and the BERT recipe are
+spellings of the same field (``--max_grad_norm`` = ``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``).
+Flags that only fine-tuning uses (``refused_in``) are accepted by pretrain.py's parser (so reference command
+lines parse) but :func:`reject_unused` fails loudly when one is set to anything but its default. ``--help`` shows
+the quick start's flags (``quick``), ``--help-all`` every group; ``--config_file FILE`` / ``@FILE`` starts from a
+JSON file of settings (:func:`read_config_file`). To add a flag: its field, in the section of its concept.
 """
 from __future__ import annotations
 
 import argparse
 import ast
-import datetime
+import dataclasses
 import json
 import math
 import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 from bart.cli.reference_flags import add_reference_args
-from bart.configuration.shipped import names_help
 from bart.data.noise import add_noise_args
-from bart.evaluation import TASK_METRICS
-from bart.generation.precision import DECODE_PRECISIONS
-from bart.optim.schedulers import SCHEDULES
-from bart.utils.affinity import add_affinity_arg
 from bart.utils.checkpoint_io import atomic_write_text
 from bart.utils.errors import UserError
-from bart.utils.precision import Precision, add_precision_args
+from bart.utils.precision import Precision
 
-FINETUNE_ONLY = ("n_test", "n_train", "eval_beams", "val_metric", "save_top_k", "sortish_sampler",
-                 "max_tokens_per_batch", "do_predict", "val_max_target_length", "test_max_target_length",
-                 "eval_max_gen_length", "task", "early_stopping_patience", "do_train")
+PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
+TRAINING = (PRETRAIN, FINETUNE)
+ALL = (PRETRAIN, FINETUNE, EVAL)
+CONSOLE = {PRETRAIN: "bart-pretrain", FINETUNE: "bart-finetune", EVAL: "bart-run-eval"}  # pyproject.toml's names
+
+
+# -- one declaration per setting: a field of a Settings section says its flag ------------------------------
+@dataclass(frozen=True)
+class Flag:
+    """A setting's flag, declared on its field (:func:`flag`): spellings, help, the scripts that take it and
+    argparse's keywords; the parser is generated from these (:func:`add_flags`), its default is the field's."""
+    help: str
+    options: tuple = ()                    # the spellings; () is --NAME
+    scripts: tuple = TRAINING              # the entry scripts that take it
+    quick: tuple = ()                      # the scripts whose short --help shows it (the quick start's flags)
+    refused_in: tuple = ()                 # scripts that parse it (reference command lines) but refuse a change
+    lazy: Optional[Callable[[], dict]] = None  # keywords known when the parser is built (a table's choices)
+    per_script: Mapping = field(default_factory=dict)  # script -> keywords over these (default, help, type, ...)
+    argparse: Mapping = field(default_factory=dict)    # action, type, choices, nargs, metavar, const, required
+
+
+def flag(default: Any, help: str, *options: str, scripts=TRAINING, quick=(), refused_in=(), lazy=None,
+         per_script=None, **argparse_kwargs) -> Any:
+    """A Settings field that is a flag: its one default, help, spellings and scripts (see :class:`Flag`)."""
+    declared = Flag(help, tuple(options), tuple(scripts), tuple(quick), tuple(refused_in), lazy, per_script or {},
+                    argparse_kwargs)
+    return field(default=default, metadata={"flag": declared})
+
+
+def setting(default: Any, doc: str, factory=None) -> Any:
+    """A Settings field that no flag sets directly (made at parse time from other flags, or at run start)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+def reference(default: Any = None) -> Any:
+    """A Settings field set by a flag of the reference recipe (its row in :data:`bart.cli.reference_flags.SPECS`
+    holds the spelling and the help)."""
+    return field(default=default, metadata={"reference": True})
+
+
+def declared_flags(cls, script: str):
+    """(name, Flag, default) of the fields of the section ``cls`` that ``script`` takes as flags."""
+    for f in dataclasses.fields(cls):
+        declared = f.metadata.get("flag")
+        if declared is not None and script in declared.scripts:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            yield f.name, declared, declared.per_script.get(script, {}).get("default", default)
+
+
+def argparse_keywords(name: str, declared: Flag, default: Any, script: str) -> tuple:
+    """(spellings, position or None, add_argument's keywords) of one declared flag in ``script``."""
+    keywords = {**declared.argparse, "help": declared.help, "default": default}
+    if declared.lazy is not None:  # e.g. choices from a training module's table; its "help" ends the declared one
+        lazy = declared.lazy()
+        keywords.update(lazy, help=declared.help + lazy.get("help", ""))
+    own = dict(declared.per_script.get(script, {}))
+    position, options = own.pop("position", None), own.pop("options", declared.options or (f"--{name}",))
+    keywords.update(own)
+    if keywords.get("action") in ("store_true", "store_false"):
+        keywords.pop("type", None)
+    if position is not None:
+        return (), position, {k: v for k, v in keywords.items() if k not in ("default", "required")}
+    return options, None, {**keywords, "dest": name}
+
+
+def add_flags(parser: argparse.ArgumentParser, sections, script: str, title: Optional[str] = None) -> list:
+    """The flags of ``sections`` (Settings section classes) that ``script`` takes, each section an argument group;
+    returns the actions of the quick start's flags (the short --help's)."""
+    quick = []
+    for cls in sections:
+        group = parser.add_argument_group(title or cls.GROUP)
+        for name, declared, default in declared_flags(cls, script):
+            options, position, keywords = argparse_keywords(name, declared, default, script)
+            if position is None:
+                action = group.add_argument(*options, **keywords)
+                if script in declared.quick:
+                    quick.append(action)
+    return quick
 
 
 def _bool_or_path(value: str):
@@ -121,21 +197,6 @@ POSITIVE_FLOAT = float_in(0.0, None, low_open=True)
 NON_NEGATIVE_FLOAT = float_in(0.0, None)
 
 
-def add_generation_args(parser: argparse.ArgumentParser, batch_alias: str | None = None,
-                        max_length_alias: str | None = None) -> None:
-    """Generation in validation, prediction and evaluation (the same flags in every script; run_eval.py
-    keeps the reference's ``--bs`` and ``--max_target_length`` as aliases)."""
-    gen = parser.add_argument_group("generation")
-    gen.add_argument("--eval_beams", "--num_beams", dest="eval_beams", type=NON_NEGATIVE, default=None,
-                     help="beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the "
-                          "reference)")
-    gen.add_argument("--eval_max_gen_length", *([max_length_alias] if max_length_alias else []),
-                     dest="eval_max_gen_length", type=POSITIVE, default=None,
-                     help="longest generated sequence in tokens")
-    gen.add_argument("--eval_batch_size", *([batch_alias] if batch_alias else []), dest="eval_batch_size", type=POSITIVE,
-                     default=None, help="sources per generation batch")
-
-
 def _value(text: str):
     """A command-line value as Python: numbers, true/false/none, lists ("[[5, 6]]"), else the text."""
     lowered = text.strip().lower()
@@ -158,190 +219,6 @@ def generation_kwargs(args: argparse.Namespace, max_length: int | None) -> dict:
     """The generate() options the flags set; ``max_length`` is the script's resolved length."""
     values = {"num_beams": args.eval_beams, "max_length": max_length}
     return {k: v for k, v in values.items() if v is not None}
-
-
-def add_shared_args(parser: argparse.ArgumentParser) -> None:
-    add_model_args(parser)
-    add_data_args(parser)
-    add_optimization_args(parser)
-    add_precision_args(parser)
-    add_distributed_args(parser)
-    add_checkpoint_args(parser)
-    add_generation_args(parser)
-    add_finetuning_args(parser)
-
-
-def add_architecture_args(group) -> None:
-    """The flags every script that builds a model takes (run_eval.py too)."""
-    group.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
-                       help="Pre-LN (layer norm inside each residual branch, a final norm per stack); "
-                            "--no-pre_ln for BART's post-LN. Default: the config file's pre_ln")
-    group.add_argument("--tokenizer", default=None,
-                       help="tokenizer folder or hub id (default: $TOKENIZER). With starting weights their own "
-                            "tokenizer is used and a different one is refused; from scratch: else "
-                            "$BART_DEFAULT_TOKENIZER, else facebook/bart-large (offline: python -m "
-                            "bart.tokenization.build_tokenizer DIR)")
-    group.add_argument("--allow_tokenizer_mismatch", action="store_true",
-                       help="use --tokenizer / $TOKENIZER even where it differs from the tokenizer the starting "
-                            "weights were trained with (their ids then mean other tokens)")
-
-
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    from bart.training.compilation import COMPILE_BACKENDS  # the training scripts' group (as STRATEGIES)
-    model = parser.add_argument_group("model")
-    model.add_argument("--config_path", required=True,
-                       help=f"a shipped config's name ({names_help()}) or a BART config.json's path")
-    add_architecture_args(model)
-    model.add_argument("--dropout", type=PROBABILITY, default=None, help="dropout (default: the config's)")
-    model.add_argument("--attention_dropout", type=PROBABILITY, default=None, help="attention dropout (default: the config's)")
-    model.add_argument("--encoder_layerdrop", type=PROBABILITY, default=None, help="LayerDrop of encoder layers")
-    model.add_argument("--decoder_layerdrop", type=PROBABILITY, default=None, help="LayerDrop of decoder layers")
-    model.add_argument("--gradient_checkpointing", action="store_true", help="recompute activations in backward")
-    model.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                       help="torch.compile the model for training (the log says when it compiles, how long it took, "
-                            "and each recompile; a compile failure is one warning and the run goes on eager). "
-                            "Default: on with CUDA, off on CPU (eager: compiling costs minutes a short CPU run does "
-                            "not recover); --no-compile: eager")
-    model.add_argument("--compile_backend", choices=COMPILE_BACKENDS, default="inductor",
-                       help="--compile's backend: inductor (torch.compile's default: generated kernels), aot_eager "
-                            "(the same graphs and graph breaks, run by eager kernels: a cheap check of what "
-                            "inductor would compile)")
-    model.add_argument("--fused_cross_entropy", action="store_true",
-                       help="LM head and loss computed in token chunks: the (tokens x vocab) logits are never "
-                            "stored (less memory for large batches; same loss and gradients)")
-
-
-def add_data_args(parser: argparse.ArgumentParser) -> None:
-    data = parser.add_argument_group("data")
-    data.add_argument("--data_dir", required=True, help="training data folder")
-    data.add_argument("--max_source_length", type=POSITIVE, default=1024, help="encoder length in tokens")
-    data.add_argument("--max_target_length", type=POSITIVE, default=None,
-                      help="decoder length in tokens (pretraining: = max_source_length)")
-    data.add_argument("--num_workers", type=NON_NEGATIVE, default=4, help="data loader worker processes")
-    data.add_argument("--train_batch_size", type=POSITIVE, default=32, help="sequences per micro-batch per process")
-
-
-def add_optimization_args(parser: argparse.ArgumentParser) -> None:
-    optim = parser.add_argument_group("optimization")
-    optim.add_argument("--learning_rate", type=NON_NEGATIVE_FLOAT, default=5e-5)
-    optim.add_argument("--lamb", action="store_true", help="LAMB (multi-tensor; apex FusedLAMB if installed) "
-                                                           "instead of AdamW")
-    optim.add_argument("--use_nvlamb", action="store_true", help="LAMB trust ratio on every tensor (NVLAMB)")
-    optim.add_argument("--weight_decay", type=NON_NEGATIVE_FLOAT, default=0.0, help="decoupled weight decay (not on biases/norms)")
-    optim.add_argument("--adam_epsilon", type=POSITIVE_FLOAT, default=1e-8)
-    optim.add_argument("--adam_betas", type=PROBABILITY, nargs=2, default=(0.9, 0.999))
-    optim.add_argument("--gradient_clip_val", "--max_grad_norm", dest="gradient_clip_val", type=NON_NEGATIVE_FLOAT, default=1.0,
-                       help="clip the global gradient norm to this (0: off)")
-    optim.add_argument("--lr_scheduler", choices=SCHEDULES, default="linear")
-    optim.add_argument("--warmup_steps", type=NON_NEGATIVE, default=0)
-    optim.add_argument("--lr_end", type=NON_NEGATIVE_FLOAT, default=1e-7,
-                       help="polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)")
-    optim.add_argument("--max_steps", type=POSITIVE, default=None,
-                       help="optimizer updates in this run (required; finetune.py: or --max_epochs)")
-    optim.add_argument("--gradient_accumulation_steps", type=POSITIVE, default=1)
-    optim.add_argument("--max_consecutive_nonfinite", type=POSITIVE, default=5,
-                       help="bf16/fp32: stop after this many consecutive NaN/inf losses")
-    optim.add_argument("--min_loss_scale", type=POSITIVE_FLOAT, default=1e-4,
-                       help="fp16: stop when the dynamic loss scale falls below this (every update overflowing)")
-
-
-def add_dist_timeout_arg(group) -> None:
-    """The flag every script that may run as several processes takes (run_eval.py too)."""
-    group.add_argument("--dist_timeout", type=POSITIVE_FLOAT, default=10.0,
-                       help="minutes a collective waits for the other ranks before the run stops naming the rank "
-                            "(a hung or dead process); checkpoint writes and validation must fit in it")
-    group.add_argument("--rendezvous_timeout", type=POSITIVE_FLOAT, default=600.0, metavar="SECONDS",
-                       help="seconds the processes of a multi-process run wait for each other at start-up (and "
-                            "after a torchrun --max_restarts restart) before it stops naming the ones missing")
-    group.add_argument("--heartbeat_timeout", type=NON_NEGATIVE_FLOAT, default=60.0, metavar="SECONDS",
-                       help="seconds without a heartbeat from a process (stopped, frozen, its machine gone) before "
-                            "the job ends naming it; a busy process keeps beating (bart.utils.heartbeat); 0: off")
-
-
-def add_distributed_args(parser: argparse.ArgumentParser) -> None:
-    from bart.training.strategy import DEFAULT_STRATEGY, STRATEGIES  # the training scripts' group: run_eval.py loads
-    # no training module
-    notes = {name: [cls.summary] * bool(cls.summary) + ["the default"] * (name == DEFAULT_STRATEGY)
-             for name, cls in STRATEGIES.items()}
-    kinds = [f"{name} ({', '.join(said)})" if said else name for name, said in notes.items()]
-    dist = parser.add_argument_group("distributed")
-    dist.add_argument("--distributed_strategy", choices=STRATEGIES, default=None,
-                      help=f"how several processes share the model: {', '.join(kinds)}")
-    dist.add_argument("--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16",
-                      dest="allreduce_post_accumulation_half_precision", action="store_true",
-                      help="all-reduce gradients in bf16/fp16 once per update (fp32 parameters)")
-    add_dist_timeout_arg(dist)
-    add_affinity_arg(dist)
-    dist.add_argument("--local_rank", "--local-rank", type=int, default=None,
-                      help="set by old launchers; torchrun's LOCAL_RANK is used")
-
-
-def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
-    from bart.training.checkpoint import ALLOWABLE_CHANGES  # the training scripts' group (as STRATEGIES)
-
-    ckpt = parser.add_argument_group("checkpoints and logging")
-    ckpt.add_argument("--output_dir", default="results", help="checkpoints, logs and run_config.json go here")
-    ckpt.add_argument("--resume_from_checkpoint", type=_bool_or_path, default=None,
-                      help="True: the newest training checkpoint in --output_dir (none there is an error); auto: "
-                           "that one when there is one, else a new run (one command for a first start and its "
-                           "restarts); or a path. Restores everything")
-    ckpt.add_argument("--overwrite_output_dir", action="store_true",
-                      help="a new run into an --output_dir that holds another run's checkpoints or log: remove "
-                           "that run's files (checkpoints, logs, rankings, predictions, tokenizer, TensorBoard "
-                           "events; nothing else) and start over. Without it such a folder is refused")
-    ckpt.add_argument("--allow_resume_change", nargs="+", choices=ALLOWABLE_CHANGES, default=(), metavar="NAME",
-                      help=f"resume although the checkpoint was written with another {' / '.join(ALLOWABLE_CHANGES)} "
-                           f"(the run says what changed); any other difference from the checkpoint's run is refused")
-    ckpt.add_argument("--init_checkpoint", dest="init_checkpoint", default=None,
-                      help="start a new run from this checkpoint's model weights only (phase 2)")
-    ckpt.add_argument("--load_model_weights_only", nargs="?", const=True, default=None, metavar="PATH",
-                      help="the reference's --resume_from_checkpoint=P --load_model_weights_only: a new run from "
-                           "P's weights only (= --init_checkpoint P); with a PATH, the same as --init_checkpoint PATH")
-    ckpt.add_argument("--phase1_end_step", type=NON_NEGATIVE, default=0,
-                      help="updates phase 1 ran: phase 2 numbers its updates after them")
-    ckpt.add_argument("--save_checkpoint_steps", type=NON_NEGATIVE, default=0, help="save every N updates (0: at the end)")
-    ckpt.add_argument("--keep_checkpoints", type=NON_NEGATIVE, default=3, help="keep the newest K step checkpoints (0: all)")
-    ckpt.add_argument("--log_freq", type=POSITIVE, default=10, help="log every N updates")
-    ckpt.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
-                      help="dllogger JSON log (default: OUTPUT_DIR/dllogger.json)")
-    ckpt.add_argument("--tensorboard_dir", default=None,
-                      help="TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
-    ckpt.add_argument("--no_tensorboard", action="store_true", help="write no TensorBoard events")
-    ckpt.add_argument("--wandb_project", default=None,
-                      help="also log to this Weights & Biases project (needs the wandb package)")
-    ckpt.add_argument("--seed", type=NON_NEGATIVE, default=42)
-
-
-def add_finetuning_args(parser: argparse.ArgumentParser) -> None:
-    ft = parser.add_argument_group("fine-tuning and evaluation (finetune.py)")
-    ft.add_argument("--task", choices=(*TASK_METRICS, "pretraining"), default="summarization",
-                    help="finetune.py: summarization or translation; pretrain.py: pretraining")
-    ft.add_argument("--n_train", type=count_or_all(1), default=None,
-                    help="use only the first N training examples (-1, the default: all)")
-    ft.add_argument("--n_val", type=count_or_all(0), default=None,
-                    help="finetune.py: validation examples per evaluation (-1, the default: all; 0: none); "
-                         "pretrain.py: rows held out of training for the validation loss (default none)")
-    ft.add_argument("--n_test", type=count_or_all(1), default=None,
-                    help="test examples for --do_predict (-1, the default: all)")
-    ft.add_argument("--val_max_target_length", type=POSITIVE, default=None)
-    ft.add_argument("--test_max_target_length", type=POSITIVE, default=None)
-    ft.add_argument("--val_metric", choices=(*(m.ranked_by for m in TASK_METRICS.values()), "loss"), default=None,
-                    help="the metric validation ranks checkpoints by (default: the task's; loss: the token loss)")
-    ft.add_argument("--val_check_interval", type=updates_or_fraction, default=0,
-                    help="validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with "
-                         "a decimal point, every F in (0, 1] of an epoch of the training data (finetune.py: "
-                         "1.0 = every epoch)")
-    ft.add_argument("--early_stopping_patience", type=int_at_least(-1), default=-1,
-                    help="stop after N validations in a row without improvement of --val_metric (-1, the "
-                         "default: never; 0 stops at the first one, as Lightning's patience 0 did)")
-    ft.add_argument("--save_top_k", type=NON_NEGATIVE, default=1, help="keep the K best validation checkpoints")
-    ft.add_argument("--label_smoothing", type=PROBABILITY, default=0.0)
-    ft.add_argument("--freeze_encoder", action="store_true")
-    ft.add_argument("--freeze_embeds", action="store_true", help="freeze token and position embeddings")
-    ft.add_argument("--sortish_sampler", action="store_true", help="length-grouped shuffled batches")
-    ft.add_argument("--max_tokens_per_batch", type=POSITIVE, default=None, help="token-budget batches")
-    ft.add_argument("--do_train", action=argparse.BooleanOptionalAction, default=True)
-    ft.add_argument("--do_predict", action="store_true", help="write test predictions after training")
 
 
 def _auto_with_weights_only(args) -> bool:
@@ -400,16 +277,17 @@ def check_namespace(args: argparse.Namespace, parser: argparse.ArgumentParser, a
         if flag in given and (other is None or other in given) and (when is None or when(args)):
             both = _shown(parser, args, flag, argv) + ("" if other is None else " with " + _shown(parser, args, other, argv))
             parser.error(f"{both}: {why}")
-    try:  # the precision flags' rules; the run's Precision is made when the flags are final (reference_flags)
+    try:  # the precision flags' rules; the run's Precision is made with the record (bart.cli.settings)
         Precision.check_flags(args.fp16, args.bf16, args.fp8, args.fp8_emulate)
     except UserError as err:
         parser.error(str(err))
 
 
-def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, names, script: str, other: str) -> None:
-    """Fail loudly when a flag this script does not use was changed from its default."""
+def reject_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, defaults: dict, names, script: str,
+                  other: str) -> None:
+    """Fail loudly when a flag this script does not use was changed from its declared default (``defaults``)."""
     for name in names:
-        if vars(args)[name] != parser.get_default(name):
+        if vars(args)[name] != defaults[name]:
             parser.error(f"--{name} is a {other} flag and has no effect in {script}; remove it")
 
 
@@ -423,70 +301,195 @@ def write_run_config(values: dict, output_dir: str, extra: dict | None = None) -
     return json.loads(text)
 
 
-def add_eval_args(parser: argparse.ArgumentParser) -> None:
-    """run_eval.py's own: the reference's positional arguments and what a run of generation takes."""
-    parser.add_argument("model_path", help="checkpoint (.ckpt) or Hugging Face folder")
-    parser.add_argument("config_path", help=f"the config the model was built with: a shipped config's name "
-                                            f"({names_help()}) or a BART config.json's path")
-    parser.add_argument("data_dir", help="folder with {type_path}.source and .target")
-    parser.add_argument("save_path", help="output folder")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier evaluation of the same split in SAVE_PATH ({type_path}_generations.txt, "
-                             "its metrics file); without it such a folder is refused")
-    parser.add_argument("--type_path", default="test", help="split to evaluate (train, val, test)")
-    parser.add_argument("--n_obs", type=count_or_all(1), default=None, help="only the first N examples (-1: all)")
-    parser.add_argument("--num_return_sequences", type=POSITIVE, default=1)
-    parser.add_argument("--max_source_length", type=POSITIVE, default=1024)
-    parser.add_argument("--json-summary", "--json_summary", dest="json_summary", default=None,
-                        help="dllogger log (default SAVE_PATH/dllogger.json)")
-    parser.add_argument("--task", choices=tuple(TASK_METRICS), default="summarization")
-    parser.add_argument("--prefix", default="", help="text put in front of every source")
-    parser.add_argument("--info", nargs="?", const=datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
-                        default=None, help="a note stored in the metrics file (no value: the current date and time)")
-    parser.add_argument("--seed", type=int, default=42, help="seeds torch before generating (sampling)")
-    parser.add_argument("--dump-args", "--dump_args", dest="dump_args", action="store_true",
-                        help="store the generation arguments in the metrics file")
-    add_architecture_args(parser)
-    add_dist_timeout_arg(parser)
-    add_precision_args(parser, training=False)
-    parser.add_argument("--decode_precision", choices=DECODE_PRECISIONS, default="fp32",
-                        help="weights to decode with: fp32, a bf16 copy, int8 dynamically quantized linear layers (CPU); "
-                             "see bart/generation/precision.py")
-    parser.add_argument("--compile_generation", nargs="?", const="default", default=False,
-                        choices=("default", "reduce-overhead"),
-                        help="the decode step under torch.compile (no value: default mode; reduce-overhead: CUDA graphs)")
-    add_generation_args(parser, batch_alias="--bs", max_length_alias="--max_target_length")
 
 
-def add_finetune_args(parser: argparse.ArgumentParser) -> None:
-    """finetune.py's own: where the starting weights come from."""
-    add_shared_args(parser)
-    parser.add_argument("--model_name_or_path", dest="init_checkpoint_alias", default=None,
-                        help="starting weights: a .ckpt, a folder holding one, or a Hugging Face folder "
-                             "(same as --init_checkpoint)")
-    parser.add_argument("--from_scratch", action="store_true", help="start from random weights (no checkpoint)")
+# -- the parser: generated from the Settings sections' fields ------------------------------------------------
+USAGE = {PRETRAIN: "%(prog)s --config_path FILE --data_dir DIR --max_steps N [options]",
+         FINETUNE: "%(prog)s --config_path FILE --data_dir DIR (--init_checkpoint W | --from_scratch) "
+                   "(--max_steps N | --max_epochs N) [options]",
+         EVAL: "%(prog)s MODEL_PATH CONFIG_PATH DATA_DIR SAVE_PATH [options] [--KEY VALUE ...]"}
+SHORT_HELP_LINES = 60  # the most a script's --help prints (its quick start's flags); --help-all prints every group
 
 
-def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
-    add_shared_args(parser)
-    add_noise_args(parser)
+def program_name(script: str, argv0: Optional[str] = None) -> str:
+    """The command the user typed: ``bart-finetune`` when installed, ``finetune.py`` from a checkout (the
+    basename of ``sys.argv[0]``); the script's name where the process runs something else (a test, a notebook)."""
+    typed = os.path.basename(sys.argv[0] if argv0 is None else argv0 or "")
+    return typed if typed in (script, CONSOLE[script]) else script
 
 
-# script -> (its own flags, the defaults it sets over the groups', argparse's formatter)
-SCRIPTS = {
-    "pretrain.py": (add_pretrain_args, dict(lr_scheduler="polynomial", max_source_length=128, task="pretraining"),
-                    argparse.HelpFormatter),
-    "finetune.py": (add_finetune_args, dict(max_target_length=56, lr_scheduler="linear"), argparse.HelpFormatter),
-    "run_eval.py": (add_eval_args, dict(eval_batch_size=8, eval_max_gen_length=142),
-                    argparse.RawDescriptionHelpFormatter),
-}
+class _HelpAll(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show every flag, in its group, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help()
+        parser.exit()
+
+
+class _ShortHelp(argparse.Action):
+    """``--help``: the flags a quick start needs (each flag's ``quick``), then where the rest are (``--help-all``)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the flags a quick start needs and exit (--help-all: every flag)")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(short_help(parser), sys.stdout)
+        parser.exit()
+
+
+def short_help(parser: argparse.ArgumentParser) -> str:
+    """The usage, the description and, group by group, the quick start's flags; it ends naming --help-all."""
+    quick = getattr(parser, "quick_actions", [])
+    formatter = argparse.RawDescriptionHelpFormatter(parser.prog, max_help_position=40, width=110)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
+    formatter.add_text(parser.description)
+    hidden = 0
+    for group in parser._action_groups:
+        shown = [a for a in group._group_actions if any(a is q for q in quick)]
+        hidden += sum(1 for a in group._group_actions if a not in shown and a.help != argparse.SUPPRESS)
+        if shown:
+            formatter.start_section(group.title)
+            formatter.add_arguments(shown)
+            formatter.end_section()
+    formatter.add_text(f"{hidden} more flags, in every group: {parser.prog} --help-all")
+    return formatter.format_help()
 
 
 def build_parser(script: str, description: str | None = None) -> ArgumentParser:
-    """``script``'s parser: its flags (:data:`SCRIPTS`), then the reference recipe's spellings of it."""
-    add_own, defaults, formatter = SCRIPTS[script]
-    parser = ArgumentParser(prog=script, description=description, formatter_class=formatter)
-    add_own(parser)
+    """``script``'s parser, generated from the Settings sections' fields (:func:`add_flags`), then the reference
+    recipe's spellings of it. ``--help`` shows the quick start's flags, ``--help-all`` every group."""
+    from bart.cli.settings import SECTIONS, TRANSLATED  # the declarations (bart.cli.settings imports this module)
+
+    parser = ArgumentParser(prog=program_name(script), description=description, usage=USAGE[script],
+                            formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
+    quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
+             parser.add_argument("--config_file", metavar="FILE",
+                                 help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
+                                      "{\"max_steps\": 100, ...}); @FILE is the same; flags on the command line win")]
+    positional = sorted((own["position"], name, declared) for cls in SECTIONS.values()
+                        for name, declared, _ in declared_flags(cls, script)
+                        if "position" in (own := declared.per_script.get(script, {})))
+    for _, name, declared in positional:
+        quick.append(parser.add_argument(name, **argparse_keywords(name, declared, None, script)[2]))
+    quick += add_flags(parser, SECTIONS.values(), script)
+    for name, (default, declared) in TRANSLATED.items():
+        if script in declared.scripts:
+            action = parser.add_argument_group("starting weights").add_argument(
+                *declared.options or (f"--{name}",), **argparse_keywords(name, declared, default, script)[2])
+            quick += [action] * (script in declared.quick)
+    if script == PRETRAIN:
+        add_noise_args(parser)
     add_reference_args(parser, script)
-    parser.set_defaults(**defaults)
+    quick += [a for a in parser._actions if "--max_epochs" in a.option_strings]  # finetune.py's, the reference's
+    parser.quick_actions = quick
     return parser
+
+
+# -- a run from a file: --config_file FILE / @FILE ---------------------------------------------------------
+CONFIG_EXTRAS = ("script", "precision", "world_size", "model_config", "run_banner")  # run_config.json's other keys
+
+
+def _config_files(parser: argparse.ArgumentParser, argv: list) -> tuple:
+    files, rest, i = [], [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("@") and len(token) > 1:
+            files.append(token[1:])
+        elif token == "--config_file":
+            if i + 1 >= len(argv):
+                parser.error("argument --config_file: expected one argument (a JSON file of settings)")
+            files.append(argv[i + 1])
+            i += 1
+        elif token.startswith("--config_file="):
+            files.append(token.split("=", 1)[1])
+        else:
+            rest.append(token)
+        i += 1
+    if len(files) > 1:
+        parser.error(f"--config_file {files[0]} and {files[1]}: give one file of settings (@FILE is --config_file)")
+    return (files[0] if files else None), rest
+
+
+def _file_value(action: argparse.Action, value: Any, default: Any):
+    """A file's value for ``action`` as the command line's would parse (the flag's own type and choices)."""
+    if value is None or value == default:
+        if value is None and default is not None:
+            raise argparse.ArgumentTypeError("null is not a value of this flag; give a value, or remove the key")
+        return value
+    if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
+        if not isinstance(value, bool):
+            raise argparse.ArgumentTypeError(f"expected true or false, got {json.dumps(value)}")
+        return value
+    many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
+    items = value if many else [value]
+    if many and not isinstance(value, list):
+        raise argparse.ArgumentTypeError(f"expected a list, got {json.dumps(value)}")
+    if isinstance(action.nargs, int) and len(items) != action.nargs:
+        raise argparse.ArgumentTypeError(f"expected {action.nargs} values, got {len(items)}")
+    parsed = []
+    for item in items:
+        if isinstance(item, (dict, list)) or (action.type is None and not isinstance(item, str)):
+            raise argparse.ArgumentTypeError(f"expected {'text' if action.type is None else 'a value'}, "
+                                             f"got {json.dumps(item)}")
+        item = action.type(str(item)) if action.type is not None else item
+        if action.choices is not None and item not in action.choices:
+            raise argparse.ArgumentTypeError(f"invalid choice {item!r} (choose from {', '.join(map(str, action.choices))})")
+        parsed.append(item)
+    return parsed if many else parsed[0]
+
+
+def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, record_defaults: dict) -> tuple:
+    """``--config_file FILE`` or ``@FILE``: the file's settings become ``parser``'s defaults, so that the command
+    line's flags win; returns (argv without it, the settings the file changed from the script's defaults).
+    The file is a JSON object of settings, as a run's run_config.json records them (its ``world_size``,
+    ``model_config`` ... are skipped; settings of another script are skipped at their default). An unknown key
+    or a bad value is one line naming the file, the key and the fix."""
+    path, argv = _config_files(parser, argv)
+    if path is None:
+        return argv, set()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = json.load(handle)
+    except OSError as err:
+        parser.error(f"--config_file {path}: cannot read it ({err.strerror or err}); give a JSON file of settings")
+    except ValueError as err:
+        parser.error(f"--config_file {path}: not JSON ({err}); give a JSON object of settings, as run_config.json")
+    if not isinstance(values, dict):
+        parser.error(f"--config_file {path}: a JSON object of settings is expected ({{\"max_steps\": 100, ...}}), "
+                     f"got a {type(values).__name__}")
+    actions = {a.dest: a for a in parser._actions if a.option_strings or a.dest not in ("help",)}
+    noise = values.pop("noise", None)
+    if isinstance(noise, dict) and script == PRETRAIN:
+        values.update(noise)  # the noise flags (bart.data.noise), one key each
+    elif noise is not None:
+        parser.error(f"--config_file {path}: key 'noise': {script} has no denoising noise (pretrain.py's); "
+                     f"remove the key")
+    defaults, changed = {}, set()
+    for key, value in values.items():
+        action = actions.get(key)
+        if key in CONFIG_EXTRAS or (action is None and key in record_defaults and value in (record_defaults[key], None)):
+            continue  # what a run records besides its settings; another script's setting at its default
+        if action is None or key in ("help", "help_all", "config_file"):
+            import difflib
+            close = difflib.get_close_matches(key, [d for d in actions if not d.startswith("ref_")], n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"see {parser.prog} --help-all for the settings"
+            other = " (a setting of another script)" if key in record_defaults else ""
+            parser.error(f"--config_file {path}: unknown key {key!r} for {script}{other}: {fix} Remove or rename it")
+        try:
+            defaults[key] = _file_value(action, value, parser.get_default(key))
+        except argparse.ArgumentTypeError as err:
+            flag = action.option_strings[0] if action.option_strings else key.upper()
+            parser.error(f"--config_file {path}: key {key!r} ({flag}): {err}; correct it in the file, or give "
+                         f"{flag} on the command line")
+        if defaults[key] != parser.get_default(key):
+            changed.add(key)
+    parser.set_defaults(**defaults)
+    for action in parser._actions:
+        if action.dest in defaults:
+            action.required = False
+            if not action.option_strings:  # a positional given by the file: not on the command line
+                action.nargs = "?"
+    return argv, changed

@@ -1,15 +1,10 @@
-"""Building a training run from its settings (:class:`bart.cli.settings.Settings`): what pretrain.py and
-finetune.py share, on top of :mod:`bart.cli.start` (what every entry script does first).
-
-``start_run``: the process group, the output folder's lock, seeds, ``--resume_from_checkpoint auto`` resolved.
-Then the tokenizer of the starting weights (or of the checkpoint resumed), ``build_model_and_tokenizer`` (config,
-lengths fitted, vocabulary checked, frozen parameters), the strategy, optimizer and scheduler, and the ``Trainer``
-(``trainer_config``: every ``TrainerConfig`` field named as a ``Settings`` field takes its value), its logger and
-metric writers, and the start-of-run banner.
-"""
+"""Building a training run from its settings (:class:`bart.cli.settings.Settings`), the one owner of its
+assembly: the environment and lock (:func:`start_run`), the tokenizer and model, the loaders and validation, the
+strategy (built and prepared once, before the optimizer), optimizer, schedule and :class:`Trainer`; on top of
+:mod:`bart.cli.start` (what every entry script does first). The run's ``Precision`` is the record's own, made
+when the flags are parsed (``settings.precision``)."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -25,7 +20,7 @@ from bart.optim import build_optimizer, build_scheduler, describe_optimizer
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import earlier_run, remove_earlier_run, resolve_resume, resumable_checkpoints
 from bart.training.float8 import convert_to_float8, float8_summary
-from bart.training.trainer import Trainer, TrainerConfig, strategy_for
+from bart.training.trainer import Trainer, strategy_for
 from bart.utils import distributed as dist_utils
 from bart.utils.checkpoint_io import CheckpointError, remove_stale_partials
 from bart.utils.dllogger_compat import Logger, drop_records_after
@@ -109,6 +104,36 @@ def build_model_and_tokenizer(args: Settings, init_from: str | None, lengths) ->
     return args, tokenizer, model
 
 
+def pretraining_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv):
+    """pretrain.py's loader: LDDL shards with BART's noise (and the held-out rows of --n_val)."""
+    from bart.data.pretraining_dataset import build_pretraining_loader  # LDDL imports transformers: seconds
+    return build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
+                                    args.noise, seed=args.seed, num_workers=args.num_workers,
+                                    local_rank=env.local_rank, n_val=args.n_val or 0,
+                                    shuffle_buffer_size=args.buffer_size or 16384)
+
+
+def finetuning_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv):
+    """finetune.py's loader: the train split's batches for this rank (plain, length-grouped or token-budget)."""
+    from bart.data.summarization import build_finetuning_loader
+    return build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
+                                   args.train_batch_size, world_size=env.world_size, rank=env.rank, seed=args.seed,
+                                   n_obs=args.n_train, sortish=args.sortish_sampler,
+                                   max_tokens=args.max_tokens_per_batch, num_workers=args.num_workers)
+
+
+def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
+    """finetune.py's validation (None with --n_val 0): the val split's metric, best-k and early stopping."""
+    from bart.training.validation import Validation
+    if args.n_val == 0:
+        return None
+    return Validation(args.data_dir, tokenizer, task=args.task, metric=args.val_metric, n_val=args.n_val,
+                      max_source_length=args.max_source_length, max_target_length=args.max_target_length,
+                      batch_size=args.eval_batch_size or 8, gen_kwargs=gen_kwargs, output_dir=args.output_dir,
+                      save_top_k=args.save_top_k, early_stopping_patience=args.early_stopping_patience,
+                      min_steps=args.min_steps)
+
+
 def save_run_files(args: Settings, tokenizer, config: BartConfig, world_size: int) -> None:
     """Rank 0: the resolved run configuration and the tokenizer next to the checkpoints, so that
     run_eval.py and bart.export find the tokenizer a checkpoint was trained with."""
@@ -147,28 +172,15 @@ def compile_default(args: Settings, device: torch.device) -> bool:
     return args.compile if args.compile is not None else device.type == "cuda"
 
 
-def trainer_config(args: Settings, **own) -> TrainerConfig:
-    """The trainer's settings: every ``TrainerConfig`` field that is also a ``Settings`` field takes the flag's
-    value (a flag the trainer reads is a field of the same name in both records: nothing to pass here);
-    ``own`` gives the rest, and overrides."""
-    shared = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainerConfig)
-              if f.name not in own and f.name in Settings.__dataclass_fields__}
-    return TrainerConfig(**shared, **own)
-
-
 def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval_hook=None,
                   final_checkpoint_name: str | None = None, varying_lengths: bool = False) -> Trainer:
-    """The trainer, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
+    """The trainer over the run's settings, its strategy (built and prepared here, once, before the optimizer),
+    optimizer and schedule, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
     banner (printed, in run_config.json, in TensorBoard)."""
     device = device_for(env)
     model.to(device)
-    config = trainer_config(
-        args, step_offset=args.phase1_end_step, allreduce_half_precision=args.allreduce_post_accumulation_half_precision,
-        compile=compile_default(args, device),
-        find_unused_parameters=bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop),
-        final_checkpoint_name=final_checkpoint_name, varying_lengths=varying_lengths, run_args=args.as_dict())
-    strategy = strategy_for(config, env.world_size, device)
-    strategy.prepare(model)  # before the optimizer: FSDP replaces the parameters by shards
+    layerdrop = bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop)
+    strategy = strategy_for(args, env.world_size, device, model, find_unused_parameters=layerdrop)
     optimizer, clips_internally = build_optimizer(
         model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
         betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
@@ -178,9 +190,10 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
         for path, size in remove_stale_partials(args.output_dir):
             print(f"[checkpoint] removed {path} ({size / 2**20:.1f} MiB), left by a write that was killed midway",
                   file=sys.stderr)
-    trainer = Trainer(model, optimizer, scheduler, train_data, config, clips_internally=clips_internally,
+    trainer = Trainer(model, optimizer, scheduler, train_data, args, strategy=strategy, clips_internally=clips_internally,
                       logger=Logger(None, rank=env.rank, stdout=False), eval_hook=eval_hook, device=device,
-                      strategy=strategy)
+                      compile=compile_default(args, device), varying_lengths=varying_lengths,
+                      final_checkpoint_name=final_checkpoint_name)
     resumed_from = trainer.resume(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
     json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
     if resumed_from and env.is_main:  # the log continues from the checkpoint's step: no step twice
@@ -283,7 +296,7 @@ def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dic
         "world_size": world_size,
         "distribution": trainer.strategy.name,
         "global_batch": batch,
-        "steps": (f"{trainer.config.max_steps} updates (numbered from {trainer.config.step_offset + 1}), warmup "
+        "steps": (f"{args.max_steps} updates (numbered from {args.phase1_end_step + 1}), warmup "
                   f"{args.warmup_steps}, {args.lr_scheduler} schedule"
                   + (f", resumed after {trainer.step}" if trainer.step else "")),
         "data_rows": data_rows,

@@ -24,8 +24,6 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from bart.utils.errors import UserError
-from bart.utils.precision import Precision
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -415,11 +413,6 @@ def apply_reference_args(args: argparse.Namespace, parser: argparse.ArgumentPars
                 spec.apply(args, value, script)
             except _Refusal as err:
                 parser.error(f"{shown} {err}")
-    try:  # the flags are final (--precision 16 was --fp16): the run's one Precision, handed on from here
-        args.precision = Precision.from_args(args)
-        args.precision.require_supported()  # --fp8: torchao and the GPU
-    except UserError as err:
-        parser.error(str(err))
 
 
 def _plain(text: str) -> str:
@@ -444,8 +437,10 @@ def _translate_shared(args, script: str, given: set[str]) -> None:
             args.eval_beams = 1
         # the reference's -1 (never) and Lightning's patience: 0 and 1 both stop at the first validation
         # without improvement; here 0 is "never"
+        # (a value from a --config_file is the record's own, already counted this way: only a typed one is translated)
         patience = args.early_stopping_patience
-        args.early_stopping_patience = 0 if patience < 0 else max(patience, 1)
+        if patience < 0 or "early_stopping_patience" in given:
+            args.early_stopping_patience = 0 if patience < 0 else max(patience, 1)
         if args.check_val_every_n_epoch is not None:
             if "val_check_interval" in given:
                 raise _Refusal("give one of --check_val_every_n_epoch and --val_check_interval")

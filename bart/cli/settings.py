@@ -1,281 +1,428 @@
-"""The run's settings: one typed record, built once from the command line, read by everything after it.
+"""The run's settings: one typed record of sections, built once from the command line, read by everything after it.
 
     settings = parse_command_line("finetune.py", argv, __doc__)   # flags -> Settings (exit 2 on a mistake)
 
+Each setting is ONE field of a section (:class:`ModelSettings`, :class:`DataSettings`, ...: :data:`SECTIONS`),
+declared with :func:`bart.cli.args.flag`: its type, its one default, its help, its spellings, the scripts that take it
+and argparse's keywords. The scripts' parsers are generated from these fields (:func:`bart.cli.args.build_parser`),
+so a new flag is its field here and its use. ``Settings`` holds the sections and reads flat
+(``settings.max_steps``); the trainer reads its sections of the same record.
+
 Construction is the only place flags are rewritten: the reference recipe's spellings are translated
 (:mod:`bart.cli.reference_flags`), the flags the command line gave are noted (:attr:`Settings.given`), the
-pairs that contradict each other are refused (:data:`bart.cli.args.CONTRADICTIONS`), and the rules that span
-several flags are the record's own checks (:meth:`Settings.__post_init__`). Nothing here reads the disk:
-what depends on it or on what the run builds (``--resume_from_checkpoint auto``: :func:`bart.cli.builder.start_run`;
-the model's positions: :func:`fit_lengths`; the loader's epoch length: :func:`resolve_epochs`) is settled at
-run start by :func:`resolved` (``dataclasses.replace``), which checks the record again.
+pairs that contradict each other are refused (:data:`bart.cli.args.CONTRADICTIONS`), the run's
+:class:`~bart.utils.precision.Precision` is made from the final precision flags, and the rules that span
+several flags are the record's own checks (:data:`_RULES`). A run can start from a file of settings
+(``--config_file FILE`` or ``@FILE``: a run's run_config.json or a hand-written JSON; the command line wins).
+Nothing here reads the disk but that file: what depends on it or on what the run builds
+(``--resume_from_checkpoint auto``: :func:`bart.cli.builder.start_run`; the model's positions:
+:func:`fit_lengths`; the loader's epoch length: :func:`resolve_epochs`) is settled at run start by
+:func:`resolved`, which checks the record again.
 
 One record serves the three scripts: a flag a script lacks keeps its field's default, the value that
-means "not used" (its ``--help`` default where the scripts share it). To add a flag: its ``add_argument``
-in :mod:`bart.cli.args` (the group of its concept) and its field here, with a docstring.
+means "not used".
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import datetime
 import math
 import sys
-from dataclasses import dataclass, field
-from typing import Optional, Union
+from dataclasses import dataclass
+from typing import ClassVar, Optional, Union
 
-from bart.cli.args import FINETUNE_ONLY, build_parser, check_namespace, generate_option_pairs, given_flags, reject_unused
+from bart.cli.args import (ALL, EVAL, FINETUNE, NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, POSITIVE_FLOAT, PRETRAIN,
+                           PROBABILITY, TRAINING, Flag, _bool_or_path, build_parser, check_namespace, count_or_all,
+                           flag, generate_option_pairs, given_flags, int_at_least, read_config_file, reference,
+                           reject_unused, setting, updates_or_fraction)
 from bart.cli.reference_flags import apply_reference_args
+from bart.configuration.shipped import names_help
 from bart.data.noise import NoiseConfig, noise_config_from_args
-from bart.evaluation import task_metric
+from bart.evaluation import TASK_METRICS, task_metric
+from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
+from bart.optim.schedulers import SCHEDULES
+from bart.utils.affinity import DEFAULT_MODE as DEFAULT_AFFINITY, MODES as AFFINITY_MODES
 from bart.utils.errors import UserError
-from bart.utils.precision import Precision
-
-PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
-TRAINING = (PRETRAIN, FINETUNE)
-
+from bart.utils.precision import FP8_LIBRARY, Precision, TrainingOnly
 
 class SettingsError(ValueError):
     """A rule between flags that the command line breaks: one line, argparse's exit 2 at parse time."""
 
 
+def _strategies() -> dict:
+    """--distributed_strategy's choices and help, from the strategies' table (a training module: read when a
+    training script's parser is built, so run_eval.py loads none)."""
+    from bart.training.strategy import DEFAULT_STRATEGY, STRATEGIES
+    notes = {name: [cls.summary] * bool(cls.summary) + ["the default"] * (name == DEFAULT_STRATEGY)
+             for name, cls in STRATEGIES.items()}
+    kinds = [f"{name} ({', '.join(said)})" if said else name for name, said in notes.items()]
+    return dict(choices=STRATEGIES, help=f": {', '.join(kinds)}")
+
+
+def _resume_changes() -> dict:
+    from bart.training.checkpoint import ALLOWABLE_CHANGES  # the training scripts' (as STRATEGIES)
+    return dict(choices=ALLOWABLE_CHANGES,
+                help=f" {' / '.join(ALLOWABLE_CHANGES)} (the run says what changed); any other difference from the "
+                     f"checkpoint's run is refused")
+
+
+def _compile_backends() -> dict:
+    from bart.training.compilation import COMPILE_BACKENDS  # the training scripts' (as STRATEGIES)
+    return dict(choices=COMPILE_BACKENDS)
+
+
+def _now() -> dict:
+    return dict(const=datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
+
+
+# -- the sections: each field one setting, its flag declared on it (bart.cli.args.flag) --------------------------
 @dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    GROUP: ClassVar[str] = "model"
+    config_path: Optional[str] = flag(
+        None, f"a shipped config's name ({names_help()}) or a BART config.json's path", required=True, scripts=ALL,
+        quick=ALL, per_script={EVAL: dict(position=1, help=f"the config the model was built with: a shipped config's "
+                                                          f"name ({names_help()}) or a BART config.json's path")})
+    pre_ln: Optional[bool] = flag(
+        None, "Pre-LN (layer norm inside each residual branch, a final norm per stack); --no-pre_ln for BART's "
+              "post-LN. Default: the config file's pre_ln", scripts=ALL, action=argparse.BooleanOptionalAction)
+    tokenizer: Optional[str] = flag(
+        None, "tokenizer folder or hub id (default: $TOKENIZER). With starting weights their own tokenizer is used "
+              "and a different one is refused; from scratch: else $BART_DEFAULT_TOKENIZER, else facebook/bart-large "
+              "(offline: python -m bart.tokenization.build_tokenizer DIR)", scripts=ALL, quick=TRAINING)
+    allow_tokenizer_mismatch: bool = flag(
+        False, "use --tokenizer / $TOKENIZER even where it differs from the tokenizer the starting weights were "
+               "trained with (their ids then mean other tokens)", scripts=ALL, action="store_true")
+    dropout: Optional[float] = flag(None, "dropout (default: the config's)", type=PROBABILITY)
+    attention_dropout: Optional[float] = flag(None, "attention dropout (default: the config's)", type=PROBABILITY)
+    encoder_layerdrop: Optional[float] = flag(None, "LayerDrop of encoder layers", type=PROBABILITY)
+    decoder_layerdrop: Optional[float] = flag(None, "LayerDrop of decoder layers", type=PROBABILITY)
+    gradient_checkpointing: bool = flag(False, "recompute activations in backward", action="store_true")
+    compile: Optional[bool] = flag(
+        None, "torch.compile the model for training (the log says when it compiles, how long it took, and each "
+              "recompile; a compile failure is one warning and the run goes on eager). Default: on with CUDA, off on "
+              "CPU (eager: compiling costs minutes a short CPU run does not recover); --no-compile: eager",
+        action=argparse.BooleanOptionalAction)
+    compile_backend: str = flag(
+        "inductor", "--compile's backend: inductor (torch.compile's default: generated kernels), aot_eager (the same "
+                    "graphs and graph breaks, run by eager kernels: a cheap check of what inductor would compile)",
+        lazy=_compile_backends)
+    fused_cross_entropy: bool = flag(
+        False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "
+               "for large batches; same loss and gradients)", action="store_true")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSettings:
+    GROUP: ClassVar[str] = "data"
+    data_dir: Optional[str] = flag(
+        None, "training data folder", required=True, scripts=ALL, quick=ALL,
+        per_script={EVAL: dict(position=2, help="folder with {type_path}.source and .target")})
+    max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=TRAINING,
+                                  per_script={PRETRAIN: dict(default=128)})
+    max_target_length: Optional[int] = flag(None, "decoder length in tokens (pretraining: = max_source_length)",
+                                            type=POSITIVE, quick=(FINETUNE,), per_script={FINETUNE: dict(default=56)})
+    num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
+    train_batch_size: int = flag(32, "sequences per micro-batch per process", type=POSITIVE, quick=TRAINING)
+    noise: Optional[NoiseConfig] = setting(
+        None, "pretrain.py: BART's denoising noise (--mlm_probability, --permute_sentence_ratio, ...: "
+              "bart.data.noise.add_noise_args)")
+    buffer_size: Optional[int] = reference()
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizationSettings:
+    GROUP: ClassVar[str] = "optimization"
+    learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING)
+    lamb: bool = flag(False, "LAMB (multi-tensor; apex FusedLAMB if installed) instead of AdamW", action="store_true",
+                      quick=(PRETRAIN,))
+    use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true")
+    weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT)
+    adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT)
+    adam_betas: tuple = flag((0.9, 0.999), "the optimizer's beta1 and beta2", type=PROBABILITY, nargs=2)
+    gradient_clip_val: float = flag(1.0, "clip the global gradient norm to this (0: off)", "--gradient_clip_val",
+                                    "--max_grad_norm", type=NON_NEGATIVE_FLOAT)
+    lr_scheduler: str = flag("linear", "the learning-rate schedule", choices=SCHEDULES,
+                             per_script={PRETRAIN: dict(default="polynomial")})
+    warmup_steps: int = flag(0, "updates of linear learning-rate warmup", type=NON_NEGATIVE, quick=(PRETRAIN,))
+    lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
+                         type=NON_NEGATIVE_FLOAT)
+    max_steps: Optional[int] = flag(None, "optimizer updates in this run (required; finetune.py: or --max_epochs)",
+                                    type=POSITIVE, quick=TRAINING)
+    gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=(PRETRAIN,))
+    max_consecutive_nonfinite: int = flag(5, "bf16/fp32: stop after this many consecutive NaN/inf losses",
+                                          type=POSITIVE)
+    min_loss_scale: float = flag(1e-4, "fp16: stop when the dynamic loss scale falls below this (every update "
+                                       "overflowing)", type=POSITIVE_FLOAT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionSettings:
+    """The precision flags; the run's :class:`~bart.utils.precision.Precision` is made from them
+    (:attr:`Settings.precision`)."""
+    GROUP: ClassVar[str] = "precision"
+    fp16: bool = flag(False, "fp16 autocast with loss scaling", scripts=ALL, quick=ALL, action="store_true")
+    bf16: bool = flag(False, "bf16 autocast", scripts=ALL, quick=ALL, action="store_true")
+    fp8: bool = flag(False, f"float8 linear layers (torchao's float8 training, {FP8_LIBRARY}) under bf16 autocast; "
+                            f"CUDA compute capability >= 8.9", scripts=ALL, action="store_true",
+                     per_script={EVAL: dict(action=TrainingOnly, help=argparse.SUPPRESS)})
+    fp8_emulate: bool = flag(False, "--fp8 with the float8 products emulated in higher precision: any device, slow "
+                                    "(tests, CPU checks)", scripts=ALL, action="store_true",
+                             per_script={EVAL: dict(action=TrainingOnly, help=argparse.SUPPRESS)})
+    tf32: bool = flag(True, "TF32 matmuls on Ampere+ for the fp32 parts (--no-tf32 for strict fp32)", scripts=ALL,
+                      action=argparse.BooleanOptionalAction)
+
+    @classmethod
+    def named(cls, name: str, emulate_fp8: bool = False) -> "PrecisionSettings":
+        """The flags that choose the precision ``name`` (:data:`bart.utils.precision.PRECISIONS`)."""
+        chosen = {"fp32": dict(tf32=False), "tf32": {}, "bf16": dict(bf16=True), "fp16": dict(fp16=True),
+                  "fp8": dict(fp8=True, fp8_emulate=emulate_fp8)}[name]
+        return cls(**chosen)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistributedSettings:
+    GROUP: ClassVar[str] = "distributed"
+    distributed_strategy: Optional[str] = flag(None, "how several processes share the model", lazy=_strategies)
+    allreduce_post_accumulation_half_precision: bool = flag(
+        False, "all-reduce gradients in bf16/fp16 once per update (fp32 parameters)",
+        "--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16", action="store_true")
+    dist_timeout: float = flag(10.0, "minutes a collective waits for the other ranks before the run stops naming the "
+                                     "rank (a hung or dead process); checkpoint writes and validation must fit in it",
+                               scripts=ALL, type=POSITIVE_FLOAT)
+    rendezvous_timeout: float = flag(
+        600.0, "seconds the processes of a multi-process run wait for each other at start-up (and after a torchrun "
+               "--max_restarts restart) before it stops naming the ones missing", scripts=ALL, type=POSITIVE_FLOAT,
+        metavar="SECONDS")
+    heartbeat_timeout: float = flag(
+        60.0, "seconds without a heartbeat from a process (stopped, frozen, its machine gone) before the job ends "
+              "naming it; a busy process keeps beating (bart.utils.heartbeat); 0: off", scripts=ALL,
+        type=NON_NEGATIVE_FLOAT, metavar="SECONDS")
+    affinity: str = flag(
+        DEFAULT_AFFINITY, "CPU affinity of each GPU process, within the CPUs the job was given: socket (its GPU's NUMA "
+                          "node), single (that node's first core), single_unique (a core of its own), "
+                          "socket_unique_interleaved / socket_unique_continuous (the node's cores shared out among its "
+                          "GPUs, each with its SMT siblings), disabled (left alone). Default: %(default)s",
+        choices=AFFINITY_MODES)
+    local_rank: Optional[int] = flag(None, "set by old launchers; torchrun's LOCAL_RANK is used", "--local_rank",
+                                     "--local-rank", type=int)  # run_eval.py: the reference's row (SPECS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSettings:
+    GROUP: ClassVar[str] = "checkpoints and logging"
+    output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
+    resume_from_checkpoint: Union[bool, str, None] = flag(
+        None, "True: the newest training checkpoint in --output_dir (none there is an error); auto: that one when "
+              "there is one, else a new run (one command for a first start and its restarts); or a path. Restores "
+              "everything", type=_bool_or_path, quick=TRAINING)
+    overwrite_output_dir: bool = flag(
+        False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
+               "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
+               "Without it such a folder is refused", action="store_true")
+    allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
+                                      lazy=_resume_changes)
+    init_checkpoint: Optional[str] = flag(
+        None, "start a new run from this checkpoint's model weights only (phase 2)", quick=TRAINING)
+    from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
+                              action="store_true", quick=(FINETUNE,))
+    phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE)
+    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE, quick=(PRETRAIN,))
+    keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
+    log_freq: int = flag(10, "log every N updates", type=POSITIVE)
+    json_summary: Optional[str] = flag(
+        None, "dllogger JSON log (default: OUTPUT_DIR/dllogger.json)", "--json-summary", "--json_summary", scripts=ALL,
+        per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")})
+    tensorboard_dir: Optional[str] = flag(
+        None, "TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
+    no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
+    wandb_project: Optional[str] = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
+    seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
+                     scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationSettings:
+    """Generation in validation, prediction and evaluation (run_eval.py keeps the reference's ``--bs`` and
+    ``--max_target_length`` as aliases)."""
+    GROUP: ClassVar[str] = "generation"
+    eval_beams: Optional[int] = flag(
+        None, "beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the reference)",
+        "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(EVAL,))
+    eval_max_gen_length: Optional[int] = flag(
+        None, "longest generated sequence in tokens", scripts=ALL, type=POSITIVE, refused_in=(PRETRAIN,), quick=(EVAL,),
+        per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
+    eval_batch_size: Optional[int] = flag(
+        None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
+        per_script={EVAL: dict(default=8, options=("--eval_batch_size", "--bs"))})
+
+
+@dataclass(frozen=True, kw_only=True)
+class FineTuningSettings:
+    GROUP: ClassVar[str] = "fine-tuning and evaluation (finetune.py)"
+    task: str = flag("summarization", "finetune.py: summarization or translation; pretrain.py: pretraining",
+                     scripts=ALL, choices=(*TASK_METRICS, "pretraining"), refused_in=(PRETRAIN,),
+                     per_script={PRETRAIN: dict(default="pretraining"),
+                                 EVAL: dict(choices=tuple(TASK_METRICS), help="summarization or translation")})
+    n_train: Optional[int] = flag(None, "use only the first N training examples (-1, the default: all)",
+                                  type=count_or_all(1), refused_in=(PRETRAIN,))
+    n_val: Optional[int] = flag(
+        None, "finetune.py: validation examples per evaluation (-1, the default: all; 0: none); pretrain.py: rows "
+              "held out of training for the validation loss (default none)", type=count_or_all(0), quick=TRAINING)
+    n_test: Optional[int] = flag(None, "test examples for --do_predict (-1, the default: all)", type=count_or_all(1),
+                                 refused_in=(PRETRAIN,))
+    val_max_target_length: Optional[int] = flag(None, "longest generation in validation", type=POSITIVE,
+                                                refused_in=(PRETRAIN,))
+    test_max_target_length: Optional[int] = flag(None, "longest generation in prediction (--do_predict)",
+                                                 type=POSITIVE, refused_in=(PRETRAIN,))
+    val_metric: Optional[str] = flag(
+        None, "the metric validation ranks checkpoints by (default: the task's; loss: the token loss)",
+        choices=(*(m.ranked_by for m in TASK_METRICS.values()), "loss"), refused_in=(PRETRAIN,))
+    val_check_interval: Union[int, float] = flag(
+        0, "validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with a decimal point, "
+           "every F in (0, 1] of an epoch of the training data (finetune.py: 1.0 = every epoch)",
+        type=updates_or_fraction, quick=TRAINING)
+    early_stopping_patience: int = flag(
+        -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
+            "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
+    min_epochs: Optional[int] = reference()
+    min_steps: Optional[int] = reference()
+    max_epochs: Optional[int] = reference()
+    num_sanity_val_steps: Optional[int] = reference()
+    weights_summary: Optional[str] = reference()
+    save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
+    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY)
+    freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
+    freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
+    sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
+    max_tokens_per_batch: Optional[int] = flag(None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,))
+    do_train: bool = flag(True, "train (--no-do_train: predict only)", action=argparse.BooleanOptionalAction,
+                          refused_in=(PRETRAIN,))
+    do_predict: bool = flag(False, "write test predictions after training", action="store_true",
+                            refused_in=(PRETRAIN,), quick=(FINETUNE,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationSettings:
+    GROUP: ClassVar[str] = "evaluation (run_eval.py)"
+    model_path: Optional[str] = flag(None, "checkpoint (.ckpt) or Hugging Face folder", scripts=(EVAL,),
+                                     per_script={EVAL: dict(position=0)})
+    save_path: Optional[str] = flag(None, "output folder", scripts=(EVAL,), per_script={EVAL: dict(position=3)})
+    overwrite: bool = flag(False, "replace an earlier evaluation of the same split in SAVE_PATH "
+                                  "({type_path}_generations.txt, its metrics file); without it such a folder is refused",
+                           scripts=(EVAL,), action="store_true")
+    type_path: str = flag("test", "split to evaluate (train, val, test)", scripts=(EVAL,), quick=(EVAL,))
+    n_obs: Optional[int] = flag(None, "only the first N examples (-1: all)", scripts=(EVAL,), type=count_or_all(1),
+                                quick=(EVAL,))
+    num_return_sequences: int = flag(1, "sequences generated per source", scripts=(EVAL,), type=POSITIVE)
+    prefix: str = flag("", "text put in front of every source", scripts=(EVAL,))
+    info: Optional[str] = flag(None, "a note stored in the metrics file (no value: the current date and time)",
+                               scripts=(EVAL,), nargs="?", lazy=_now)
+    dump_args: bool = flag(False, "store the generation arguments in the metrics file", "--dump-args", "--dump_args",
+                           scripts=(EVAL,), action="store_true")
+    decode_precision: str = flag(
+        "fp32", "weights to decode with: fp32, a bf16 copy, int8 dynamically quantized linear layers (CPU); see "
+                "bart/generation/precision.py", scripts=(EVAL,), choices=DECODE_PRECISIONS, quick=(EVAL,))
+    compile_generation: Union[bool, str] = flag(
+        False, "the decode step under torch.compile (no value: default mode; reduce-overhead: CUDA graphs)",
+        scripts=(EVAL,), nargs="?", const="default", choices=("default", "reduce-overhead"))
+    device: Optional[str] = reference()
+    debug: Optional[bool] = reference()
+    generate_kwargs: dict = setting(None, "extra --key value pairs of run_eval.py's command line, as generate() options",
+                                    factory=dict)
+
+
+# The record's sections, in --help's order: attribute name -> class
+SECTIONS = {"model": ModelSettings, "data": DataSettings, "optimization": OptimizationSettings,
+            "precision_flags": PrecisionSettings, "distributed": DistributedSettings,
+            "checkpoints": CheckpointSettings, "generation": GenerationSettings, "finetuning": FineTuningSettings,
+            "evaluation": EvaluationSettings}
+_SECTION_OF = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+
+# Flags that only parsing reads: translated onto a field (``--model_name_or_path`` onto init_checkpoint,
+# ``--load_model_weights_only`` with --resume_from_checkpoint onto init_checkpoint), never a setting of their own
+TRANSLATED = {
+    "init_checkpoint_alias": (None, Flag(
+        "starting weights: a .ckpt, a folder holding one, or a Hugging Face folder (same as --init_checkpoint)",
+        ("--model_name_or_path",), (FINETUNE,))),
+    "load_model_weights_only": (None, Flag(
+        "the reference's --resume_from_checkpoint=P --load_model_weights_only: a new run from P's weights only "
+        "(= --init_checkpoint P); with a PATH, the same as --init_checkpoint PATH", scripts=TRAINING,
+        argparse=dict(nargs="?", const=True, metavar="PATH"))),
+}
+
+
 class Settings:
-    script: str = ""
-    """The entry script these settings are for (pretrain.py, finetune.py, run_eval.py); its rules apply."""
-    given: frozenset = frozenset()
-    """The flags (destinations) the command line gave: a default may be adapted with a note, a given value never."""
+    """The run's settings: one record of sections (:data:`SECTIONS`), each field one setting. Attributes read
+    flat (``settings.max_steps`` is ``settings.optimization.max_steps``); construction takes sections or flat
+    values (``Settings(max_steps=3)``) and checks the rules that span flags (:data:`_RULES`)."""
+    script: str
+    given: frozenset
+    model: ModelSettings
+    data: DataSettings
+    optimization: OptimizationSettings
+    precision_flags: PrecisionSettings
+    distributed: DistributedSettings
+    checkpoints: CheckpointSettings
+    generation: GenerationSettings
+    finetuning: FineTuningSettings
+    evaluation: EvaluationSettings
+    precision: Precision
+    """The run's one precision, made from :attr:`precision_flags` when the record is made (its needs checked
+    by ``parse_command_line``); handed to the trainer, validation, prediction and evaluation."""
 
-    # -- model ---------------------------------------------------------------------------------------
-    config_path: Optional[str] = None
-    """The BART config.json the model is built from (run_eval.py: the generation settings' file): as given, a
-    shipped config's name or a path; from run start (``start.resolve_config``) the file's path."""
-    pre_ln: Optional[bool] = None
-    """Pre-LN (True) or post-LN (False) over the config file's ``pre_ln``; None: the file's (run_eval.py: the checkpoint's)."""
-    tokenizer: Optional[str] = None
-    """The tokenizer folder or hub id the user named (else ``$TOKENIZER``); checked against the weights' own."""
-    allow_tokenizer_mismatch: bool = False
-    """Use :attr:`tokenizer` even where it differs from the tokenizer the starting weights were trained with."""
-    dropout: Optional[float] = None
-    """Dropout over the config's; None keeps the config's."""
-    attention_dropout: Optional[float] = None
-    """Attention dropout over the config's; None keeps the config's."""
-    encoder_layerdrop: Optional[float] = None
-    """LayerDrop of encoder layers over the config's; None keeps the config's."""
-    decoder_layerdrop: Optional[float] = None
-    """LayerDrop of decoder layers over the config's; None keeps the config's."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in backward (less memory, more time)."""
-    compile: Optional[bool] = None
-    """``torch.compile`` the model for training (``--compile`` / ``--no-compile``); None: on with CUDA, off on CPU."""
-    compile_backend: str = "inductor"
-    """``--compile``'s backend (``torch.compile(backend=...)``): inductor, or aot_eager (the same graphs, eager kernels)."""
-    fused_cross_entropy: bool = False
-    """The LM head and the loss in token chunks: the (tokens x vocab) logits are never stored."""
-
-    # -- data ----------------------------------------------------------------------------------------
-    data_dir: Optional[str] = None
-    """Training data (LDDL shards; fine-tuning and run_eval.py: the {split}.source/.target folder)."""
-    max_source_length: int = 1024
-    """Encoder length in tokens (lowered to the model's positions at run start when not given)."""
-    max_target_length: Optional[int] = None
-    """Decoder length in tokens for training (pretraining: None, the source length)."""
-    num_workers: int = 4
-    """Data loader worker processes."""
-    train_batch_size: int = 32
-    """Sequences per micro-batch per process."""
-    noise: Optional[NoiseConfig] = None
-    """pretrain.py: BART's denoising noise (``--mlm_probability``, ``--permute_sentence_ratio``, ...)."""
-    buffer_size: Optional[int] = None
-    """pretrain.py: rows shuffled together in each loader worker's window (None: 16384)."""
-
-    # -- optimization ----------------------------------------------------------------------------------
-    learning_rate: float = 5e-5
-    """Peak learning rate."""
-    lamb: bool = False
-    """LAMB (multi-tensor; apex FusedLAMB where installed) instead of AdamW."""
-    use_nvlamb: bool = False
-    """LAMB's trust ratio on every tensor (NVLAMB); only with :attr:`lamb`."""
-    weight_decay: float = 0.0
-    """Decoupled weight decay (not on biases and norms)."""
-    adam_epsilon: float = 1e-8
-    """The optimizer's epsilon."""
-    adam_betas: tuple = (0.9, 0.999)
-    """The optimizer's (beta1, beta2)."""
-    gradient_clip_val: float = 1.0
-    """Clip the global gradient norm to this (0: off)."""
-    lr_scheduler: str = "linear"
-    """The learning-rate schedule's name (:data:`bart.optim.schedulers.SCHEDULES`)."""
-    warmup_steps: int = 0
-    """Updates of linear warmup."""
-    lr_end: float = 1e-7
-    """The polynomial schedule's final learning rate (at most :attr:`learning_rate`)."""
-    max_steps: Optional[int] = None
-    """Optimizer updates in this run (finetune.py: with ``--max_epochs``, the smaller; resolved at run start)."""
-    gradient_accumulation_steps: int = 1
-    """Micro-batches per update."""
-    max_consecutive_nonfinite: int = 5
-    """bf16/fp32: stop after this many non-finite losses in a row."""
-    min_loss_scale: float = 1e-4
-    """fp16: stop when the dynamic loss scale falls below this."""
-
-    # -- precision -------------------------------------------------------------------------------------
-    fp16: bool = False
-    """fp16 autocast with loss scaling."""
-    bf16: bool = False
-    """bf16 autocast."""
-    tf32: bool = True
-    """TF32 products for the fp32 parts on GPUs that have them."""
-    fp8: bool = False
-    """Training: float8 linear layers (torchao) under bf16 autocast (refused by run_eval.py's parser)."""
-    fp8_emulate: bool = False
-    """With :attr:`fp8`: the float8 products emulated in higher precision (any device; tests)."""
-    precision: Precision = Precision()
-    """The run's one precision, made from the final precision flags (``--precision 16`` translated) and
-    checked (``require_supported``) at parse time; handed to the trainer, validation, prediction, evaluation."""
-
-    # -- distributed -----------------------------------------------------------------------------------
-    distributed_strategy: Optional[str] = None
-    """How several processes share the model (:data:`bart.training.strategy.STRATEGIES`; None: DDP)."""
-    allreduce_post_accumulation_half_precision: bool = False
-    """All-reduce the gradients in the autocast dtype once per update."""
-    dist_timeout: float = 10.0
-    """Minutes a collective waits for the other ranks."""
-    rendezvous_timeout: float = 600.0
-    """Seconds the processes wait for each other at start-up."""
-    heartbeat_timeout: float = 60.0
-    """Seconds without a heartbeat from a rank's process before the job ends naming it (0: off)."""
-    affinity: str = "disabled"
-    """CPU affinity of each GPU process (:mod:`bart.utils.affinity`); run_eval.py: left alone."""
-    local_rank: Optional[int] = None
-    """An old launcher's ``--local_rank``: must equal torchrun's LOCAL_RANK."""
-
-    # -- checkpoints and logging -----------------------------------------------------------------------
-    output_dir: str = "results"
-    """Checkpoints, logs, run_config.json and the tokenizer go here."""
-    resume_from_checkpoint: Union[bool, str, None] = None
-    """True: the newest training checkpoint of :attr:`output_dir`; a path; None: a new run. ``"auto"`` until
-    run start, where it becomes True or None (:func:`bart.cli.builder.start_run`)."""
-    overwrite_output_dir: bool = False
-    """A new run into an :attr:`output_dir` holding another run's checkpoints or log removes that run's files first
-    (:func:`bart.training.checkpoint.remove_earlier_run`); without it such a folder is refused."""
-    allow_resume_change: tuple = ()
-    """What a resume may find changed from its checkpoint's run (``precision``, ``distributed_strategy``:
-    :data:`bart.training.checkpoint.ALLOWABLE_CHANGES`); anything else that differs is refused."""
-    init_checkpoint: Optional[str] = None
-    """Starting weights of a new run (``--model_name_or_path``, ``--load_model_weights_only`` translated)."""
-    from_scratch: bool = False
-    """finetune.py: random starting weights."""
-    phase1_end_step: int = 0
-    """Updates phase 1 ran: phase 2 numbers its updates after them."""
-    save_checkpoint_steps: int = 0
-    """Save a training checkpoint every N updates (0: at the end only)."""
-    keep_checkpoints: int = 3
-    """Keep the newest K step checkpoints (0: all)."""
-    log_freq: int = 10
-    """Log every N updates."""
-    json_summary: Optional[str] = None
-    """The dllogger log (None: OUTPUT_DIR/dllogger.json, run_eval.py: SAVE_PATH/dllogger.json)."""
-    tensorboard_dir: Optional[str] = None
-    """TensorBoard's folder (None: OUTPUT_DIR/tensorboard)."""
-    no_tensorboard: bool = False
-    """Write no TensorBoard events."""
-    wandb_project: Optional[str] = None
-    """Also log to this Weights & Biases project."""
-    seed: int = 42
-    """Seed of the weights' initialisation, the data order and dropout (run_eval.py: sampling)."""
-
-    # -- generation ------------------------------------------------------------------------------------
-    eval_beams: Optional[int] = None
-    """Beams of generation (None: the model config's ``num_beams``); the reference's 0 is translated."""
-    eval_max_gen_length: Optional[int] = None
-    """Longest generated sequence in tokens (None: ``val_max_target_length``, then the config's)."""
-    eval_batch_size: Optional[int] = None
-    """Sources per generation batch (pretrain.py: held-out rows per loss batch; None: the training batch)."""
-
-    # -- fine-tuning and validation --------------------------------------------------------------------
-    task: str = "summarization"
-    """summarization, translation (run_eval.py, finetune.py) or pretraining (pretrain.py)."""
-    n_train: Optional[int] = None
-    """Only the first N training examples (None: all)."""
-    n_val: Optional[int] = None
-    """Validation examples (None: all; 0: no validation); pretrain.py: rows held out (None: none)."""
-    n_test: Optional[int] = None
-    """Test examples of ``--do_predict`` (None: all)."""
-    val_max_target_length: Optional[int] = None
-    """Longest generation in validation."""
-    test_max_target_length: Optional[int] = None
-    """Longest generation in prediction."""
-    val_metric: Optional[str] = None
-    """The metric validation ranks by (finetune.py: the task's, :func:`bart.evaluation.task_metric`)."""
-    val_check_interval: Union[int, float] = 0
-    """Updates between validations (0: at the end); a float is a fraction of an epoch until run start."""
-    early_stopping_patience: int = -1
-    """Validations without improvement before stopping (finetune.py after construction: 0 never, as Lightning counts)."""
-    min_epochs: Optional[int] = None
-    """Early stopping does not end the run before this many epochs (resolved into :attr:`min_steps`)."""
-    min_steps: Optional[int] = None
-    """Early stopping does not end the run before this many updates."""
-    max_epochs: Optional[int] = None
-    """finetune.py: at most this many epochs (resolved into :attr:`max_steps` at run start)."""
-    num_sanity_val_steps: Optional[int] = None
-    """finetune.py: -1 validates before the first update, 0 does not (None: when validating during training)."""
-    weights_summary: Optional[str] = None
-    """finetune.py: print parameter counts (``top`` or ``full``)."""
-    save_top_k: int = 1
-    """Keep the K best validation checkpoints."""
-    label_smoothing: float = 0.0
-    """Label smoothing of the loss."""
-    freeze_encoder: bool = False
-    """No gradients for the encoder."""
-    freeze_embeds: bool = False
-    """No gradients for the token and position embeddings."""
-    sortish_sampler: bool = False
-    """Length-grouped shuffled batches."""
-    max_tokens_per_batch: Optional[int] = None
-    """Token-budget batches instead of :attr:`train_batch_size` sequences."""
-    do_train: bool = True
-    """Train (``--no-do_train``: predict only)."""
-    do_predict: bool = False
-    """Write test predictions after training."""
-
-    # -- run_eval.py -----------------------------------------------------------------------------------
-    model_path: Optional[str] = None
-    """MODEL_PATH: a checkpoint, a run's folder or a Hugging Face folder / hub id."""
-    save_path: Optional[str] = None
-    """SAVE_PATH: the output folder."""
-    overwrite: bool = False
-    """Replace an earlier evaluation of the same split in :attr:`save_path`; without it such a folder is refused."""
-    type_path: str = "test"
-    """The split to evaluate."""
-    n_obs: Optional[int] = None
-    """Only the first N examples of the split."""
-    num_return_sequences: int = 1
-    """Sequences generated per source."""
-    prefix: str = ""
-    """Text put in front of every source."""
-    info: Optional[str] = None
-    """A note stored in the metrics file."""
-    dump_args: bool = False
-    """Store the generation arguments in the metrics file."""
-    decode_precision: str = "fp32"
-    """The weights to decode with (:data:`bart.generation.precision.DECODE_PRECISIONS`)."""
-    compile_generation: Union[bool, str] = False
-    """The decode step under ``torch.compile`` (a mode name) or not (False)."""
-    device: Optional[str] = None
-    """cpu, cuda or cuda:N (None: cuda when available)."""
-    debug: Optional[bool] = None
-    """Also write the references of the evaluated examples as SAVE_PATH/{type_path}.target."""
-    generate_kwargs: dict = field(default_factory=dict)
-    """Extra ``--key value`` pairs of the command line, as generate() options."""
-
-    def __post_init__(self) -> None:
+    def __init__(self, script: str = "", given: frozenset = frozenset(), **values) -> None:
+        object.__setattr__(self, "script", script)
+        object.__setattr__(self, "given", frozenset(given))
+        values.pop("precision", None)  # made from the flags, never given
+        for name, cls in SECTIONS.items():
+            section = values.pop(name, None) or cls()
+            own = {key: values.pop(key) for key in [k for k in values if _SECTION_OF.get(k) == name]}
+            object.__setattr__(self, name, dataclasses.replace(section, **own) if own else section)
+        if values:
+            raise TypeError(f"Settings has no setting {', '.join(sorted(values))}")
+        try:
+            precision = Precision.from_flags(**dataclasses.asdict(self.precision_flags))
+        except UserError as err:
+            raise SettingsError(str(err)) from None
+        object.__setattr__(self, "precision", precision)
         for rule in _RULES:
             message = rule(self)
             if message:
                 raise SettingsError(message)
 
+    def __getattr__(self, name: str):
+        section = _SECTION_OF.get(name)
+        if section is None:
+            raise AttributeError(f"Settings has no setting {name!r}")
+        return getattr(object.__getattribute__(self, section), name)
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: Settings are built once "
+                                              f"(bart.cli.settings.resolved makes a checked copy)")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Settings) and (self.script, self.given, self.sections()) == \
+            (other.script, other.given, other.sections())
+
+    def __repr__(self) -> str:
+        return f"Settings(script={self.script!r}, {', '.join(f'{k}={v!r}' for k, v in self.sections().items())})"
+
+    def sections(self) -> dict:
+        return {name: getattr(self, name) for name in SECTIONS}
+
+    def replace(self, **values) -> "Settings":
+        """A copy with ``values`` (flat names or sections) replaced, checked again."""
+        return Settings(script=self.script, given=self.given, **{**self.sections(), **values})
+
     def as_dict(self) -> dict:
-        """The values as run_config.json and the checkpoints record them (without :attr:`given`)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "given"}
+        """The values as run_config.json and the checkpoints record them: flat, one key per setting (plus the
+        precision's name), without :attr:`given`."""
+        values = {"script": self.script}
+        for section in self.sections().values():
+            values.update({f.name: getattr(section, f.name) for f in dataclasses.fields(section)})
+        values["precision"] = self.precision
         values["noise"] = None if self.noise is None else dataclasses.asdict(self.noise)
         return values
 
@@ -313,25 +460,46 @@ def _early_stopping_needs_validation(s: Settings):
         return "--early_stopping_patience needs validation during training: --val_check_interval N, --n_val not 0"
 
 
+def _decode_precision_with_autocast(s: Settings):
+    if s.script == EVAL:
+        try:  # a bf16/int8 copy of the weights under --bf16/--fp16 autocast: one home, bart.generation.precision
+            check_decode_precision(s.decode_precision, s.precision.name)
+        except UserError as err:
+            return str(err)
+
+
 _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_is_the_source,
-          _pretraining_validation_needs_rows, _finetuning_needs_weights, _early_stopping_needs_validation)
+          _pretraining_validation_needs_rows, _finetuning_needs_weights, _early_stopping_needs_validation,
+          _decode_precision_with_autocast)
 
 
 # -- construction --------------------------------------------------------------------------------------
-_FIELDS = {f.name for f in dataclasses.fields(Settings)} - {"script", "given", "noise"}
+_FIELDS = set(_SECTION_OF) - {"noise", "generate_kwargs"}
+_DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+             for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+
+
+def refused_in(script: str) -> list:
+    """The flags ``script``'s parser takes only to refuse a change (pretrain.py: fine-tuning's flags)."""
+    return [f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
+            if "flag" in f.metadata and script in f.metadata["flag"].refused_in]
 
 
 def parse_command_line(script: str, argv=None, description: Optional[str] = None) -> Settings:
-    """``script``'s command line as :class:`Settings`; a mistake is argparse's one line and exit 2."""
+    """``script``'s command line (``--config_file FILE`` / ``@FILE``: a file's settings under it) as
+    :class:`Settings`; a mistake is argparse's one line and exit 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(script, description)
+    declared = {action.dest: action.default for action in parser._actions}
+    argv, from_file = read_config_file(parser, argv, script, _DEFAULTS)  # the file's values: this parser's defaults
     namespace, rest = parser.parse_known_args(argv) if script == EVAL else (parser.parse_args(argv), [])
-    given = given_flags(parser, argv)
-    check_namespace(namespace, parser, argv, given)  # contradictions and precision, on the flags as typed
-    apply_reference_args(namespace, parser, script, argv, given)
-    if script == PRETRAIN:
-        reject_unused(namespace, parser, FINETUNE_ONLY, PRETRAIN, "fine-tuning (finetune.py)")
-    values = {name: value for name, value in vars(namespace).items() if name in _FIELDS}
+    typed = given_flags(parser, argv)
+    given = typed | from_file
+    check_namespace(namespace, parser, argv, given)  # contradictions and precision, on the flags as given
+    apply_reference_args(namespace, parser, script, argv, typed)
+    reject_unused(namespace, parser, declared, refused_in(script), script, "fine-tuning (finetune.py)")
+    values = {name: tuple(value) if isinstance(value, list) else value
+              for name, value in vars(namespace).items() if name in _FIELDS}
     if script == FINETUNE:
         values["init_checkpoint"] = namespace.init_checkpoint or namespace.init_checkpoint_alias
         if namespace.val_metric is None:
@@ -341,8 +509,10 @@ def parse_command_line(script: str, argv=None, description: Optional[str] = None
             values["noise"] = noise_config_from_args(namespace)  # its own checks: one line, not a traceback
         if script == EVAL:
             values["generate_kwargs"] = generate_option_pairs(rest)
-        return Settings(script=script, given=frozenset(given), **values)
-    except (SettingsError, ValueError) as err:
+        settings = Settings(script=script, given=frozenset(given), **values)
+        settings.precision.require_supported()  # --fp8: torchao and the GPU, before anything is built
+        return settings
+    except (SettingsError, UserError, ValueError) as err:
         parser.error(str(err))
 
 
@@ -350,7 +520,7 @@ def parse_command_line(script: str, argv=None, description: Optional[str] = None
 def resolved(settings: Settings, **values) -> Settings:
     """The settings with ``values`` replaced (checked again); a broken rule is a :class:`UserError`."""
     try:
-        return dataclasses.replace(settings, **values)
+        return settings.replace(**values)
     except SettingsError as err:
         raise UserError(f"{err} (see --help)") from None
 

@@ -42,9 +42,17 @@ class Strategy:
         self.half_precision_reduce = half_precision_reduce
         self.find_unused_parameters = find_unused_parameters
 
+    prepared: Optional[torch.nn.Module] = None  # the model prepare() was given: the one a Trainer may train
+
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Changes to the model that must come before the optimizer is built (sharding); idempotent."""
+        """Changes to the model that must come before the optimizer is built (sharding): once per run, by whoever
+        builds it (:func:`prepared_strategy`; the builder), never again by the Trainer or :meth:`wrap`."""
+        self._prepare(model)
+        self.prepared = model
         return model
+
+    def _prepare(self, model: torch.nn.Module) -> None:
+        """What this strategy changes in the model before the optimizer exists (nothing: it runs as it is)."""
 
     def wrap(self, model: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:
         """``model`` is the bare model, ``module`` what runs forward (the model, or it compiled)."""
@@ -92,10 +100,10 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     summary = "FSDP2: parameters, gradients and optimizer state sharded"
 
-    def prepare(self, model):
+    def _prepare(self, model):
         from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
         if isinstance(model, FSDPModule):
-            return model
+            return
         if self.find_unused_parameters:
             raise SystemExit("--distributed_strategy fsdp does not support LayerDrop (layers skipped at random); "
                              "use ddp or set encoder_layerdrop/decoder_layerdrop to 0")
@@ -104,11 +112,9 @@ class FSDPStrategy(Strategy):
             for layer in stack.layers:
                 fully_shard(layer, mp_policy=policy)
         fully_shard(model, mp_policy=policy)  # embeddings, final norms, LM head: the root unit
-        return model
 
     def wrap(self, model, module):
-        self.prepare(model)
-        return module  # fully_shard changed the model in place; a compiled wrapper runs it as it is
+        return module  # prepare's fully_shard changed the model in place; a compiled wrapper runs it as it is
 
     @contextlib.contextmanager
     def no_sync(self, module):
@@ -211,3 +217,13 @@ def build_strategy(name: Optional[str], world_size: int, device: torch.device,
     if world_size <= 1:
         return Strategy(device)
     return STRATEGIES[name or DEFAULT_STRATEGY](device, half_precision_reduce, find_unused_parameters)
+
+
+def prepared_strategy(name: Optional[str], world_size: int, device: torch.device, model: torch.nn.Module,
+                      half_precision_reduce: Optional[torch.dtype] = None,
+                      find_unused_parameters: bool = False) -> Strategy:
+    """The strategy (:func:`build_strategy`) built and prepared for ``model``: once, before the optimizer is built
+    (FSDP replaces the parameters by shards); what a :class:`~bart.training.trainer.Trainer` takes."""
+    strategy = build_strategy(name, world_size, device, half_precision_reduce, find_unused_parameters)
+    strategy.prepare(model)
+    return strategy

@@ -11,7 +11,8 @@ A stop signal is agreed before each update, or at a validation's batch (``Stoppe
 abandoned, recorded in the checkpoint and done first by the resumed run); either ends in ``stop_for_signal``
 (a checkpoint, exit 75). A checkpoint of a finished run resumed at ``max_steps`` trains, validates and writes
 nothing. ``state_dict`` holds each rank's data position: loaders with ``seek`` start there, others are replayed.
-The trainer holds the run's ``Precision`` (``TrainerConfig.precision``); validation takes it from there.
+The trainer reads its sections of the run's ``Settings`` and holds its ``Precision`` (``settings.precision``);
+validation takes it from there.
 """
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ import contextlib
 import resource
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 import torch
 
@@ -30,58 +30,28 @@ from bart.training.checkpoint import (SCHEDULE_CHANGES, TRAINING_KIND, capture_r
 from bart.modeling.vocab_padding import (fit_optimizer_rows, fit_vocab_rows, padded_vocab_size, unpad_state,
                                           vocab_axis)
 from bart.training.compilation import Compilation, CompiledOrEager
-from bart.training.strategy import Strategy, build_strategy, full_tensor
+from bart.training.strategy import Strategy, full_tensor, prepared_strategy
 from bart.utils import distributed as dist_utils
 from bart.utils.checkpoint_io import CheckpointError, first_line
 from bart.utils.dllogger_compat import Logger
 from bart.utils.errors import Preempted, RunStopped
 from bart.utils.signals import StoppedAtBatch, StopRequest, stop_agreed
-from bart.utils.precision import Precision
 from bart.utils.progress import Progress
 
-
-@dataclass
-class TrainerConfig:
-    output_dir: str
-    max_steps: int
-    gradient_accumulation_steps: int = 1
-    precision: Precision = field(default_factory=Precision)  # the run's one Precision (args.precision)
-    gradient_clip_val: float = 1.0
-    label_smoothing: float = 0.0
-    log_freq: int = 10
-    save_checkpoint_steps: int = 0          # 0: only the final checkpoint
-    keep_checkpoints: int = 0               # 0: keep all
-    max_consecutive_nonfinite: int = 5
-    min_loss_scale: float = 1e-4            # fp16: below this dynamic loss scale the run stops
-    step_offset: int = 0                    # --phase1_end_step: numbering of this run's updates
-    val_check_interval: int = 0
-    allreduce_half_precision: bool = False
-    distributed_strategy: Optional[str] = None  # None: DDP with several processes (see bart.training.strategy)
-    compile: bool = False
-    compile_backend: object = "inductor"    # torch.compile's backend (a name or a callable; tests force failures)
-    varying_lengths: bool = False           # batches of any length (fine-tuning): compiled for any length at once
-    fused_cross_entropy: bool = False       # LM head + loss in token chunks: no (tokens x vocab) logits
-    find_unused_parameters: bool = False
-    progress_bar: bool = True
-    final_checkpoint_name: Optional[str] = None  # default _step{N}.ckpt; may use {epoch} and {step}
-    run_args: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.precision, Precision):
-            raise TypeError(f"TrainerConfig.precision is a bart.utils.precision.Precision (e.g. Precision('fp32')), "
-                            f"got {self.precision!r}")
-        if self.max_steps <= 0 or self.gradient_accumulation_steps <= 0:
-            raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
-                             f"{self.max_steps} and {self.gradient_accumulation_steps}")
+if TYPE_CHECKING:  # the record the entry scripts parse (bart.cli imports training, never the other way)
+    from bart.cli.settings import Settings
 
 
-def strategy_for(config: TrainerConfig, world_size: int, device: torch.device) -> Strategy:
-    """The distribution strategy a config asks for. Half-precision gradient reduction uses the run's
-    half type, bf16 for fp32/tf32 runs (its range matches fp32's)."""
+def strategy_for(settings: "Settings", world_size: int, device: torch.device, model: torch.nn.Module,
+                 find_unused_parameters: bool = False) -> Strategy:
+    """The distribution strategy the run's settings ask for, built and prepared for ``model`` (once: before the
+    optimizer). Half-precision gradient reduction uses the run's half type, bf16 for fp32/tf32 runs (its range
+    matches fp32's)."""
     reduce_dtype = None
-    if config.allreduce_half_precision:
-        reduce_dtype = config.precision.autocast_dtype or torch.bfloat16
-    return build_strategy(config.distributed_strategy, world_size, device, reduce_dtype, config.find_unused_parameters)
+    if settings.distributed.allreduce_post_accumulation_half_precision:
+        reduce_dtype = settings.precision.autocast_dtype or torch.bfloat16
+    return prepared_strategy(settings.distributed.distributed_strategy, world_size, device, model, reduce_dtype,
+                             find_unused_parameters)
 
 
 class NonFiniteLossError(RunStopped):
@@ -89,11 +59,21 @@ class NonFiniteLossError(RunStopped):
 
 
 class Trainer:
-    def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, config: TrainerConfig,
-                 clips_internally: bool = False, logger: Optional[Logger] = None,
+    """The loop over ``settings``, the run's record (:class:`bart.cli.settings.Settings`): it reads its sections
+    (optimization, checkpoints, precision, fine-tuning's loss and validation interval); ``strategy`` is the run's,
+    built and prepared for ``model`` before the optimizer (:func:`strategy_for`); ``compile`` is the resolved
+    ``--compile`` (``compile_backend``: over ``--compile_backend``, a callable of the tests'; ``varying_lengths``:
+    batches of any length, fine-tuning's, compiled for any length at once)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, settings: "Settings", *,
+                 strategy: Strategy, clips_internally: bool = False, logger: Optional[Logger] = None,
                  eval_hook: Optional[Callable[["Trainer"], dict]] = None, device: Optional[torch.device] = None,
-                 strategy: Optional[Strategy] = None):
-        self.config = config
+                 compile: bool = False, compile_backend: object = None, varying_lengths: bool = False,
+                 progress_bar: bool = True, final_checkpoint_name: Optional[str] = None):
+        if not settings.optimization.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
+            raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
+                             f"{settings.max_steps} and {settings.gradient_accumulation_steps}")
+        self.settings = settings
         self.model = model  # the bare model: state dicts and generation use it
         self.optimizer, self.scheduler = optimizer, scheduler
         self.train_data = train_data
@@ -102,25 +82,29 @@ class Trainer:
         self.world_size, self.rank = dist_utils.world_size(), dist_utils.rank()
         self.logger = logger or Logger(None, rank=self.rank, stdout=True)
         self.eval_hook = eval_hook
+        self.progress_bar = progress_bar
+        self.final_checkpoint_name = final_checkpoint_name  # default _step{N}.ckpt; may use {epoch} and {step}
         self.step = 0            # optimizer updates applied in this run's phase
         self.epoch = 0
         self.batches_in_epoch = 0
         self._data_position = None  # where a seekable loader resumes (see _batches)
         self._bad_steps = 0
         self.resume_changes: dict = {}  # what a resume goes on with changed (--allow_resume_change): "old -> new"
-        self.precision = config.precision  # validation takes it from here (prediction: the same object, from Settings)
+        self.precision = settings.precision  # the run's one Precision (validation takes it from here)
         self.scaler = self.precision.grad_scaler(self.device.type)
         self.precision.configure()
-        self.strategy = strategy or strategy_for(config, self.world_size, self.device)
-        self.strategy.prepare(model)
+        if strategy.prepared is not model:
+            raise ValueError("the Trainer takes the run's strategy prepared for this model before the optimizer was "
+                             "built (bart.training.trainer.strategy_for)")
+        self.strategy = strategy
         optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
         if any(p.requires_grad and id(p) not in optimized for p in model.parameters()):
             raise ValueError(f"the optimizer does not hold the model's parameters: build it after "
                              f"strategy.prepare(model) ({self.strategy.name} replaces the parameters)")
         self.compilation: Optional[Compilation] = None
         module = model
-        if config.compile:  # see bart.training.compilation: logged, recompiles counted, a failure runs eager
-            module = CompiledOrEager(model, config.compile_backend, config.varying_lengths)
+        if compile:  # see bart.training.compilation: logged, recompiles counted, a failure runs eager
+            module = CompiledOrEager(model, compile_backend or settings.model.compile_backend, varying_lengths)
             self.compilation = Compilation(module, lambda data: self._write_log(self.global_step, data))
         self.forward_model = self.strategy.wrap(model, module)
         self.history: list[dict] = []
@@ -142,7 +126,7 @@ class Trainer:
 
     @property
     def global_step(self) -> int:
-        return self.config.step_offset + self.step
+        return self.settings.checkpoints.phase1_end_step + self.step
 
     # -- one update ---------------------------------------------------------------------------
     def _autocast(self):
@@ -181,8 +165,8 @@ class Trainer:
                 with self._autocast():
                     out = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                                              decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
-                                             label_smoothing=self.config.label_smoothing, reduction="sum",
-                                             fused_cross_entropy=self.config.fused_cross_entropy)
+                                             label_smoothing=self.settings.finetuning.label_smoothing, reduction="sum",
+                                             fused_cross_entropy=self.settings.model.fused_cross_entropy)
                 loss = out.loss * loss_scale
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += out.loss.detach().float()
@@ -197,7 +181,7 @@ class Trainer:
             if not bool(finite):
                 self._bad_steps += 1
                 self.optimizer.zero_grad(set_to_none=True)
-                if self._bad_steps >= self.config.max_consecutive_nonfinite:
+                if self._bad_steps >= self.settings.optimization.max_consecutive_nonfinite:
                     raise NonFiniteLossError(
                         f"the loss was NaN/inf for {self._bad_steps} consecutive updates (last at update "
                         f"{self.global_step + 1}); stopping. Lower the learning rate, check the data, or raise "
@@ -205,17 +189,18 @@ class Trainer:
                 return False, torch.tensor(float("nan"))
             self._bad_steps = 0
         grad_norm = None
-        if not self.clips_internally and self.config.gradient_clip_val > 0:
-            grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, self.config.gradient_clip_val, foreach=True))
+        clip = self.settings.optimization.gradient_clip_val
+        if not self.clips_internally and clip > 0:
+            grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, clip, foreach=True))
         if self.scaler is not None:
             scale_before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
             scale = self.scaler.get_scale()
             applied = scale >= scale_before
-            if scale < self.config.min_loss_scale:
+            if scale < self.settings.optimization.min_loss_scale:
                 raise NonFiniteLossError(
-                    f"the fp16 loss scale fell to {scale:.3g}, below --min_loss_scale {self.config.min_loss_scale:g} "
+                    f"the fp16 loss scale fell to {scale:.3g}, below --min_loss_scale {self.settings.optimization.min_loss_scale:g} "
                     f"(update {self.global_step + 1}): the gradients overflow or are NaN at every update; "
                     f"stopping. Lower the learning rate, check the data, or train in --bf16")
         else:
@@ -281,7 +266,7 @@ class Trainer:
                               if hasattr(self.train_data, "position") else None),
             "rng": rng,
             "config": self.model.config.to_dict(),
-            "args": _plain(self.config.run_args),
+            "args": _plain(self.settings.as_dict()),
             # the validation hook's own counts (early stopping's best value and patience), where it keeps any
             "eval_hook": _plain(self.eval_hook.state_dict()) if hasattr(self.eval_hook, "state_dict") else None,
             "validation_due": self._validation_due, "finished": self._finished,
@@ -319,7 +304,8 @@ class Trainer:
         path = None
         if self.rank == 0:
             try:
-                path = write_training_checkpoint(self.config.output_dir, state, name, self.config.keep_checkpoints)
+                path = write_training_checkpoint(self.settings.checkpoints.output_dir, state, name,
+                                                 self.settings.checkpoints.keep_checkpoints)
             except FileNotFoundError:  # the folder deleted during the write
                 lost = self._run_folder_lost()
                 if lost is None:
@@ -332,15 +318,15 @@ class Trainer:
 
     def resume(self, path_or_latest) -> str:
         """Restore everything from a training checkpoint (``True``: the newest in output_dir)."""
-        path, state = read_training_checkpoint(path_or_latest, self.config.output_dir)
+        path, state = read_training_checkpoint(path_or_latest, self.settings.checkpoints.output_dir)
         self.load_state_dict(state, path)
         return path
 
     def load_state_dict(self, state: dict, path: str = "the checkpoint") -> None:
         saved = {"args": state.get("args") or {}, "config": state.get("config") or {}, "world_size": len(state["rng"])}
-        current = {"args": _plain(self.config.run_args), "config": self.model.config.to_dict(),
+        current = {"args": _plain(self.settings.as_dict()), "config": self.model.config.to_dict(),
                    "world_size": self.world_size}
-        for note in check_resume(saved, current, path, self.config.run_args.get("allow_resume_change") or ()):
+        for note in check_resume(saved, current, path, self.settings.checkpoints.allow_resume_change):
             if self.rank == 0:
                 print(note, file=sys.stderr, flush=True)
         self.resume_changes = resume_changes(saved, current)  # allowed (check_resume refused the rest): the banner says them
@@ -364,10 +350,10 @@ class Trainer:
             self.scheduler._last_lr = rates
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.step = int(state["global_step"]) - self.config.step_offset
+        self.step = int(state["global_step"]) - self.settings.checkpoints.phase1_end_step
         if self.step < 0:
             raise CheckpointError(f"{path} is at step {state['global_step']}, before --phase1_end_step "
-                             f"{self.config.step_offset}")
+                             f"{self.settings.checkpoints.phase1_end_step}")
         self.epoch, self.batches_in_epoch = int(state["epoch"]), int(state["batches_in_epoch"])
         restore_rng_state(state["rng"][self.rank])
         if state.get("eval_hook") is not None and hasattr(self.eval_hook, "load_state_dict"):
@@ -385,7 +371,7 @@ class Trainer:
 
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
-        cfg = self.config
+        cfg = self.settings  # its sections' settings, read flat
         if self._finished and self.step >= cfg.max_steps:  # resumed from the end of a finished run: nothing to do
             if self.rank == 0:
                 print(f"[checkpoint] the run resumed had finished (update {self.global_step}): nothing left to train",
@@ -397,7 +383,7 @@ class Trainer:
                   "sequences": 0, "start": time.perf_counter(), "steps": 0}
         run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
         progress = Progress(cfg.max_steps, "train", unit="step", initial=self.step,
-                            enabled=cfg.progress_bar and self.rank == 0)
+                            enabled=self.progress_bar and self.rank == 0)
         with StopRequest():
             try:  # a stop signal between two updates, or at a batch of a validation (abandoned: StoppedAtBatch)
                 if self._validation_due and self.eval_hook:  # abandoned for a stop signal before the resume
@@ -419,7 +405,7 @@ class Trainer:
                 progress.close()
                 self.stop_for_signal(stopped.received, validation_abandoned=True)
         self._finished = True
-        path = self.save(cfg.final_checkpoint_name)
+        path = self.save(self.final_checkpoint_name)
         elapsed = time.perf_counter() - run_start
         # total_loss and avg_train_time: the reference recipe's names for the same figures
         summary = {"final_loss": final_loss, "total_loss": final_loss, "total_time_s": elapsed,
@@ -433,7 +419,7 @@ class Trainer:
     def _one_update(self, batches, window: dict, progress) -> Optional[float]:
         """One applied-or-skipped update with its logging, validation and periodic checkpoint; the
         logged loss when this update logged."""
-        cfg, logged = self.config, None
+        cfg, logged = self.settings, None  # its sections' settings, read flat
         micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
         out = self.train_step(micro)
         if not out["applied"]:
@@ -489,7 +475,7 @@ class Trainer:
 
     def _run_folder_message(self, lost: str) -> str:
         # nothing more is written there: a folder being deleted would come back holding what is written next
-        newest = latest_checkpoint(self.config.output_dir)
+        newest = latest_checkpoint(self.settings.checkpoints.output_dir)
         return lost + (f" while this run was writing there (noticed at update {self.global_step}); stopped without "
                        f"writing more there. " + (
                            f"To continue from {newest}, the newest checkpoint left, run the same command with "
@@ -579,4 +565,4 @@ def _memory(device: torch.device) -> dict:
     return values
 
 
-__all__ = ["Trainer", "TrainerConfig", "NonFiniteLossError", "strategy_for"]
+__all__ = ["Trainer", "NonFiniteLossError", "strategy_for"]

@@ -10,8 +10,8 @@
           float8 rounding in higher-precision products, for tests). Which layers is the model's choice
           (BART's: bart/training/float8.py, applied once by the builder)
 
-A run makes its ``Precision`` once, from the final flags at parse time (``args.precision``, made by
-``bart.cli.reference_flags.apply_reference_args``, parsing's last step), and hands it to the trainer,
+A run makes its ``Precision`` once, from the final flags at parse time (``settings.precision``, made with the
+run's settings record, :class:`bart.cli.settings.Settings`, from its precision section), and hands it to the trainer,
 validation, prediction and evaluation; every autocast of the project is opened by
 :meth:`Precision.autocast`. To add a precision, add its name to ``PRECISIONS`` and say here what it
 means for the autocast dtype, TF32 and the scaler; the training loop and evaluation follow, and its flag takes
@@ -43,8 +43,8 @@ FLAGS = {"fp16": False, "bf16": False, "tf32": True, "fp8": False, "fp8_emulate"
 FLAGS_SAID = "--fp16/--bf16/--fp8/--no-tf32"  # how a run's precision is chosen, in a message
 
 
-class _TrainingOnly(argparse.Action):
-    """A training precision's flag on an evaluation command line: refused in one line."""
+class TrainingOnly(argparse.Action):
+    """A training precision's flag on an evaluation command line (run_eval.py's --fp8): refused in one line."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=False, help=argparse.SUPPRESS)
@@ -52,25 +52,6 @@ class _TrainingOnly(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error(f"{option_string} is a training precision (float8 linear layers): an fp8 run's checkpoints "
                      f"hold the same fp32 weights as a bf16 run's; evaluate them with --bf16")
-
-
-def add_precision_args(parser: argparse.ArgumentParser, training: bool = True) -> None:
-    """The precision flags; ``training=False`` (evaluation) refuses --fp8/--fp8_emulate in one line."""
-    group = parser.add_argument_group("precision")
-    group.add_argument("--fp16", action="store_true", help="fp16 autocast with loss scaling")
-    group.add_argument("--bf16", action="store_true", help="bf16 autocast")
-    if training:
-        group.add_argument("--fp8", action="store_true",
-                           help=f"float8 linear layers (torchao's float8 training, {FP8_LIBRARY}) under bf16 "
-                                f"autocast; CUDA compute capability >= 8.9")
-        group.add_argument("--fp8_emulate", action="store_true",
-                           help="--fp8 with the float8 products emulated in higher precision: any device, slow "
-                                "(tests, CPU checks)")
-    else:
-        group.add_argument("--fp8", action=_TrainingOnly)
-        group.add_argument("--fp8_emulate", action=_TrainingOnly)
-    group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
-                       help="TF32 matmuls on Ampere+ for the fp32 parts (--no-tf32 for strict fp32)")
 
 
 @dataclass(frozen=True)

@@ -71,3 +71,16 @@ class WalkBatches:
             ids = torch.cat([torch.zeros(self.batch_size, 1, dtype=torch.long), walk,
                              torch.full((self.batch_size, 1), 2)], 1)
             yield {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1:].clone()}
+
+
+def run_settings(precision: str = "tf32", emulate_fp8: bool = False, **values):
+    """The run's settings record a Trainer reads (``bart.cli.settings.Settings``), by flat names (``max_steps=5``)
+    and the precision's name (its flags: ``PrecisionSettings.named``)."""
+    from bart.cli.settings import PrecisionSettings, Settings
+    return Settings(precision_flags=PrecisionSettings.named(precision, emulate_fp8), **values)
+
+
+def one_process(model, device=None):
+    """The strategy of one process, prepared for ``model`` (what a Trainer takes; the builder's for a real run)."""
+    from bart.training.strategy import prepared_strategy
+    return prepared_strategy(None, 1, device or next(model.parameters()).device, model)

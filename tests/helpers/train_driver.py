@@ -17,11 +17,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
-from bart.training.trainer import Trainer, TrainerConfig, strategy_for  # noqa: E402
+from bart.training.trainer import Trainer, strategy_for  # noqa: E402
+from tests.helpers.synthetic import run_settings  # noqa: E402
 from tests.helpers.synthetic import SyntheticBatches, tiny_config  # noqa: E402
 from bart.utils import distributed as dist_utils  # noqa: E402
 from bart.utils.dllogger_compat import Logger  # noqa: E402
-from bart.utils.precision import Precision  # noqa: E402
 
 THEN = "--then"
 
@@ -58,18 +58,17 @@ def train(args, env) -> None:
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=args.dropout))
     torch.manual_seed(100 + env.rank)
-    config = TrainerConfig(output_dir=args.output_dir, max_steps=args.max_steps, log_freq=1, precision=Precision(args.precision),
-                           gradient_accumulation_steps=args.grad_accum, save_checkpoint_steps=args.save_every,
-                           keep_checkpoints=0, allreduce_half_precision=args.half_allreduce, progress_bar=False,
-                           distributed_strategy=args.strategy)
-    strategy = strategy_for(config, env.world_size, torch.device("cpu"))
-    strategy.prepare(model)  # before the optimizer (FSDP shards the parameters)
+    settings = run_settings(args.precision, output_dir=args.output_dir, max_steps=args.max_steps, log_freq=1,
+                            gradient_accumulation_steps=args.grad_accum, save_checkpoint_steps=args.save_every,
+                            keep_checkpoints=0, allreduce_post_accumulation_half_precision=args.half_allreduce,
+                            distributed_strategy=args.strategy)
+    strategy = strategy_for(settings, env.world_size, torch.device("cpu"), model)  # before the optimizer (FSDP shards)
     optimizer, clips = build_optimizer(model, args.optimizer, lr=3e-3, weight_decay=0.01, max_grad_norm=1.0)
     scheduler = build_scheduler(optimizer, "polynomial", 3, args.max_steps)
     data = SyntheticBatches(args.num_batches, args.batch_size // env.world_size, env.rank, env.world_size)
     logger = Logger(os.path.join(args.output_dir, "log.json"), rank=env.rank, stdout=False, append=bool(args.resume))
-    trainer = Trainer(model, optimizer, scheduler, data, config, clips_internally=clips, logger=logger,
-                      strategy=strategy)
+    trainer = Trainer(model, optimizer, scheduler, data, settings, clips_internally=clips, logger=logger,
+                      strategy=strategy, progress_bar=False)
     if args.resume:
         trainer.resume(args.resume)
     trainer.fit()

@@ -1,0 +1,185 @@
+"""One declaration per setting (bart/cli/settings.py): every flag of every entry script is one field of a
+Settings section, carrying its one default and its one help line; the parsers are generated from those fields
+(bart/cli/args.py), the trainer reads the same record. Also the short --help and a run started from a file."""
+import dataclasses
+import json
+import os
+import re
+
+import pytest
+
+from bart.cli.args import build_parser, program_name
+from bart.cli.reference_flags import SPECS
+from bart.cli.settings import EVAL, FINETUNE, PRETRAIN, SECTIONS, TRANSLATED, Settings, parse_command_line, resolved
+from bart.data.noise import NoiseConfig
+from tests.helpers.entry import run_entry
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = (PRETRAIN, FINETUNE, EVAL)
+_OWN = {"help", "help_all", "config_file"}  # the parser's own: the two helps and --config_file
+
+
+def _fields():
+    return {f.name: f for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_flag_is_one_field_with_one_default_and_one_help(script):
+    """Each action of a script's parser comes from one declaration: a Settings field's flag (its default and help
+    are the field's), a flag parsing translates onto a field (TRANSLATED), a row of the reference recipe's table,
+    or a noise field; and each field gives a script at most one action of its own."""
+    parser = build_parser(script)
+    fields, noise = _fields(), {f.name for f in dataclasses.fields(NoiseConfig)}
+    specs = {(opt, spec.dest) for spec in SPECS if script in spec.scripts for opt in spec.options}
+    own_actions = {}
+    for action in parser._actions:
+        if action.dest in _OWN or action.dest in noise or action.dest in TRANSLATED:
+            continue
+        if any((opt, action.dest) in specs for opt in action.option_strings):
+            continue  # the reference's spelling (a row of SPECS: its help, its translation)
+        declared = fields[action.dest].metadata.get("flag")  # a KeyError: a flag without its field
+        assert declared is not None and script in declared.scripts, (script, action.dest)
+        own_actions.setdefault(action.dest, []).append(action)
+        own = declared.per_script.get(script, {})
+        default = own.get("default", fields[action.dest].default)
+        assert parser.get_default(action.dest) == default or not action.option_strings, (script, action.dest)
+        assert action.help.startswith(own.get("help", declared.help)), (script, action.dest)  # (+ a table's)
+    assert all(len(actions) == 1 for actions in own_actions.values())
+    # every field that declares this script has its action (none dropped by the generator)
+    assert {name for name, f in fields.items() if "flag" in f.metadata and script in f.metadata["flag"].scripts} \
+        == set(own_actions)
+
+
+def test_no_flag_is_written_outside_its_declaration():
+    """The parser is generated: bart/cli/args.py spells no setting's flag itself (old code: an add_argument per
+    flag there, its default again in Settings and the trainer's in TrainerConfig), and TrainerConfig is gone."""
+    source = open(os.path.join(ROOT, "bart", "cli", "args.py")).read()
+    assert set(re.findall(r'add_argument\("(--?[\w-]+)"', source)) == {"-h", "--help-all", "--config_file"}
+    trainer = open(os.path.join(ROOT, "bart", "training", "trainer.py")).read()
+    assert "TrainerConfig" not in trainer and "trainer_config" not in open(
+        os.path.join(ROOT, "bart", "cli", "builder.py")).read()
+
+
+def test_the_two_former_disagreements_have_one_default_each(tmp_path):
+    """--keep_checkpoints was 3 in the parser and Settings but 0 (keep all) in TrainerConfig; --affinity was
+    socket_unique_interleaved in the parser but disabled in Settings. Now each is one field: the parsers' default,
+    the record's, and what the trainer keeps (3 step checkpoints of 5, with no flag) are the same."""
+    from bart.utils.affinity import DEFAULT_MODE
+    fields = _fields()
+    assert fields["keep_checkpoints"].default == Settings().keep_checkpoints == 3
+    assert fields["affinity"].default == Settings().affinity == DEFAULT_MODE == "socket_unique_interleaved"
+    for script in (PRETRAIN, FINETUNE):
+        parser = build_parser(script)
+        assert parser.get_default("keep_checkpoints") == 3 and parser.get_default("affinity") == DEFAULT_MODE
+    assert "affinity" not in {a.dest for a in build_parser(EVAL)._actions}  # run_eval.py leaves it alone
+
+    import torch
+
+    from bart.modeling import BartForConditionalGeneration
+    from bart.optim import build_optimizer, build_scheduler
+    from bart.training.strategy import prepared_strategy
+    from bart.training.trainer import Trainer
+    from tests.helpers.synthetic import SyntheticBatches, tiny_config
+    settings = parse_command_line(PRETRAIN, ["--config_path", "c.json", "--data_dir", ".", "--max_steps", "5",
+                                             "--save_checkpoint_steps", "1", "--output_dir", str(tmp_path)])
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(encoder_layers=1, decoder_layers=1))
+    optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)
+    Trainer(model, optimizer, build_scheduler(optimizer, "linear", 0, 5), SyntheticBatches(4, 2), settings,
+            strategy=prepared_strategy(None, 1, torch.device("cpu"), model), clips_internally=clips,
+            progress_bar=False).fit()
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".ckpt")) == \
+        ["_step3.ckpt", "_step4.ckpt", "_step5.ckpt"]
+
+
+# -- --help: the quick start's flags; --help-all: every group -----------------------------------------------------
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_is_short_and_names_help_all(script, capsys):
+    assert run_entry(script, ["--help"]) == 0
+    short = capsys.readouterr().out
+    lines = short.rstrip("\n").splitlines()
+    assert lines[0].startswith(f"usage: {script} ") and len(lines) <= 60, len(lines)
+    assert lines[-1].endswith(f"{script} --help-all")
+    assert run_entry(script, ["--help-all"]) == 0
+    full = capsys.readouterr().out
+    assert full.startswith(f"usage: {script} ")
+    groups = {cls.GROUP for cls in SECTIONS.values() if any(
+        "flag" in f.metadata and script in f.metadata["flag"].scripts and "position" not in
+        f.metadata["flag"].per_script.get(script, {}) for f in dataclasses.fields(cls))}
+    assert all(f"\n{group}:\n" in full for group in groups), groups
+    assert len(full.splitlines()) > len(lines)
+    for flag in ("--config_path",) if script != EVAL else ("--decode_precision",):
+        assert flag in short
+
+
+def test_the_usage_line_names_the_command_typed():
+    assert program_name(FINETUNE, "/venv/bin/bart-finetune") == "bart-finetune"
+    assert program_name(FINETUNE, "/checkout/finetune.py") == "finetune.py"
+    assert program_name(EVAL, "/venv/bin/bart-run-eval") == "bart-run-eval"
+    assert program_name(PRETRAIN, "/venv/bin/pytest") == "pretrain.py"  # something else runs it: the script's name
+
+
+# -- a run from a file: --config_file FILE / @FILE ------------------------------------------------------------
+def _finetune(tmp_path, small_tokenizer_dir, out, *extra):
+    from tests.helpers.corpus import micro_config
+    from tests.helpers.summaries import write_summarization_data
+    config = tmp_path / "config.json"
+    if not config.exists():
+        config.write_text(json.dumps(micro_config()))
+        write_summarization_data(str(tmp_path / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
+    return ["--config_path", str(config), "--data_dir", str(tmp_path / "data"), "--tokenizer", small_tokenizer_dir,
+            "--from_scratch", "--max_steps", "1", "--train_batch_size", "2", "--n_val", "0", "--num_workers", "0",
+            "--max_source_length", "32", "--max_target_length", "8", "--no_tensorboard", "--output_dir",
+            str(tmp_path / out), *extra]
+
+
+def _recorded(path: str) -> dict:
+    values = json.load(open(path))
+    return {k: v for k, v in values.items() if k not in ("world_size", "model_config", "run_banner")}
+
+
+def test_a_run_restarts_from_its_own_run_config(tmp_path, small_tokenizer_dir):
+    """finetune.py's run_config.json read back gives the same settings, and a run started from it alone (@FILE,
+    plus a new --output_dir: the command line wins) records the same settings again."""
+    argv = _finetune(tmp_path, small_tokenizer_dir, "first", "--label_smoothing", "0.1", "--adam_betas", "0.8", "0.99",
+                     "--early_stopping_patience", "-1", "--lamb", "--use_nvlamb")
+    assert run_entry("finetune.py", argv) == 0
+    first = str(tmp_path / "first" / "run_config.json")
+    again = parse_command_line(FINETUNE, ["--config_file", first])
+    assert json.loads(json.dumps(again.as_dict(), default=str)) == _recorded(first)
+    parsed = resolved(parse_command_line(FINETUNE, argv), min_steps=0)  # as the run settled it (no --min_epochs)
+    assert again.sections() == parsed.sections() and again.precision == parsed.precision
+    assert run_entry("finetune.py", ["@" + first, "--output_dir", str(tmp_path / "second")]) == 0
+    second = _recorded(str(tmp_path / "second" / "run_config.json"))
+    assert second.pop("output_dir") == str(tmp_path / "second")
+    assert second == {k: v for k, v in _recorded(first).items() if k != "output_dir"}
+
+
+def test_a_hand_written_file_and_the_command_line(tmp_path):
+    """A hand-written JSON of settings stands in for the required flags; a flag on the command line wins."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"config_path": "c.json", "data_dir": "data", "max_steps": 3, "bf16": True,
+                                "adam_betas": [0.8, 0.9], "noise": {"mlm_probability": 0.2}}))
+    settings = parse_command_line(PRETRAIN, ["@" + str(path), "--max_steps", "9"])
+    assert (settings.max_steps, settings.config_path, settings.precision.name) == (9, "c.json", "bf16")
+    assert settings.adam_betas == (0.8, 0.9) and settings.noise.mlm_probability == 0.2
+    assert "max_steps" in settings.given and "bf16" in settings.given  # the file's values count as given
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"max_step": 3}, ["unknown key 'max_step'", "did you mean 'max_steps'?"]),
+    ({"max_steps": 0}, ["key 'max_steps' (--max_steps)", "must be >= 1, got 0", "correct it in the file"]),
+    ({"lr_scheduler": "cosine_annealing"}, ["key 'lr_scheduler'", "invalid choice 'cosine_annealing'"]),
+    ({"fp16": "yes"}, ["key 'fp16'", "expected true or false"]),
+    ({"keep_checkpoints": None}, ["key 'keep_checkpoints'", "null is not a value"]),
+    ({"model_path": "x.ckpt"}, ["unknown key 'model_path' for pretrain.py (a setting of another script)"]),
+    ([1, 2], ["a JSON object of settings is expected"]),
+])
+def test_a_bad_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, values, words):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(values))
+    argv = ["--config_path", "c.json", "--data_dir", ".", "--max_steps", "1", "--config_file", str(path)]
+    assert run_entry("pretrain.py", argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pretrain.py: error: --config_file {path}: "), err
+    assert all(w in err[0] for w in words), err[0]
