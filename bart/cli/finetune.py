@@ -9,12 +9,11 @@ from bart.cli.exits import run_main
 from bart.cli.args import generation_kwargs
 from bart.cli.reference_flags import validate_before_training, weights_summary
 from bart.cli.settings import FINETUNE, Settings, parse_command_line, resolve_epochs
-from bart.data.summarization import build_finetuning_loader, read_split
+from bart.data.summarization import read_split
 from bart.evaluation import predict_split
 from bart.hub import resolve_model_path
 from bart.modeling.weights import resolve_weights
 from bart.training.checkpoint import save_final_weights
-from bart.training.validation import Validation
 from bart.utils import distributed as dist_utils
 
 LENGTHS = ("max_source_length", "max_target_length", "val_max_target_length", "test_max_target_length",
@@ -35,17 +34,12 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed + env.rank)
     if args.do_predict:
         read_split(args.data_dir, "test", args.n_test)  # a missing or empty test split fails now, not after training
-    train = build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
-                                    args.train_batch_size, env.world_size, env.rank, args.seed, args.n_train,
-                                    args.sortish_sampler, args.max_tokens_per_batch, args.num_workers)
+    train = builder.finetuning_loader(args, tokenizer, env)
     builder.check_global_batch(args, train, env.world_size)
     args = resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
     gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
     batch_size = args.eval_batch_size or 8
-    validation = None if args.n_val == 0 else Validation(
-        args.data_dir, tokenizer, args.task, args.val_metric, args.n_val, args.max_source_length,
-        args.max_target_length, batch_size, gen_kwargs, args.output_dir, args.save_top_k,
-        args.early_stopping_patience, min_steps=args.min_steps)
+    validation = builder.finetuning_validation(args, tokenizer, gen_kwargs)
     if env.is_main:
         builder.save_run_files(args, tokenizer, model.config, env.world_size)
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,

@@ -20,16 +20,11 @@ def parse_args(argv=None) -> Settings:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    # LDDL imports transformers (seconds): after the flags are parsed, so --help and flag mistakes answer at once
-    from bart.data.pretraining_dataset import build_pretraining_loader
-
     args, env = builder.start_run(args)
     init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)
     args, tokenizer, model = builder.build_model_and_tokenizer(args, init, ("max_source_length",))
     torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
-    loader = build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
-                                      args.noise, args.seed, args.num_workers, env.local_rank,
-                                      n_val=args.n_val or 0, shuffle_buffer_size=args.buffer_size or 16384)
+    loader = builder.pretraining_loader(args, tokenizer, env)
     builder.check_global_batch(args, loader, env.world_size)
     validation = PretrainingValidation.from_loader(loader, args.eval_batch_size or args.train_batch_size)
     if env.is_main:

@@ -16,7 +16,7 @@ from bart.cli.reference_flags import write_debug_references
 from bart.cli.args import generation_kwargs
 from bart.cli.settings import EVAL, Settings, fit_lengths, parse_command_line
 from bart.evaluation import refuse_earlier_evaluation, run_evaluation
-from bart.generation.precision import check_decode_precision, decodes_packed, prepare_for_decoding
+from bart.generation.precision import for_decoding
 from bart.hub import resolve_model_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.modeling.weights import resolve_weights
@@ -30,8 +30,7 @@ def parse_args(argv=None) -> Settings:
 
 def main(argv=None) -> dict:
     args = start.resolve_config(parse_args(argv), "CONFIG_PATH")  # a shipped config's name: its file
-    precision = args.precision  # the run's one Precision, made at parse time
-    check_decode_precision(args.decode_precision, precision.name)  # against --bf16/--fp16
+    precision = args.precision  # the run's one Precision, made at parse time (--decode_precision checked with it)
     env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
                                       rendezvous_timeout_s=args.rendezvous_timeout,
                                       heartbeat_timeout_s=args.heartbeat_timeout)
@@ -47,10 +46,8 @@ def main(argv=None) -> dict:
     args = fit_lengths(args, model.config.max_position_embeddings, ("max_source_length", "eval_max_gen_length"),
                        args.config_path)
     device = start.device_for(env) if args.device in (None, "cuda") else torch.device(args.device)
-    check_decode_precision(args.decode_precision, device=device)  # int8 is CPU's
-    model = model.to(device).eval()
-    model = prepare_for_decoding(model, args.decode_precision,  # on CPU: packed linear layers, as decodes_packed says
-                                 packed=decodes_packed(args.compile_generation, precision.autocast_dtype is not None))
+    model = for_decoding(model.to(device).eval(), args.decode_precision, args.compile_generation,
+                         autocast=precision.autocast_dtype is not None)  # int8 on CPU only; CPU: packed layers
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)

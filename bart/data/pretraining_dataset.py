@@ -253,7 +253,7 @@ def held_out_rows(files: list[str], n_val: int) -> list[str]:
 
 
 def build_pretraining_loader(data_dir: str, tokenizer, batch_size: int, max_source_length: int,
-                             noise_config: NoiseConfig, seed: int, num_workers: int = 2, local_rank: int = 0,
+                             noise_config: NoiseConfig, *, seed: int, num_workers: int = 2, local_rank: int = 0,
                              shuffle_buffer_size: int = 16384, n_val: int = 0) -> PretrainingLoader:
     """``n_val``: rows held out of training for the validation loss (see :func:`held_out_rows`)."""
     from bart.utils.distributed import world_size

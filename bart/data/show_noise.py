@@ -23,7 +23,7 @@ def main(argv=None) -> None:
     tokenizer = BartTokenizer.from_pretrained(args.tokenizer)
     try:
         loader = build_pretraining_loader(args.data_dir, tokenizer, args.n, args.max_source_length,
-                                          noise_config_from_args(args), args.seed, num_workers=0)
+                                          noise_config_from_args(args), seed=args.seed, num_workers=0)
     except (FileNotFoundError, ValueError) as err:
         sys.exit(f"show_noise: {err}")
     batch = next(iter(loader))

@@ -248,7 +248,7 @@ class EpochLoader:
 
 
 def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, max_target_length: int,
-                            batch_size: int, world_size: int = 1, rank: int = 0, seed: int = 0,
+                            batch_size: int, *, world_size: int = 1, rank: int = 0, seed: int = 0,
                             n_obs: Optional[int] = None, sortish: bool = False,
                             max_tokens: Optional[int] = None, num_workers: int = 0) -> EpochLoader:
     """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget

@@ -97,6 +97,15 @@ def decodes_packed(compile_generation=False, autocast: bool = False) -> bool:
     return not compile_generation and not autocast
 
 
+def for_decoding(model: nn.Module, precision: str = "fp32", compile_generation=False,
+                 autocast: bool = False) -> nn.Module:
+    """run_eval.py's one call: the model to decode with at ``precision`` on the model's device (int8 is CPU's: one
+    line elsewhere), packed on CPU as :func:`decodes_packed` says for ``compile_generation`` and ``autocast``
+    (:func:`prepare_for_decoding`). The contradiction with --bf16/--fp16 is refused at parse time
+    (:func:`check_decode_precision`, a rule of the run's settings)."""
+    return prepare_for_decoding(model, precision, packed=decodes_packed(compile_generation, autocast))
+
+
 # -- the packed copy beside a model: plain ``model.generate()`` on CPU decodes with it ---------------------
 _BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> (fingerprint, packed copy)
 

@@ -51,7 +51,7 @@ def token_loss(trainer, batches: list[dict], model: Optional[torch.nn.Module] = 
 
 
 class Validation:
-    def __init__(self, data_dir: str, tokenizer, task: str, metric: str, n_val: Optional[int],
+    def __init__(self, data_dir: str, tokenizer, *, task: str, metric: str, n_val: Optional[int],
                  max_source_length: int, max_target_length: int, batch_size: int, gen_kwargs: dict,
                  output_dir: str, save_top_k: int, early_stopping_patience: int = 0, min_steps: int = 0) -> None:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
