@@ -39,14 +39,6 @@ MODES = ("socket", "single", "single_unique", "socket_unique_interleaved", "sock
 DEFAULT_MODE = "socket_unique_interleaved"  # the reference's default (training_base.py)
 
 
-def add_affinity_arg(group) -> None:
-    group.add_argument("--affinity", choices=MODES, default=DEFAULT_MODE,
-                       help="CPU affinity of each GPU process, within the CPUs the job was given: socket (its GPU's "
-                            "NUMA node), single (that node's first core), single_unique (a core of its own), "
-                            "socket_unique_interleaved / socket_unique_continuous (the node's cores shared out among "
-                            "its GPUs, each with its SMT siblings), disabled (left alone). Default: %(default)s")
-
-
 def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise UserError(f"--affinity {mode!r} is not a CPU affinity mode; use one of {', '.join(MODES)}")
