@@ -376,14 +376,15 @@ class Settings:
         object.__setattr__(self, "script", script)
         object.__setattr__(self, "given", frozenset(given))
         values.pop("precision", None)  # made from the flags, never given
+        kept = values.pop("_precision", None)  # replace(): the record's own, its flags unchanged
         for name, cls in SECTIONS.items():
             section = values.pop(name, None) or cls()
             own = {key: values.pop(key) for key in [k for k in values if _SECTION_OF.get(k) == name]}
             object.__setattr__(self, name, dataclasses.replace(section, **own) if own else section)
         if values:
             raise TypeError(f"Settings has no setting {', '.join(sorted(values))}")
-        try:
-            precision = Precision.from_flags(**dataclasses.asdict(self.precision_flags))
+        try:  # one Precision per run: a checked copy (resolved) keeps the record's
+            precision = kept or Precision.from_flags(**dataclasses.asdict(self.precision_flags))
         except UserError as err:
             raise SettingsError(str(err)) from None
         object.__setattr__(self, "precision", precision)
@@ -413,8 +414,11 @@ class Settings:
         return {name: getattr(self, name) for name in SECTIONS}
 
     def replace(self, **values) -> "Settings":
-        """A copy with ``values`` (flat names or sections) replaced, checked again."""
-        return Settings(script=self.script, given=self.given, **{**self.sections(), **values})
+        """A copy with ``values`` (flat names or sections) replaced, checked again; the run's Precision stays the
+        same object unless a precision flag changes."""
+        same = not ({"precision_flags", *(f.name for f in dataclasses.fields(PrecisionSettings))} & values.keys())
+        return Settings(script=self.script, given=self.given, **{**self.sections(), **values},
+                        **({"_precision": self.precision} if same else {}))
 
     def as_dict(self) -> dict:
         """The values as run_config.json and the checkpoints record them: flat, one key per setting (plus the
