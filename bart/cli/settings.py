@@ -90,7 +90,7 @@ class ModelSettings:
     tokenizer: Optional[str] = flag(
         None, "tokenizer folder or hub id (default: $TOKENIZER). With starting weights their own tokenizer is used "
               "and a different one is refused; from scratch: else $BART_DEFAULT_TOKENIZER, else facebook/bart-large "
-              "(offline: python -m bart.tokenization.build_tokenizer DIR)", scripts=ALL, quick=TRAINING)
+              "(offline: python -m bart.tokenization.build_tokenizer DIR)", scripts=ALL, quick=(PRETRAIN,))
     allow_tokenizer_mismatch: bool = flag(
         False, "use --tokenizer / $TOKENIZER even where it differs from the tokenizer the starting weights were "
                "trained with (their ids then mean other tokens)", scripts=ALL, action="store_true")
@@ -135,8 +135,7 @@ class DataSettings:
 class OptimizationSettings:
     GROUP: ClassVar[str] = "optimization"
     learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING)
-    lamb: bool = flag(False, "LAMB (multi-tensor; apex FusedLAMB if installed) instead of AdamW", action="store_true",
-                      quick=(PRETRAIN,))
+    lamb: bool = flag(False, "LAMB (multi-tensor; apex FusedLAMB if installed) instead of AdamW", action="store_true")
     use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true")
     weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT)
     adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT)
@@ -228,7 +227,7 @@ class CheckpointSettings:
     from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
                               action="store_true", quick=(FINETUNE,))
     phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE)
-    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE, quick=(PRETRAIN,))
+    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE)
     keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
     log_freq: int = flag(10, "log every N updates", type=POSITIVE)
     json_summary: Optional[str] = flag(
