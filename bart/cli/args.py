@@ -318,6 +318,14 @@ def program_name(script: str, argv0: Optional[str] = None) -> str:
     return typed if typed in (script, CONSOLE[script]) else script
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, without breaking a line at a hyphen (``bart-large``, ``--no-tf32`` stay whole)."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
 class _HelpAll(argparse.Action):
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
@@ -343,7 +351,7 @@ class _ShortHelp(argparse.Action):
 def short_help(parser: argparse.ArgumentParser) -> str:
     """The usage, the description and, group by group, the quick start's flags; it ends naming --help-all."""
     quick = getattr(parser, "quick_actions", [])
-    formatter = argparse.RawDescriptionHelpFormatter(parser.prog, max_help_position=40, width=110)
+    formatter = HelpFormatter(parser.prog, max_help_position=40, width=110)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
     formatter.add_text(parser.description)
     hidden = 0
@@ -364,7 +372,7 @@ def build_parser(script: str, description: str | None = None) -> ArgumentParser:
     from bart.cli.settings import SECTIONS, TRANSLATED  # the declarations (bart.cli.settings imports this module)
 
     parser = ArgumentParser(prog=program_name(script), description=description, usage=USAGE[script],
-                            formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
+                            formatter_class=HelpFormatter, add_help=False)
     quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
              parser.add_argument("--config_file", metavar="FILE",
                                  help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
