@@ -475,14 +475,14 @@ def main() -> None:
         mask = torch.ones_like(ids)
         batch_names = [n for n in names if not (n == "hf" and args.hf_max_batch and batch > args.hf_max_batch)]
 
-        def run(name):
+        def run(name, ids=ids, mask=mask):
             """The checked run: outputs and peak memory (a sampler thread, after malloc_trim)."""
             memory = PeakMemory(args.device)
             with torch.no_grad():
                 out, seconds = runners[name][1](ids, mask, memory)
             return out, seconds, memory.peak
 
-        def timed_run(name):
+        def timed_run(name, ids=ids, mask=mask):
             """A timed run: nothing else running in the process (on 2 cores a sampler thread preempts one of
             torch's OpenMP threads every 5 ms, which cost this project's many small kernels up to 30%)."""
             gc.collect()

@@ -236,8 +236,8 @@ def test_the_entry_scripts_name_the_folder_and_its_free_space_whatever_layer_fai
     def zip_writer():
         try:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        except OSError:
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 31680 vs 31632")
+        except OSError as err:  # torch's zip writer raises its own error while the OSError is handled
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 31680 vs 31632") from err
 
     monkeypatch.setattr(sys, "argv", ["pretrain.py", "--output_dir", str(tmp_path)])
     for main in (log_line, zip_writer):

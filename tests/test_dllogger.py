@@ -122,7 +122,7 @@ def test_loggers_in_one_process_write_their_own_files(dllogger, tmp_path, count,
     paths = [tmp_path / f"run{i}.json" for i in range(count)]
     loggers = [Logger(str(path), stdout=(i == 0)) for i, path in enumerate(paths)]
     assert all(logger._dll is not None for logger in loggers)  # the package's path, not the fallback writer
-    for i, (logger, path) in enumerate(zip(loggers, paths)):
+    for logger, path in zip(loggers, paths):
         logger.metadata("loss", {"unit": "nat/token"})
         assert _records(path) == [("METADATA", "loss", {"unit": "nat/token"})]
     for step in range(1, 4):

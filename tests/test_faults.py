@@ -113,9 +113,9 @@ def test_sigkill_mid_checkpoint_write_and_a_damaged_checkpoint_then_resume_is_ex
     for attempt in range(3):  # the write window is short: try to land the kill inside it
         proc = subprocess.Popen([sys.executable, *argv, *(["--resume_from_checkpoint", "True"] if attempt else [])],
                                 cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        partial = lambda: any(n.endswith(".partial") for n in os.listdir(out)) if out.exists() else False  # noqa: E731
+        partial = lambda out=out: any(n.endswith(".partial") for n in os.listdir(out)) if out.exists() else False  # noqa: E731
         try:
-            wait_for(lambda: partial() and logged_step(out) >= 2, proc, "a checkpoint write", timeout=120)
+            wait_for(lambda partial=partial: partial() and logged_step(out) >= 2, proc, "a checkpoint write", timeout=120)
             proc.send_signal(signal.SIGKILL)
         except AssertionError:
             proc.kill()

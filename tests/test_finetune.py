@@ -291,7 +291,8 @@ def test_finetuning_loader_seeks_to_its_position(tmp_path, small_tokenizer_dir, 
             collated = []
             if not workers:  # in this process: the collations can be counted
                 collate = resumed.dataset.collate
-                resumed.dataset.collate = lambda items: collated.append([i["index"] for i in items]) or collate(items)
+                resumed.dataset.collate = lambda items, seen=collated, collate=collate: \
+                    seen.append([i["index"] for i in items]) or collate(items)
             resumed.seek(positions[k])
             assert [b["input_ids"].tolist() for b in resumed] == straight[k + 1:]
             if not workers:

@@ -38,7 +38,7 @@ def test_lamb_on_cuda_matches_cpu():
     gpu = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).cuda()
     gpu.load_state_dict(cpu.state_dict())
     opts = [Lamb(decay_groups(m, 0.01), lr=1e-2) for m in (cpu, gpu)]
-    for step in range(5):
+    for _ in range(5):
         grads = [torch.randn_like(p) for p in cpu.parameters()]
         for model, opt in zip((cpu, gpu), opts):
             for p, g in zip(model.parameters(), grads):

@@ -365,7 +365,7 @@ def plan(mode: str, places, topology: Topology) -> tuple[list[list[int]], list[l
                 notes[rank].append(f"{len(group)} GPUs share the {len(own)} cores of {_where(places[rank])}: "
                                    f"local rank {rank} shares core {result[rank][0]}")
         return result, notes
-    for s, ranks in groups.items():
+    for ranks in groups.values():
         own, k = cores[ranks[0]], len(ranks)
         for i, rank in enumerate(ranks):
             if len(own) < k:
