@@ -90,8 +90,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_weight = torch.zeros(w.shape, dtype=acc, device=w.device)
             loss = torch.zeros((), dtype=acc, device=h.device)
             vocab = classes
-            for start in range(0, h.shape[0], chunk_tokens):
-                rows = slice(start, start + chunk_tokens)
+            # the loop counts chunks, not tokens: a compiled model (dynamic sizes) guards on the number of chunks,
+            # where range(0, tokens, chunk_tokens) made it guard on the token count itself (tokens == 22): a recompile
+            # for every batch of another size, until dynamo's recompile limit turned the model eager
+            for chunk in range((h.shape[0] + chunk_tokens - 1) // chunk_tokens):
+                rows = slice(chunk * chunk_tokens, (chunk + 1) * chunk_tokens)
                 logits = torch.nn.functional.linear(h[rows], w, b).to(acc)
                 log_probs = torch.log_softmax(logits, dim=-1)
                 del logits
