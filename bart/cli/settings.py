@@ -106,7 +106,8 @@ class ModelSettings:
         action=argparse.BooleanOptionalAction)
     compile_backend: str = flag(
         "inductor", "--compile's backend: inductor (torch.compile's default: generated kernels), aot_eager (the same "
-                    "graphs and graph breaks, run by eager kernels: a cheap check of what inductor would compile)",
+                    "graphs and graph breaks, through AOTAutograd, run by eager kernels) or eager (dynamo's graphs "
+                    "alone: the same graph breaks and recompiles, the cheapest check of what inductor would compile)",
         lazy=_compile_backends)
     fused_cross_entropy: bool = flag(
         False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "

@@ -20,9 +20,11 @@ from typing import Callable, Optional
 
 import torch
 
-# --compile_backend's choices: torch.compile's default (what a CUDA run compiles with) and the backend that traces
-# the same graphs (the same graph breaks, the same recompiles) and runs them with eager kernels: a cheap check
-COMPILE_BACKENDS = ("inductor", "aot_eager")
+# --compile_backend's choices: torch.compile's default (what a CUDA run compiles with), and two cheap checks of what
+# it would compile: aot_eager (dynamo's graphs, the same graph breaks and recompiles, traced through AOTAutograd into
+# forward and backward graphs run by eager kernels) and eager (dynamo's graphs alone, run as traced: the same graph
+# breaks and recompiles, no AOTAutograd, no code generation; the cheapest)
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 
 def compile_errors() -> tuple[type, ...]:
