@@ -21,7 +21,7 @@ BEAM = dict(batch_sizes=(1, 8, 32, 64, 128), source_length=1024, new_tokens=62, 
 # the dry run: five batch sizes as the GPU run (the targets check the last three, the profile decodes the third),
 # two beams, 4 new tokens (the profile steps to the middle one): every code path of the GPU run, little CPU time
 DRY_BEAM = dict(batch_sizes=(1, 2, 3, 4, 5), source_length=16, new_tokens=4, num_beams=2)
-REPORT_ORDER = ("env", "tests", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam", "profile")
+REPORT_ORDER = ("env", "tests", "matrix", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam", "profile")
 
 
 def _cell(value) -> str:
@@ -118,6 +118,30 @@ class Report:
                 lines += ["", "Failed: " + ", ".join(f"`{t}`" for t in counts["failed_tests"])]
             if counts["skip_reasons"]:
                 lines += ["", "Skipped because: " + "; ".join(counts["skip_reasons"])]
+        return lines
+
+    def matrix(self) -> list:
+        """The configuration matrix: each row's choices, whether it did the whole job (else its problems), its
+        seconds and compile figures (matrix.json)."""
+        found = self.suite.figures("matrix")
+        lines = ["## Configuration matrix", ""] + self.status_note("matrix")
+        if found:
+            processes = found["processes"]
+            lines += [f"Each row one whole fine-tuning job (stopped by SIGTERM, resumed, predicted, evaluated, exported, "
+                      f"loaded by transformers; benchmarks/config_matrix.py) in {processes} process"
+                      f"{'es' if processes > 1 else ' (the strategies in their single-process form)'}.", ""]
+            rows = []
+            for name, row in found["rows"].items():
+                choices = row["row"]
+                compiled = row["compile"].get("straight", {})
+                rows.append([name, " ".join(f"{choices[k]}" for k in ("precision", "compile", "fused_ce", "strategy",
+                                                                      "layer_norm", "vocab")),
+                             "ok" if not row["problems"] else "; ".join(row["problems"]),
+                             f"{row['seconds'].get('total', 0):.1f}",
+                             "-" if not compiled else f"{compiled.get('compile_updates_s', 0):.1f} s, "
+                                                      f"{compiled.get('recompiles', 0)} recompiles"])
+            lines += _table(["row", "precision compile fused-CE strategy LN vocabulary", "job", "seconds",
+                             "compile"], rows)
         return lines
 
     def peak_figures(self) -> list:
@@ -252,7 +276,7 @@ def render(suite) -> str:
     head += [f"Written {time.strftime('%Y-%m-%d %H:%M:%S')}, {elapsed:.0f} s into a budget of {suite.budget:.0f} s; "
              f"raw logs and figures: `<part>.log`, `<part>.json` in this folder.", ""]
     body = []
-    sections = {"env": report.versions, "tests": report.tests, "peaks": report.peak_figures,
+    sections = {"env": report.versions, "tests": report.tests, "matrix": report.matrix, "peaks": report.peak_figures,
                 "pretrain128": lambda: report.training("pretrain128", "Pretraining, bart-large at 128"),
                 "pretrain512": lambda: report.training("pretrain512", "Pretraining, bart-large at 512"),
                 "finetune_xsum": lambda: report.training("finetune_xsum", "Fine-tuning, bart-large, XSum shape"),

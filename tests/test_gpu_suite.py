@@ -49,8 +49,8 @@ def test_dry_run_order_tarball_and_budget(dry_run):
     profile, one after the other; the whole OUT_DIR is also OUT_DIR.tar.gz; the budget is one 8-minute window."""
     import tarfile
     out, suite, _ = dry_run
-    assert gpu_suite.PART_NAMES == ("tests", "env", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam",
-                                    "profile")
+    assert gpu_suite.PART_NAMES == ("tests", "matrix", "env", "peaks", "pretrain128", "pretrain512", "finetune_xsum",
+                                    "beam", "profile")
     assert list(suite["parts"]) == list(gpu_suite.PART_NAMES)
     started = [os.stat(out / f"{part}.log").st_mtime for part in gpu_suite.PART_NAMES]
     assert started == sorted(started)  # each part's log last written before the next part's
@@ -99,6 +99,9 @@ def test_dry_run_every_part_ok_with_its_figures(dry_run):
         assert 5 <= len(rows) <= 15 and sum(r["share"] for r in rows) <= 1 + 1e-9
         assert not any(r["kernel"].startswith("ProfilerStep") for r in rows)
         assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
+    matrix = figures["matrix"]  # the configuration matrix's dry run: one row, one process, the whole job done
+    assert matrix["processes"] == 1 and matrix["device"] == "cpu" and list(matrix["rows"]) == ["fp32_eager"]
+    assert matrix["rows"]["fp32_eager"]["problems"] == [] and matrix["rows"]["fp32_eager"]["seconds"]["straight"] > 0
     tests = figures["tests"]  # CUDA is hidden from the dry run's parts: every GPU test skips
     assert tests["tests"] == tests["skipped"] >= 1 and tests["failed_tests"] == []
     for part in gpu_suite.PART_NAMES:
@@ -109,7 +112,7 @@ def test_dry_run_report_sections_and_figures(dry_run):
     out, suite, report = dry_run
     headings = [line for line in report.splitlines() if line.startswith("#")]
     expected = ["# GPU suite report (DRY RUN)", "## Parts", "## Targets", "## Versions", "## tests/test_gpu.py",
-                "## Measured peaks", "## Pretraining, bart-large at 128", "## Pretraining, bart-large at 512",
+                "## Configuration matrix", "## Measured peaks", "## Pretraining, bart-large at 128", "## Pretraining, bart-large at 512",
                 "## Fine-tuning, bart-large, XSum shape", "## Beam search", "## Top kernels",
                 "### one training step", "### one decode step"]
     assert len(headings) == len(expected)
@@ -130,6 +133,8 @@ def test_dry_run_report_sections_and_figures(dry_run):
     for r in figures["beam"]["rows"]:
         assert f"| {r['batch']} | {r['hf_summaries_s']:,.2f} | {r['ours_summaries_s']:,.2f} | {r['speedup']:.2f}x |" \
             in beam
+    matrix = report.split("## Configuration matrix")[1].split("## Measured peaks")[0]
+    assert "| fp32_eager | fp32 off on fsdp pre padded | ok |" in matrix and "in 1 process (the strategies in" in matrix
     kernels = report.split("### one decode step")[1]
     assert figures["profile"]["decode"]["rows"][0]["kernel"][:120] in kernels
 
@@ -139,7 +144,7 @@ def test_failing_parts_are_reported_and_the_others_run(tmp_path):
     of their logs, and the part after them runs and gives its figures. Every part but the profile is a fault
     (the failing ones end at once): the hung part's share of the budget is small, the profile's large."""
     out = tmp_path / "out"
-    failing = ("tests", "peaks", "pretrain128", "pretrain512", "beam")
+    failing = ("tests", "matrix", "peaks", "pretrain128", "pretrain512", "beam")
     run, seconds = _suite(out, "--dry-run", "--budget", "30",
                           faults=",".join([f"{p}=error" for p in failing] + ["env=hang", "finetune_xsum=oom"]))
     assert run.returncode == 0, run.stdout + run.stderr
@@ -205,9 +210,9 @@ def test_datasheet_peaks_by_device_name():
 def test_part_limits_share_the_time_left():
     weights = list(gpu_suite.PART_WEIGHTS.values())
     assert sum(weights) == 470  # the default 480 s budget (one 8-minute window), 10 s kept for the report
-    assert gpu_suite.part_limits(470, weights) == pytest.approx(55)  # the tests, first
+    assert gpu_suite.part_limits(470, weights) == pytest.approx(45)  # the tests, first
     # a part that finished early leaves its time to the ones after it, in proportion to their weights
-    assert gpu_suite.part_limits(470 - 40, weights[1:]) == pytest.approx(430 * 10 / 415)
+    assert gpu_suite.part_limits(470 - 40, weights[1:]) == pytest.approx(430 * 90 / 425)
     assert gpu_suite.part_limits(100, weights[-1:]) == 100
 
 
