@@ -36,7 +36,8 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 VERSION = "4.8.5"  # requirements.txt's pin
 INSTALL = f"pip install ctranslate2=={VERSION}"
@@ -177,7 +178,11 @@ def convert(hf_folder: str, out_dir: str, vocab_size: int, settings: dict) -> di
     import transformers
     from ctranslate2.converters import TransformersConverter
 
-    from bart.utils.foreign_noise import CONVERTER_NOISE, dropped, no_transformers_progress_bars
+    from bart.utils.foreign_noise import (
+        CONVERTER_NOISE,
+        dropped,
+        no_transformers_progress_bars,
+    )
 
     with tempfile.TemporaryDirectory(prefix=".ct2-source-", dir=os.path.dirname(out_dir)) as work:
         source = os.path.join(work, "hf")

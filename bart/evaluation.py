@@ -19,8 +19,8 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
                    gen_kwargs: dict, precision: Precision = FP32,
                    desc: str = "generate", nested: bool = False,
-                   stopped_during: Optional[str] = None) -> tuple[list, list[float]]:
+                   stopped_during: str | None = None) -> tuple[list, list[float]]:
     """(generated text per source in input order, per-batch seconds on this rank), under the run's
     ``precision`` (its autocast): a string per source, or with ``num_return_sequences`` > 1 in
     ``gen_kwargs`` a list of that many strings per source. Rank 0 shows its progress in examples (ranks
@@ -139,8 +139,8 @@ def score(task: str, predictions: list[str], references: list[str]) -> dict:
 
 
 def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, task: str, batch_size: int,
-                  max_source_length: int, gen_kwargs: dict, n_obs: Optional[int] = None,
-                  precision: Precision = FP32, trained: Optional[str] = None) -> dict:
+                  max_source_length: int, gen_kwargs: dict, n_obs: int | None = None,
+                  precision: Precision = FP32, trained: str | None = None) -> dict:
     """Generate for a split, score it, and (rank 0) write ``{split}_generations.txt`` and
     ``{split}_rouge.json`` (``_bleu.json`` for translation), each whole or not at all. Returns the metrics.
     A stop signal ends it before the next batch with nothing written (:class:`bart.utils.errors.Preempted`, exit 75),

@@ -42,7 +42,6 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Optional
 
 from bart.configuration.shipped import config_file, names_help
 from bart.utils.errors import one_line
@@ -56,7 +55,7 @@ class ExportError(ValueError):
     """An export that cannot be written; the message says why and what to do."""
 
 
-def _load_model(checkpoint: str, config_path: Optional[str], pre_ln: Optional[bool]):
+def _load_model(checkpoint: str, config_path: str | None, pre_ln: bool | None):
     from bart.configuration.configuration_bart import BartConfig
     from bart.modeling.modeling_bart import BartForConditionalGeneration
 
@@ -275,10 +274,10 @@ def _write_ct2(hf_folder: str, ct2_dir: str, model, settings: dict) -> dict:
         raise
 
 
-def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, config_path: Optional[str] = None,
-           pre_ln: Optional[bool] = None, overwrite: bool = False, verify: bool = True,
-           allow_tokenizer_mismatch: bool = False, ct2_dir: Optional[str] = None,
-           push_to_hub: Optional[str] = None, private: bool = False) -> dict:
+def export(checkpoint: str, out_dir: str, tokenizer: str | None = None, config_path: str | None = None,
+           pre_ln: bool | None = None, overwrite: bool = False, verify: bool = True,
+           allow_tokenizer_mismatch: bool = False, ct2_dir: str | None = None,
+           push_to_hub: str | None = None, private: bool = False) -> dict:
     """Write the Hugging Face folder ``out_dir`` (and with ``ct2_dir`` CTranslate2's model of it; with
     ``push_to_hub`` upload ``out_dir`` to that model repository); returns what was written (paths,
     tokenizer, check, CTranslate2's options, the repository's URL)."""
@@ -297,8 +296,9 @@ def export(checkpoint: str, out_dir: str, tokenizer: Optional[str] = None, confi
         model_path = resolve_weights(model_path)  # a run's output folder: its newest checkpoint
     if os.path.abspath(model_path) == out_dir:
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
-    from bart.modeling.weights import write_model_files  # torch: imported once the cheap checks passed
-
+    from bart.modeling.weights import (
+        write_model_files,  # torch: imported once the cheap checks passed
+    )
     from bart.tokenization.tokenizer_choice import choose_tokenizer
 
     model = _load_model(model_path, config_path, pre_ln)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 _TRUE = {"1", "on", "yes", "true"}
 CONFIG_FILES = ["config.json", "generation_config.json"]
@@ -69,10 +68,15 @@ def looks_like_hub_id(name: str | os.PathLike) -> bool:
     return bool(name.strip()) and not os.path.exists(os.path.expanduser(name)) and not _looks_like_path(name)
 
 
-def _download(repo_id: str, what: str, patterns: list[str], revision: Optional[str]) -> str:
+def _download(repo_id: str, what: str, patterns: list[str], revision: str | None) -> str:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, HFValidationError, LocalEntryNotFoundError,
-                                        RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     offline = is_offline()
     cache = cache_dir()
@@ -115,7 +119,7 @@ def _has_weights(folder: str) -> bool:
     return any(os.path.isfile(os.path.join(folder, name)) for name in _WEIGHT_NAMES)
 
 
-def resolve_model_path(name_or_path: str | os.PathLike, revision: Optional[str] = None) -> str:
+def resolve_model_path(name_or_path: str | os.PathLike, revision: str | None = None) -> str:
     """A local file or folder for ``name_or_path``.
 
     An existing path is returned unchanged (``~`` expanded). Anything else is a hub id: the folder of
@@ -146,7 +150,7 @@ def has_tokenizer_files(folder: str | os.PathLike | None) -> bool:
     return any(all(os.path.isfile(os.path.join(folder, n)) for n in names) for names in _TOKENIZER_SETS)
 
 
-def hub_id_of(folder: str | os.PathLike | None) -> Optional[str]:
+def hub_id_of(folder: str | os.PathLike | None) -> str | None:
     """The hub id a snapshot folder of the hub cache belongs to (``.../models--org--name/snapshots/<commit>``
     -> ``org/name``); None for any other folder."""
     if not folder:
@@ -159,7 +163,7 @@ def hub_id_of(folder: str | os.PathLike | None) -> Optional[str]:
 
 
 def resolve_tokenizer_path(name_or_path: str | os.PathLike | None, model_path: str | os.PathLike | None = None,
-                           default: Optional[str] = None, revision: Optional[str] = None) -> str:
+                           default: str | None = None, revision: str | None = None) -> str:
     """A local tokenizer folder.
 
     ``name_or_path`` given: a local folder as is, else a hub id (only tokenizer files are fetched).

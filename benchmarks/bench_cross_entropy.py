@@ -10,8 +10,8 @@ above the inputs' is reported. The LM head's rows are padded as the model pads t
 import argparse
 import os
 import resource
-import subprocess
 import statistics
+import subprocess
 import sys
 import time
 

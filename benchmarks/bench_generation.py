@@ -69,6 +69,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bart.configuration import BartConfig  # noqa: E402
+
 # CTranslate2: generate's settings as translate_batch's options and what it does differently (bart/ct2.py)
 from bart.ct2 import ct2_options, ct2_vocabulary  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
@@ -399,7 +400,11 @@ def main() -> None:
             elif name == "hf":
                 runners[name] = (f"transformers {transformers.__version__} generate", ours_runner(hf))
             elif name == "ours_packed":  # run_eval.py's fp32 on CPU: a decoding copy, packed as its policy says
-                from bart.generation.precision import can_pack, decodes_packed, prepare_for_decoding
+                from bart.generation.precision import (
+                    can_pack,
+                    decodes_packed,
+                    prepare_for_decoding,
+                )
                 if not can_pack(ours):
                     raise RuntimeError("packed linear layers are for an fp32 model on CPU with oneDNN")
                 runners[name] = ("this project fp32, run_eval's decoding copy (packed)",

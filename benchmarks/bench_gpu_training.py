@@ -49,11 +49,11 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bart.cli.settings import PrecisionSettings, Settings  # noqa: E402
 from bart.configuration import BartConfig  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.training.float8 import convert_to_float8  # noqa: E402
-from bart.cli.settings import PrecisionSettings, Settings  # noqa: E402
 from bart.training.strategy import prepared_strategy  # noqa: E402
 from bart.training.trainer import Trainer  # noqa: E402
 

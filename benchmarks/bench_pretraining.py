@@ -29,6 +29,7 @@ import transformers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bart.cli.settings import PrecisionSettings, Settings  # noqa: E402
 from bart.configuration import BartConfig  # noqa: E402
 from bart.data.noise import NoiseConfig  # noqa: E402
 from bart.data.pretraining_dataset import build_pretraining_loader  # noqa: E402
@@ -36,7 +37,6 @@ from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.tokenization.build_tokenizer import build_tokenizer_folder  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
-from bart.cli.settings import PrecisionSettings, Settings  # noqa: E402
 from bart.training.strategy import prepared_strategy  # noqa: E402
 from bart.training.trainer import Trainer  # noqa: E402
 from benchmarks.corpora import write_shards  # noqa: E402

@@ -26,6 +26,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bart.cli.settings import Settings  # noqa: E402
 from bart.configuration import BartConfig  # noqa: E402
 from bart.data.lddl_compat import balance_shards  # noqa: E402
 from bart.data.noise import NoiseConfig  # noqa: E402
@@ -34,12 +35,10 @@ from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.tokenization.train_tokenizer import train_tokenizer  # noqa: E402
-from bart.cli.settings import Settings  # noqa: E402
 from bart.training.strategy import prepared_strategy  # noqa: E402
 from bart.training.trainer import Trainer  # noqa: E402
-from benchmarks.corpora import write_shards  # noqa: E402
 from bart.utils.dllogger_compat import Logger  # noqa: E402
-
+from benchmarks.corpora import write_shards  # noqa: E402
 
 VOCAB_SIZE = 1024  # a small trained vocabulary: GPT-2's 50,265-way softmax would dominate the tiny model's step
 TINY = dict(vocab_size=VOCAB_SIZE, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,

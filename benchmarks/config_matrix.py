@@ -276,7 +276,6 @@ def _transformers_tokens(export_dir: str, sources: list[str], source_length: int
 
     from bart.modeling import BartForConditionalGeneration
     from bart.tokenization.tokenization_bart import BartTokenizer, model_inputs
-
     from bart.utils.foreign_noise import no_transformers_progress_bars
 
     tokenizer = BartTokenizer.from_pretrained(export_dir)

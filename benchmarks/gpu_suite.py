@@ -48,10 +48,18 @@ import xml.etree.ElementTree as ElementTree
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
+from gpu_suite_report import (  # noqa: E402, F401
+    BEAM,
+    DRY_BEAM,
+    DRY_TRAIN_SHAPES,
+    REPORT_ORDER,
+    TARGETS,
+    TRAIN_SHAPES,
+    render,
+)
+
 from bart.utils.checkpoint_io import atomic_write_text  # noqa: E402
 from bart.utils.errors import RunStopped, UserError  # noqa: E402
-from gpu_suite_report import (BEAM, DRY_BEAM, DRY_TRAIN_SHAPES, REPORT_ORDER, TARGETS,  # noqa: E402, F401
-                              TRAIN_SHAPES, render)
 
 DEFAULT_BUDGET = 480.0
 # Dense bf16 TFLOP/s and memory TB/s from NVIDIA's datasheets, by the device name torch reports
@@ -138,10 +146,9 @@ def _fp8_problem():
 
 
 def part_peaks(out_dir: str, dry_run: bool) -> None:
-    import torch
-
     import bench_generation
     import bench_gpu_training
+    import torch
     device = "cpu" if dry_run else "cuda"
     size, nbytes = (256, 2**24) if dry_run else (8192, 2**30)
     _write_json(os.path.join(out_dir, "peaks.json"), {
@@ -153,10 +160,10 @@ def part_peaks(out_dir: str, dry_run: bool) -> None:
 def part_profile(out_dir: str, dry_run: bool, train_batch: int = 0) -> None:
     """Top kernels of one training step (this project, LAMB + fused cross-entropy, pretraining at 128)
     and of one beam-search decode step (XSum shape, batch 32, bf16, the middle step)."""
+    import bench_gpu_training as training
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    import bench_gpu_training as training
     from bart.configuration import BartConfig
     from bart.modeling import BartForConditionalGeneration
     device = "cpu" if dry_run else "cuda"
@@ -224,9 +231,9 @@ def part_matrix(out_dir: str, dry_run: bool) -> None:
     two (NCCL runs one rank a GPU): on one GPU the strategies run in their single-process form (the model as it
     is); the dry run: one row in one process on CPU. matrix.json: each row's problems (none: it did the whole job),
     seconds and compile figures; the part fails (exit 1) when a row has a problem."""
+    from bart.tokenization.build_tokenizer import build_tokenizer_folder
     from benchmarks import config_matrix
     from benchmarks.corpora import write_summarization_data
-    from bart.tokenization.build_tokenizer import build_tokenizer_folder
 
     inputs = os.path.join(out_dir, "matrix_inputs")
     if dry_run:

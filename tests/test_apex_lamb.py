@@ -351,8 +351,12 @@ def test_a_checkpoint_resumes_on_either_implementation(apex, on_cuda, tmp_path, 
 def _fit(tmp_path, prefer_apex, precision="fp32", steps=3):
     from bart.modeling import BartForConditionalGeneration
     from bart.training.trainer import Trainer
-    from tests.helpers.synthetic import one_process, run_settings
-    from tests.helpers.synthetic import SyntheticBatches, tiny_config
+    from tests.helpers.synthetic import (
+        SyntheticBatches,
+        one_process,
+        run_settings,
+        tiny_config,
+    )
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))

@@ -15,9 +15,9 @@ import torch
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
 from bart.modeling.weights import ARCHITECTURE_KEYS
+from bart.utils.dllogger_compat import read_dllogger
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.summaries import write_summarization_data
-from bart.utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU sweep (one fp32 process)")

@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from bart.training.checkpoint import (capture_rng_state, latest_checkpoint, load_checkpoint, prune_checkpoints,
-                                      restore_rng_state, save_checkpoint)
+from bart.training.checkpoint import (
+    capture_rng_state,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    restore_rng_state,
+    save_checkpoint,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = """

@@ -4,8 +4,8 @@ The image's build steps run as written (paths under /opt rebased into a temporar
 that need the network or CUDA are replaced by test doubles that follow the versions the Dockerfile
 pins. The journey that runs in this configuration is tests/test_journey.py's (the Quick Start's steps the image
 changes, and public weights through the scripts' 16 positional values)."""
-import importlib.util
 import glob
+import importlib.util
 import os
 import re
 import shutil

@@ -82,6 +82,7 @@ def test_gpu_benchmark_flops_formula_counts_the_models_matmul_weights():
     checked against the Linear layers of a real model, not restated from the formula."""
     import importlib.util
     import os
+
     from bart.configuration import BartConfig
     from bart.modeling import BartForConditionalGeneration
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",

@@ -26,10 +26,16 @@ import torch
 
 from bart.data import DataError
 from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
-from tests.helpers.corpus import micro_config, write_shards
 from bart.utils import checkpoint_io
-from bart.utils.checkpoint_io import StorageError, atomic_save, atomic_write_text, safe_load, storage_errno
+from bart.utils.checkpoint_io import (
+    StorageError,
+    atomic_save,
+    atomic_write_text,
+    safe_load,
+    storage_errno,
+)
 from bart.utils.errors import EXIT_USER_ERROR
+from tests.helpers.corpus import micro_config, write_shards
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXIT_INTERRUPTED = 130
@@ -345,7 +351,11 @@ def test_loader_workers_end_when_the_epoch_fails(tmp_path, small_tokenizer_dir):
     """Whatever a worker raises, the workers are gone when the error reaches the training loop (old code:
     alive as long as the traceback was, and the interpreter's exit waited on them for ever)."""
     from bart.data.noise import NoiseConfig
-    from bart.data.pretraining_dataset import BartPretrainingDataset, PretrainingLoader, build_pretraining_loader
+    from bart.data.pretraining_dataset import (
+        BartPretrainingDataset,
+        PretrainingLoader,
+        build_pretraining_loader,
+    )
     from bart.tokenization.tokenization_bart import BartTokenizer
 
     shards = write_shards(str(tmp_path), [8, 8])

@@ -12,11 +12,13 @@ import time
 import pytest
 import torch
 
-from tests.helpers.corpus import pretraining_argv
-from tests.helpers.ports import free_port
 from bart.utils.dllogger_compat import read_dllogger
 from bart.utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
-from tests.helpers.processes import Watched as _Watched, logged_step, ours as _ours, wait_for
+from tests.helpers.corpus import pretraining_argv
+from tests.helpers.ports import free_port
+from tests.helpers.processes import Watched as _Watched
+from tests.helpers.processes import logged_step, wait_for
+from tests.helpers.processes import ours as _ours
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
@@ -189,7 +191,12 @@ def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
     from bart.modeling import BartForConditionalGeneration
     from bart.optim import build_optimizer, build_scheduler
     from bart.training.trainer import NonFiniteLossError, Trainer
-    from tests.helpers.synthetic import SyntheticBatches, one_process, run_settings, tiny_config
+    from tests.helpers.synthetic import (
+        SyntheticBatches,
+        one_process,
+        run_settings,
+        tiny_config,
+    )
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(tiny_config(dropout=0.0))
@@ -207,9 +214,9 @@ def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
 
 
 def test_best_checkpoints_survive_a_resume(tmp_path):
+    from bart.modeling import BartForConditionalGeneration
     from bart.training.checkpoint import BestCheckpoints
     from tests.helpers.synthetic import tiny_config
-    from bart.modeling import BartForConditionalGeneration
 
     model = BartForConditionalGeneration(tiny_config())
     best = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=False)

@@ -193,8 +193,8 @@ def test_one_precision_travels_through_the_run(tmp_path, small_tokenizer_dir, mo
     """A run makes its Precision once (at parse time) and every autocast of it, training, validation's generation
     and prediction, is opened by that one object; --no-tf32 reaches the process-wide TF32 switch."""
     import finetune
-    from tests.helpers.corpus import micro_config
     from bart.utils.precision import Precision
+    from tests.helpers.corpus import micro_config
 
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
     (tmp_path / "config.json").write_text(json.dumps(micro_config(dropout=0.0)))

@@ -4,15 +4,14 @@ it loads a model), torch's deprecations of torchao's registrations and transform
 in a fresh process (the lines come once per process, at torchao's first import); every other record of those
 loggers still shows (bart/utils/foreign_noise.py)."""
 import enum
+import importlib.util
 import json
 import logging
 import os
 import subprocess
 import sys
-import importlib.util
 
 import pytest
-
 import torch
 
 from bart.configuration import BartConfig

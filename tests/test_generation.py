@@ -8,7 +8,12 @@ import transformers
 
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
-from tests.helpers.generation_parity import Transformers457, difference, report, run_both
+from tests.helpers.generation_parity import (
+    Transformers457,
+    difference,
+    report,
+    run_both,
+)
 from tests.helpers.group_beam_reference import reference_group_beam_search
 
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,

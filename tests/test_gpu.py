@@ -5,7 +5,13 @@ import torch
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import Lamb, build_optimizer, build_scheduler, decay_groups
 from bart.training.trainer import Trainer
-from tests.helpers.synthetic import SyntheticBatches, WalkBatches, one_process, run_settings, tiny_config
+from tests.helpers.synthetic import (
+    SyntheticBatches,
+    WalkBatches,
+    one_process,
+    run_settings,
+    tiny_config,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

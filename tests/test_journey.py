@@ -29,10 +29,10 @@ import pytest
 import torch
 import transformers
 
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_wikipedia_dump
-from tests.helpers.container import DOUBLES, build_image
-from tests.helpers.hub_cache import add_to_hub_cache
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers.container import DOUBLES, build_image
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_wikipedia_dump
+from tests.helpers.hub_cache import add_to_hub_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED = {

@@ -8,7 +8,12 @@ import pytest
 from torch.utils.data import DataLoader
 
 from bart.data import lddl_compat
-from bart.data.lddl_compat import BalancedParquetDataset, balance_shards, parquet_files, usable_workers
+from bart.data.lddl_compat import (
+    BalancedParquetDataset,
+    balance_shards,
+    parquet_files,
+    usable_workers,
+)
 from tests.helpers.corpus import write_shards
 
 

@@ -3,7 +3,15 @@ import numpy as np
 import pytest
 import torch
 
-from bart.data.noise import DenoisingCollator, DenoisingNoise, NoiseConfig, poisson_draws, poisson_table, sample_keys, span_plan
+from bart.data.noise import (
+    DenoisingCollator,
+    DenoisingNoise,
+    NoiseConfig,
+    poisson_draws,
+    poisson_table,
+    sample_keys,
+    span_plan,
+)
 
 WORDS = ("the quick brown fox jumps over lazy dog while researchers train large language models on "
          "many thousands of documents about science history music and sports in several countries").split()

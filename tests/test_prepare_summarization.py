@@ -10,7 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from bart.data.cnn_dm_stories import parse_story, story_name
-from bart.data.prepare_summarization import convert_cnn_dm, convert_hf, convert_xsum, main
+from bart.data.prepare_summarization import (
+    convert_cnn_dm,
+    convert_hf,
+    convert_xsum,
+    main,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

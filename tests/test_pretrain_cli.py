@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
+from bart.utils.dllogger_compat import read_dllogger
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.entry import run_entry
-from bart.utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACT_FLAGS = """--config_path --warmup_steps --max_steps --data_dir --learning_rate --n_val --train_batch_size

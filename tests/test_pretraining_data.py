@@ -14,13 +14,12 @@ from bart.data.pretraining_dataset import build_pretraining_loader, is_blank, sp
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import Trainer
-from tests.helpers.synthetic import one_process, run_settings
-from tests.helpers import loader_rank
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
-from tests.helpers.synthetic import tiny_config
-from tests.helpers.ports import free_port
 from bart.utils.checkpoint_io import CheckpointError
 from bart.utils.dllogger_compat import Logger, read_dllogger
+from tests.helpers import loader_rank
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
+from tests.helpers.ports import free_port
+from tests.helpers.synthetic import one_process, run_settings, tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -478,6 +478,7 @@ def test_weights_summary_counts_every_parameter():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, small_tokenizer_dir):
     import json
+
     from bart.configuration import BartConfig
     from bart.modeling import BartForConditionalGeneration
     from tests.helpers.corpus import SMALL_VOCAB_SIZE
@@ -553,6 +554,7 @@ def test_reference_pretraining_phase2_command_line_runs(tiny_run, monkeypatch):
     the held-out loss runs in --eval_batch_size batches, --buffer_size is the shuffle window."""
     import importlib
     import json
+
     from bart.cli.exits import run_main
     from tests.helpers.corpus import write_shards
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from tests.helpers.corpus import micro_config
-from tests.helpers.summaries import write_summarization_data
 from tests.helpers.entry import run_entry as _main
 from tests.helpers.ports import free_port
+from tests.helpers.summaries import write_summarization_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config()  # dropout 0.1: a random stream a resume loses shows in the losses (with 0 it would not)
@@ -115,6 +115,7 @@ def test_auto_with_load_model_weights_only_is_refused(world, capsys):
 # -- the process group of a restarted attempt ----------------------------------------------------------
 def _store():
     import datetime
+
     from torch.distributed import TCPStore
     return TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 import transformers
 
+from bart.utils.dllogger_compat import read_dllogger
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
-from bart.utils.dllogger_compat import read_dllogger
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=50265, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,

@@ -10,7 +10,16 @@ import pytest
 
 from bart.cli.args import build_parser, program_name
 from bart.cli.reference_flags import SPECS
-from bart.cli.settings import EVAL, FINETUNE, PRETRAIN, SECTIONS, TRANSLATED, Settings, parse_command_line, resolved
+from bart.cli.settings import (
+    EVAL,
+    FINETUNE,
+    PRETRAIN,
+    SECTIONS,
+    TRANSLATED,
+    Settings,
+    parse_command_line,
+    resolved,
+)
 from bart.data.noise import NoiseConfig
 from tests.helpers.entry import run_entry
 

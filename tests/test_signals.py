@@ -14,12 +14,12 @@ import time
 import pytest
 import torch
 
+from bart.utils.dllogger_compat import read_dllogger
+from bart.utils.errors import EXIT_PREEMPTED
 from tests.helpers.corpus import micro_config, pretraining_argv
 from tests.helpers.entry import run_entry
-from bart.utils.dllogger_compat import read_dllogger
 from tests.helpers.ports import free_port
 from tests.helpers.processes import Watched, logged_step, ours, wait_for
-from bart.utils.errors import EXIT_PREEMPTED
 
 
 @pytest.fixture(scope="module")

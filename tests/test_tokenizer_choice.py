@@ -17,17 +17,21 @@ import sys
 import pytest
 import torch
 
+from bart.cli import builder
 from bart.configuration import BartConfig
 from bart.hub import resolve_model_path
 from bart.modeling import BartForConditionalGeneration
 from bart.tokenization.identity import read_record, tokenizer_identity
 from bart.tokenization.tokenization_bart import BartTokenizer
-from bart.cli import builder
-from bart.training.checkpoint import BestCheckpoints, write_final_weights, write_training_checkpoint
+from bart.training.checkpoint import (
+    BestCheckpoints,
+    write_final_weights,
+    write_training_checkpoint,
+)
+from bart.utils.errors import UserError
+from tests.helpers.fairseq import fairseq_state
 from tests.helpers.hub_cache import add_to_hub_cache
 from tests.helpers.summaries import write_summarization_data
-from tests.helpers.fairseq import fairseq_state
-from bart.utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=50265, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
@@ -293,6 +297,7 @@ def test_the_image_bakes_a_default_for_scratch_and_bart_large_for_public_weights
     reads a tokenizer from); with that environment public weights get facebook/bart-large's from the cache
     and a run from scratch the baked folder."""
     import huggingface_hub
+
     from bart.hub import TOKENIZER_FILES
     image_env, runs = _dockerfile()
     assert "TOKENIZER" not in image_env

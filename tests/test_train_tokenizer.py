@@ -14,8 +14,17 @@ from transformers import AutoTokenizer
 from bart.tokenization.build_tokenizer import FOLDER_FILES
 from bart.tokenization.tokenization_bart import BartTokenizer
 from bart.tokenization.train_tokenizer import MIN_VOCAB_SIZE, main, train_tokenizer
-from bart.tokenization.vocab_check import SPARE_ROWS, VocabSizeMismatch, check_vocab_size
-from tests.helpers.corpus import NON_ASCII, SMALL_VOCAB_SIZE, write_shards, write_tokenizer_corpus
+from bart.tokenization.vocab_check import (
+    SPARE_ROWS,
+    VocabSizeMismatch,
+    check_vocab_size,
+)
+from tests.helpers.corpus import (
+    NON_ASCII,
+    SMALL_VOCAB_SIZE,
+    write_shards,
+    write_tokenizer_corpus,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["Hello world. It works!", "Café crème brûlée, naïve.", "中文分词 and 日本語 too", "Emoji 🤗🚀 at the end 👍🏽",

@@ -11,9 +11,15 @@ import torch
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import NonFiniteLossError, Trainer
-from tests.helpers.synthetic import SyntheticBatches, WalkBatches, one_process, run_settings, tiny_config
-from tests.helpers.ports import free_port
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers.ports import free_port
+from tests.helpers.synthetic import (
+    SyntheticBatches,
+    WalkBatches,
+    one_process,
+    run_settings,
+    tiny_config,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -305,7 +311,13 @@ def test_fsdp_resume_is_exact(two_nodes):
 def test_strategies_come_from_their_table(monkeypatch, capsys):
     """--distributed_strategy NAME builds STRATEGIES[NAME]: a strategy added to the table is the one that runs,
     an unknown name is refused (never DDP), no name is DDP with several processes and nothing with one."""
-    from bart.training.strategy import STRATEGIES, DDPStrategy, FSDPStrategy, Strategy, build_strategy
+    from bart.training.strategy import (
+        STRATEGIES,
+        DDPStrategy,
+        FSDPStrategy,
+        Strategy,
+        build_strategy,
+    )
 
     cpu = torch.device("cpu")
 
@@ -358,8 +370,8 @@ def _built_run(tmp_path, flags, steps):
     import pretrain
     from bart.cli import builder
     from bart.configuration import BartConfig
-    from tests.helpers.corpus import micro_config
     from bart.utils.distributed import read_env
+    from tests.helpers.corpus import micro_config
 
     args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path),
                                 "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), "--log_freq", "1",
@@ -451,13 +463,13 @@ def test_an_fp8_model_validates_and_decodes_as_its_weights_in_bf16():
     float8 tensor), so an --fp8 run's validation, --do_predict and best-k ended in a traceback."""
     pytest.importorskip("torchao.float8")
     import copy
+    from types import SimpleNamespace
 
     from bart.configuration import BartConfig
     from bart.training.float8 import convert_to_float8
     from bart.training.validation import token_loss
     from bart.utils.precision import Precision
     from tests.helpers.corpus import micro_config
-    from types import SimpleNamespace
 
     torch.manual_seed(0)
     config = BartConfig(**micro_config(encoder_layers=2, decoder_layers=2, vocab_size=64, init_std=0.2, dropout=0.0))

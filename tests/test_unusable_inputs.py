@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from bart.modeling.weights import CheckpointError
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, micro_config, write_shards
-from tests.helpers.summaries import write_summarization_data
-from tests.helpers.entry import run_entry as _main
 from bart.utils.errors import UserError
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, micro_config, write_shards
+from tests.helpers.entry import run_entry as _main
+from tests.helpers.summaries import write_summarization_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config()
@@ -605,9 +605,9 @@ def test_what_the_project_writes_gets_the_umasks_permissions(mask, umask, tmp_pa
     """Old code: build_tokenizer/train_tokenizer folders 0700, model.safetensors 0600, whatever the umask."""
     from bart.modeling.weights import save_pretrained
     from bart.tokenization.train_tokenizer import train_tokenizer
-    from tests.helpers.corpus import write_tokenizer_corpus
     from bart.utils.checkpoint_io import atomic_save
     from bart.utils.nltk_data import ensure_punkt
+    from tests.helpers.corpus import write_tokenizer_corpus
     umask(mask)
     folder_mode, file_mode = 0o777 & ~mask, 0o666 & ~mask
     corpus = write_tokenizer_corpus(str(tmp_path / "corpus"), lines=200)

@@ -131,10 +131,10 @@ def test_readme_inference_snippet(tmp_path, tokenizer_dir, monkeypatch):
     torch.save({"model": trained.state_dict(), "config": trained.config.to_dict()},
                tmp_path / "results" / "_epoch1_step2000.ckpt")
     monkeypatch.chdir(tmp_path)
+    from bart.configuration.configuration_bart import BartConfig as SnippetConfig
     from bart.modeling.modeling_bart import BartForConditionalGeneration as SnippetModel
     from bart.tokenization.tokenization_bart import BartTokenizer
-    from bart.configuration.configuration_bart import BartConfig as SnippetConfig
-    config = SnippetConfig(**json.load(open('configs/config.json', "r")))
+    config = SnippetConfig(**json.load(open('configs/config.json')))
     config.dtype = None
     config.pre_ln = True
     model_path = 'results/_epoch1_step2000.ckpt'

@@ -150,7 +150,9 @@ def _no_restart_after_a_user_error(spared: list) -> None:
     once torchrun's agent has seen it (its ``_remaining_restarts``; how many there were goes in ``spared`` for
     the launcher's last line)."""
     from torch.distributed.elastic.agent.server.api import WorkerState
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.elastic.agent.server.local_elastic_agent import (
+        LocalElasticAgent,
+    )
 
     monitor = LocalElasticAgent._monitor_workers
 
@@ -181,7 +183,9 @@ def _wake_stopped_workers_when_closing(stop_signals: list) -> None:
     when the job ends because a worker failed, SIGKILL: it is the stopped rank the heartbeat named
     (:mod:`bart.utils.heartbeat`), and torchrun would kill it 30 s later anyway. A running worker is left to its
     closing signal."""
-    from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
+    from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import (
+        SubprocessHandler,
+    )
 
     close = SubprocessHandler.close
 

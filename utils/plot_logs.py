@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 from bart.utils.dllogger_compat import read_dllogger
 

@@ -20,8 +20,9 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from bart.cli.reference_flags import add_reference_args
 from bart.data.noise import add_noise_args
@@ -45,7 +46,7 @@ class Flag:
     scripts: tuple = TRAINING              # the entry scripts that take it
     quick: tuple = ()                      # the scripts whose short --help shows it (the quick start's flags)
     refused_in: tuple = ()                 # scripts that parse it (reference command lines) but refuse a change
-    lazy: Optional[Callable[[], dict]] = None  # keywords known when the parser is built (a table's choices)
+    lazy: Callable[[], dict] | None = None  # keywords known when the parser is built (a table's choices)
     per_script: Mapping = field(default_factory=dict)  # script -> keywords over these (default, help, type, ...)
     argparse: Mapping = field(default_factory=dict)    # action, type, choices, nargs, metavar, const, required
 
@@ -96,7 +97,7 @@ def argparse_keywords(name: str, declared: Flag, default: Any, script: str) -> t
     return options, None, {**keywords, "dest": name}
 
 
-def add_flags(parser: argparse.ArgumentParser, sections, script: str, title: Optional[str] = None) -> list:
+def add_flags(parser: argparse.ArgumentParser, sections, script: str, title: str | None = None) -> list:
     """The flags of ``sections`` (Settings section classes) that ``script`` takes, each section an argument group;
     returns the actions of the quick start's flags (the short --help's)."""
     quick = []
@@ -311,7 +312,7 @@ USAGE = {PRETRAIN: "%(prog)s --config_path FILE --data_dir DIR --max_steps N [op
 SHORT_HELP_LINES = 60  # the most a script's --help prints (its quick start's flags); --help-all prints every group
 
 
-def program_name(script: str, argv0: Optional[str] = None) -> str:
+def program_name(script: str, argv0: str | None = None) -> str:
     """The command the user typed: ``bart-finetune`` when installed, ``finetune.py`` from a checkout (the
     basename of ``sys.argv[0]``); the script's name where the process runs something else (a test, a notebook)."""
     typed = os.path.basename(sys.argv[0] if argv0 is None else argv0 or "")
@@ -369,7 +370,10 @@ def short_help(parser: argparse.ArgumentParser) -> str:
 def build_parser(script: str, description: str | None = None) -> ArgumentParser:
     """``script``'s parser, generated from the Settings sections' fields (:func:`add_flags`), then the reference
     recipe's spellings of it. ``--help`` shows the quick start's flags, ``--help-all`` every group."""
-    from bart.cli.settings import SECTIONS, TRANSLATED  # the declarations (bart.cli.settings imports this module)
+    from bart.cli.settings import (  # the declarations (bart.cli.settings imports this module)
+        SECTIONS,
+        TRANSLATED,
+    )
 
     parser = ArgumentParser(prog=program_name(script), description=description, usage=USAGE[script],
                             formatter_class=HelpFormatter, add_help=False)

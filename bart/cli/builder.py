@@ -12,13 +12,26 @@ import torch
 
 from bart.cli.args import write_run_config
 from bart.cli.settings import Settings, fit_lengths, resolved
-from bart.cli.start import (device_for, lock_output_dir, model_config, record_start, resolve_config, seed_everything,
-                             setup_distributed, tokenizer_for)
+from bart.cli.start import (
+    device_for,
+    lock_output_dir,
+    model_config,
+    record_start,
+    resolve_config,
+    seed_everything,
+    setup_distributed,
+    tokenizer_for,
+)
 from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler, describe_optimizer
 from bart.tokenization.vocab_check import require_vocab_size
-from bart.training.checkpoint import earlier_run, remove_earlier_run, resolve_resume, resumable_checkpoints
+from bart.training.checkpoint import (
+    earlier_run,
+    remove_earlier_run,
+    resolve_resume,
+    resumable_checkpoints,
+)
 from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, strategy_for
 from bart.utils import distributed as dist_utils
@@ -106,7 +119,9 @@ def build_model_and_tokenizer(args: Settings, init_from: str | None, lengths) ->
 
 def pretraining_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv):
     """pretrain.py's loader: LDDL shards with BART's noise (and the held-out rows of --n_val)."""
-    from bart.data.pretraining_dataset import build_pretraining_loader  # LDDL imports transformers: seconds
+    from bart.data.pretraining_dataset import (
+        build_pretraining_loader,  # LDDL imports transformers: seconds
+    )
     return build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
                                     args.noise, seed=args.seed, num_workers=args.num_workers,
                                     local_rank=env.local_rank, n_val=args.n_val or 0,

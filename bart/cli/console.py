@@ -14,7 +14,6 @@ import importlib
 import re
 import sys
 from importlib import metadata
-from typing import Optional
 
 DISTRIBUTION = "bart-recipe"
 # console script -> its entry point ("module:function")
@@ -38,7 +37,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _requirement(distribution: str) -> Optional[str]:
+def _requirement(distribution: str) -> str | None:
     """The package's own requirement of ``distribution`` (``'torch>=2.4'``, an extra's as ``bart-recipe[wandb]``'s
     line), or None where it has none or is not installed."""
     try:
@@ -54,7 +53,7 @@ def _requirement(distribution: str) -> Optional[str]:
     return None
 
 
-def missing_package(err: BaseException) -> Optional[str]:
+def missing_package(err: BaseException) -> str | None:
     """For a ModuleNotFoundError of a module outside ``bart``: what is missing and the command that installs it
     (one line, without the script's name); None for anything else (a programming error keeps its traceback)."""
     if not isinstance(err, ModuleNotFoundError) or not err.name:

@@ -18,7 +18,13 @@ import threading
 
 from bart.data import DataError
 from bart.hub import HubResolutionError
-from bart.utils.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR, RunStopped, UserError, one_line
+from bart.utils.errors import (
+    EXIT_DIST_TIMEOUT,
+    EXIT_USER_ERROR,
+    RunStopped,
+    UserError,
+    one_line,
+)
 from bart.utils.metric_writers import MetricWriterError
 
 USER_ERRORS = (UserError, HubResolutionError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
@@ -37,7 +43,10 @@ LOWER_WHEN_OUT_OF_MEMORY = {
 
 def _resume_hint(script: str, err: BaseException | None = None) -> str:
     """After a failed checkpoint write of a training script: how to go on."""
-    from bart.utils.checkpoint_io import StorageError, WriteInterrupted  # imports torch: only when needed
+    from bart.utils.checkpoint_io import (  # imports torch: only when needed
+        StorageError,
+        WriteInterrupted,
+    )
 
     if err is not None and not isinstance(err, (StorageError, WriteInterrupted)):
         return ""

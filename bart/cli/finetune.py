@@ -5,8 +5,8 @@ import json
 import torch
 
 from bart.cli import builder
-from bart.cli.exits import run_main
 from bart.cli.args import generation_kwargs
+from bart.cli.exits import run_main
 from bart.cli.reference_flags import validate_before_training, weights_summary
 from bart.cli.settings import FINETUNE, Settings, parse_command_line, resolve_epochs
 from bart.data.summarization import read_split

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
-
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -90,11 +90,11 @@ class Spec:
     scripts: tuple
     dest: str
     kind: str = "value"            # "value", "switch" (store_true), "lightning" (Lightning's bool: bare = True)
-    type: Optional[Callable] = str
+    type: Callable | None = str
     works: Callable[[Any], bool] = _always
     fix: str = ""
     help: str = ""
-    apply: Optional[Callable[[argparse.Namespace, Any, str], None]] = None
+    apply: Callable[[argparse.Namespace, Any, str], None] | None = None
 
 
 # -- translations -----------------------------------------------------------------------------------
@@ -495,7 +495,7 @@ def validate_before_training(args) -> bool:
     return bool(args.val_check_interval)
 
 
-def write_debug_references(args) -> Optional[str]:
+def write_debug_references(args) -> str | None:
     """run_eval.py ``--debug``: the references of the evaluated examples as SAVE_PATH/{type_path}.target,
     line for line with {type_path}_generations.txt (as the reference wrote them). Not written over the
     data's own file when SAVE_PATH is the data folder."""

@@ -11,9 +11,9 @@ Run under torchrun to shard the work over several processes.
 import torch
 
 from bart.cli import start
+from bart.cli.args import generation_kwargs
 from bart.cli.exits import run_main
 from bart.cli.reference_flags import write_debug_references
-from bart.cli.args import generation_kwargs
 from bart.cli.settings import EVAL, Settings, fit_lengths, parse_command_line
 from bart.evaluation import refuse_earlier_evaluation, run_evaluation
 from bart.generation.precision import for_decoding

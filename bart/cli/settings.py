@@ -30,21 +30,45 @@ import datetime
 import math
 import sys
 from dataclasses import dataclass
-from typing import ClassVar, Optional, Union
+from typing import ClassVar
 
-from bart.cli.args import (ALL, EVAL, FINETUNE, NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, POSITIVE_FLOAT, PRETRAIN,
-                           PROBABILITY, TRAINING, Flag, _bool_or_path, build_parser, check_namespace, count_or_all,
-                           flag, generate_option_pairs, given_flags, int_at_least, read_config_file, reference,
-                           reject_unused, setting, updates_or_fraction)
+from bart.cli.args import (
+    ALL,
+    EVAL,
+    FINETUNE,
+    NON_NEGATIVE,
+    NON_NEGATIVE_FLOAT,
+    POSITIVE,
+    POSITIVE_FLOAT,
+    PRETRAIN,
+    PROBABILITY,
+    TRAINING,
+    Flag,
+    _bool_or_path,
+    build_parser,
+    check_namespace,
+    count_or_all,
+    flag,
+    generate_option_pairs,
+    given_flags,
+    int_at_least,
+    read_config_file,
+    reference,
+    reject_unused,
+    setting,
+    updates_or_fraction,
+)
 from bart.cli.reference_flags import apply_reference_args
 from bart.configuration.shipped import names_help
 from bart.data.noise import NoiseConfig, noise_config_from_args
 from bart.evaluation import TASK_METRICS, task_metric
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
 from bart.optim.schedulers import SCHEDULES
-from bart.utils.affinity import DEFAULT_MODE as DEFAULT_AFFINITY, MODES as AFFINITY_MODES
+from bart.utils.affinity import DEFAULT_MODE as DEFAULT_AFFINITY
+from bart.utils.affinity import MODES as AFFINITY_MODES
 from bart.utils.errors import UserError
 from bart.utils.precision import FP8_LIBRARY, Precision, TrainingOnly
+
 
 class SettingsError(ValueError):
     """A rule between flags that the command line breaks: one line, argparse's exit 2 at parse time."""
@@ -61,14 +85,18 @@ def _strategies() -> dict:
 
 
 def _resume_changes() -> dict:
-    from bart.training.checkpoint import ALLOWABLE_CHANGES  # the training scripts' (as STRATEGIES)
+    from bart.training.checkpoint import (
+        ALLOWABLE_CHANGES,  # the training scripts' (as STRATEGIES)
+    )
     return dict(choices=ALLOWABLE_CHANGES,
                 help=f" {' / '.join(ALLOWABLE_CHANGES)} (the run says what changed); any other difference from the "
                      f"checkpoint's run is refused")
 
 
 def _compile_backends() -> dict:
-    from bart.training.compilation import COMPILE_BACKENDS  # the training scripts' (as STRATEGIES)
+    from bart.training.compilation import (
+        COMPILE_BACKENDS,  # the training scripts' (as STRATEGIES)
+    )
     return dict(choices=COMPILE_BACKENDS)
 
 
@@ -80,26 +108,26 @@ def _now() -> dict:
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:
     GROUP: ClassVar[str] = "model"
-    config_path: Optional[str] = flag(
+    config_path: str | None = flag(
         None, f"a shipped config's name ({names_help()}) or a BART config.json's path", required=True, scripts=ALL,
         quick=ALL, per_script={EVAL: dict(position=1, help=f"the config the model was built with: a shipped config's "
                                                           f"name ({names_help()}) or a BART config.json's path")})
-    pre_ln: Optional[bool] = flag(
+    pre_ln: bool | None = flag(
         None, "Pre-LN (layer norm inside each residual branch, a final norm per stack); --no-pre_ln for BART's "
               "post-LN. Default: the config file's pre_ln", scripts=ALL, action=argparse.BooleanOptionalAction)
-    tokenizer: Optional[str] = flag(
+    tokenizer: str | None = flag(
         None, "tokenizer folder or hub id (default: $TOKENIZER). With starting weights their own tokenizer is used "
               "and a different one is refused; from scratch: else $BART_DEFAULT_TOKENIZER, else facebook/bart-large "
               "(offline: python -m bart.tokenization.build_tokenizer DIR)", scripts=ALL, quick=(PRETRAIN,))
     allow_tokenizer_mismatch: bool = flag(
         False, "use --tokenizer / $TOKENIZER even where it differs from the tokenizer the starting weights were "
                "trained with (their ids then mean other tokens)", scripts=ALL, action="store_true")
-    dropout: Optional[float] = flag(None, "dropout (default: the config's)", type=PROBABILITY)
-    attention_dropout: Optional[float] = flag(None, "attention dropout (default: the config's)", type=PROBABILITY)
-    encoder_layerdrop: Optional[float] = flag(None, "LayerDrop of encoder layers", type=PROBABILITY)
-    decoder_layerdrop: Optional[float] = flag(None, "LayerDrop of decoder layers", type=PROBABILITY)
+    dropout: float | None = flag(None, "dropout (default: the config's)", type=PROBABILITY)
+    attention_dropout: float | None = flag(None, "attention dropout (default: the config's)", type=PROBABILITY)
+    encoder_layerdrop: float | None = flag(None, "LayerDrop of encoder layers", type=PROBABILITY)
+    decoder_layerdrop: float | None = flag(None, "LayerDrop of decoder layers", type=PROBABILITY)
     gradient_checkpointing: bool = flag(False, "recompute activations in backward", action="store_true")
-    compile: Optional[bool] = flag(
+    compile: bool | None = flag(
         None, "torch.compile the model for training (the log says when it compiles, how long it took, and each "
               "recompile; a compile failure is one warning and the run goes on eager). Default: on with CUDA, off on "
               "CPU (eager: compiling costs minutes a short CPU run does not recover); --no-compile: eager",
@@ -117,19 +145,19 @@ class ModelSettings:
 @dataclass(frozen=True, kw_only=True)
 class DataSettings:
     GROUP: ClassVar[str] = "data"
-    data_dir: Optional[str] = flag(
+    data_dir: str | None = flag(
         None, "training data folder", required=True, scripts=ALL, quick=ALL,
         per_script={EVAL: dict(position=2, help="folder with {type_path}.source and .target")})
     max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=TRAINING,
                                   per_script={PRETRAIN: dict(default=128)})
-    max_target_length: Optional[int] = flag(None, "decoder length in tokens (pretraining: = max_source_length)",
+    max_target_length: int | None = flag(None, "decoder length in tokens (pretraining: = max_source_length)",
                                             type=POSITIVE, quick=(FINETUNE,), per_script={FINETUNE: dict(default=56)})
     num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
     train_batch_size: int = flag(32, "sequences per micro-batch per process", type=POSITIVE, quick=TRAINING)
-    noise: Optional[NoiseConfig] = setting(
+    noise: NoiseConfig | None = setting(
         None, "pretrain.py: BART's denoising noise (--mlm_probability, --permute_sentence_ratio, ...: "
               "bart.data.noise.add_noise_args)")
-    buffer_size: Optional[int] = reference()
+    buffer_size: int | None = reference()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,7 +176,7 @@ class OptimizationSettings:
     warmup_steps: int = flag(0, "updates of linear learning-rate warmup", type=NON_NEGATIVE, quick=(PRETRAIN,))
     lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
                          type=NON_NEGATIVE_FLOAT)
-    max_steps: Optional[int] = flag(None, "optimizer updates in this run (required; finetune.py: or --max_epochs)",
+    max_steps: int | None = flag(None, "optimizer updates in this run (required; finetune.py: or --max_epochs)",
                                     type=POSITIVE, quick=TRAINING)
     gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=(PRETRAIN,))
     max_consecutive_nonfinite: int = flag(5, "bf16/fp32: stop after this many consecutive NaN/inf losses",
@@ -174,7 +202,7 @@ class PrecisionSettings:
                       action=argparse.BooleanOptionalAction)
 
     @classmethod
-    def named(cls, name: str, emulate_fp8: bool = False) -> "PrecisionSettings":
+    def named(cls, name: str, emulate_fp8: bool = False) -> PrecisionSettings:
         """The flags that choose the precision ``name`` (:data:`bart.utils.precision.PRECISIONS`)."""
         chosen = {"fp32": dict(tf32=False), "tf32": {}, "bf16": dict(bf16=True), "fp16": dict(fp16=True),
                   "fp8": dict(fp8=True, fp8_emulate=emulate_fp8)}[name]
@@ -184,7 +212,7 @@ class PrecisionSettings:
 @dataclass(frozen=True, kw_only=True)
 class DistributedSettings:
     GROUP: ClassVar[str] = "distributed"
-    distributed_strategy: Optional[str] = flag(None, "how several processes share the model", lazy=_strategies)
+    distributed_strategy: str | None = flag(None, "how several processes share the model", lazy=_strategies)
     allreduce_post_accumulation_half_precision: bool = flag(
         False, "all-reduce gradients in bf16/fp16 once per update (fp32 parameters)",
         "--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16", action="store_true")
@@ -205,7 +233,7 @@ class DistributedSettings:
                           "socket_unique_interleaved / socket_unique_continuous (the node's cores shared out among its "
                           "GPUs, each with its SMT siblings), disabled (left alone). Default: %(default)s",
         choices=AFFINITY_MODES)
-    local_rank: Optional[int] = flag(None, "set by old launchers; torchrun's LOCAL_RANK is used", "--local_rank",
+    local_rank: int | None = flag(None, "set by old launchers; torchrun's LOCAL_RANK is used", "--local_rank",
                                      "--local-rank", type=int)  # run_eval.py: the reference's row (SPECS)
 
 
@@ -213,7 +241,7 @@ class DistributedSettings:
 class CheckpointSettings:
     GROUP: ClassVar[str] = "checkpoints and logging"
     output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
-    resume_from_checkpoint: Union[bool, str, None] = flag(
+    resume_from_checkpoint: bool | str | None = flag(
         None, "True: the newest training checkpoint in --output_dir (none there is an error); auto: that one when "
               "there is one, else a new run (one command for a first start and its restarts); or a path. Restores "
               "everything", type=_bool_or_path, quick=TRAINING)
@@ -223,7 +251,7 @@ class CheckpointSettings:
                "Without it such a folder is refused", action="store_true")
     allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
                                       lazy=_resume_changes)
-    init_checkpoint: Optional[str] = flag(
+    init_checkpoint: str | None = flag(
         None, "start a new run from this checkpoint's model weights only (phase 2)", quick=TRAINING)
     from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
                               action="store_true", quick=(FINETUNE,))
@@ -231,13 +259,13 @@ class CheckpointSettings:
     save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE)
     keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
     log_freq: int = flag(10, "log every N updates", type=POSITIVE)
-    json_summary: Optional[str] = flag(
+    json_summary: str | None = flag(
         None, "dllogger JSON log (default: OUTPUT_DIR/dllogger.json)", "--json-summary", "--json_summary", scripts=ALL,
         per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")})
-    tensorboard_dir: Optional[str] = flag(
+    tensorboard_dir: str | None = flag(
         None, "TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
     no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
-    wandb_project: Optional[str] = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
+    wandb_project: str | None = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
     seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
                      scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)})
 
@@ -247,13 +275,13 @@ class GenerationSettings:
     """Generation in validation, prediction and evaluation (run_eval.py keeps the reference's ``--bs`` and
     ``--max_target_length`` as aliases)."""
     GROUP: ClassVar[str] = "generation"
-    eval_beams: Optional[int] = flag(
+    eval_beams: int | None = flag(
         None, "beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the reference)",
         "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(EVAL,))
-    eval_max_gen_length: Optional[int] = flag(
+    eval_max_gen_length: int | None = flag(
         None, "longest generated sequence in tokens", scripts=ALL, type=POSITIVE, refused_in=(PRETRAIN,), quick=(EVAL,),
         per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
-    eval_batch_size: Optional[int] = flag(
+    eval_batch_size: int | None = flag(
         None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
         per_script={EVAL: dict(default=8, options=("--eval_batch_size", "--bs"))})
 
@@ -265,38 +293,38 @@ class FineTuningSettings:
                      scripts=ALL, choices=(*TASK_METRICS, "pretraining"), refused_in=(PRETRAIN,),
                      per_script={PRETRAIN: dict(default="pretraining"),
                                  EVAL: dict(choices=tuple(TASK_METRICS), help="summarization or translation")})
-    n_train: Optional[int] = flag(None, "use only the first N training examples (-1, the default: all)",
+    n_train: int | None = flag(None, "use only the first N training examples (-1, the default: all)",
                                   type=count_or_all(1), refused_in=(PRETRAIN,))
-    n_val: Optional[int] = flag(
+    n_val: int | None = flag(
         None, "finetune.py: validation examples per evaluation (-1, the default: all; 0: none); pretrain.py: rows "
               "held out of training for the validation loss (default none)", type=count_or_all(0), quick=TRAINING)
-    n_test: Optional[int] = flag(None, "test examples for --do_predict (-1, the default: all)", type=count_or_all(1),
+    n_test: int | None = flag(None, "test examples for --do_predict (-1, the default: all)", type=count_or_all(1),
                                  refused_in=(PRETRAIN,))
-    val_max_target_length: Optional[int] = flag(None, "longest generation in validation", type=POSITIVE,
+    val_max_target_length: int | None = flag(None, "longest generation in validation", type=POSITIVE,
                                                 refused_in=(PRETRAIN,))
-    test_max_target_length: Optional[int] = flag(None, "longest generation in prediction (--do_predict)",
+    test_max_target_length: int | None = flag(None, "longest generation in prediction (--do_predict)",
                                                  type=POSITIVE, refused_in=(PRETRAIN,))
-    val_metric: Optional[str] = flag(
+    val_metric: str | None = flag(
         None, "the metric validation ranks checkpoints by (default: the task's; loss: the token loss)",
         choices=(*(m.ranked_by for m in TASK_METRICS.values()), "loss"), refused_in=(PRETRAIN,))
-    val_check_interval: Union[int, float] = flag(
+    val_check_interval: int | float = flag(
         0, "validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with a decimal point, "
            "every F in (0, 1] of an epoch of the training data (finetune.py: 1.0 = every epoch)",
         type=updates_or_fraction, quick=TRAINING)
     early_stopping_patience: int = flag(
         -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
             "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
-    min_epochs: Optional[int] = reference()
-    min_steps: Optional[int] = reference()
-    max_epochs: Optional[int] = reference()
-    num_sanity_val_steps: Optional[int] = reference()
-    weights_summary: Optional[str] = reference()
+    min_epochs: int | None = reference()
+    min_steps: int | None = reference()
+    max_epochs: int | None = reference()
+    num_sanity_val_steps: int | None = reference()
+    weights_summary: str | None = reference()
     save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
     label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY)
     freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
     freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
     sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
-    max_tokens_per_batch: Optional[int] = flag(None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,))
+    max_tokens_per_batch: int | None = flag(None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,))
     do_train: bool = flag(True, "train (--no-do_train: predict only)", action=argparse.BooleanOptionalAction,
                           refused_in=(PRETRAIN,))
     do_predict: bool = flag(False, "write test predictions after training", action="store_true",
@@ -306,29 +334,29 @@ class FineTuningSettings:
 @dataclass(frozen=True, kw_only=True)
 class EvaluationSettings:
     GROUP: ClassVar[str] = "evaluation (run_eval.py)"
-    model_path: Optional[str] = flag(None, "checkpoint (.ckpt) or Hugging Face folder", scripts=(EVAL,),
+    model_path: str | None = flag(None, "checkpoint (.ckpt) or Hugging Face folder", scripts=(EVAL,),
                                      per_script={EVAL: dict(position=0)})
-    save_path: Optional[str] = flag(None, "output folder", scripts=(EVAL,), per_script={EVAL: dict(position=3)})
+    save_path: str | None = flag(None, "output folder", scripts=(EVAL,), per_script={EVAL: dict(position=3)})
     overwrite: bool = flag(False, "replace an earlier evaluation of the same split in SAVE_PATH "
                                   "({type_path}_generations.txt, its metrics file); without it such a folder is refused",
                            scripts=(EVAL,), action="store_true")
     type_path: str = flag("test", "split to evaluate (train, val, test)", scripts=(EVAL,), quick=(EVAL,))
-    n_obs: Optional[int] = flag(None, "only the first N examples (-1: all)", scripts=(EVAL,), type=count_or_all(1),
+    n_obs: int | None = flag(None, "only the first N examples (-1: all)", scripts=(EVAL,), type=count_or_all(1),
                                 quick=(EVAL,))
     num_return_sequences: int = flag(1, "sequences generated per source", scripts=(EVAL,), type=POSITIVE)
     prefix: str = flag("", "text put in front of every source", scripts=(EVAL,))
-    info: Optional[str] = flag(None, "a note stored in the metrics file (no value: the current date and time)",
+    info: str | None = flag(None, "a note stored in the metrics file (no value: the current date and time)",
                                scripts=(EVAL,), nargs="?", lazy=_now)
     dump_args: bool = flag(False, "store the generation arguments in the metrics file", "--dump-args", "--dump_args",
                            scripts=(EVAL,), action="store_true")
     decode_precision: str = flag(
         "fp32", "weights to decode with: fp32, a bf16 copy, int8 dynamically quantized linear layers (CPU); see "
                 "bart/generation/precision.py", scripts=(EVAL,), choices=DECODE_PRECISIONS, quick=(EVAL,))
-    compile_generation: Union[bool, str] = flag(
+    compile_generation: bool | str = flag(
         False, "the decode step under torch.compile (no value: default mode; reduce-overhead: CUDA graphs)",
         scripts=(EVAL,), nargs="?", const="default", choices=("default", "reduce-overhead"))
-    device: Optional[str] = reference()
-    debug: Optional[bool] = reference()
+    device: str | None = reference()
+    debug: bool | None = reference()
     generate_kwargs: dict = setting(None, "extra --key value pairs of run_eval.py's command line, as generate() options",
                                     factory=dict)
 
@@ -413,7 +441,7 @@ class Settings:
     def sections(self) -> dict:
         return {name: getattr(self, name) for name in SECTIONS}
 
-    def replace(self, **values) -> "Settings":
+    def replace(self, **values) -> Settings:
         """A copy with ``values`` (flat names or sections) replaced, checked again; the run's Precision stays the
         same object unless a precision flag changes."""
         same = not ({"precision_flags", *(f.name for f in dataclasses.fields(PrecisionSettings))} & values.keys())
@@ -489,7 +517,7 @@ def refused_in(script: str) -> list:
             if "flag" in f.metadata and script in f.metadata["flag"].refused_in]
 
 
-def parse_command_line(script: str, argv=None, description: Optional[str] = None) -> Settings:
+def parse_command_line(script: str, argv=None, description: str | None = None) -> Settings:
     """``script``'s command line (``--config_file FILE`` / ``@FILE``: a file's settings under it) as
     :class:`Settings`; a mistake is argparse's one line and exit 2."""
     argv = sys.argv[1:] if argv is None else list(argv)

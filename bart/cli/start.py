@@ -15,7 +15,8 @@ from bart.cli.console import DISTRIBUTION
 from bart.cli.settings import Settings, resolved
 from bart.configuration.configuration_bart import BartConfig
 from bart.configuration.shipped import config_file
-from bart.utils import distributed as dist_utils, provenance
+from bart.utils import distributed as dist_utils
+from bart.utils import provenance
 from bart.utils.checkpoint_io import CheckpointError
 from bart.utils.errors import UserError
 
@@ -111,8 +112,8 @@ def tokenizer_for(args: Settings, candidates: list):
     """The tokenizer of the first of ``candidates`` (model paths, None: from scratch) whose checkpoint can be
     read (:func:`bart.tokenization.tokenizer_choice.choose_tokenizer` with ``--tokenizer`` / ``--allow_tokenizer_mismatch``);
     the last one's error when none can."""
-    from bart.tokenization.tokenizer_choice import choose_tokenizer
     from bart.tokenization.tokenization_bart import BartTokenizer
+    from bart.tokenization.tokenizer_choice import choose_tokenizer
 
     for i, candidate in enumerate(candidates):
         try:

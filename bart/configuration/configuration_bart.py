@@ -257,11 +257,11 @@ class BartConfig:
         self.to_json_file(os.path.join(folder, "config.json"))
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], **overrides: Any) -> "BartConfig":
+    def from_dict(cls, values: dict[str, Any], **overrides: Any) -> BartConfig:
         return cls(**{**values, **overrides})
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "BartConfig":
+    def from_json_file(cls, path: str | os.PathLike) -> BartConfig:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"BartConfig: no config file at {path}")
         values = read_json_object(os.fspath(path))  # CheckpointError (a ValueError) naming the file
@@ -272,7 +272,7 @@ class BartConfig:
             raise ConfigError(f"{err} (in {path})") from err
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BartConfig":
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> BartConfig:
         """Read ``path`` (a config.json, or a folder holding one)."""
         if os.path.isdir(path):
             path = os.path.join(path, "config.json")

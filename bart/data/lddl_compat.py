@@ -186,7 +186,13 @@ class BalancedParquetDataset(_base_dataset()):
                  num_workers: int = 1) -> None:
         from lddl.torch.datasets import IterableDataset
         from lddl.torch.log import DatasetLogger
-        from lddl.torch.utils import get_num_nodes, get_node_rank, get_nproc_per_node, get_rank, get_world_size
+        from lddl.torch.utils import (
+            get_node_rank,
+            get_nproc_per_node,
+            get_num_nodes,
+            get_rank,
+            get_world_size,
+        )
 
         IterableDataset.__init__(self)  # lddl's own __init__ holds the asserts this class replaces
         if shuffle_buffer_size < 1:

@@ -78,7 +78,7 @@ class PartitionWatcher:
         while not self._stop.wait(self.poll_s):
             self.poll()
 
-    def __enter__(self) -> "PartitionWatcher":
+    def __enter__(self) -> PartitionWatcher:
         self._thread.start()
         return self
 
@@ -165,7 +165,9 @@ def preprocess(corpora: dict, out_dir: str, seq_lengths: list[int], num_shards: 
         if not corpora:
             raise ValueError("no corpus given: pass at least one of --wikipedia, --common_crawl, --open_webtext")
         corpora = {kind: corpus_folder(kind, path) for kind, path in corpora.items()}
-    from bart.data.lddl_compat import balance_shards  # LDDL imports transformers: after the checks above
+    from bart.data.lddl_compat import (
+        balance_shards,  # LDDL imports transformers: after the checks above
+    )
 
     os.makedirs(out_dir, exist_ok=True)  # once the inputs are known usable: a refused run leaves no folder behind
     written = []

@@ -37,8 +37,19 @@ import torch
 from torch.utils.data import DataLoader
 
 from bart.data import DataError
-from bart.data.lddl_compat import BalancedParquetDataset, check_shard, parquet_files, read_shard_rows, usable_workers
-from bart.data.noise import MIN_DOCUMENT_TOKENS, DenoisingCollator, DenoisingNoise, NoiseConfig
+from bart.data.lddl_compat import (
+    BalancedParquetDataset,
+    check_shard,
+    parquet_files,
+    read_shard_rows,
+    usable_workers,
+)
+from bart.data.noise import (
+    MIN_DOCUMENT_TOKENS,
+    DenoisingCollator,
+    DenoisingNoise,
+    NoiseConfig,
+)
 from bart.utils.signals import ignore_stop_signals
 
 # a character that shows: not whitespace, not a control or zero-width/format character (BOM, ZWSP...)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Optional
 
 import torch
 
@@ -21,6 +20,7 @@ from bart.tokenization.tokenization_bart import model_inputs
 from bart.utils.errors import UserError
 from bart.utils.signals import ignore_stop_signals
 from bart.utils.text_lines import iter_lines, line_ends
+
 
 def _read_lines(path: str) -> list[str]:
     """The file's lines (universal newlines: ``\\n``, ``\\r\\n`` or a lone ``\\r`` ends a line, as Python's text
@@ -54,8 +54,8 @@ def _count_mismatch(source_path: str, sources: int, target_path: str, targets: i
     return message
 
 
-def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None,
-               skipped: Optional[list] = None) -> tuple[list[str], list[str]]:
+def read_split(data_dir: str, type_path: str, n_obs: int | None = None,
+               skipped: list | None = None) -> tuple[list[str], list[str]]:
     """The split's (sources, targets), the first ``n_obs`` if given. An example whose source or target
     line is empty (or only whitespace) is an error naming the line, unless a ``skipped`` list is
     given (the training split): then it is left out and its line number appended there."""
@@ -89,7 +89,7 @@ def read_split(data_dir: str, type_path: str, n_obs: Optional[int] = None,
 
 class Seq2SeqDataset(torch.utils.data.Dataset):
     def __init__(self, data_dir: str, type_path: str, tokenizer, max_source_length: int, max_target_length: int,
-                 n_obs: Optional[int] = None, prefix: str = "", skip_empty: bool = False) -> None:
+                 n_obs: int | None = None, prefix: str = "", skip_empty: bool = False) -> None:
         self.skipped_lines: list[int] = []  # with skip_empty: the 1-based lines of empty examples left out
         self.sources, self.targets = read_split(data_dir, type_path, n_obs,
                                                 self.skipped_lines if skip_empty else None)
@@ -126,7 +126,7 @@ class SortishSampler:
     ``max_tokens`` counting padding (longest x count)."""
 
     def __init__(self, lengths: list[int], batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
-                 shuffle: bool = True, max_tokens: Optional[int] = None, group_by_length: bool = True) -> None:
+                 shuffle: bool = True, max_tokens: int | None = None, group_by_length: bool = True) -> None:
         if len(lengths) < num_replicas:
             raise ValueError(f"{len(lengths)} examples cannot feed {num_replicas} ranks")
         if not group_by_length and max_tokens:
@@ -249,8 +249,8 @@ class EpochLoader:
 
 def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, max_target_length: int,
                             batch_size: int, *, world_size: int = 1, rank: int = 0, seed: int = 0,
-                            n_obs: Optional[int] = None, sortish: bool = False,
-                            max_tokens: Optional[int] = None, num_workers: int = 0) -> EpochLoader:
+                            n_obs: int | None = None, sortish: bool = False,
+                            max_tokens: int | None = None, num_workers: int = 0) -> EpochLoader:
     """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget
     (``max_tokens``, lengths in tokens rather than words)."""
     # an empty source or target line is refused, naming the file and line, as run_eval.py and validation refuse it:

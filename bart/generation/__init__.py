@@ -24,21 +24,25 @@ from torch's global generator: after ``torch.manual_seed(s)`` the tokens are tho
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import torch
 
 from bart.generation.beam import beam_search
 from bart.generation.compiled import compile_mode, make_decoder
 from bart.generation.greedy import greedy_search
-from bart.generation.options import GenerateOutput, GenerationOptionError, GenerationOptions, resolve
+from bart.generation.options import (
+    GenerateOutput,
+    GenerationOptionError,
+    GenerationOptions,
+    resolve,
+)
 from bart.generation.precision import PackedLinear, decodes_packed, packed_beside
 from bart.generation.processing import logits_processors
 from bart.generation.session import _attention_mask, _Decoder
 
 
 @torch.inference_mode()
-def generate(model, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, **kwargs):
+def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
     """Summaries (or translations) of ``input_ids`` (B, S).
 
     Greedy decoding (``num_beams=1``), beam search (``num_beams > 1``), diverse beam search

@@ -7,8 +7,6 @@ A source whose groups are all done leaves the running batch; its results wait. O
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
@@ -45,7 +43,7 @@ class _BeamState:
         self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after the prompt
 
     def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions, last: bool,
-             scores: Optional[tuple] = None) -> torch.Tensor:
+             scores: tuple | None = None) -> torch.Tensor:
         """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams).
         ``last``: every candidate of this step stops (max_length reached, or max_time passed);
         ``scores``: what the caller's stopping criteria get (the scores so far with output_scores)."""
@@ -99,7 +97,7 @@ class _BeamState:
     _FIELDS = ("running", "finished", "running_scores", "finished_scores", "is_finished", "improvable",
                "hits_stop", "generated")
 
-    def select(self, sources: torch.Tensor) -> "_BeamState":
+    def select(self, sources: torch.Tensor) -> _BeamState:
         """The state of ``sources`` only (indices into this state's sources)."""
         picked = object.__new__(_BeamState)
         picked.beams = self.beams

@@ -7,8 +7,6 @@ the model.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 
@@ -44,17 +42,17 @@ class StaticCache:
         self.shape = (num_layers, 2, rows, heads, max_length, head_dim)
         self.dtype, self.device = dtype, device
         self.buffer = torch.empty(self.shape, dtype=dtype, device=device)
-        self.spare: Optional[torch.Tensor] = None  # the second buffer, made at the first reorder
+        self.spare: torch.Tensor | None = None  # the second buffer, made at the first reorder
         self.cross = list(cross_kv)
         self.rows, self.sources, self.length = rows, cross_kv[0][0].shape[0], 0
         self.max_length = max_length
         # beam search on the eager decoder: rows may live in other slots of the buffer than their index
         # (``slots``: logical row -> buffer row, None: the same), so that a reorder moves only what it must
         self.mapped = False
-        self.slots: Optional[torch.Tensor] = None
+        self.slots: torch.Tensor | None = None
         self.moved_rows = 0  # rows whose history a reorder copied (all live rows each time when not mapped)
 
-    def layer(self, index: int) -> "StaticLayerCache":
+    def layer(self, index: int) -> StaticLayerCache:
         return StaticLayerCache(self, index)
 
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,7 +68,7 @@ class StaticCache:
         kv[1, :, :, self.length:end].copy_(value)
         return kv[0, :, :, :end], kv[1, :, :, :end]
 
-    def order(self) -> Optional[torch.Tensor]:
+    def order(self) -> torch.Tensor | None:
         """The logical row held by each buffer row (the decoder runs its rows in this order), None: the same."""
         return None if self.slots is None else torch.argsort(self.slots)
 

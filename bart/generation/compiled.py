@@ -31,7 +31,6 @@ compiled step is not faster and eager stays the default. Compile time: 2-10 s pe
 from __future__ import annotations
 
 import weakref
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +41,7 @@ from bart.generation.session import _Decoder
 MODES = {True: "default", "default": "default", "reduce-overhead": "reduce-overhead"}
 
 
-def compile_mode(value) -> Optional[str]:
+def compile_mode(value) -> str | None:
     """None for the eager step, else the ``torch.compile`` mode; ValueError naming the value otherwise."""
     if value is False or value is None:
         return None
@@ -71,7 +70,7 @@ class _PositionCache(StaticLayerCache):
 
 
 def static_step(model, token: torch.Tensor, position: torch.Tensor, kv: torch.Tensor, cross: list,
-                cross_mask: Optional[torch.Tensor], head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                cross_mask: torch.Tensor | None, head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp32 logits (N, V) of the next token after ``token`` (N, 1) at ``position`` ((1,) long), the step's
     keys/values (layers, 2, N, H, 1, Dh) for the cache's slot ``position``); ``kv``: the (layers, 2, N, H,
     max_length, Dh) self-attention cache, read only. ``head=False``: the last hidden states (N, D) instead
@@ -99,7 +98,7 @@ def static_step(model, token: torch.Tensor, position: torch.Tensor, kv: torch.Te
     return (head_module(hidden).float() + bias)[:, :vocab], written  # an int8 dynamically quantized head
 
 
-_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _compiled(model, mode: str):

@@ -9,7 +9,7 @@ outputs agree token for token.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -68,7 +68,7 @@ class BadWords:
     last token of a longer sequence only after its prefix. As in transformers, a sequence that is
     just the EOS token is dropped, and a sequence longer than the hypothesis is not checked yet."""
 
-    def __init__(self, bad_words_ids: Sequence[Sequence[int]], eos_token_id: Optional[int], device):
+    def __init__(self, bad_words_ids: Sequence[Sequence[int]], eos_token_id: int | None, device):
         words = [list(word) for word in bad_words_ids if eos_token_id is None or list(word) != [eos_token_id]]
         single = sorted({word[0] for word in words if len(word) == 1})
         self.single = torch.tensor(single, dtype=torch.long, device=device)

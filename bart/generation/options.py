@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -43,7 +43,7 @@ REQUIRED = object()  # ``Option.off`` of an option without an "off" value: an ex
 class Kind:
     """A kind of option value: the Python types a config file may hold for it, and the check (and
     conversion) of a resolved value, before any option is derived from another."""
-    types: Optional[tuple]
+    types: tuple | None
     convert: Callable[[str, Any], Any]
 
 
@@ -90,7 +90,7 @@ class Option:
     default: Any
     kind: str
     off: Any = None
-    check: Optional[Callable] = None
+    check: Callable | None = None
     classic: bool = False
 
 
@@ -291,8 +291,8 @@ class GenerationOptions:
     ``min_new_tokens`` folded into ``max_length`` and ``min_length``), and what the call gave besides: the
     caller's processors and stopping criteria, the generator, the decoder's first tokens."""
 
-    def __init__(self, values: dict, generator: Optional[torch.Generator] = None, logits_processor: tuple = (),
-                 stopping_criteria: tuple = (), prompt: Optional[torch.Tensor] = None):
+    def __init__(self, values: dict, generator: torch.Generator | None = None, logits_processor: tuple = (),
+                 stopping_criteria: tuple = (), prompt: torch.Tensor | None = None):
         vars(self).update(values)
         self.generator = generator  # for sampling; None: torch's global generator
         self.logits_processor = logits_processor  # (input_ids, scores) -> scores, after the built-in ones
@@ -318,7 +318,7 @@ class GenerationOptions:
     def time_is_up(self) -> bool:
         return self.max_time is not None and time.monotonic() - self.start_time > self.max_time
 
-    def custom_stop(self, tokens: torch.Tensor, scores: Optional[tuple]) -> Optional[torch.Tensor]:
+    def custom_stop(self, tokens: torch.Tensor, scores: tuple | None) -> torch.Tensor | None:
         """The caller's stopping criteria on ``tokens`` (N, L): (N,) bool, True where a row stops."""
         if not self.stopping_criteria:
             return None
@@ -333,8 +333,8 @@ class GenerationOptions:
 class GenerateOutput:
     """What ``return_dict_in_generate=True`` returns (field names as in transformers)."""
     sequences: torch.Tensor
-    sequences_scores: Optional[torch.Tensor] = None
-    scores: Optional[tuple] = None
+    sequences_scores: torch.Tensor | None = None
+    scores: tuple | None = None
 
     def __getitem__(self, key: str):
         return getattr(self, key)
@@ -395,7 +395,7 @@ def _resolved_values(config, kwargs: dict, passed_config: dict) -> dict:
     return values
 
 
-def _decoder_prompt(value, start: Optional[int], vocab_size: int) -> Optional[torch.Tensor]:
+def _decoder_prompt(value, start: int | None, vocab_size: int) -> torch.Tensor | None:
     """``decoder_input_ids`` (B, P) as the decoder's first tokens; the decoder start token is put in
     front when no row begins with it (transformers' rule)."""
     if value is None:
@@ -410,7 +410,7 @@ def _decoder_prompt(value, start: Optional[int], vocab_size: int) -> Optional[to
     return value
 
 
-def _derive(values: dict, config, kwargs: dict) -> Optional[torch.Tensor]:
+def _derive(values: dict, config, kwargs: dict) -> torch.Tensor | None:
     """The options that follow from others, as transformers derives them: the lengths from the
     ``*_new_tokens`` ones and the prompt, the decoder start token from BOS, padding from EOS. Returns the
     decoder prompt of ``decoder_input_ids`` (None without)."""
@@ -514,7 +514,7 @@ def single_token_id(value, key: str, path: str):
     return value
 
 
-def read_generation_config(folder: str, config_values: Optional[dict] = None) -> dict:
+def read_generation_config(folder: str, config_values: dict | None = None) -> dict:
     """Generation settings from ``folder/generation_config.json`` ({} without one), in config keys:
     every option ``generate`` takes (repetition_penalty, do_sample, suppress_tokens, ... as well as
     the classic ones), and the options of transformers' generate that this project does not

@@ -39,7 +39,6 @@ import copy
 import itertools
 import warnings
 import weakref
-from typing import Optional
 
 import torch
 from torch import nn
@@ -50,7 +49,7 @@ from bart.utils.errors import UserError
 DECODE_PRECISIONS = ("fp32", "bf16", "int8")
 
 
-def check_decode_precision(precision: str, training_precision: Optional[str] = None, device=None) -> None:
+def check_decode_precision(precision: str, training_precision: str | None = None, device=None) -> None:
     """One line (:class:`UserError`) for a decode precision that cannot be honoured: an unknown name, a
     reduced precision combined with ``--bf16``/``--fp16`` autocast (``training_precision``), int8 off CPU."""
     if precision not in DECODE_PRECISIONS:
@@ -107,10 +106,10 @@ def for_decoding(model: nn.Module, precision: str = "fp32", compile_generation=F
 
 
 # -- the packed copy beside a model: plain ``model.generate()`` on CPU decodes with it ---------------------
-_BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> (fingerprint, packed copy)
+_BESIDE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fingerprint, packed copy)
 
 
-def packed_beside(model: nn.Module) -> Optional[nn.Module]:
+def packed_beside(model: nn.Module) -> nn.Module | None:
     """The packed decoding copy of ``model`` that ``generate`` decodes with on CPU (token-identical to the
     model's own weights, 1.3-2x faster), or None where it does not apply: a model in training mode, not
     fp32 on CPU with oneDNN, sharded (DTensor) parameters, or already a decoding copy.
@@ -227,7 +226,7 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _decoding_copy_kind(model: nn.Module) -> Optional[str]:
+def _decoding_copy_kind(model: nn.Module) -> str | None:
     """What :func:`prepare_for_decoding` made of ``model``, if it made it: "packed" or "int8"; else None."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 

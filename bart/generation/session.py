@@ -14,8 +14,6 @@ compacted away (:meth:`_Decoder.keep_sources`), so finished rows stop costing wo
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from bart.generation.cache import StaticCache
@@ -44,10 +42,10 @@ class _Decoder:
             self.cache = StaticCache(len(layers), encoder_hidden.shape[0] * rows_per_source, attention.num_heads,
                                      attention.head_dim, max_length, cross, cross[0][0].dtype, encoder_hidden.device)
             self.cache.mapped = True  # a beam reorder copies only the histories it must (StaticCache.reorder)
-        self.logits_buffer: Optional[torch.Tensor] = None
-        self.log_probs_buffer: Optional[torch.Tensor] = None
-        self.transposed_buffer: Optional[torch.Tensor] = None  # CPU, < 16 rows: the (V, N) product of lm_head
-        self.slice_buffer: Optional[torch.Tensor] = None  # CPU, >= 16 rows: one (N, 1024) slice of the logits
+        self.logits_buffer: torch.Tensor | None = None
+        self.log_probs_buffer: torch.Tensor | None = None
+        self.transposed_buffer: torch.Tensor | None = None  # CPU, < 16 rows: the (V, N) product of lm_head
+        self.slice_buffer: torch.Tensor | None = None  # CPU, >= 16 rows: one (N, 1024) slice of the logits
 
     def next_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """float32 logits of the next token for every row of ``tokens`` (N, L)."""

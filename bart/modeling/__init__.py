@@ -1,3 +1,7 @@
-from bart.modeling.modeling_bart import BartForConditionalGeneration, BartModel, shift_tokens_right
+from bart.modeling.modeling_bart import (
+    BartForConditionalGeneration,
+    BartModel,
+    shift_tokens_right,
+)
 
 __all__ = ["BartForConditionalGeneration", "BartModel", "shift_tokens_right"]

@@ -17,7 +17,7 @@ whose ids are fairseq's dictionary order), not the project's GPT-2-order tokeniz
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -138,7 +138,7 @@ def config_from_fairseq(data: dict, state: dict[str, torch.Tensor], where: str =
         pre_ln=pre_ln)
 
 
-def import_fairseq(data: dict, state: dict[str, torch.Tensor], config: Optional[BartConfig],
+def import_fairseq(data: dict, state: dict[str, torch.Tensor], config: BartConfig | None,
                    where: str = "checkpoint") -> tuple[dict[str, torch.Tensor], BartConfig]:
     """(state dict in Hugging Face names, config) for a fairseq checkpoint; ``config`` wins when given."""
     inferred = config_from_fairseq(data, state, where)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -50,10 +49,10 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 @dataclass
 class Seq2SeqLMOutput:
-    loss: Optional[torch.Tensor] = None
-    logits: Optional[torch.Tensor] = None
-    past_key_values: Optional[list[LayerCache]] = None
-    encoder_last_hidden_state: Optional[torch.Tensor] = None
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    past_key_values: list[LayerCache] | None = None
+    encoder_last_hidden_state: torch.Tensor | None = None
 
     def __getitem__(self, key: str):
         return getattr(self, key)
@@ -62,8 +61,8 @@ class Seq2SeqLMOutput:
 @dataclass
 class Seq2SeqModelOutput:
     last_hidden_state: torch.Tensor
-    past_key_values: Optional[list[LayerCache]] = None
-    encoder_last_hidden_state: Optional[torch.Tensor] = None
+    past_key_values: list[LayerCache] | None = None
+    encoder_last_hidden_state: torch.Tensor | None = None
 
 
 class BartLearnedPositionalEmbedding(nn.Embedding):
@@ -125,10 +124,10 @@ class BartAttention(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        key_value: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-        attn_mask: Optional[torch.Tensor] = None,
+        key_value: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attn_mask: torch.Tensor | None = None,
         is_causal: bool = False,
-        query: Optional[torch.Tensor] = None,
+        query: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``key_value`` are projected (B_kv, H, S, Dh) keys/values; None → self-attention.
         ``query``: the already projected (B, H, T, Dh) queries, when the caller projected them."""
@@ -188,7 +187,7 @@ class BartEncoderLayer(_Layer):
     def __init__(self, config: BartConfig) -> None:
         super().__init__(config, config.encoder_attention_heads, config.encoder_ffn_dim)
 
-    def forward(self, hidden: torch.Tensor, attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         hidden = self._residual(hidden, self.self_attn_layer_norm, lambda h: self.self_attn(h, attn_mask=attn_mask))
         return self._residual(hidden, self.final_layer_norm, self._ffn)
 
@@ -246,7 +245,7 @@ class _Stack(nn.Module):
         self.gradient_checkpointing = bool(getattr(config, "gradient_checkpointing", False))
 
     def embed(self, input_ids: torch.Tensor, past_length: int = 0,
-              token_embeddings: Optional[torch.Tensor] = None) -> torch.Tensor:
+              token_embeddings: torch.Tensor | None = None) -> torch.Tensor:
         """``token_embeddings``: ``embed_tokens(input_ids)`` when the caller already looked them up."""
         if token_embeddings is None:
             token_embeddings = self.embed_tokens(input_ids)
@@ -271,8 +270,8 @@ class BartEncoder(_Stack):
     def __init__(self, config: BartConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__(config, embed_tokens, BartEncoderLayer, config.encoder_layers, config.encoder_layerdrop)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                token_embeddings: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_embeddings: torch.Tensor | None = None) -> torch.Tensor:
         hidden = self.embed(input_ids, token_embeddings=token_embeddings)
         attn_mask = None if attention_mask is None else padding_mask_to_bool(attention_mask)
         for layer in self.layers:
@@ -286,8 +285,8 @@ class BartDecoder(_Stack):
         super().__init__(config, embed_tokens, BartDecoderLayer, config.decoder_layers, config.decoder_layerdrop)
 
     @staticmethod
-    def _self_mask(attention_mask: Optional[torch.Tensor], q_len: int, past_length: int,
-                   device: torch.device) -> Optional[torch.Tensor]:
+    def _self_mask(attention_mask: torch.Tensor | None, q_len: int, past_length: int,
+                   device: torch.device) -> torch.Tensor | None:
         """Boolean causal (+ padding) mask. None where SDPA's ``is_causal`` (no cache, no padding) or
         no mask at all (one new token over a cache) is exact."""
         if attention_mask is None and (past_length == 0 or q_len == 1):
@@ -299,8 +298,8 @@ class BartDecoder(_Stack):
         return keep
 
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, attention_mask=None,
-                past_key_values: Optional[list[LayerCache]] = None, use_cache: bool = False,
-                token_embeddings: Optional[torch.Tensor] = None):
+                past_key_values: list[LayerCache] | None = None, use_cache: bool = False,
+                token_embeddings: torch.Tensor | None = None):
         """Returns (hidden_states, new cache or None). The cache holds each layer's self and cross K/V.
         ``past_key_values`` may be a :class:`StaticCache`: it is written in place and returned."""
         if isinstance(past_key_values, StaticCache):
@@ -386,8 +385,8 @@ class BartPreTrainedModel(nn.Module):
         self.config.gradient_checkpointing = enabled
 
     @classmethod
-    def from_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu",
-                        explicit: Optional[dict] = None):
+    def from_pretrained(cls, path, config: BartConfig | None = None, strict: bool = True, map_location="cpu",
+                        explicit: dict | None = None):
         """Build from a project ``.ckpt`` or a Hugging Face folder; see :mod:`bart.modeling.weights`
         (``explicit``: the architecture comes from the checkpoint, see ``load_pretrained``)."""
         from bart.modeling.weights import load_pretrained
@@ -427,7 +426,7 @@ class BartModel(BartPreTrainedModel):
         self.register_state_dict_post_hook(_strip_vocab_rows)
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs: Optional[torch.Tensor] = None, past_key_values=None, use_cache: bool = False):
+                encoder_outputs: torch.Tensor | None = None, past_key_values=None, use_cache: bool = False):
         if decoder_input_ids is None:
             if input_ids is None:
                 raise ValueError("BartModel needs decoder_input_ids (or input_ids to shift right)")

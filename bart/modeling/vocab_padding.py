@@ -23,8 +23,6 @@ keeps the padded rows; one saved before padding is fitted (``fit_optimizer_rows`
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 # state-dict names (last parts) of the tensors with one row per vocabulary entry, and that axis
@@ -38,7 +36,7 @@ def padded_vocab_size(config) -> int:
     return -(-config.vocab_size // multiple) * multiple
 
 
-def vocab_axis(key: str) -> Optional[int]:
+def vocab_axis(key: str) -> int | None:
     """The vocabulary axis of the state-dict entry ``key``, or None for any other tensor."""
     for name, axis in VOCAB_TENSORS.items():
         if key == name or key.endswith("." + name):

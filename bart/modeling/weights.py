@@ -24,16 +24,21 @@ import re
 import shutil
 import sys
 import tempfile
-from typing import Optional
 
 import torch
 
 from bart.configuration.configuration_bart import ARCHITECTURE_KEYS, BartConfig
-from bart.generation.options import (OPTION_BY_NAME, TOKEN_IDS, generation_config_json, read_generation_config,
-                                     single_token_id)
+from bart.generation.options import (
+    OPTION_BY_NAME,
+    TOKEN_IDS,
+    generation_config_json,
+    read_generation_config,
+    single_token_id,
+)
 from bart.hub import looks_like_hub_id, resolve_model_path
 from bart.modeling.vocab_padding import fit_vocab_rows, unpadded_state_dict
-from bart.utils.checkpoint_io import CheckpointError, first_line, read_json_object, safe_load as read_checkpoint_file
+from bart.utils.checkpoint_io import CheckpointError, first_line, read_json_object
+from bart.utils.checkpoint_io import safe_load as read_checkpoint_file
 from bart.utils.file_modes import give_new_file_mode
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
@@ -84,7 +89,7 @@ def _has_final_norm(state: dict) -> bool:
     return "model.encoder.layer_norm.weight" in state or "model.decoder.layer_norm.weight" in state
 
 
-def _check_and_load(model, state: dict, path: str, strict: bool, files: Optional[dict] = None) -> None:
+def _check_and_load(model, state: dict, path: str, strict: bool, files: dict | None = None) -> None:
     expected = model.state_dict()
     stored = state
     # the model's state dict, as files, holds the tokenizer's vocab_size rows (bart.modeling.vocab_padding): a file
@@ -123,7 +128,7 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def check_weight_values(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], path: str,
-                        files: Optional[dict[int, str]] = None) -> None:
+                        files: dict[int, str] | None = None) -> None:
     """Refuse, in one line naming the file and the tensor, a tensor the model cannot use: one whose model
     counterpart (``expected``) is floating point but which is stored as another dtype (integer, bool, complex,
     float8), or which holds NaN/inf. ``files``: the file each tensor was read from (by ``id``: a folder's
@@ -201,7 +206,7 @@ def _load_safetensors(path: str) -> dict:
                               f"truncated (an interrupted download or copy): fetch it again") from err
 
 
-def _load_sharded(folder: str, index_name: str, read, files: Optional[dict] = None) -> dict:
+def _load_sharded(folder: str, index_name: str, read, files: dict | None = None) -> dict:
     index_path = os.path.join(folder, index_name)
     weight_map = read_json_object(index_path).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
@@ -222,7 +227,7 @@ def _load_sharded(folder: str, index_name: str, read, files: Optional[dict] = No
     return state
 
 
-def _folder_state(folder: str, files: Optional[dict] = None) -> dict:
+def _folder_state(folder: str, files: dict | None = None) -> dict:
     """Weights of a folder: model.safetensors, sharded safetensors, pytorch_model.bin (sharded or not).
     ``files`` (when given) gets the file each tensor was read from, by the tensor's ``id``."""
     files = {} if files is None else files
@@ -239,7 +244,7 @@ def _folder_state(folder: str, files: Optional[dict] = None) -> dict:
                             f"model.safetensors.index.json) nor pytorch_model.bin")
 
 
-def _single_file_in(folder: str) -> Optional[str]:
+def _single_file_in(folder: str) -> str | None:
     """A folder without config.json holding one checkpoint file (a fairseq ``bart.large/`` folder)."""
     names = [n for n in ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt") if os.path.isfile(os.path.join(folder, n))]
     return os.path.join(folder, names[0]) if names else None
@@ -325,8 +330,8 @@ def architecture_from_checkpoint(config: BartConfig, stored: dict, path: str, ex
     return new
 
 
-def load_pretrained(cls, path, config: Optional[BartConfig] = None, strict: bool = True, map_location="cpu",
-                    explicit: Optional[dict] = None):
+def load_pretrained(cls, path, config: BartConfig | None = None, strict: bool = True, map_location="cpu",
+                    explicit: dict | None = None):
     """A ``cls`` model holding the weights at ``path`` (see the module's docstring for the formats).
 
     Without ``explicit``, ``config`` (when given) is the architecture, and one stored with the weights

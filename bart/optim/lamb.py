@@ -13,7 +13,7 @@ the host, so a step never waits for the device.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 # transformers' BartTokenizerFast defaults: a folder that does not name a special token has these
 SPECIAL_DEFAULTS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
@@ -62,7 +61,7 @@ def _read_json(path: str):
         raise TokenizerFilesError(f"{path} is not readable JSON ({type(err).__name__}: {err})") from err
 
 
-def _text(value) -> Optional[str]:
+def _text(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
@@ -185,7 +184,7 @@ def record(identity: TokenizerIdentity) -> dict:
     return {"fingerprint": identity.fingerprint, "tokens": identity.tokens, "name": _NAMES.get(identity.fingerprint)}
 
 
-def read_record(data) -> Optional[dict]:
+def read_record(data) -> dict | None:
     """The tokenizer record of a loaded checkpoint: the ``tokenizer`` entry of a checkpoint dict, or the
     state dict's metadata (a raw state dict, ``final_step.ckpt``); None when it has none."""
     value = data.get(RECORD_KEY) if isinstance(data, dict) else None

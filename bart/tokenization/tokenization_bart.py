@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -41,7 +41,7 @@ _CONFIG_KEYS = {"model_max_length", "tokenizer_class", "add_prefix_space", "trim
 _LARGE = int(1e30)  # transformers' "no limit" model_max_length
 
 
-def _load_json(path: str) -> Optional[dict]:
+def _load_json(path: str) -> dict | None:
     if not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
@@ -49,11 +49,11 @@ def _load_json(path: str) -> Optional[dict]:
     return value if isinstance(value, dict) else None
 
 
-def _token_text(value) -> Optional[str]:
+def _token_text(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
-def _plain_config(folder: str) -> Optional[dict]:
+def _plain_config(folder: str) -> dict | None:
     """The folder's tokenizer_config.json (or {}) when the folder is BART's standard layout, so the
     Rust tokenizer alone behaves as transformers' BartTokenizerFast built from it; else None."""
     if os.path.isfile(os.path.join(folder, "added_tokens.json")):
@@ -113,7 +113,7 @@ def _plain_config(folder: str) -> Optional[dict]:
 
 
 class BartTokenizer:
-    def __init__(self, backend=None, *, rust=None, folder: Optional[str] = None, config: Optional[dict] = None) -> None:
+    def __init__(self, backend=None, *, rust=None, folder: str | None = None, config: dict | None = None) -> None:
         """``backend``: a transformers ``PreTrainedTokenizerFast`` holding BART's vocabulary; or
         ``rust`` (a ``tokenizers.Tokenizer``) with the ``folder`` it came from, the backend then
         being built from that folder on first use."""
@@ -126,7 +126,7 @@ class BartTokenizer:
 
     # -- loading ------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, name_or_folder: str | os.PathLike, **kwargs: Any) -> "BartTokenizer":
+    def from_pretrained(cls, name_or_folder: str | os.PathLike, **kwargs: Any) -> BartTokenizer:
         path = os.fspath(name_or_folder)
         if os.path.isdir(path):
             has_fast = os.path.isfile(os.path.join(path, "tokenizer.json"))
@@ -272,7 +272,7 @@ class BartTokenizer:
         return [e.ids for e in encodings]
 
     @staticmethod
-    def _id_lists(sequences) -> Optional[list[list[int]]]:
+    def _id_lists(sequences) -> list[list[int]] | None:
         if isinstance(sequences, torch.Tensor):
             return sequences.tolist() if sequences.dim() == 2 else None
         if isinstance(sequences, (list, tuple)) and all(
@@ -280,7 +280,7 @@ class BartTokenizer:
             return [list(s) for s in sequences]
         return None
 
-    def _native_decode(self, clean_up: Optional[bool], kwargs: dict) -> bool:
+    def _native_decode(self, clean_up: bool | None, kwargs: dict) -> bool:
         """Whether a decode call can run on the Rust tokenizer: only skip_special_tokens and a
         clean-up that resolves to off (transformers' text clean-up is then not involved)."""
         if self._rust is None or kwargs:
@@ -288,7 +288,7 @@ class BartTokenizer:
         return not (self._config.get("clean_up_tokenization_spaces", False) if clean_up is None else clean_up)
 
     def batch_decode(self, sequences, skip_special_tokens: bool = False,
-                     clean_up_tokenization_spaces: Optional[bool] = None, **kwargs: Any) -> list[str]:
+                     clean_up_tokenization_spaces: bool | None = None, **kwargs: Any) -> list[str]:
         ids = self._id_lists(sequences) if self._native_decode(clean_up_tokenization_spaces, kwargs) else None
         if ids is None:
             return self.backend.batch_decode(sequences, skip_special_tokens=skip_special_tokens,
@@ -296,7 +296,7 @@ class BartTokenizer:
         return self._rust.decode_batch(ids, skip_special_tokens=skip_special_tokens)
 
     def decode(self, token_ids, skip_special_tokens: bool = False,
-               clean_up_tokenization_spaces: Optional[bool] = None, **kwargs: Any) -> str:
+               clean_up_tokenization_spaces: bool | None = None, **kwargs: Any) -> str:
         ids = None
         if self._native_decode(clean_up_tokenization_spaces, kwargs):
             flat = token_ids.tolist() if isinstance(token_ids, torch.Tensor) and token_ids.dim() <= 1 else token_ids

@@ -31,12 +31,23 @@ import io
 import os
 import sys
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
-from bart.hub import HubResolutionError, has_tokenizer_files, hub_id_of, resolve_tokenizer_path
-from bart.tokenization.identity import (TokenizerFilesError, TokenizerIdentity, difference, read_record, remember,
-                                        tokenizer_identity)
+from bart.hub import (
+    HubResolutionError,
+    has_tokenizer_files,
+    hub_id_of,
+    resolve_tokenizer_path,
+)
+from bart.tokenization.identity import (
+    TokenizerFilesError,
+    TokenizerIdentity,
+    difference,
+    read_record,
+    remember,
+    tokenizer_identity,
+)
 from bart.utils.errors import UserError
 
 DEFAULT_ENV = "BART_DEFAULT_TOKENIZER"
@@ -52,9 +63,9 @@ class StoredTokenizer:
     """What weights say of their tokenizer. ``where``: a phrase for messages; ``name``: a hub id or folder
     to resolve; ``folder``: a local folder at hand (beside a checkpoint); ``fingerprint``: the recorded one."""
     where: str
-    name: Optional[str] = None
-    folder: Optional[str] = None
-    fingerprint: Optional[str] = None
+    name: str | None = None
+    folder: str | None = None
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -88,7 +99,7 @@ def _tensors(data) -> dict:
     return {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
 
 
-def _public_format(data) -> Optional[str]:
+def _public_format(data) -> str | None:
     """'an NGC reference checkpoint' / 'a fairseq checkpoint' when ``data`` is public weights whose
     vocabulary is facebook/bart-large's; None for anything else (this project's own formats included)."""
     if not isinstance(data, dict) or "kind" in data or isinstance(data.get("config"), dict):
@@ -112,7 +123,7 @@ def _public_format(data) -> Optional[str]:
     return "an NGC reference checkpoint" if rows in PUBLIC_ROWS else None
 
 
-def _weights_file_in(folder: str) -> Optional[str]:
+def _weights_file_in(folder: str) -> str | None:
     """The checkpoint a folder without config.json stands for (as the model loaders pick it), quietly."""
     from bart.modeling.weights import _single_file_in, resolve_weights
     single = _single_file_in(folder)
@@ -130,7 +141,7 @@ def _folder_name(folder: str) -> str:
     return hub_id_of(folder) or os.path.abspath(folder)
 
 
-def stored_tokenizer(model_path: str | os.PathLike) -> Optional[StoredTokenizer]:
+def stored_tokenizer(model_path: str | os.PathLike) -> StoredTokenizer | None:
     """What the weights at ``model_path`` (a local file or folder) say of their tokenizer; None when they
     carry none and their vocabulary is not a known one."""
     path = os.fspath(model_path)
@@ -198,7 +209,7 @@ def _stored_folder(stored: StoredTokenizer) -> str:
                     f"--tokenizer with that tokenizer (its content is checked)")
 
 
-def _explicit(tokenizer: Optional[str], env: Mapping[str, str]) -> tuple[Optional[str], str, str]:
+def _explicit(tokenizer: str | None, env: Mapping[str, str]) -> tuple[str | None, str, str]:
     """(name, how to call it, how to drop it) of the user's explicit choice."""
     if tokenizer:
         return os.fspath(tokenizer), f"--tokenizer {tokenizer}", "drop --tokenizer"
@@ -216,8 +227,8 @@ def _chosen(path: str, name: str, reason: str) -> Choice:
     return Choice(path, name, reason)
 
 
-def choose_tokenizer(model_path: str | os.PathLike | None, tokenizer: Optional[str] = None, *,
-                     allow_mismatch: bool = False, env: Optional[Mapping[str, str]] = None) -> Choice:
+def choose_tokenizer(model_path: str | os.PathLike | None, tokenizer: str | None = None, *,
+                     allow_mismatch: bool = False, env: Mapping[str, str] | None = None) -> Choice:
     """The tokenizer for a run starting from ``model_path`` (None: from scratch); see the module docstring."""
     env = os.environ if env is None else env
     name, label, drop = _explicit(tokenizer, env)
@@ -242,7 +253,7 @@ def choose_tokenizer(model_path: str | os.PathLike | None, tokenizer: Optional[s
         return _chosen(folder, stored.name or folder, stored.where)
     given = resolve_tokenizer_path(name)
     mine = _identity(given)
-    theirs: Optional[TokenizerIdentity] = None
+    theirs: TokenizerIdentity | None = None
     wanted = stored.fingerprint
     try:
         theirs = _identity(_stored_folder(stored))

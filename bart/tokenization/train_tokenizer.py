@@ -21,7 +21,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from bart.tokenization.build_tokenizer import MASK, SPECIALS, write_bart_folder
 from bart.utils.text_lines import iter_lines

@@ -37,8 +37,19 @@ import torch
 from bart.configuration.configuration_bart import ARCHITECTURE_KEYS
 from bart.hub import has_tokenizer_files
 from bart.modeling.vocab_padding import unpadded_state_dict
-from bart.tokenization.identity import METADATA_KEY, RECORD_KEY, TokenizerFilesError, record, tokenizer_identity
-from bart.utils.checkpoint_io import CheckpointError, atomic_save, atomic_write_text, safe_load
+from bart.tokenization.identity import (
+    METADATA_KEY,
+    RECORD_KEY,
+    TokenizerFilesError,
+    record,
+    tokenizer_identity,
+)
+from bart.utils.checkpoint_io import (
+    CheckpointError,
+    atomic_save,
+    atomic_write_text,
+    safe_load,
+)
 from bart.utils.distributed import is_main_process
 from bart.utils.precision import FLAGS_SAID
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 
@@ -85,13 +85,13 @@ class Compilation:
     ``warn(line)``: one line to the user."""
 
     def __init__(self, module: CompiledOrEager, log: Callable[[dict], None],
-                 warn: Optional[Callable[[str], None]] = None) -> None:
+                 warn: Callable[[str], None] | None = None) -> None:
         self.module, self.log = module, log
         self.warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
         self.updates = 0
         self.recompiles = 0
         self.compile_s = 0.0  # wall time of the updates that compiled, compilation included
-        self.failed: Optional[str] = None
+        self.failed: str | None = None
 
     def run(self, update: Callable[[], torch.Tensor], reset: Callable[[], None], shapes: str = "") -> torch.Tensor:
         """``update()``: one update's forward and backward passes; ``reset()``: drop what a failed one left

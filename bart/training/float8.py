@@ -27,7 +27,7 @@ converted projections (``BartAttention._project``), each with its own scale.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 from torch.nn import functional as F

@@ -21,7 +21,6 @@ To add a strategy, subclass :class:`Strategy` and give it its row in ``STRATEGIE
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -36,13 +35,13 @@ class Strategy:
     name = "single"
     summary = ""  # what --distributed_strategy's help says of it (a subclass in STRATEGIES: one phrase)
 
-    def __init__(self, device: torch.device, half_precision_reduce: Optional[torch.dtype] = None,
+    def __init__(self, device: torch.device, half_precision_reduce: torch.dtype | None = None,
                  find_unused_parameters: bool = False) -> None:
         self.device = device
         self.half_precision_reduce = half_precision_reduce
         self.find_unused_parameters = find_unused_parameters
 
-    prepared: Optional[torch.nn.Module] = None  # the model prepare() was given: the one a Trainer may train
+    prepared: torch.nn.Module | None = None  # the model prepare() was given: the one a Trainer may train
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """Changes to the model that must come before the optimizer is built (sharding): once per run, by whoever
@@ -170,7 +169,10 @@ class FSDPStrategy(Strategy):
                                  for group in state["param_groups"]]}
 
     def load(self, model, optimizer, model_state, optimizer_state):
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
         # tied weights (shared embeddings, LM head) appear under several names in a state dict; FSDP
         # loads each parameter once, under its first name
         canonical = {name for name, _ in model.named_parameters()} | {name for name, _ in model.named_buffers()}
@@ -209,8 +211,8 @@ STRATEGIES = {"ddp": DDPStrategy, "fsdp": FSDPStrategy}
 DEFAULT_STRATEGY = "ddp"  # several processes and no name given
 
 
-def build_strategy(name: Optional[str], world_size: int, device: torch.device,
-                   half_precision_reduce: Optional[torch.dtype] = None, find_unused_parameters: bool = False) -> Strategy:
+def build_strategy(name: str | None, world_size: int, device: torch.device,
+                   half_precision_reduce: torch.dtype | None = None, find_unused_parameters: bool = False) -> Strategy:
     """``name`` None: DDP with several processes; one process: the model as it is. An unknown name is refused."""
     if name is not None and name not in STRATEGIES:
         raise ValueError(f"distributed strategy must be one of {', '.join(STRATEGIES)}, got {name!r}")
@@ -219,8 +221,8 @@ def build_strategy(name: Optional[str], world_size: int, device: torch.device,
     return STRATEGIES[name or DEFAULT_STRATEGY](device, half_precision_reduce, find_unused_parameters)
 
 
-def prepared_strategy(name: Optional[str], world_size: int, device: torch.device, model: torch.nn.Module,
-                      half_precision_reduce: Optional[torch.dtype] = None,
+def prepared_strategy(name: str | None, world_size: int, device: torch.device, model: torch.nn.Module,
+                      half_precision_reduce: torch.dtype | None = None,
                       find_unused_parameters: bool = False) -> Strategy:
     """The strategy (:func:`build_strategy`) built and prepared for ``model``: once, before the optimizer is built
     (FSDP replaces the parameters by shards); what a :class:`~bart.training.trainer.Trainer` takes."""

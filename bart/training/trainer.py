@@ -20,29 +20,44 @@ import contextlib
 import resource
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
-from bart.training.checkpoint import (SCHEDULE_CHANGES, TRAINING_KIND, capture_rng_state, check_resume,
-                                      latest_checkpoint, read_training_checkpoint, restore_rng_state, resume_changes,
-                                      rng_untouched, write_training_checkpoint)
-from bart.modeling.vocab_padding import (fit_optimizer_rows, fit_vocab_rows, padded_vocab_size, unpad_state,
-                                          vocab_axis)
+from bart.modeling.vocab_padding import (
+    fit_optimizer_rows,
+    fit_vocab_rows,
+    padded_vocab_size,
+    unpad_state,
+    vocab_axis,
+)
+from bart.training.checkpoint import (
+    SCHEDULE_CHANGES,
+    TRAINING_KIND,
+    capture_rng_state,
+    check_resume,
+    latest_checkpoint,
+    read_training_checkpoint,
+    restore_rng_state,
+    resume_changes,
+    rng_untouched,
+    write_training_checkpoint,
+)
 from bart.training.compilation import Compilation, CompiledOrEager
 from bart.training.strategy import Strategy, full_tensor, prepared_strategy
 from bart.utils import distributed as dist_utils
 from bart.utils.checkpoint_io import CheckpointError, first_line
 from bart.utils.dllogger_compat import Logger
 from bart.utils.errors import Preempted, RunStopped
-from bart.utils.signals import StoppedAtBatch, StopRequest, stop_agreed
 from bart.utils.progress import Progress
+from bart.utils.signals import StoppedAtBatch, StopRequest, stop_agreed
 
 if TYPE_CHECKING:  # the record the entry scripts parse (bart.cli imports training, never the other way)
     from bart.cli.settings import Settings
 
 
-def strategy_for(settings: "Settings", world_size: int, device: torch.device, model: torch.nn.Module,
+def strategy_for(settings: Settings, world_size: int, device: torch.device, model: torch.nn.Module,
                  find_unused_parameters: bool = False) -> Strategy:
     """The distribution strategy the run's settings ask for, built and prepared for ``model`` (once: before the
     optimizer). Half-precision gradient reduction uses the run's half type, bf16 for fp32/tf32 runs (its range
@@ -65,11 +80,11 @@ class Trainer:
     ``--compile`` (``compile_backend``: over ``--compile_backend``, a callable of the tests'; ``varying_lengths``:
     batches of any length, fine-tuning's, compiled for any length at once)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, settings: "Settings", *,
-                 strategy: Strategy, clips_internally: bool = False, logger: Optional[Logger] = None,
-                 eval_hook: Optional[Callable[["Trainer"], dict]] = None, device: Optional[torch.device] = None,
+    def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, settings: Settings, *,
+                 strategy: Strategy, clips_internally: bool = False, logger: Logger | None = None,
+                 eval_hook: Callable[[Trainer], dict] | None = None, device: torch.device | None = None,
                  compile: bool = False, compile_backend: object = None, varying_lengths: bool = False,
-                 progress_bar: bool = True, final_checkpoint_name: Optional[str] = None):
+                 progress_bar: bool = True, final_checkpoint_name: str | None = None):
         if not settings.optimization.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
                              f"{settings.max_steps} and {settings.gradient_accumulation_steps}")
@@ -101,7 +116,7 @@ class Trainer:
         if any(p.requires_grad and id(p) not in optimized for p in model.parameters()):
             raise ValueError(f"the optimizer does not hold the model's parameters: build it after "
                              f"strategy.prepare(model) ({self.strategy.name} replaces the parameters)")
-        self.compilation: Optional[Compilation] = None
+        self.compilation: Compilation | None = None
         module = model
         if compile:  # see bart.training.compilation: logged, recompiles counted, a failure runs eager
             module = CompiledOrEager(model, compile_backend or settings.model.compile_backend, varying_lengths)
@@ -109,16 +124,16 @@ class Trainer:
         self.forward_model = self.strategy.wrap(model, module)
         self.history: list[dict] = []
         self._sequences_seen = 0
-        self._periodic_saved: Optional[tuple] = None  # (global step, path) of the newest periodic checkpoint
-        self.stop_reason: Optional[str] = None  # set by request_stop (early stopping): fit ends after this step
-        self._validated_at: Optional[int] = None  # the global step of the last validation that ended
+        self._periodic_saved: tuple | None = None  # (global step, path) of the newest periodic checkpoint
+        self.stop_reason: str | None = None  # set by request_stop (early stopping): fit ends after this step
+        self._validated_at: int | None = None  # the global step of the last validation that ended
         # a checkpoint's own record: the validation of its step was abandoned for a stop signal (a resumed run
         # does it first), and whether fit() had ended (a resumed run at max_steps has nothing left to do)
         self._validation_due = False
         self._finished = False
         # rank 0: what of the run's folder is gone (None while all is there), checked at every log, validation
         # and checkpoint write; the run stops instead of re-creating a folder with checkpoints only
-        self.run_folder_check: Optional[Callable[[], Optional[str]]] = None
+        self.run_folder_check: Callable[[], str | None] | None = None
 
     def request_stop(self, reason: str) -> None:
         """End fit() after the current update (final evaluation skipped if done at this step, checkpoint saved)."""
@@ -297,7 +312,7 @@ class Trainer:
                     params[key] = param
         return model_state, fit_optimizer_rows(optimizer_state, params, vocab)
 
-    def save(self, name: Optional[str] = None) -> Optional[str]:
+    def save(self, name: str | None = None) -> str | None:
         """A training checkpoint (see :mod:`bart.training.checkpoint` for names and retention)."""
         self._check_run_folder()
         state = self.state_dict()  # collective: every rank takes part
@@ -330,7 +345,9 @@ class Trainer:
             if self.rank == 0:
                 print(note, file=sys.stderr, flush=True)
         self.resume_changes = resume_changes(saved, current)  # allowed (check_resume refused the rest): the banner says them
-        from bart.modeling.weights import check_weight_values  # the rule every weight file meets
+        from bart.modeling.weights import (
+            check_weight_values,  # the rule every weight file meets
+        )
         check_weight_values(state["model"], self.model.state_dict(), path)
         model_state, optimizer_state = self._fit_vocabulary(state["model"], state["optimizer"])
         try:
@@ -416,7 +433,7 @@ class Trainer:
         self._write_log((), summary, flush=True)
         return {**summary, "checkpoint": path}
 
-    def _one_update(self, batches, window: dict, progress) -> Optional[float]:
+    def _one_update(self, batches, window: dict, progress) -> float | None:
         """One applied-or-skipped update with its logging, validation and periodic checkpoint; the
         logged loss when this update logged."""
         cfg, logged = self.settings, None  # its sections' settings, read flat
@@ -442,10 +459,10 @@ class Trainer:
             self.save()
         return logged
 
-    def _run_folder_lost(self) -> Optional[str]:
+    def _run_folder_lost(self) -> str | None:
         return self.run_folder_check() if self.rank == 0 and self.run_folder_check is not None else None
 
-    def _check_run_folder(self, lost: Optional[str] = None, flagged: Optional[float] = None) -> None:
+    def _check_run_folder(self, lost: str | None = None, flagged: float | None = None) -> None:
         """Stop on every rank when rank 0 finds the run's files gone (``flagged``: the ranks' sum of that
         finding, when the caller reduced it already)."""
         if flagged is None:

@@ -17,8 +17,6 @@ training's random streams, so a run resumed after an abandoned validation trains
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from bart.data.summarization import Seq2SeqDataset, read_split
@@ -29,7 +27,7 @@ from bart.utils.progress import track
 from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
 
 
-def token_loss(trainer, batches: list[dict], model: Optional[torch.nn.Module] = None) -> float:
+def token_loss(trainer, batches: list[dict], model: torch.nn.Module | None = None) -> float:
     """Mean cross-entropy per target token (nat/token) of ``model`` (default the trainer's) over
     ``batches``, under the run's autocast. Every rank evaluates every batch (the trainer's model under
     FSDP needs the same forwards on all ranks). A stop signal ends it before the next batch, on every rank at
@@ -51,7 +49,7 @@ def token_loss(trainer, batches: list[dict], model: Optional[torch.nn.Module] = 
 
 
 class Validation:
-    def __init__(self, data_dir: str, tokenizer, *, task: str, metric: str, n_val: Optional[int],
+    def __init__(self, data_dir: str, tokenizer, *, task: str, metric: str, n_val: int | None,
                  max_source_length: int, max_target_length: int, batch_size: int, gen_kwargs: dict,
                  output_dir: str, save_top_k: int, early_stopping_patience: int = 0, min_steps: int = 0) -> None:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
@@ -61,8 +59,8 @@ class Validation:
         self.lower_is_better = metric == "loss"
         self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=self.lower_is_better)
         self.patience, self.min_steps = early_stopping_patience, min_steps
-        self.best_value: Optional[float] = None
-        self.best_step: Optional[int] = None
+        self.best_value: float | None = None
+        self.best_step: int | None = None
         self.without_improvement = 0
         self.history: list[dict] = []
 
@@ -144,7 +142,7 @@ class PretrainingValidation:
         self.history: list[dict] = []
 
     @classmethod
-    def from_loader(cls, loader, batch_size: int) -> Optional["PretrainingValidation"]:
+    def from_loader(cls, loader, batch_size: int) -> PretrainingValidation | None:
         """The held-out rows of a :class:`~bart.data.pretraining_dataset.PretrainingLoader` (None: none held out)."""
         dataset = loader.dataset
         if not dataset.held_out:

@@ -30,8 +30,8 @@ import os
 import re
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from bart.utils.errors import UserError
 

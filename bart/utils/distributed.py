@@ -121,7 +121,7 @@ def init_distributed(env: DistributedEnv | None = None, backend: str | None = No
 _HEARTBEAT: list = []  # this process's bart.utils.heartbeat.Heartbeat, stopped by cleanup()
 
 
-def start_heartbeat(env: DistributedEnv, attempt: "dist.PrefixStore", timeout_s: float | None) -> None:
+def start_heartbeat(env: DistributedEnv, attempt: dist.PrefixStore, timeout_s: float | None) -> None:
     """This rank's heartbeat (:mod:`bart.utils.heartbeat`) under this attempt's prefix, over a store connection of
     its own to MASTER_ADDR:MASTER_PORT (torchrun's agent store, or rank 0's); ``timeout_s`` 0: none."""
     from bart.utils import heartbeat

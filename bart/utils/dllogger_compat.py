@@ -184,7 +184,9 @@ def drop_records_after(path: str, step: int) -> int:
                     continue
             kept.append(line if line.endswith("\n") else line + "\n")
     if dropped:
-        from bart.utils.checkpoint_io import atomic_write_text  # imports torch: only when there is work
+        from bart.utils.checkpoint_io import (
+            atomic_write_text,  # imports torch: only when there is work
+        )
 
         atomic_write_text(path, "".join(kept))
     return dropped

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 
 class Noise(NamedTuple):

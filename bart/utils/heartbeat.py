@@ -28,7 +28,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from bart.utils.errors import EXIT_DIST_TIMEOUT, one_line
 
@@ -69,12 +69,12 @@ class Heartbeat:
         self.clock = clock
         self.watched = list(range(1, world_size)) if rank == 0 else [0]
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def _key(self, kind: str, rank: int) -> str:
         return f"{kind}/{rank}"
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         self.store.set(self._key("who", self.rank), f"{socket.gethostname()} pid {os.getpid()}")
         self.store.add(self._key("beat", self.rank), 1)
         self._thread = threading.Thread(target=self._run, name=f"bart-heartbeat-rank{self.rank}", daemon=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 _CPU_ASKED = re.compile(r"you tried to allocate (\d+) bytes")
 _CUDA_ASKED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
@@ -41,10 +41,10 @@ class Limit:
     what is in use against it now (bytes; None where unknown)."""
     name: str
     size: int
-    used: Optional[int] = None
+    used: int | None = None
 
 
-def _read(path: str) -> Optional[str]:
+def _read(path: str) -> str | None:
     try:
         with open(path) as f:
             return f.read()
@@ -52,7 +52,7 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _number(text: Optional[str]) -> Optional[int]:
+def _number(text: str | None) -> int | None:
     text = (text or "").strip()
     return int(text) if text.isdigit() else None
 
@@ -71,8 +71,8 @@ def _cgroup_paths(root: str) -> dict:
     return paths
 
 
-def _cgroup_limit(root: str, mount: str, own: Optional[str], limit_file: str, usage_file: str,
-                  kind: str) -> Optional[Limit]:
+def _cgroup_limit(root: str, mount: str, own: str | None, limit_file: str, usage_file: str,
+                  kind: str) -> Limit | None:
     """The smallest ``limit_file`` from this process's cgroup folder up to the mount's top (a parent's limit binds
     its children too; a container sees its own cgroup at the top of the mount)."""
     if own is None:
@@ -91,17 +91,17 @@ def _cgroup_limit(root: str, mount: str, own: Optional[str], limit_file: str, us
         folder = os.path.dirname(folder)
 
 
-def cgroup_v2(root: str = "/") -> Optional[Limit]:
+def cgroup_v2(root: str = "/") -> Limit | None:
     return _cgroup_limit(root, "sys/fs/cgroup", _cgroup_paths(root).get("v2"), "memory.max", "memory.current",
                          "memory.max")
 
 
-def cgroup_v1(root: str = "/") -> Optional[Limit]:
+def cgroup_v1(root: str = "/") -> Limit | None:
     return _cgroup_limit(root, "sys/fs/cgroup/memory", _cgroup_paths(root).get("memory"),
                          "memory.limit_in_bytes", "memory.usage_in_bytes", "memory limit")
 
 
-def _status(root: str, field: str) -> Optional[int]:
+def _status(root: str, field: str) -> int | None:
     """A ``kB`` field of ``root``/proc/self/status, in bytes."""
     for line in (_read(os.path.join(root, "proc/self/status")) or "").splitlines():
         name, _, rest = line.partition(":")
@@ -111,8 +111,8 @@ def _status(root: str, field: str) -> Optional[int]:
     return None
 
 
-def _rlimit(which: str, ulimit: str, status_field: str) -> Callable[[str], Optional[Limit]]:
-    def read(root: str = "/") -> Optional[Limit]:
+def _rlimit(which: str, ulimit: str, status_field: str) -> Callable[[str], Limit | None]:
+    def read(root: str = "/") -> Limit | None:
         import resource
 
         soft, _ = resource.getrlimit(getattr(resource, which))
@@ -122,7 +122,7 @@ def _rlimit(which: str, ulimit: str, status_field: str) -> Callable[[str], Optio
     return read
 
 
-def machine_ram(root: str = "/") -> Optional[Limit]:
+def machine_ram(root: str = "/") -> Limit | None:
     total, available = host_memory(root)
     if total is None:
         return None
@@ -134,13 +134,13 @@ LIMIT_READERS: tuple = (cgroup_v2, cgroup_v1, _rlimit("RLIMIT_AS", "-v", "VmSize
                         machine_ram)
 
 
-def memory_limit(root: str = "/") -> Optional[Limit]:
+def memory_limit(root: str = "/") -> Limit | None:
     """The limit that applies: the smallest of ``LIMIT_READERS``' (None where none can be read)."""
     found = [limit for limit in (reader(root) for reader in LIMIT_READERS) if limit is not None]
     return min(found, key=lambda limit: limit.size) if found else None
 
 
-def host_memory(root: str = "/") -> tuple[Optional[int], Optional[int]]:
+def host_memory(root: str = "/") -> tuple[int | None, int | None]:
     """(total, available) bytes of this machine's memory (/proc/meminfo; None where unknown)."""
     found = {}
     for line in (_read(os.path.join(root, "proc/meminfo")) or "").splitlines():
@@ -156,7 +156,7 @@ def host_memory(root: str = "/") -> tuple[Optional[int], Optional[int]]:
     return total, found.get("MemAvailable")
 
 
-def _there(limit: Optional[Limit], root: str) -> str:
+def _there(limit: Limit | None, root: str) -> str:
     if limit is None:
         return ""
     said = f"; the limit that applies is {limit.name}"
@@ -170,7 +170,7 @@ def _there(limit: Optional[Limit], root: str) -> str:
     return said
 
 
-def out_of_memory(err: BaseException, root: str = "/") -> Optional[str]:
+def out_of_memory(err: BaseException, root: str = "/") -> str | None:
     """What ran out, as a sentence ("asked for X; the limit that applies is Y, Z of it in use"), or None when
     ``err`` is not an allocation failure."""
     text = str(err)

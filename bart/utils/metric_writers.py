@@ -13,7 +13,6 @@ import json
 import math
 import os
 import sys
-from typing import Optional
 
 
 class MetricWriterError(RuntimeError):
@@ -32,7 +31,7 @@ def _scalars(data: dict) -> dict:
 
 
 class TensorBoardWriter:
-    def __init__(self, log_dir: str, purge_step: Optional[int] = None) -> None:
+    def __init__(self, log_dir: str, purge_step: int | None = None) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as err:
@@ -64,7 +63,7 @@ class WandbWriter:
     run's curves instead of starting another. (W&B drops what is logged at a step below the run's last one: the
     steps an interrupted run logged after its checkpoint keep their first values.)"""
 
-    def __init__(self, project: str, run_dir: str, config: Optional[dict] = None, resume: bool = False) -> None:
+    def __init__(self, project: str, run_dir: str, config: dict | None = None, resume: bool = False) -> None:
         try:
             import wandb
         except ImportError as err:
@@ -105,8 +104,8 @@ class WandbWriter:
         self.run.finish()
 
 
-def build_writers(tensorboard_dir: Optional[str] = None, wandb_project: Optional[str] = None,
-                  run_dir: str = ".", config: Optional[dict] = None, resume_step: Optional[int] = None) -> list:
+def build_writers(tensorboard_dir: str | None = None, wandb_project: str | None = None,
+                  run_dir: str = ".", config: dict | None = None, resume_step: int | None = None) -> list:
     writers = []
     if tensorboard_dir:
         writers.append(TensorBoardWriter(tensorboard_dir, purge_step=resume_step))

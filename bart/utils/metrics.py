@@ -9,7 +9,7 @@ used on such texts (``"\\n".join(sent_tokenize(line))`` per line), so unpunctuat
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 

@@ -53,7 +53,9 @@ def ensure_punkt(data_dir: str | None = None) -> str:
     lang_dir = os.path.join(data_dir, "tokenizers", "punkt_tab", "english")
     if not all(os.path.isfile(os.path.join(lang_dir, name)) for name in _FILES):
         os.makedirs(os.path.dirname(lang_dir), exist_ok=True)
-        from bart.utils.file_modes import staging_folder  # a new folder's mode (mkdtemp's 0700 kept other users out)
+        from bart.utils.file_modes import (
+            staging_folder,  # a new folder's mode (mkdtemp's 0700 kept other users out)
+        )
         staging = staging_folder(os.path.dirname(lang_dir), ".english-")
         try:
             for name, text in _english_tables().items():

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import importlib.util
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -81,17 +80,17 @@ class Precision:
 
     @classmethod
     def from_flags(cls, fp16: bool = False, bf16: bool = False, tf32: bool = True, fp8: bool = False,
-                   fp8_emulate: bool = False) -> "Precision":
+                   fp8_emulate: bool = False) -> Precision:
         cls.check_flags(fp16, bf16, fp8, fp8_emulate)
         name = "fp16" if fp16 else "bf16" if bf16 else "fp8" if fp8 else "tf32" if tf32 else "fp32"
         return cls(name, allow_tf32=tf32, emulate_fp8=fp8_emulate)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "Precision":
+    def from_args(cls, args: argparse.Namespace) -> Precision:
         return cls.from_flags(**{flag: getattr(args, flag, default) for flag, default in FLAGS.items()})
 
     @classmethod
-    def from_record(cls, args: dict) -> Optional["Precision"]:
+    def from_record(cls, args: dict) -> Precision | None:
         """The precision a run's recorded flags chose (a checkpoint's or run_config.json's ``args``); None where
         they were not recorded or contradict each other."""
         if not {"fp16", "bf16"} <= args.keys():
@@ -129,7 +128,7 @@ class Precision:
                                 f"{capability[0]}.{capability[1]}: train with --bf16 on it")
 
     @property
-    def autocast_dtype(self) -> Optional[torch.dtype]:
+    def autocast_dtype(self) -> torch.dtype | None:
         """The autocast dtype, or None when the run computes in fp32."""
         return _AUTOCAST.get(self.name)
 
@@ -148,7 +147,7 @@ class Precision:
             return contextlib.nullcontext()
         return torch.autocast(device_type, dtype=self.autocast_dtype)
 
-    def grad_scaler(self, device_type: str) -> Optional[torch.amp.GradScaler]:
+    def grad_scaler(self, device_type: str) -> torch.amp.GradScaler | None:
         return torch.amp.GradScaler(device_type) if self.uses_loss_scaling else None
 
 

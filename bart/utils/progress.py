@@ -16,7 +16,8 @@ import math
 import os
 import sys
 import time
-from typing import Iterable, Optional, TextIO
+from collections.abc import Iterable
+from typing import TextIO
 
 MODES = ("auto", "bar", "lines", "off")
 
@@ -54,9 +55,9 @@ class Progress:
     ``total`` may be None (no percentage nor ETA). ``initial``: work already done (a resumed run);
     rates and the ETA count only the work done by this process."""
 
-    def __init__(self, total: Optional[int], desc: str, unit: str = "step", initial: int = 0,
-                 enabled: bool = True, stream: Optional[TextIO] = None, mode: str = "auto",
-                 interval_s: Optional[float] = None, leave: bool = True) -> None:
+    def __init__(self, total: int | None, desc: str, unit: str = "step", initial: int = 0,
+                 enabled: bool = True, stream: TextIO | None = None, mode: str = "auto",
+                 interval_s: float | None = None, leave: bool = True) -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.n = self._start_n = initial
         self.stream = stream or sys.stderr
@@ -143,14 +144,14 @@ class Progress:
         elif self.mode == "lines":
             self._print()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def track(iterable: Iterable, desc: str, total: Optional[int] = None, unit: str = "item", **kwargs):
+def track(iterable: Iterable, desc: str, total: int | None = None, unit: str = "item", **kwargs):
     """Iterate ``iterable`` with a :class:`Progress` (total: ``len(iterable)`` when it has one)."""
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)

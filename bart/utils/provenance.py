@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 from importlib import metadata
-from typing import Optional
 
 from bart.utils.checkpoint_io import atomic_write_text
 
@@ -38,7 +37,7 @@ CONTAINER_ENV = ("NVIDIA_PYTORCH_VERSION", "PYTORCH_VERSION", "NVIDIA_BUILD_ID",
 LAUNCH_ENV = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "NNODES", "SLURM_JOB_ID", "SLURM_NNODES", "CUDA_VISIBLE_DEVICES")
 
 
-def _git(repo_dir: str, *args: str) -> Optional[str]:
+def _git(repo_dir: str, *args: str) -> str | None:
     try:
         out = subprocess.run(["git", "-C", repo_dir, *args], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
@@ -139,8 +138,8 @@ def gpus() -> dict:
     return {"count": count, "names": names, "capability": capability}
 
 
-def collect(repo_dir: str, argv: Optional[list[str]] = None, extra: Optional[dict] = None,
-            package: Optional[dict] = None) -> dict:
+def collect(repo_dir: str, argv: list[str] | None = None, extra: dict | None = None,
+            package: dict | None = None) -> dict:
     """One start's record: time, host, command line (the interpreter and every argument, as typed and as a
     shell-quoted line), working folder, git state of ``repo_dir`` (for a built ``package``, see
     :func:`package_origin`: the commit it was built from, ``repo`` None), the package, versions, GPUs, container;

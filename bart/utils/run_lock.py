@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 from bart.utils.errors import UserError
 
@@ -51,7 +51,7 @@ class RunLockBusy(UserError):
     """The folder is held by another live run; the message names it and the fix."""
 
 
-def _read(path: str) -> Optional[str]:
+def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -59,7 +59,7 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _process_start(pid: int) -> Optional[int]:
+def _process_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (Linux /proc), or None where unreadable."""
     text = _read(f"/proc/{pid}/stat")
     if not text:
@@ -114,7 +114,7 @@ def describe(record: dict) -> str:
             f"command: {_clip(str(record.get('command')))}")
 
 
-def _mtime(path: str) -> Optional[float]:
+def _mtime(path: str) -> float | None:
     """The file's modification time as the file server has it now: opened afresh (NFS revalidates its
     cached attributes on open), None when gone."""
     try:
@@ -135,10 +135,10 @@ class RunLock:
         self.path = os.path.join(self.folder, LOCK_NAME)
         self.heartbeat_s = heartbeat_s
         self.record: dict = {}
-        self.lost: Optional[str] = None  # set by the heartbeat when the file was removed or replaced
+        self.lost: str | None = None  # set by the heartbeat when the file was removed or replaced
         self._created: list[str] = []
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     # -- holding it -----------------------------------------------------------------------------------
     def _create(self, command: str) -> bool:
@@ -201,7 +201,7 @@ class RunLock:
         self.record = {}
 
 
-def _judge(path: str, folder: str, observe_s: float, notify: Callable[[str], None]) -> tuple[Optional[dict], str]:
+def _judge(path: str, folder: str, observe_s: float, notify: Callable[[str], None]) -> tuple[dict | None, str]:
     """(record, reason it is stale) of the lock file at ``path``; reason '' when its holder is alive."""
     text, deadline = _read(path), time.time() + 2.0
     while text == "" and time.time() < deadline:  # created this instant, its record not yet written
@@ -287,7 +287,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def acquire(folder: str, flag: str = "--output_dir", command: Optional[str] = None, notify=_stderr,
+def acquire(folder: str, flag: str = "--output_dir", command: str | None = None, notify=_stderr,
             heartbeat_s: float = HEARTBEAT_S, observe_s: float = OBSERVE_S) -> RunLock:
     """Take ``FOLDER/run.lock`` for this process (creating the folder), or raise :class:`RunLockBusy`.
     ``flag``: how the user names the folder (in the message's fix). A stale lock is taken over after one
@@ -328,7 +328,7 @@ def acquire(folder: str, flag: str = "--output_dir", command: Optional[str] = No
     raise RunLockBusy(f"{folder}: could not take {lock.path}: other processes keep taking it; start one run at a time")
 
 
-def held(folder: str) -> Optional[RunLock]:
+def held(folder: str) -> RunLock | None:
     """The lock this process holds on ``folder``, if any."""
     lock = _HELD.get(os.path.abspath(folder))
     return lock if lock is not None and lock.record.get("pid") == os.getpid() else None
@@ -376,7 +376,7 @@ class RunFolderWatch:
     sentence saying what went (``files``: a name for the message -> the paths; a name is gone when any of
     its paths is). ``lock``: a :class:`RunLock` whose loss counts too."""
 
-    def __init__(self, folder: str, files: dict[str, Iterable[str]], lock: Optional[RunLock] = None) -> None:
+    def __init__(self, folder: str, files: dict[str, Iterable[str]], lock: RunLock | None = None) -> None:
         self.folder = os.path.abspath(folder)
         self.files = {name: [os.path.abspath(p) for p in paths] for name, paths in files.items()}
         self.lock = lock
@@ -384,17 +384,17 @@ class RunFolderWatch:
     def folder_gone(self) -> bool:
         return not os.path.isdir(self.folder)
 
-    def __call__(self, settle_s: float = 0.5) -> Optional[str]:
+    def __call__(self, settle_s: float = 0.5) -> str | None:
         found = self._find()
         if found is not None and settle_s > 0 and not self.folder_gone():  # a deletion under way: its end state
             time.sleep(settle_s)
             found = self._find()
         return found
 
-    def _find(self) -> Optional[str]:
+    def _find(self) -> str | None:
         if self.folder_gone():
             return f"the folder {self.folder} was deleted or moved away (with {', '.join(self.files) or 'its files'})"
-        listed: dict[str, Optional[set]] = {}  # one listing per folder (a stat per file costs more on NFS/Lustre)
+        listed: dict[str, set | None] = {}  # one listing per folder (a stat per file costs more on NFS/Lustre)
         gone = []
         for name, paths in self.files.items():
             for path in paths:

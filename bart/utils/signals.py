@@ -22,7 +22,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from typing import Optional
 
 from bart.utils.errors import Preempted
 
@@ -80,7 +79,7 @@ class StopRequest:
                   f"checkpoint where there is something new to save, and exiting{' (Ctrl-C again to quit at once, without that checkpoint)' if signum == signal.SIGINT else ''}",
                   file=sys.stderr, flush=True)
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             if _PROCESS["depth"] == 0:
                 _PROCESS.update(received=None, settled=False)
@@ -110,7 +109,7 @@ class StoppedAtBatch(Preempted):
                          f"the same command again")
 
 
-def stop_agreed(device=None) -> Optional[str]:
+def stop_agreed(device=None) -> str | None:
     """Whether any rank received a stop signal (under a :class:`StopRequest`): the signal's name (this rank's, or
     "a stop signal on another rank"), or None. With several processes a collective (the flag summed over the
     ranks, on ``device``: the process group's device): every rank calls it at the same points, so that all

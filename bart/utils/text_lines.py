@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 _LONE_CR = re.compile(rb"\r(?!\n)")
 BOM = b"\xef\xbb\xbf"

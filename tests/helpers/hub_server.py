@@ -107,7 +107,7 @@ class HubStandIn:
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "HubStandIn":
+    def __enter__(self) -> HubStandIn:
         self.thread.start()
         return self
 

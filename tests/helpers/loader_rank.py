@@ -7,7 +7,6 @@ import json
 import os
 import sys
 
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bart.data.noise import NoiseConfig  # noqa: E402
 from bart.data.pretraining_dataset import build_pretraining_loader  # noqa: E402
