@@ -45,7 +45,7 @@ def run(tmp_path_factory, small_tokenizer_dir):
               "--n_val", "4", "--eval_beams", "1", "--eval_max_gen_length", "12", "--num_workers", "0",
               "--log_freq", "1", "--output_dir", out, "--resume_from_checkpoint", "auto"]
     _run(*common, "--max_steps", "2")
-    _run(*common, "--max_steps", "3")
+    _run(*common, "--max_steps", "3", "--allow_resume_change", "max_steps")  # a longer schedule, said
     evaluation = [str(config), data, "--tokenizer", small_tokenizer_dir, "--bs", "2", "--eval_beams", "2",
                   "--max_target_length", "12", "--max_source_length", "32"]
     _run("run_eval.py", os.path.join(out, "final_step.ckpt"), evaluation[0], evaluation[1], out, *evaluation[2:])
@@ -65,7 +65,7 @@ def test_provenance_is_recorded_and_a_resume_appends(run):
     assert len(starts) == 3  # the first start, the resume, run_eval.py into the same folder: appended in order
     assert [s["command"][1] for s in starts] == ["finetune.py", "finetune.py", "run_eval.py"]
     assert starts[0]["command"][0] == sys.executable and starts[0]["command"][-2:] == ["--max_steps", "2"]
-    assert starts[1]["command"][-2:] == ["--max_steps", "3"] and "--max_steps 3" in starts[1]["command_line"]
+    assert starts[1]["command"][-4:] == ["--max_steps", "3", "--allow_resume_change", "max_steps"] and "--max_steps 3" in starts[1]["command_line"]
     first = starts[0]
     assert first["git"]["commit"] == commit and isinstance(first["git"]["dirty"], bool)
     assert first["torch_build"]["torch"] == torch.__version__ and first["torch_build"]["cuda"] == torch.version.cuda
