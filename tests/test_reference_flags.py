@@ -619,8 +619,7 @@ def test_every_flag_reaches_a_settings_field(script):
     """A flag added to a parser without its Settings field would be parsed and then dropped: never."""
     import dataclasses
 
-    from bart.cli.args import build_parser
-    from bart.cli.settings import SECTIONS
+    from bart.cli.settings import SECTIONS, build_parser
     from bart.data.noise import NoiseConfig
     fields = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
     noise = {f.name for f in dataclasses.fields(NoiseConfig)}

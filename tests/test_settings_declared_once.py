@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bart.cli.args import build_parser, program_name
+from bart.cli.args import program_name
 from bart.cli.reference_flags import SPECS
 from bart.cli.settings import (
     EVAL,
@@ -17,6 +17,7 @@ from bart.cli.settings import (
     SECTIONS,
     TRANSLATED,
     Settings,
+    build_parser,
     parse_command_line,
     resolved,
 )
@@ -60,9 +61,9 @@ def test_every_flag_is_one_field_with_one_default_and_one_help(script):
 
 
 def test_no_flag_is_written_outside_its_declaration():
-    """The parser is generated: bart/cli/args.py spells no setting's flag itself (old code: an add_argument per
+    """The parser is generated: bart/cli/args.py and settings.py spell no setting's flag outside its field (old code: an add_argument per
     flag there, its default again in Settings and the trainer's in TrainerConfig), and TrainerConfig is gone."""
-    source = open(os.path.join(ROOT, "bart", "cli", "args.py")).read()
+    source = "".join(open(os.path.join(ROOT, "bart", "cli", name)).read() for name in ("args.py", "settings.py"))
     assert set(re.findall(r'add_argument\("(--?[\w-]+)"', source)) == {"-h", "--help-all", "--config_file"}
     trainer = open(os.path.join(ROOT, "bart", "training", "trainer.py")).read()
     assert "TrainerConfig" not in trainer and "trainer_config" not in open(

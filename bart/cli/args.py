@@ -2,7 +2,7 @@
 default, one meaning.
 
 A setting is one field of a :mod:`bart.cli.settings` section, declared with :func:`flag` (its default, help,
-spellings, the scripts that take it, argparse's keywords); :func:`build_parser` generates a script's parser from
+spellings, the scripts that take it, argparse's keywords); :func:`bart.cli.settings.build_parser` generates a script's parser from
 those fields (one argument group per section, run_eval.py's positional arguments in their places), then the
 reference recipe's flags (:mod:`bart.cli.reference_flags`). Old names from the reference and the BERT recipe are
 spellings of the same field (``--max_grad_norm`` = ``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``).
@@ -24,8 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bart.cli.reference_flags import add_reference_args
-from bart.data.noise import add_noise_args
 from bart.utils.checkpoint_io import atomic_write_text
 from bart.utils.errors import UserError
 from bart.utils.precision import Precision
@@ -365,39 +363,6 @@ def short_help(parser: argparse.ArgumentParser) -> str:
             formatter.end_section()
     formatter.add_text(f"{hidden} more flags, in every group: {parser.prog} --help-all")
     return formatter.format_help()
-
-
-def build_parser(script: str, description: str | None = None) -> ArgumentParser:
-    """``script``'s parser, generated from the Settings sections' fields (:func:`add_flags`), then the reference
-    recipe's spellings of it. ``--help`` shows the quick start's flags, ``--help-all`` every group."""
-    from bart.cli.settings import (  # the declarations (bart.cli.settings imports this module)
-        SECTIONS,
-        TRANSLATED,
-    )
-
-    parser = ArgumentParser(prog=program_name(script), description=description, usage=USAGE[script],
-                            formatter_class=HelpFormatter, add_help=False)
-    quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
-             parser.add_argument("--config_file", metavar="FILE",
-                                 help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
-                                      "{\"max_steps\": 100, ...}); @FILE is the same; flags on the command line win")]
-    positional = sorted((own["position"], name, declared) for cls in SECTIONS.values()
-                        for name, declared, _ in declared_flags(cls, script)
-                        if "position" in (own := declared.per_script.get(script, {})))
-    for _, name, declared in positional:
-        quick.append(parser.add_argument(name, **argparse_keywords(name, declared, None, script)[2]))
-    quick += add_flags(parser, SECTIONS.values(), script)
-    for name, (default, declared) in TRANSLATED.items():
-        if script in declared.scripts:
-            action = parser.add_argument_group("starting weights").add_argument(
-                *declared.options or (f"--{name}",), **argparse_keywords(name, declared, default, script)[2])
-            quick += [action] * (script in declared.quick)
-    if script == PRETRAIN:
-        add_noise_args(parser)
-    add_reference_args(parser, script)
-    quick += [a for a in parser._actions if "--max_epochs" in a.option_strings]  # finetune.py's, the reference's
-    parser.quick_actions = quick
-    return parser
 
 
 # -- a run from a file: --config_file FILE / @FILE ---------------------------------------------------------

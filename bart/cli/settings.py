@@ -4,7 +4,7 @@
 
 Each setting is ONE field of a section (:class:`ModelSettings`, :class:`DataSettings`, ...: :data:`SECTIONS`),
 declared with :func:`bart.cli.args.flag`: its type, its one default, its help, its spellings, the scripts that take it
-and argparse's keywords. The scripts' parsers are generated from these fields (:func:`bart.cli.args.build_parser`),
+and argparse's keywords. The scripts' parsers are generated from these fields (:func:`build_parser`),
 so a new flag is its field here and its use. ``Settings`` holds the sections and reads flat
 (``settings.max_steps``); the trainer reads its sections of the same record.
 
@@ -43,24 +43,32 @@ from bart.cli.args import (
     PRETRAIN,
     PROBABILITY,
     TRAINING,
+    USAGE,
+    ArgumentParser,
     Flag,
+    HelpFormatter,
     _bool_or_path,
-    build_parser,
+    _HelpAll,
+    _ShortHelp,
+    add_flags,
+    argparse_keywords,
     check_namespace,
     count_or_all,
+    declared_flags,
     flag,
     generate_option_pairs,
     given_flags,
     int_at_least,
+    program_name,
     read_config_file,
     reference,
     reject_unused,
     setting,
     updates_or_fraction,
 )
-from bart.cli.reference_flags import apply_reference_args
+from bart.cli.reference_flags import add_reference_args, apply_reference_args
 from bart.configuration.shipped import names_help
-from bart.data.noise import NoiseConfig, noise_config_from_args
+from bart.data.noise import NoiseConfig, add_noise_args, noise_config_from_args
 from bart.evaluation import TASK_METRICS, task_metric
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
 from bart.optim.schedulers import SCHEDULES
@@ -515,6 +523,34 @@ def refused_in(script: str) -> list:
     """The flags ``script``'s parser takes only to refuse a change (pretrain.py: fine-tuning's flags)."""
     return [f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
             if "flag" in f.metadata and script in f.metadata["flag"].refused_in]
+
+
+def build_parser(script: str, description: str | None = None) -> ArgumentParser:
+    """``script``'s parser, generated from the Settings sections' fields (:func:`add_flags`), then the reference
+    recipe's spellings of it. ``--help`` shows the quick start's flags, ``--help-all`` every group."""
+    parser = ArgumentParser(prog=program_name(script), description=description, usage=USAGE[script],
+                            formatter_class=HelpFormatter, add_help=False)
+    quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
+             parser.add_argument("--config_file", metavar="FILE",
+                                 help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
+                                      "{\"max_steps\": 100, ...}); @FILE is the same; flags on the command line win")]
+    positional = sorted((own["position"], name, declared) for cls in SECTIONS.values()
+                        for name, declared, _ in declared_flags(cls, script)
+                        if "position" in (own := declared.per_script.get(script, {})))
+    for _, name, declared in positional:
+        quick.append(parser.add_argument(name, **argparse_keywords(name, declared, None, script)[2]))
+    quick += add_flags(parser, SECTIONS.values(), script)
+    for name, (default, declared) in TRANSLATED.items():
+        if script in declared.scripts:
+            action = parser.add_argument_group("starting weights").add_argument(
+                *declared.options or (f"--{name}",), **argparse_keywords(name, declared, default, script)[2])
+            quick += [action] * (script in declared.quick)
+    if script == PRETRAIN:
+        add_noise_args(parser)
+    add_reference_args(parser, script)
+    quick += [a for a in parser._actions if "--max_epochs" in a.option_strings]  # finetune.py's, the reference's
+    parser.quick_actions = quick
+    return parser
 
 
 def parse_command_line(script: str, argv=None, description: str | None = None) -> Settings:
