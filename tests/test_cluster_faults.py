@@ -103,13 +103,15 @@ def _workers(launcher_pid: int) -> dict:
 
 
 @pytest.mark.slow
-def test_a_stopped_rank_ends_the_job_named_within_the_default_heartbeat_timeout(argv):
-    """Two gloo ranks under the launcher with the default flags (--dist_timeout 10 minutes, --heartbeat_timeout
-    60 s); rank 1 is frozen with SIGSTOP after update 2. Was: rank 0 waited --dist_timeout (about 10.5 minutes)
-    and said "another rank hung or died: see its log", naming none. Now rank 0 names rank 1, its host and pid,
-    and the job ends (exit 4) after about a minute; the test's own timeout (240 s) is far below 10 minutes."""
+def test_a_stopped_rank_ends_the_job_named_within_the_heartbeat_timeout(argv):
+    """Two gloo ranks under the launcher (--dist_timeout 10 minutes, its default; --heartbeat_timeout 10 s, a sixth
+    of its default 60 s, which test_the_default_heartbeat_ends_a_hang_within_two_minutes holds); rank 1 is frozen
+    with SIGSTOP after update 2. Was: rank 0 waited --dist_timeout (about 10.5 minutes) and said "another rank hung
+    or died: see its log", naming none. Now rank 0 names rank 1, its host and pid, and the job ends (exit 4) after
+    the heartbeat timeout; the test's own timeout (240 s) is far below 10 minutes."""
     out_dir = argv["base"] / "hung"
-    cmd = _launch(*argv["argv"], "--max_steps", "100000", "--output_dir", str(out_dir), "--no_tensorboard")
+    cmd = _launch(*argv["argv"], "--max_steps", "100000", "--output_dir", str(out_dir), "--no_tensorboard",
+                  "--heartbeat_timeout", "10")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: logged_step(out_dir) >= 2, proc, "update 2")
@@ -125,8 +127,18 @@ def test_a_stopped_rank_ends_the_job_named_within_the_default_heartbeat_timeout(
     assert proc.returncode == EXIT_DIST_TIMEOUT, err[-3000:]
     assert len(said) == 1 and said[0].startswith("pretrain.py: stopped: rank 0 of 2: 1 process(es) stopped "
                                                  "answering: rank 1 ("), said or err[-3000:]
-    assert f"{socket.gethostname()} pid {workers[1]}" in said[0] and "--heartbeat_timeout 60" in said[0], said
+    assert f"{socket.gethostname()} pid {workers[1]}" in said[0] and "--heartbeat_timeout 10" in said[0], said
     assert "Traceback" not in err, err[-3000:]
+
+
+def test_the_default_heartbeat_ends_a_hang_within_two_minutes():
+    """By default a stopped rank is found after 60 s of silence (beats every 10 s), far below --dist_timeout's 10
+    minutes, in every script's parser and in the record."""
+    from bart.cli.settings import FINETUNE, PRETRAIN, Settings, build_parser
+    assert (Settings().heartbeat_timeout, Settings().dist_timeout) == (60.0, 10.0)
+    for script in (PRETRAIN, FINETUNE, "run_eval.py"):
+        parser = build_parser(script)
+        assert (parser.get_default("heartbeat_timeout"), parser.get_default("dist_timeout")) == (60.0, 10.0), script
 
 
 @pytest.mark.slow
