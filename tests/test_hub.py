@@ -300,7 +300,8 @@ def test_export_pushes_to_the_hub_through_huggingface_hub(tmp_path, tokenizer_di
         assert repo["private"] is True and len(repo["commits"]) == 1
         written = {name: (tmp_path / "out" / name).read_bytes() for name in os.listdir(tmp_path / "out")}
         assert repo["files"] == written and "model.safetensors" in written
-        assert hub.cards == [written["README.md"].decode()]
+        # the model card validated (huggingface_hub 0.36, CI's transformers-4 step, validates it twice; 2.x once)
+        assert hub.cards and set(hub.cards) == {written["README.md"].decode()}, hub.cards
         assert not [request for request in hub.unknown if request[0] != "GET"]  # every upload step was the API's
 
         shutil.rmtree(tmp_path / "out")
