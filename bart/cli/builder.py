@@ -16,6 +16,7 @@ from bart.cli.start import (
     device_for,
     lock_output_dir,
     model_config,
+    rank_zero_decides,
     record_start,
     resolve_config,
     seed_everything,
@@ -61,32 +62,22 @@ def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None
     log is refused in one line (``earlier_run``: go on with --resume_from_checkpoint auto, or start over with
     --overwrite_output_dir); --overwrite_output_dir removes that run's files first (``remove_earlier_run``), so
     that nothing of it mixes with this run's. Rank 0 decides, every rank ends with its decision."""
-    from bart.utils.errors import one_line
-
     json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
-    error = None
-    if env.is_main:
-        try:
-            if not args.overwrite_output_dir:
-                refused = earlier_run(args.output_dir, json_path)
-                if refused:
-                    raise UserError(refused)
-            else:
-                keep = (args.init_checkpoint, args.tokenizer or os.environ.get("TOKENIZER"))
-                removed = remove_earlier_run(args.output_dir, json_path, keep=keep)
-                if removed:
-                    print(f"[checkpoint] --overwrite_output_dir: removed the earlier run's {len(removed)} file(s) from "
-                          f"{args.output_dir} ({', '.join(os.path.basename(p.rstrip(os.sep)) for p in removed[:6])}"
-                          f"{', ...' if len(removed) > 6 else ''}): starting a new run", flush=True)
-        except (UserError, CheckpointError, OSError) as err:
-            error = err
-    refused = None if error is None else one_line(error)
-    if env.distributed:
-        refused = dist_utils.all_gather_objects(refused)[0]
-    if error is not None:
-        raise error
-    if refused:
-        raise UserError(f"rank 0 did not start the run: {refused}")
+
+    def claim():
+        if not args.overwrite_output_dir:
+            refused = earlier_run(args.output_dir, json_path)
+            if refused:
+                raise UserError(refused)
+        else:
+            keep = (args.init_checkpoint, args.tokenizer or os.environ.get("TOKENIZER"))
+            removed = remove_earlier_run(args.output_dir, json_path, keep=keep)
+            if removed:
+                print(f"[checkpoint] --overwrite_output_dir: removed the earlier run's {len(removed)} file(s) from "
+                      f"{args.output_dir} ({', '.join(os.path.basename(p.rstrip(os.sep)) for p in removed[:6])}"
+                      f"{', ...' if len(removed) > 6 else ''}): starting a new run", flush=True)
+
+    rank_zero_decides(env, claim, errors=(UserError, CheckpointError, OSError))
 
 
 def load_tokenizer(args: Settings, model_path: str | None = None):

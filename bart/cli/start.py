@@ -48,25 +48,35 @@ def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--
     written there, then runs ``check`` (a refusal of what the folder holds: raises a UserError); the other ranks
     wait for its decision and stop with it (exit 2 on every rank)."""
     from bart.utils import run_lock
-    from bart.utils.errors import one_line
 
     if os.path.exists(folder) and not os.path.isdir(folder):  # every rank: the same one line
         raise UserError(f"output folder {folder} is a file; choose a folder (see --help)")
+    def take_and_check():
+        run_lock.acquire(folder, flag=flag)
+        if check is not None:
+            check()
+
+    rank_zero_decides(env, take_and_check, refused=run_lock.RunLockBusy)
+
+
+def rank_zero_decides(env: dist_utils.DistributedEnv, decide, errors=(UserError, OSError), refused=UserError) -> None:
+    """``decide()`` runs on rank 0 and every rank ends with its outcome: rank 0 raises what it raised (one of
+    ``errors``), the other ranks a ``refused`` naming it in one line; nothing raised, every rank goes on."""
+    from bart.utils.errors import one_line
+
     error = None
     if env.is_main:
         try:
-            run_lock.acquire(folder, flag=flag)
-            if check is not None:
-                check()
-        except (UserError, OSError) as err:
+            decide()
+        except errors as err:
             error = err
-    refused = None if error is None else one_line(error)
+    said = None if error is None else one_line(error)
     if env.distributed:
-        refused = dist_utils.all_gather_objects(refused)[0]
+        said = dist_utils.all_gather_objects(said)[0]
     if error is not None:
         raise error
-    if refused:
-        raise run_lock.RunLockBusy(f"rank 0 did not start the run: {refused}")
+    if said:
+        raise refused(f"rank 0 did not start the run: {said}")
 
 
 def device_for(env: dist_utils.DistributedEnv) -> torch.device:
