@@ -298,25 +298,9 @@ def _transformers_tokens(export_dir: str, sources: list[str], source_length: int
     return out
 
 
-def run_entry(script: str, argv: list[str]) -> int:
-    """``python script argv`` (an entry script, or ``python -m bart.export``) in this process, ending as the
-    script ends (``bart.cli.exits.run_main``: one line for a stop or a mistake): its exit code."""
-    import importlib
-
-    from bart.cli.exits import run_main
-
-    module = importlib.import_module(script[:-3] if script.endswith(".py") else script)
-    if script == "bart.export":
-        return module.main(argv)
-    try:
-        run_main(lambda: module.main(argv), script)
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 1
-    return 0
-
-
 def run_row(row: Row, spec: dict, rank: int) -> dict:
     """One row's job (see the module's docstring); the result rank 0 writes."""
+    from bart.cli.exits import run_entry
     from bart.utils import distributed as dist_utils
 
     out = os.path.join(spec["out"], row.name)

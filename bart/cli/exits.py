@@ -242,3 +242,20 @@ def _end(err: BaseException, script: str) -> None:
          f"failed waiting for the other ranks ({one_line(err)[:300]}); another rank hung or died: see its "
          f"log; raise --dist_timeout if a step legitimately takes longer")
     sys.exit(EXIT_DIST_TIMEOUT)
+
+
+def run_entry(script: str, argv: list[str]) -> int:
+    """``python SCRIPT ARGV`` (``pretrain.py``, ``finetune.py``, ``run_eval.py``) or ``python -m bart.export ARGV``
+    in this process, ending as the script ends (:func:`run_main`: one line for a stop or a mistake): its exit code
+    (0 when main returns). Notebooks, the configuration matrix and the tests run scripts through it."""
+    import importlib
+
+    name = "bart.export" if script == "bart.export" else f"bart.cli.{script[:-3] if script.endswith('.py') else script}"
+    module = importlib.import_module(name)
+    if script == "bart.export":  # ends through its own main, as `python -m bart.export` does
+        return module.main(argv)
+    try:
+        run_main(lambda: module.main(argv), script)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    return 0
