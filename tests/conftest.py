@@ -56,16 +56,17 @@ def container_image(tmp_path_factory):
     return build_image(str(tmp_path_factory.mktemp("image")))
 
 
-# Test files, heaviest first (seconds on 2 idle cores, measured 2026-11-26): run_tests.sh gives each of
-# its workers whole files (--dist loadfile), so starting the long files first keeps one worker from
-# running the last long file alone while the other has finished (longest-first scheduling; about 20 s
-# of a 6-minute suite). Files not named here follow in pytest's order; a stale list costs only time.
-HEAVIEST_FIRST = ("test_gpu_suite.py", "test_journey.py", "test_pretraining_data.py", "test_faults.py", "test_signals.py",
-                  "test_trainer.py", "test_disk_and_shards.py", "test_finetune.py", "test_benchmark_scripts.py",
-                  "test_generation.py", "test_readme.py", "test_run_lock.py", "test_restarts.py", "test_exact_resume.py", "test_cluster_faults.py",
-                  "test_export.py",
-                  "test_package.py", "test_reference_outputs.py", "test_tokenizer_choice.py", "test_hub.py",
-                  "test_script_journey.py", "test_tokenizer.py", "test_train_tokenizer.py")
+# Test files, heaviest first (summed test seconds of a whole run, 2 workers on 2 cores, measured 2026-11-28):
+# run_tests.sh gives each of its workers whole files (--dist loadfile), so starting the long files first keeps
+# one worker from running the last long file alone while the other has finished (longest-first scheduling).
+# Files not named here follow in pytest's order; a stale list costs only time.
+HEAVIEST_FIRST = ("test_matrix.py", "test_gpu_suite.py", "test_journey.py", "test_signals.py", "test_pretraining_data.py",
+                  "test_faults.py", "test_trainer.py", "test_disk_and_shards.py", "test_benchmark_scripts.py",
+                  "test_generation.py", "test_finetune.py", "test_readme.py", "test_cluster_faults.py",
+                  "test_exact_resume.py", "test_run_lock.py", "test_restarts.py", "test_package.py",
+                  "test_foreign_noise.py", "test_hub.py", "test_cross_entropy.py", "test_export.py",
+                  "test_tokenizer_choice.py", "test_reference_outputs.py", "test_monitoring.py", "test_ctranslate2.py",
+                  "test_unusable_inputs.py", "test_dllogger.py", "test_script_journey.py")
 
 
 def pytest_configure(config):
