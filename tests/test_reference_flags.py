@@ -479,23 +479,16 @@ def test_weights_summary_counts_every_parameter():
 def tiny_run(tmp_path_factory, small_tokenizer_dir):
     import json
 
-    from bart.configuration import BartConfig
-    from bart.modeling import BartForConditionalGeneration
-    from tests.helpers.corpus import SMALL_VOCAB_SIZE
+    from tests.helpers.corpus import micro_config, random_weights
     from tests.helpers.summaries import write_summarization_data
 
     base = tmp_path_factory.mktemp("reference_flags")
     data = write_summarization_data(str(base / "data"), sizes=(("train", 40), ("val", 6), ("test", 4)))
-    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
-    values.update(d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=1, decoder_layers=1,
-                  max_position_embeddings=64, vocab_size=SMALL_VOCAB_SIZE, dropout=0.0)
     config = base / "config.json"
-    config.write_text(json.dumps(values))
-    torch.manual_seed(0)
-    weights = base / "phase1" / "_step5.ckpt"
-    weights.parent.mkdir()
-    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(config))).state_dict(), weights)
-    return SimpleNamespace(base=base, data=data, config=str(config), weights=str(weights), tok=small_tokenizer_dir)
+    config.write_text(json.dumps(micro_config(dropout=0.0)))
+    (base / "phase1").mkdir()
+    weights = random_weights(str(config), str(base / "phase1" / "_step5.ckpt"))
+    return SimpleNamespace(base=base, data=data, config=str(config), weights=weights, tok=small_tokenizer_dir)
 
 
 def _script(script, *argv):

@@ -3,7 +3,6 @@ training checkpoint, else start), and ``torchrun --max_restarts`` after a rank w
 processes set up their process group again (a fresh key prefix in torchrun's store, which outlives the
 attempt) within ``--rendezvous_timeout``, resume from the newest checkpoint and end where an uninterrupted
 run ends."""
-import json
 import os
 import subprocess
 import sys
@@ -13,10 +12,9 @@ import time
 import pytest
 import torch
 
-from tests.helpers.corpus import micro_config
+from tests.helpers.corpus import finetuning_world, micro_config
 from tests.helpers.entry import run_entry as _main
 from tests.helpers.ports import free_port
-from tests.helpers.summaries import write_summarization_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config()  # dropout 0.1: a random stream a resume loses shows in the losses (with 0 it would not)
@@ -25,21 +23,7 @@ assert CONFIG["dropout"] == 0.1
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, small_tokenizer_dir):
-    from bart.configuration import BartConfig
-    from bart.modeling import BartForConditionalGeneration
-
-    base = tmp_path_factory.mktemp("restarts")
-    config = base / "config.json"
-    config.write_text(json.dumps(CONFIG))
-    torch.manual_seed(0)
-    weights = str(base / "weights.ckpt")
-    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(config))).state_dict(), weights)
-    data = write_summarization_data(str(base / "data"), sizes=(("train", 48), ("val", 4), ("test", 4)))
-    argv = ["--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
-            "--init_checkpoint", weights, "--train_batch_size", "4", "--n_val", "0", "--num_workers", "0",
-            "--max_source_length", "32", "--max_target_length", "16", "--learning_rate", "1e-3",
-            "--log_freq", "1", "--keep_checkpoints", "0", "--no_tensorboard"]
-    return {"base": base, "argv": argv}
+    return finetuning_world(tmp_path_factory.mktemp("restarts"), small_tokenizer_dir, CONFIG, train_rows=48)
 
 
 def _records(out_dir) -> list[dict]:

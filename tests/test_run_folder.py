@@ -8,32 +8,16 @@ import json
 import os
 
 import pytest
-import torch
 
-from tests.helpers.corpus import micro_config
+from tests.helpers.corpus import finetuning_world, micro_config
 from tests.helpers.entry import run_entry
-from tests.helpers.summaries import write_summarization_data
 
 CONFIG = micro_config(dropout=0.0)
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, small_tokenizer_dir):
-    from bart.configuration import BartConfig
-    from bart.modeling import BartForConditionalGeneration
-
-    base = tmp_path_factory.mktemp("run_folder")
-    config = base / "config.json"
-    config.write_text(json.dumps(CONFIG))
-    torch.manual_seed(0)
-    weights = str(base / "weights.ckpt")
-    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(config))).state_dict(), weights)
-    data = write_summarization_data(str(base / "data"), sizes=(("train", 32), ("val", 4), ("test", 4)))
-    argv = ["--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
-            "--init_checkpoint", weights, "--train_batch_size", "4", "--n_val", "0", "--num_workers", "0",
-            "--max_source_length", "32", "--max_target_length", "16", "--learning_rate", "1e-3",
-            "--log_freq", "1", "--keep_checkpoints", "0", "--no_tensorboard"]
-    return {"base": base, "argv": argv, "config": str(config), "data": data, "tokenizer": small_tokenizer_dir}
+    return finetuning_world(tmp_path_factory.mktemp("run_folder"), small_tokenizer_dir, CONFIG, train_rows=32)
 
 
 def _error_lines(capsys) -> list[str]:

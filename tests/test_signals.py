@@ -16,7 +16,7 @@ import torch
 
 from bart.utils.dllogger_compat import read_dllogger
 from bart.utils.errors import EXIT_PREEMPTED
-from tests.helpers.corpus import micro_config, pretraining_argv
+from tests.helpers.corpus import micro_config, pretraining_argv, random_weights
 from tests.helpers.entry import run_entry
 from tests.helpers.ports import free_port
 from tests.helpers.processes import Watched, logged_step, ours, wait_for
@@ -37,15 +37,11 @@ def setup(tmp_path_factory, small_tokenizer_dir):
 def summaries(tmp_path_factory, small_tokenizer_dir):
     """Fine-tuning and evaluation inputs: the micro model's weights, and splits whose validation and test take
     seconds (long generations, beams), so that a signal sent once they start lands inside them."""
-    from bart.configuration import BartConfig
-    from bart.modeling import BartForConditionalGeneration
     from tests.helpers.summaries import write_summarization_data
 
     base = tmp_path_factory.mktemp("signals")
     (base / "config.json").write_text(json.dumps(micro_config(min_length=40, max_length=48)))
-    torch.manual_seed(0)
-    weights = str(base / "weights.ckpt")
-    torch.save(BartForConditionalGeneration(BartConfig.from_json_file(str(base / "config.json"))).state_dict(), weights)
+    weights = random_weights(str(base / "config.json"), str(base / "weights.ckpt"))
     data = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 400), ("test", 400)))
     common = ["--config_path", str(base / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
               "--max_source_length", "32", "--num_workers", "0"]
