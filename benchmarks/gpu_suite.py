@@ -364,8 +364,8 @@ class Suite:
             return command
         batch, source, target = (DRY_TRAIN_SHAPES if dry else TRAIN_SHAPES)[part]
         contenders = (DRY_CONTENDERS if dry else CONTENDERS)[part]
-        if "lamb" in contenders.split(",") and (self.figures("env") or {}).get("apex_fused_lamb"):
-            names = contenders.split(",")  # apex's LAMB and ours, both eager
+        names = contenders.split(",")
+        if "lamb" in names and (self.figures("env") or {}).get("apex_fused_lamb"):  # apex's LAMB and ours, both eager
             names.insert(names.index("lamb") + 1, "lamb_foreach")
             contenders = ",".join(names)
         if (self.figures("env") or {}).get("fp8_training") == "yes" and part in FP8_CONTENDERS:
