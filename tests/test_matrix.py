@@ -99,8 +99,12 @@ def test_a_compiled_fine_tuning_run_over_varied_lengths_never_recompiles(tmp_pat
     chunks, not tokens, so the run compiles once and never again (dynamo's own rule compiled static shapes first,
     then again for each size that changed: on an FSDP model 7 graphs three times over; the fused loss's loop over
     range(0, tokens, chunk) then made every graph guard on the batch's token count: a recompile for each new
-    count); the count is the run's summary's. aot_eager: dynamo's graphs and AOTAutograd's, and their guards,
-    which decide recompiles, without inductor's code generation."""
+    count); the count is the run's summary's. Nor does dynamo trace the model twice: Python floats (the label
+    smoothing, a layer norm's eps) traced as symbols made AOTAutograd restart dynamo's analysis once they were
+    found specialized, a quarter of the compile (bart/training/compilation.py). aot_eager: dynamo's graphs and
+    AOTAutograd's, and their guards, which decide recompiles and restarts, without inductor's code generation."""
+    import logging
+
     import finetune
     from bart.data.summarization import build_finetuning_loader
     from bart.tokenization.tokenization_bart import BartTokenizer
@@ -111,10 +115,23 @@ def test_a_compiled_fine_tuning_run_over_varied_lengths_never_recompiles(tmp_pat
     loader = build_finetuning_loader(data, BartTokenizer.from_pretrained(small_tokenizer_dir), 48, 16, 4, seed=1)
     shapes = [(tuple(b["input_ids"].shape), tuple(b["labels"].shape)) for b in itertools.islice(iter(loader), steps)]
     assert len({s for s, _ in shapes}) >= 3 and len({t for _, t in shapes}) >= 2, shapes  # the lengths do vary
-    summary = finetune.main(["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer",
-                             small_tokenizer_dir, "--from_scratch", "--max_steps", str(steps), "--train_batch_size", "4",
-                             "--max_source_length", "48", "--max_target_length", "16", "--n_val", "0", "--seed", "1",
-                             "--num_workers", "0", "--no_tensorboard", "--compile", "--compile_backend", "eager",
-                             "--fused_cross_entropy", "--output_dir", str(tmp_path / "out")])
+    restarts = []
+    handler = logging.Handler()
+    handler.emit = lambda record: restarts.append(record.getMessage()) if "Restarting analysis" in record.msg else None
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        summary = finetune.main(["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer",
+                                 small_tokenizer_dir, "--from_scratch", "--max_steps", str(steps), "--train_batch_size",
+                                 "4", "--max_source_length", "48", "--max_target_length", "16", "--n_val", "0",
+                                 "--seed", "1", "--num_workers", "0", "--no_tensorboard", "--compile",
+                                 "--compile_backend", "aot_eager", "--fused_cross_entropy", "--label_smoothing", "0.1",
+                                 "--output_dir", str(tmp_path / "out")])
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
     assert summary["compiled"] is True and "compile_error" not in summary and summary["steps"] == steps
     assert summary["recompiles"] == 0, summary
+    assert restarts == []

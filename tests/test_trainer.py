@@ -12,6 +12,7 @@ from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import NonFiniteLossError, Trainer
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers.inductor import scalar_inductor
 from tests.helpers.ports import free_port
 from tests.helpers.synthetic import (
     SyntheticBatches,
@@ -69,8 +70,7 @@ def test_compile_trains_like_eager(tmp_path):
     compiled = _trainer(tmp_path / "compiled", batch_size=4, grad_accum=1, optimizer="lamb", compile_model=True,
                         data=_FixedShapeBatches(2, 4), layers=1)
     eager.fit()
-    import torch._inductor.config
-    with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
+    with scalar_inductor():
         summary = compiled.fit()
     assert compiled.forward_model is not compiled.model  # the compiled wrapper did the forward passes
     assert [h["loss"] for h in compiled.history] == pytest.approx([h["loss"] for h in eager.history], rel=1e-4)

@@ -46,7 +46,10 @@ class CompiledOrEager(torch.nn.Module):
     serves every length. Dynamo's own rule compiles static sizes first and again for each size that changes,
     every graph of the model (an FSDP model's layers are graphs of their own): 7 recompiled graphs in a 4-update
     fine-tuning run under FSDP, a minute of compiling each time on CPU. Fixed-shape batches (pretraining) keep
-    the static, specialized compile."""
+    the static, specialized compile. Python floats (a layer norm's eps, the label smoothing) are traced as the
+    constants they are (``specialize_float``): dynamo's default traced them as symbols, found them specialized
+    after tracing and traced the whole model again (a quarter of a fine-tuning compile: 55 s to 42 s for
+    the one-layer model of the tests on CPU)."""
 
     def __init__(self, model: torch.nn.Module, backend="inductor", varying_lengths: bool = False) -> None:
         super().__init__()
@@ -58,7 +61,10 @@ class CompiledOrEager(torch.nn.Module):
         self.eager = False
 
     def forward(self, *args, **kwargs):
-        return (self._orig_mod if self.eager else self.compiled)(*args, **kwargs)
+        if self.eager:
+            return self._orig_mod(*args, **kwargs)
+        with torch._dynamo.config.patch(specialize_float=True):
+            return self.compiled(*args, **kwargs)
 
 
 def describe(err: BaseException) -> str:
