@@ -75,6 +75,7 @@ from bart.optim.schedulers import SCHEDULES
 from bart.utils.affinity import DEFAULT_MODE as DEFAULT_AFFINITY
 from bart.utils.affinity import MODES as AFFINITY_MODES
 from bart.utils.errors import UserError
+from bart.utils.precision import FLAGS as PRECISION_DEFAULTS
 from bart.utils.precision import FP8_LIBRARY, Precision, TrainingOnly
 
 
@@ -196,18 +197,20 @@ class OptimizationSettings:
 @dataclass(frozen=True, kw_only=True)
 class PrecisionSettings:
     """The precision flags; the run's :class:`~bart.utils.precision.Precision` is made from them
-    (:attr:`Settings.precision`)."""
+    (:attr:`Settings.precision`). Their defaults are :data:`bart.utils.precision.FLAGS`, with which a run's
+    record that lacks them is read."""
     GROUP: ClassVar[str] = "precision"
-    fp16: bool = flag(False, "fp16 autocast with loss scaling", scripts=ALL, quick=ALL, action="store_true")
-    bf16: bool = flag(False, "bf16 autocast", scripts=ALL, quick=ALL, action="store_true")
-    fp8: bool = flag(False, f"float8 linear layers (torchao's float8 training, {FP8_LIBRARY}) under bf16 autocast; "
-                            f"CUDA compute capability >= 8.9", scripts=ALL, action="store_true",
+    fp16: bool = flag(PRECISION_DEFAULTS["fp16"], "fp16 autocast with loss scaling", scripts=ALL, quick=ALL,
+                      action="store_true")
+    bf16: bool = flag(PRECISION_DEFAULTS["bf16"], "bf16 autocast", scripts=ALL, quick=ALL, action="store_true")
+    fp8: bool = flag(PRECISION_DEFAULTS["fp8"], f"float8 linear layers (torchao's float8 training, {FP8_LIBRARY}) "
+                     f"under bf16 autocast; CUDA compute capability >= 8.9", scripts=ALL, action="store_true",
                      per_script={EVAL: dict(action=TrainingOnly, help=argparse.SUPPRESS)})
-    fp8_emulate: bool = flag(False, "--fp8 with the float8 products emulated in higher precision: any device, slow "
-                                    "(tests, CPU checks)", scripts=ALL, action="store_true",
+    fp8_emulate: bool = flag(PRECISION_DEFAULTS["fp8_emulate"], "--fp8 with the float8 products emulated in higher "
+                             "precision: any device, slow (tests, CPU checks)", scripts=ALL, action="store_true",
                              per_script={EVAL: dict(action=TrainingOnly, help=argparse.SUPPRESS)})
-    tf32: bool = flag(True, "TF32 matmuls on Ampere+ for the fp32 parts (--no-tf32 for strict fp32)", scripts=ALL,
-                      action=argparse.BooleanOptionalAction)
+    tf32: bool = flag(PRECISION_DEFAULTS["tf32"], "TF32 matmuls on Ampere+ for the fp32 parts (--no-tf32 for strict "
+                      "fp32)", scripts=ALL, action=argparse.BooleanOptionalAction)
 
     @classmethod
     def named(cls, name: str, emulate_fp8: bool = False) -> PrecisionSettings:
