@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
@@ -53,8 +53,9 @@ from bart.utils.errors import Preempted, RunStopped
 from bart.utils.progress import Progress
 from bart.utils.signals import StoppedAtBatch, StopRequest, stop_agreed
 
-if TYPE_CHECKING:  # the record the entry scripts parse (bart.cli imports training, never the other way)
-    from bart.cli.settings import Settings
+# The run's record, bart.cli.settings.Settings: the entry scripts parse it and hand it down. bart.cli imports
+# training, never the other way, not even for a type (the trainer reads the record's sections by name).
+Settings = Any
 
 
 def strategy_for(settings: Settings, world_size: int, device: torch.device, model: torch.nn.Module,
