@@ -301,9 +301,9 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
                                     "checkpoint was written"), launch
         said = ours(output, "pretrain.py")
         # the launcher forwards the SIGTERM to each worker in turn: a rank whose own signal arrives after the
-        # ranks agreed to stop (a loaded machine) says so (bart.utils.signals.stop_agreed), as in
+        # ranks agreed to stop (a loaded machine) names the other rank's (bart.utils.signals.stop_agreed), as in
         # test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch; at least one rank received it
-        lines = [re.fullmatch(r"pretrain\.py: stopped: (SIGTERM|a stop signal on another rank) received: stopped "
+        lines = [re.fullmatch(r"pretrain\.py: stopped: (SIGTERM|SIGTERM \(on another rank\)) received: stopped "
                               r"after update (\d+) and (rank 0 )?wrote (\S+); run the same command with "
                               r"--resume_from_checkpoint True to continue", s) for s in said]
         assert len(said) == 2 and all(lines), "\n".join(said)
@@ -337,7 +337,7 @@ def test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch(summ
     assert "Traceback" not in output, output[-4000:]
     said = ours(output, "finetune.py")  # each rank's line in one write: never another rank's output inside it
     assert sorted(said) == sorted([
-        f"finetune.py: stopped: a stop signal on another rank received: stopped after update 2 and wrote "
+        f"finetune.py: stopped: SIGTERM (on another rank) received: stopped after update 2 and wrote "
         f"{out / '_step2.ckpt'}; run the same command with --resume_from_checkpoint True to continue (the validation "
         f"at update 2 was abandoned: the resumed run does it first)",
         f"finetune.py: stopped: SIGTERM received: stopped after update 2 and rank 0 wrote {out / '_step2.ckpt'}; run "

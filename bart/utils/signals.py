@@ -111,18 +111,21 @@ class StoppedAtBatch(Preempted):
 
 def stop_agreed(device=None) -> str | None:
     """Whether any rank received a stop signal (under a :class:`StopRequest`): the signal's name (this rank's, or
-    "a stop signal on another rank"), or None. With several processes a collective (the flag summed over the
-    ranks, on ``device``: the process group's device): every rank calls it at the same points, so that all
-    stop at the same update or batch."""
+    another rank's as "SIGTERM (on another rank)"), or None. With several processes a collective (each rank's
+    signal counted over the ranks, on ``device``: the process group's device): every rank calls it at the same
+    points, so that all stop at the same update or batch, and every rank's line names the signal (a launcher
+    forwarding SIGTERM to its workers in turn: the ranks may agree before the signal reaches the last one)."""
     received = _PROCESS["received"] if _PROCESS["depth"] > 0 else None
     from bart.utils import distributed as dist_utils  # imports torch: only here
 
     if dist_utils.world_size() > 1:
         import torch
 
-        flag = torch.tensor([float(received is not None)], device=device)
-        if dist_utils.all_reduce_sum(flag).item() and received is None:
-            received = "a stop signal on another rank"
+        names = [signal.Signals(s).name for s in STOP_SIGNALS]
+        counts = torch.tensor([float(received == name) for name in names], device=device)
+        counts = dist_utils.all_reduce_sum(counts).tolist()
+        if received is None and any(counts):
+            received = f"{names[next(i for i, n in enumerate(counts) if n)]} (on another rank)"
     return received
 
 
