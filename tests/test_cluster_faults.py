@@ -82,7 +82,9 @@ def test_a_user_error_is_not_restarted_by_max_restarts(argv):
     lines = _lines(out.stderr)
     errors = [line for line in lines if "--lr_scheduler" in line and "error" in line]
     assert out.returncode == EXIT_USER_ERROR, out.stderr[-3000:]
-    assert len(errors) == 2, lines  # one per rank, once: no restart
+    # at most one per rank, once: no restart. The launcher ends the job at the first rank's exit 2, so on a loaded
+    # machine the other rank can be stopped before its parser has printed (seen in a clean-clone CI run: 1 line)
+    assert 1 <= len(errors) <= 2 and len(set(errors)) == 1, lines
     assert lines[-1].startswith("launch: rank ") and "exit code 2 (a user error" in lines[-1] and \
         "without the 2 restart(s) --max_restarts left" in lines[-1], lines
 
