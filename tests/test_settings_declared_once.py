@@ -102,7 +102,6 @@ def test_the_two_former_disagreements_have_one_default_each(tmp_path):
         ["_step3.ckpt", "_step4.ckpt", "_step5.ckpt"]
 
 
-
 def test_the_precision_flags_read_from_a_record_default_as_the_parser_does():
     """bart.utils.precision.FLAGS is what a run's record without a precision flag is read with (Precision.from_record,
     from_args); the precision fields take their defaults from it (old code: a second copy of five defaults), so a
@@ -115,6 +114,7 @@ def test_the_precision_flags_read_from_a_record_default_as_the_parser_does():
         assert {name: parser.get_default(name) for name in FLAGS} == FLAGS
     settings = parse_command_line(PRETRAIN, ["--config_path", "c.json", "--data_dir", ".", "--max_steps", "1"])
     assert Precision.from_record({"fp16": False, "bf16": False}) == settings.precision == Precision("tf32")
+
 
 # -- --help: the quick start's flags; --help-all: every group -----------------------------------------------------
 @pytest.mark.parametrize("script", SCRIPTS)

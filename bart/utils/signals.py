@@ -27,6 +27,7 @@ from bart.utils.errors import Preempted
 
 STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None),
                                  getattr(signal, "SIGINT", None)) if s is not None)
+STOP_SIGNAL_NAMES = tuple(signal.Signals(s).name for s in STOP_SIGNALS)
 
 # One request per process, shared by nested StopRequests (the entry script's, the training loop's); the
 # outermost one starts it afresh.
@@ -121,11 +122,10 @@ def stop_agreed(device=None) -> str | None:
     if dist_utils.world_size() > 1:
         import torch
 
-        names = [signal.Signals(s).name for s in STOP_SIGNALS]
-        counts = torch.tensor([float(received == name) for name in names], device=device)
+        counts = torch.tensor([float(received == name) for name in STOP_SIGNAL_NAMES], device=device)
         counts = dist_utils.all_reduce_sum(counts).tolist()
-        if received is None and any(counts):
-            received = f"{names[next(i for i, n in enumerate(counts) if n)]} (on another rank)"
+        if received is None:
+            received = next((f"{name} (on another rank)" for name, n in zip(STOP_SIGNAL_NAMES, counts) if n), None)
     return received
 
 
