@@ -20,7 +20,8 @@ against the stored one otherwise: a different one is an error unless ``--allow_t
 Before the folder is moved into place, transformers loads it (``AutoModelForSeq2SeqLM``,
 ``AutoTokenizer``) and its logits are compared with this project's (``--no-verify`` skips that).
 The folder is assembled in a temporary folder beside OUT_DIR and renamed, so no half-written
-export remains; an existing non-empty OUT_DIR is replaced only with ``--overwrite``.
+export remains; an existing non-empty OUT_DIR is replaced only with ``--overwrite``, and only when it holds an
+earlier export's files and nothing else (never a run's folder, nor the checkpoint being exported).
 
 ``--ct2 CT2_DIR`` also writes CTranslate2's model of the folder (its ``TransformersConverter``), with the
 tokenizer files and ``bart_translate_options.json``: the model's generation settings as
@@ -215,12 +216,43 @@ def _verify(folder: str, model) -> float:
     return diff
 
 
-def _check_target(folder: str, name: str, overwrite: bool) -> None:
+# What an export writes (the Hugging Face folder; ``--ct2``: CTranslate2's): --overwrite replaces a folder
+# that holds these files only, so that it never removes a run, a checkpoint or anything else of the user's.
+EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin",
+                          "README.md", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                          "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"})
+CT2_FILES = frozenset({"model.bin", "config.json", "shared_vocabulary.json", "shared_vocabulary.txt",
+                       "vocabulary.json", "vocabulary.txt", "source_vocabulary.json", "target_vocabulary.json",
+                       "bart_translate_options.json", "tokenizer.json", "tokenizer_config.json",
+                       "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json"})
+
+
+def _check_target(folder: str, name: str, overwrite: bool, written: frozenset = EXPORT_FILES) -> None:
+    """``folder`` can receive an export: new, empty, or (``overwrite``) an earlier export, holding only the
+    ``written`` files; anything else in it (a run's checkpoints and log, other folders) is refused in one line."""
     if os.path.isfile(folder):
         raise ExportError(f"{name} {folder} is a file; it must be a folder (new, empty, or replaced with --overwrite)")
-    if os.path.isdir(folder) and os.listdir(folder) and not overwrite:
+    if not os.path.isdir(folder) or not os.listdir(folder):
+        return
+    if not overwrite:
         raise ExportError(f"{name} {folder} exists and is not empty; pass --overwrite to replace it or choose another "
                           f"folder")
+    foreign = sorted(entry for entry in os.listdir(folder)
+                     if entry not in written or not os.path.isfile(os.path.join(folder, entry))
+                     or os.path.islink(os.path.join(folder, entry)))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ExportError(f"{name} {folder} holds {shown}, which an export does not write: --overwrite replaces only "
+                          f"an earlier export's folder; choose a new folder, such as "
+                          f"{os.path.join(folder, 'hf_export')}")
+
+
+def _check_not_inside(model_path: str, folder: str, name: str) -> None:
+    """The checkpoint being exported is never in the folder an export replaces."""
+    model, target = os.path.realpath(model_path), os.path.realpath(folder)
+    if model == target or model.startswith(target + os.sep):
+        raise ExportError(f"{name} {folder} holds the checkpoint being exported ({model_path}); an export there would "
+                          f"replace it: choose another folder")
 
 
 def _check_ct2(ct2_dir: str, out_dir: str, overwrite: bool) -> None:
@@ -231,7 +263,7 @@ def _check_ct2(ct2_dir: str, out_dir: str, overwrite: bool) -> None:
 
     if importlib.util.find_spec("ctranslate2") is None:
         raise ExportError(f"--ct2 needs CTranslate2, which is not installed: {INSTALL}")
-    _check_target(ct2_dir, "--ct2", overwrite)
+    _check_target(ct2_dir, "--ct2", overwrite, CT2_FILES)
     inside = os.path.commonpath([ct2_dir, out_dir]) in (ct2_dir, out_dir)
     if inside:
         raise ExportError(f"--ct2 {ct2_dir} and OUT_DIR {out_dir} must be separate folders (neither inside the other)")
@@ -296,6 +328,10 @@ def export(checkpoint: str, out_dir: str, tokenizer: str | None = None, config_p
         model_path = resolve_weights(model_path)  # a run's output folder: its newest checkpoint
     if os.path.abspath(model_path) == out_dir:
         raise ExportError(f"OUT_DIR {out_dir} is the checkpoint's own folder; choose another folder")
+    if os.path.exists(model_path):  # a local checkpoint (a hub id is downloaded into the cache)
+        _check_not_inside(model_path, out_dir, "OUT_DIR")
+        if ct2_dir is not None:
+            _check_not_inside(model_path, ct2_dir, "--ct2")
     from bart.modeling.weights import (
         write_model_files,  # torch: imported once the cheap checks passed
     )
@@ -348,7 +384,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              f"or a BART config.json's path")
     parser.add_argument("--pre_ln", action=argparse.BooleanOptionalAction, default=None,
                         help="with --config: Pre-LN model (default: the config's)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing non-empty OUT_DIR")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier export in OUT_DIR (a folder holding anything else is refused)")
     parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                         help="load the export with transformers and compare logits before moving it into place")
     parser.add_argument("--ct2", dest="ct2_dir", default=None, metavar="DIR",

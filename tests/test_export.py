@@ -123,6 +123,43 @@ def test_export_from_a_folder_uses_its_tokenizer_and_replaces_only_with_overwrit
     assert sorted(os.listdir(tmp_path)) == ["first", "m.ckpt", "second"]  # no staging or backup folder left
 
 
+def test_overwrite_never_removes_a_run_or_the_checkpoint_being_exported(tmp_path, tokenizer_dir, monkeypatch, capsys):
+    """--overwrite replaces an earlier export only: a run's folder (the checkpoint's own), a parent of runs and a
+    folder holding the input are refused in one line and left as they were; the folder the line advises works."""
+    run = tmp_path / "results" / "run"
+    run.mkdir(parents=True)
+    _checkpoint(run / "final_step.ckpt", False, 4)
+    for name, text in (("dllogger.json", "DLLL {}\n"), ("run_config.json", "{}")):
+        (run / name).write_text(text)
+    (tmp_path / "results" / "other").mkdir()
+    (tmp_path / "results" / "other" / "data.txt").write_text("the user's")
+
+    def tree():
+        return sorted((str(p.relative_to(tmp_path)), p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file())
+
+    before = tree()
+    for out, named in ((run, "dllogger.json, final_step.ckpt, run_config.json"), (tmp_path / "results", "other, run")):
+        code, _, stderr = _export_here(monkeypatch, capsys, run / "final_step.ckpt", out, "--tokenizer", tokenizer_dir,
+                                       "--overwrite")
+        advised = out / "hf_export"
+        assert code == 2 and stderr.count("\n") == 1, stderr
+        assert (f"OUT_DIR {out} holds {named}, which an export does not write: --overwrite replaces only an earlier "
+                f"export's folder; choose a new folder, such as {advised}") in stderr
+        assert tree() == before  # nothing removed, nothing half-written
+    code, _, stderr = _export_here(monkeypatch, capsys, run / "final_step.ckpt", run / "hf_export", "--tokenizer",
+                                   tokenizer_dir, "--overwrite")  # the advised folder, verbatim
+    assert code == 0, stderr
+    assert {p for p, _ in before} < {p for p, _ in tree()} and (run / "hf_export" / "model.safetensors").is_file()
+    # the input inside the folder an export would replace: an export's own weights file, re-exported over it
+    shutil.copy(run / "hf_export" / "model.safetensors", run / "hf_export" / "pytorch_model.bin")
+    shutil.copy(run / "hf_export" / "config.json", tmp_path / "config.json")
+    kept = (run / "hf_export" / "pytorch_model.bin").read_bytes()
+    code, _, stderr = _export_here(monkeypatch, capsys, run / "hf_export" / "pytorch_model.bin", run / "hf_export",
+                                   "--config", tmp_path / "config.json", "--tokenizer", tokenizer_dir, "--overwrite")
+    assert code == 2 and "holds the checkpoint being exported" in stderr and "choose another folder" in stderr, stderr
+    assert (run / "hf_export" / "pytorch_model.bin").read_bytes() == kept
+
+
 def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_dir, monkeypatch, capsys):
     (tmp_path / "notes.ckpt").write_text("not a checkpoint")
     # fine-tuning's final_step.ckpt (a raw state dict, no config) copied out of its run: it records the run's
