@@ -1,7 +1,8 @@
-"""Nothing started over by accident, nothing resumed with a silent change (issue #45): a new run into a folder
-that holds another run's checkpoints or log is refused in one line naming --resume_from_checkpoint auto and
---overwrite_output_dir (which removes that run's files, and only those, first); run_eval.py into a folder with an
-earlier evaluation likewise with --overwrite; a resume that reshapes the learning-rate schedule (--max_steps,
+"""Nothing started over by accident, nothing resumed with a silent change: a new run into a folder that holds
+another run's checkpoints is refused in one line naming --resume_from_checkpoint auto and --overwrite_output_dir
+(which removes that run's files, and only those, first); a folder whose run stopped before its first checkpoint
+(its log and records only) is that run starting again, its log kept; run_eval.py into a folder with an earlier
+evaluation is refused unless --overwrite; a resume that reshapes the learning-rate schedule (--max_steps,
 --warmup_steps, --lr_scheduler, --lr_end) is refused unless --allow_resume_change names it, and then the start
 banner says what changes."""
 import json
@@ -279,3 +280,83 @@ def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
     assert "--overwrite_output_dir" not in words and "old.ckpt" not in words and "out dir" in words
     settings = parse_command_line("finetune.py", words[words.index("finetune.py") + 1:])  # accepted as it is
     assert settings.resume_from_checkpoint == "auto" and settings.output_dir == "out dir"
+
+
+# -- a run that stopped before its first checkpoint starts again --------------------------------------------
+def _attempt_marks(out) -> list:
+    from bart.utils.dllogger_compat import read_dllogger
+    return [r["data"]["attempt"] for r in read_dllogger(os.path.join(str(out), "dllogger.json"))
+            if r["type"] == "LOG" and "attempt" in r["data"]]
+
+
+def test_the_advised_command_after_a_failure_before_the_first_checkpoint_starts_the_run_again(world, capsys):
+    """Was: the line advised leaving --wandb_project out, and that command was refused ("holds another run's files
+    (dllogger.json)"): a log with no checkpoint made the folder another run's."""
+    out = world["base"] / "no_wandb"
+    argv = world["argv"] + ["--output_dir", str(out), "--max_steps", "2"]
+    assert run_entry("finetune.py", argv + ["--wandb_project", "p"]) == 2
+    err = _error_lines(capsys)
+    assert len(err) == 1 and "wandb" in err[0] and "leave the flag out" in err[0], err
+    assert run_entry("finetune.py", argv) == 0  # the advised command, verbatim
+    said = capsys.readouterr().out
+    assert f"[checkpoint] {out} holds the records of a run that stopped before its first checkpoint" in said, said
+    assert _log_steps(out) == [1, 2] and _attempt_marks(out) == [2]
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume_from_checkpoint", "auto"]])
+def test_a_run_killed_before_its_first_checkpoint_starts_again_and_keeps_its_log(world, capsys, resume):
+    """A folder with the log, run records, tokenizer and a checkpoint write cut off, but no checkpoint: the same
+    command (with auto or without a resume flag) starts it again from update 1, the log appended with the new
+    attempt marked, and it ends as the uninterrupted run (same losses)."""
+    plain = world["base"] / "uninterrupted_before_ckpt"
+    argv = world["argv"] + ["--max_steps", "3"]
+    if not plain.exists():
+        assert run_entry("finetune.py", argv + ["--output_dir", str(plain)]) == 0
+    out = world["base"] / f"killed_before_ckpt{len(resume)}"
+    assert run_entry("finetune.py", argv + ["--output_dir", str(out)]) == 0
+    # what a kill at update 2 leaves: no checkpoint, a cut-off write, the log up to update 2 and a cut line
+    for name in os.listdir(out):
+        if name.endswith(".ckpt") or name.startswith("best_"):
+            os.remove(out / name)
+    (out / ".tmp-x1y2z3.partial").write_bytes(b"cut off")  # atomic_save's temporary file
+    lines = (out / "dllogger.json").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if '"step": 3' not in line]
+    (out / "dllogger.json").write_text("".join(kept) + 'DLLL {"step": 3, "da')
+    capsys.readouterr()
+    assert run_entry("finetune.py", argv + ["--output_dir", str(out)] + resume) == 0
+    assert _log_steps(out) == [1, 2, 1, 2, 3] and _attempt_marks(out) == [2]
+    assert not [n for n in os.listdir(out) if ".partial" in n]
+
+    def losses(folder):
+        from bart.utils.dllogger_compat import read_dllogger
+        records = [r for r in read_dllogger(str(folder / "dllogger.json")) if r["type"] == "LOG"]
+        start = max(i for i, r in enumerate(records) if "attempt" in r["data"]) if folder == out else 0
+        return [r["data"]["loss"] for r in records[start:] if "loss" in r["data"]]
+    assert losses(out) == losses(plain)
+    if not resume:  # now it has checkpoints: the same command without a resume flag is refused again
+        assert run_entry("finetune.py", argv + ["--output_dir", str(out)]) == 2
+
+
+def test_a_run_config_replayed_never_removes_its_run(tmp_path, small_tokenizer_dir, capsys):
+    """Was: --config_file RUN/run_config.json of a run started with --overwrite_output_dir replayed it: RUN's files
+    (its checkpoints, log and the very file given) were removed and a new run started; adding
+    --resume_from_checkpoint auto was refused ("give one"). Now the file's one-shot actions are not replayed."""
+    from tests.helpers.corpus import pretraining_argv
+
+    out = tmp_path / "run"
+    argv = pretraining_argv(tmp_path, small_tokenizer_dir)[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
+                                                            "--output_dir", str(out), "--no_tensorboard"]
+    assert run_entry("pretrain.py", argv + ["--overwrite_output_dir"]) == 0
+    assert json.loads((out / "run_config.json").read_text())["overwrite_output_dir"] is True  # what that start did
+    files = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    capsys.readouterr()
+    config = str(out / "run_config.json")
+    assert run_entry("pretrain.py", ["--config_file", config]) == 2
+    said = capsys.readouterr()
+    assert f"--config_file {config}: overwrite_output_dir true is what that run's start did; not replayed" in said.out
+    err = [line for line in said.err.strip().splitlines() if not line.startswith(("note:", "["))]
+    assert len(err) == 1 and "add --resume_from_checkpoint auto to go on" in err[0], err
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == files  # nothing removed or rewritten
+    assert run_entry("pretrain.py", ["--config_file", config, "--max_steps", "3", "--resume_from_checkpoint",
+                                     "auto", "--allow_resume_change", "max_steps"]) == 0  # the line's fix
+    assert set(files) <= set(os.listdir(out)) and _log_steps(out) == [1, 2, 3]

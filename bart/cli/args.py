@@ -47,13 +47,14 @@ class Flag:
     lazy: Callable[[], dict] | None = None  # keywords known when the parser is built (a table's choices)
     per_script: Mapping = field(default_factory=dict)  # script -> keywords over these (default, help, type, ...)
     argparse: Mapping = field(default_factory=dict)    # action, type, choices, nargs, metavar, const, required
+    once: bool = False  # an action of the start it is given to: run_config.json records it, --config_file never replays it
 
 
 def flag(default: Any, help: str, *options: str, scripts=TRAINING, quick=(), refused_in=(), lazy=None,
-         per_script=None, **argparse_kwargs) -> Any:
+         per_script=None, once=False, **argparse_kwargs) -> Any:
     """A Settings field that is a flag: its one default, help, spellings and scripts (see :class:`Flag`)."""
     declared = Flag(help, tuple(options), tuple(scripts), tuple(quick), tuple(refused_in), lazy, per_script or {},
-                    argparse_kwargs)
+                    argparse_kwargs, once)
     return field(default=default, metadata={"flag": declared})
 
 
@@ -418,12 +419,15 @@ def _file_value(action: argparse.Action, value: Any, default: Any):
     return parsed if many else parsed[0]
 
 
-def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, record_defaults: dict) -> tuple:
+def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, record_defaults: dict,
+                     once=()) -> tuple:
     """``--config_file FILE`` or ``@FILE``: the file's settings become ``parser``'s defaults, so that the command
     line's flags win; returns (argv without it, the settings the file changed from the script's defaults).
     The file is a JSON object of settings, as a run's run_config.json records them (its ``world_size``,
-    ``model_config`` ... are skipped; settings of another script are skipped at their default). An unknown key
-    or a bad value is one line naming the file, the key and the fix."""
+    ``model_config`` ... are skipped; settings of another script are skipped at their default). ``once``: the
+    one-shot actions (``--overwrite_output_dir``, ``--resume_from_checkpoint``): what the recorded start did, never
+    replayed (a note says so where the file set one). An unknown key or a bad value is one line naming the file,
+    the key and the fix."""
     path, argv = _config_files(parser, argv)
     if path is None:
         return argv, set()
@@ -445,6 +449,11 @@ def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, r
         parser.error(f"--config_file {path}: key 'noise': {script} has no denoising noise (pretrain.py's); "
                      f"remove the key")
     defaults, changed = {}, set()
+    for key in [key for key in values if key in once]:
+        value = values.pop(key)
+        if value not in (None, False, record_defaults.get(key)) and os.environ.get("RANK", "0") == "0":
+            print(f"[settings] --config_file {path}: {key} {json.dumps(value)} is what that run's start did; not "
+                  f"replayed (give --{key} on the command line to do it again)", flush=True)
     for key, value in values.items():
         action = actions.get(key)
         if key in CONFIG_EXTRAS or (action is None and key in record_defaults and value in (record_defaults[key], None)):

@@ -32,6 +32,7 @@ from bart.training.checkpoint import (
     remove_earlier_run,
     resolve_resume,
     resumable_checkpoints,
+    stopped_before_a_checkpoint,
 )
 from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, strategy_for
@@ -58,10 +59,12 @@ def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
 
 
 def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None:
-    """A new run never starts over on top of another run's files: a folder holding another run's checkpoints or
-    log is refused in one line (``earlier_run``: go on with --resume_from_checkpoint auto, or start over with
+    """A new run never starts over on top of another run's work: a folder holding another run's checkpoints is
+    refused in one line (``earlier_run``: go on with --resume_from_checkpoint auto, or start over with
     --overwrite_output_dir); --overwrite_output_dir removes that run's files first (``remove_earlier_run``), so
-    that nothing of it mixes with this run's. Rank 0 decides, every rank ends with its decision."""
+    that nothing of it mixes with this run's. A folder whose run stopped before its first checkpoint (its log
+    and records only: a kill, a stop signal, a requeue, a restart) is that run starting again, its log kept
+    (:func:`start_log` appends to it). Rank 0 decides, every rank ends with its decision."""
     json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
 
     def claim():
@@ -69,6 +72,11 @@ def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None
             refused = earlier_run(args.output_dir, json_path)
             if refused:
                 raise UserError(refused)
+            records = stopped_before_a_checkpoint(args.output_dir, json_path)
+            if records and env.is_main:
+                names = ", ".join(os.path.basename(p) for p in records[:4]) + (", ..." if len(records) > 4 else "")
+                print(f"[checkpoint] {args.output_dir} holds the records of a run that stopped before its first "
+                      f"checkpoint ({names}): starting it again from update 1; its log goes on", flush=True)
         else:
             keep = (args.init_checkpoint, args.tokenizer or os.environ.get("TOKENIZER"))
             removed = remove_earlier_run(args.output_dir, json_path, keep=keep)
@@ -78,6 +86,34 @@ def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None
                       f"{', ...' if len(removed) > 6 else ''}): starting a new run", flush=True)
 
     rank_zero_decides(env, claim, errors=(UserError, CheckpointError, OSError))
+
+
+def start_log(json_path: str, rank: int, resumed_from: str | None, step: int) -> Logger:
+    """The run's dllogger log. A resume goes on from the checkpoint's step (later records, written by the
+    attempt that was interrupted after its last checkpoint, are dropped: no step twice) and records where it
+    resumed from; a start into a log left by a run that stopped before its first checkpoint appends to it and
+    records the new attempt (``{"attempt": N}`` at step 0), so that no record of the earlier one is lost."""
+    earlier = not resumed_from and os.path.isfile(json_path) and os.path.getsize(json_path) > 0
+    if (resumed_from or earlier) and rank == 0:  # a start again keeps every step: only a line a kill cut off goes
+        drop_records_after(json_path, step if resumed_from else sys.maxsize)
+    attempt = _attempts(json_path) + 1 if earlier else 1
+    logger = Logger(json_path, rank=rank, append=bool(resumed_from) or earlier)
+    logger.metadata("loss", {"unit": "nat/token"})
+    logger.metadata("seq/s", {"unit": "sequences/s"})
+    if resumed_from:
+        logger.log(step=step, data={"resumed_from": resumed_from})
+    elif earlier:
+        logger.log(step=0, data={"attempt": attempt})
+    return logger
+
+
+def _attempts(json_path: str) -> int:
+    """How many starts from update 1 a log holds (the first has no ``attempt`` record)."""
+    from bart.utils.dllogger_compat import read_dllogger
+
+    marks = [r["data"]["attempt"] for r in read_dllogger(json_path)
+             if r.get("type") == "LOG" and isinstance(r.get("data"), dict) and "attempt" in r["data"]]
+    return max([1] + [m for m in marks if isinstance(m, int)])
 
 
 def load_tokenizer(args: Settings, model_path: str | None = None):
@@ -202,15 +238,8 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
                       final_checkpoint_name=final_checkpoint_name)
     resumed_from = trainer.resume(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
     json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
-    if resumed_from and env.is_main:  # the log continues from the checkpoint's step: no step twice
-        drop_records_after(json_path, trainer.global_step)
-    trainer.logger = logger = Logger(json_path, rank=env.rank, append=bool(resumed_from))
-    logger.metadata("loss", {"unit": "nat/token"})
-    logger.metadata("seq/s", {"unit": "sequences/s"})
-    resume_step = None
-    if resumed_from:
-        logger.log(step=trainer.global_step, data={"resumed_from": resumed_from})
-        resume_step = trainer.global_step
+    trainer.logger = logger = start_log(json_path, env.rank, resumed_from, trainer.global_step)
+    resume_step = trainer.global_step if resumed_from else None
     if env.is_main:
         banner = run_banner(args, trainer, env.world_size, data_rows(train_data, eval_hook))
         print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)

@@ -255,11 +255,11 @@ class CheckpointSettings:
     resume_from_checkpoint: bool | str | None = flag(
         None, "True: the newest training checkpoint in --output_dir (none there is an error); auto: that one when "
               "there is one, else a new run (one command for a first start and its restarts); or a path. Restores "
-              "everything", type=_bool_or_path, quick=TRAINING)
+              "everything", type=_bool_or_path, quick=TRAINING, once=True)
     overwrite_output_dir: bool = flag(
         False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
                "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
-               "Without it such a folder is refused", action="store_true")
+               "Without it such a folder is refused", action="store_true", once=True)
     allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
                                       lazy=_resume_changes)
     init_checkpoint: str | None = flag(
@@ -522,6 +522,10 @@ _DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.d
              for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
 
 
+_ONCE = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
+         if "flag" in f.metadata and f.metadata["flag"].once}  # --config_file never replays these
+
+
 def refused_in(script: str) -> list:
     """The flags ``script``'s parser takes only to refuse a change (pretrain.py: fine-tuning's flags)."""
     return [f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
@@ -562,7 +566,7 @@ def parse_command_line(script: str, argv=None, description: str | None = None) -
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(script, description)
     declared = {action.dest: action.default for action in parser._actions}
-    argv, from_file = read_config_file(parser, argv, script, _DEFAULTS)  # the file's values: this parser's defaults
+    argv, from_file = read_config_file(parser, argv, script, _DEFAULTS, _ONCE)  # the file's values: this parser's defaults
     namespace, rest = parser.parse_known_args(argv) if script == EVAL else (parser.parse_args(argv), [])
     typed = given_flags(parser, argv)
     given = typed | from_file

@@ -126,7 +126,8 @@ def resolve_resume(value, output_dir: str, announce: bool = True):
 
 # -- a new run's folder ---------------------------------------------------------------------------------
 # The files a training run writes into its --output_dir, by kind: what a new run finds there from another run
-# (the checkpoints and the log refuse it, :func:`earlier_run`) and what --overwrite_output_dir removes before it
+# (its checkpoints refuse it, :func:`earlier_run`; its records alone are a run to start again,
+# :func:`stopped_before_a_checkpoint`) and what --overwrite_output_dir removes before it
 # starts (:func:`remove_earlier_run`). Only these names: anything else in the folder is the user's and stays.
 RUN_FILES = (  # (kind, the names; a trailing / is a folder)
     ("checkpoint", re.compile(r"^((_epoch\d+)?_step\d+|best_.+_step\d+|final_step)\.ckpt(\.partial.*)?$")),
@@ -138,7 +139,7 @@ RUN_FILES = (  # (kind, the names; a trailing / is a folder)
                              r"special_tokens_map\.json|added_tokens\.json)$")),
     ("TensorBoard events", re.compile(r"^tensorboard/$")),
 )
-_REFUSING = ("checkpoint", "log")  # what makes a folder another run's
+_UNTRAINED = re.compile(r"^(best_.+_step0\.ckpt|.*\.partial.*)$")  # the untrained weights; a write cut off
 
 
 def run_files(output_dir: str, json_path: str | None = None) -> dict[str, list[str]]:
@@ -159,12 +160,12 @@ def run_files(output_dir: str, json_path: str | None = None) -> dict[str, list[s
 
 
 def earlier_run(output_dir: str, json_path: str | None = None) -> str | None:
-    """Why a NEW run into ``output_dir`` would start over on top of another run (its checkpoints or its log), in
-    one line naming what to pass; None when nothing of another run is there. A new run there would replace
-    the log and the periodic checkpoints and leave the rest beside its own files."""
-    found = run_files(output_dir, json_path)
-    named = [os.path.basename(p) for kind in _REFUSING for p in found.get(kind, [])
-             if kind != "log" or os.path.getsize(p) > 0]  # an empty log (nothing was logged) is nobody's
+    """Why a NEW run into ``output_dir`` would start over on top of another run's work (its checkpoints), in
+    one line naming what to pass; None when nothing of another run's work is there. A folder whose run
+    stopped before its first checkpoint (its log, run records, tokenizer, a write cut off, the untrained weights
+    of a step-0 validation: :func:`stopped_before_a_checkpoint`) is not refused: the run starts there again."""
+    named = [os.path.basename(p) for p in run_files(output_dir, json_path).get("checkpoint", [])
+             if not _UNTRAINED.match(os.path.basename(p))]
     if not named:
         return None
     shown = ", ".join(named[:4]) + (f" and {len(named) - 4} more" if len(named) > 4 else "")
@@ -175,6 +176,17 @@ def earlier_run(output_dir: str, json_path: str | None = None) -> str | None:
     return (f"--output_dir {output_dir} holds another run's files ({shown}); a new run there would start over on "
             f"top of them: {go_on}add --overwrite_output_dir to remove that run's files and start over, or choose "
             f"another --output_dir")
+
+
+def stopped_before_a_checkpoint(output_dir: str, json_path: str | None = None) -> list[str]:
+    """The records a run left in ``output_dir`` when it stopped before its first checkpoint (a kill, a stop
+    signal, a full disk, a failure at start-up): what a new run there goes on from, keeping the log. Empty
+    when the folder holds none, or holds a run's work (:func:`earlier_run` then refuses)."""
+    if earlier_run(output_dir, json_path) is not None:
+        return []
+    found = run_files(output_dir, json_path)
+    return [path for kind in ("log", "run record", "checkpoint") for path in found.get(kind, [])
+            if kind != "log" or os.path.getsize(path) > 0]
 
 
 def remove_earlier_run(output_dir: str, json_path: str | None = None, keep=()) -> list[str]:
