@@ -111,7 +111,7 @@ if [[ " $PHASES " == *" 1 "* ]]; then
     --train_batch_size "$train_batch_size_phase1" --gradient_accumulation_steps "$num_accumulation_phase1" \
     --learning_rate "$learning_rate_phase1" --warmup_steps "$warmup_steps_phase1" --max_steps "$train_steps_phase1" \
     --output_dir "$OUTPUT_DIR/phase_1" --json-summary "$OUTPUT_DIR/phase_1/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}" || rc=$?
-  [ "$rc" -eq 0 ] || { stopped_exit run_pretraining.sh "$rc"; exit "$rc"; }
+  [ "$rc" -eq 0 ] || { stopped_exit run_pretraining.sh "$rc" "$OUTPUT_DIR/phase_1"; exit "$rc"; }
 fi
 if [[ " $PHASES " == *" 2 "* ]]; then
   # phase 1's last checkpoint (its step: EXTRA_ARGS may have changed phase 1's --max_steps)
@@ -131,5 +131,5 @@ if [[ " $PHASES " == *" 2 "* ]]; then
     --learning_rate "$learning_rate_phase2" --warmup_steps "$warmup_steps_phase2" --max_steps "$train_steps_phase2" \
     --init_checkpoint "$phase1_ckpt" --phase1_end_step "$phase1_steps" \
     --output_dir "$OUTPUT_DIR/phase_2" --json-summary "$OUTPUT_DIR/phase_2/dllogger.json" "${RESUME[@]}" "${EXTRA[@]}" || rc=$?
-  [ "$rc" -eq 0 ] || { stopped_exit run_pretraining.sh "$rc"; exit "$rc"; }
+  [ "$rc" -eq 0 ] || { stopped_exit run_pretraining.sh "$rc" "$OUTPUT_DIR/phase_2"; exit "$rc"; }
 fi

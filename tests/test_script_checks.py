@@ -680,10 +680,19 @@ def test_phase_2_says_which_phase_1_checkpoint_it_looked_for(sandbox):
 
 def test_the_resume_command_a_stopped_script_names(sandbox):
     """The scripts' stop line: the command that resumes, with the run's OUTPUT_DIR (a default one is dated: the
-    same command alone would start another run) and without --overwrite_output_dir."""
-    run = sandbox.run(None, {"OUTPUT_DIR": "results/bart_pyt_1", "EXTRA_ARGS": "--overwrite_output_dir --seed 3"},
-                      command="bash -c 'source scripts/params/common.sh; resume_command' scripts/run_summarization.sh "
-                              "data/cnn_dm/ 'a b' --overwrite_output_dir --lamb")
+    same command alone would start another run), every environment value the run was started with (was: EXTRA_ARGS,
+    N_VAL, SEED, VAL_CHECK_INTERVAL, TOKENIZER, CPU_PROCESSES dropped: the resume silently ran with other settings)
+    and without --overwrite_output_dir."""
+    env = {"OUTPUT_DIR": "results/bart_pyt_1", "EXTRA_ARGS": "--overwrite_output_dir --seed 3", "SEED": "5",
+           "N_VAL": "0", "TOKENIZER": "my tok", "CPU_PROCESSES": "2", "VAL_CHECK_INTERVAL": "0.5"}
+    run = sandbox.run(None, env, command="bash -c 'source scripts/params/common.sh; resume_command' "
+                                         "scripts/run_summarization.sh data/cnn_dm/ 'a b' --overwrite_output_dir --lamb")
     assert run.returncode == 0, run.stderr
-    assert run.stdout == (f"EXTRA_ARGS=--seed\\ 3 OUTPUT_DIR=results/bart_pyt_1 bash "
+    assert run.stdout == (f"EXTRA_ARGS=--seed\\ 3 TOKENIZER=my\\ tok SEED=5 N_VAL=0 VAL_CHECK_INTERVAL=0.5 "
+                          f"CPU_PROCESSES=2 OUTPUT_DIR=results/bart_pyt_1 bash "
                           f"{sandbox.root}/scripts/run_summarization.sh data/cnn_dm/ a\\ b --lamb"), run.stdout
+    # the line runs as printed: each assignment reaches the script's environment as it was
+    assignments = run.stdout[:run.stdout.index(" bash ")]
+    shown = subprocess.run(["bash", "-c", assignments + " env"], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"}).stdout.splitlines()
+    assert {k: v for k, v in env.items() if k != "EXTRA_ARGS"}.items() <= dict(line.split("=", 1) for line in shown).items()

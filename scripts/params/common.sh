@@ -238,20 +238,26 @@ check_extra_args() {  # WHERE ARGS...: a training script's extra flags (EXTRA_AR
   fi
 }
 
-# A script's command as typed (captured when common.sh is sourced: the script's own arguments), for the line that
-# says how to resume it
+# A script's command as typed (captured when common.sh is sourced: the script's own arguments) and the environment
+# values it reads that were set (RESUME_ENV), for the line that says how to resume it: the same command with the
+# same values, so that nothing the run was started with drifts on a resume
 SCRIPT_COMMAND=("$(pwd)/scripts/$(basename "$0")" "$@")
+RESUME_ENV=(RESULTS_DIR PHASES TOKENIZER BART_DEFAULT_TOKENIZER SEED N_VAL VAL_CHECK_INTERVAL NUM_WORKERS LOG_FREQ
+            EVAL_CHECKPOINT EVAL_EXTRA_ARGS CPU_PROCESSES NNODES NODE_RANK MASTER_ADDR MASTER_PORT MAX_RESTARTS RDZV_ID)
+SCRIPT_ENV=()
+for _name in "${RESUME_ENV[@]}"; do [ -z "${!_name+set}" ] || SCRIPT_ENV+=("$_name"); done
+unset _name
 
 resume_command() {  # the command that resumes a stopped training script: the same one in the same OUTPUT_DIR (the
-  # scripts resume with --resume_from_checkpoint auto), without --overwrite_output_dir (which would start over)
-  local args=() arg extra=()
+  # scripts resume with --resume_from_checkpoint auto) with the same environment values (SCRIPT_ENV, EXTRA_ARGS),
+  # without --overwrite_output_dir (which would start over)
+  local args=() arg extra=() name
   for arg in "${SCRIPT_COMMAND[@]:1}"; do [ "$arg" = --overwrite_output_dir ] || args+=("$arg"); done
   read -r -a extra <<< "${EXTRA_ARGS:-}"
-  if has_flag --overwrite_output_dir "${extra[@]+"${extra[@]}"}"; then
-    local kept=()
-    for arg in "${extra[@]}"; do [ "$arg" = --overwrite_output_dir ] || kept+=("$arg"); done
-    printf 'EXTRA_ARGS=%q ' "${kept[*]+"${kept[*]}"}"
-  fi
+  local kept=()
+  for arg in "${extra[@]+"${extra[@]}"}"; do [ "$arg" = --overwrite_output_dir ] || kept+=("$arg"); done
+  [ ${#kept[@]} -eq 0 ] || printf 'EXTRA_ARGS=%q ' "${kept[*]}"
+  for name in "${SCRIPT_ENV[@]+"${SCRIPT_ENV[@]}"}"; do printf '%s=%q ' "$name" "${!name}"; done
   [ -z "${OUTPUT_DIR:-}" ] || printf 'OUTPUT_DIR=%q ' "$OUTPUT_DIR"
   printf 'bash %q' "${SCRIPT_COMMAND[0]}"
   [ ${#args[@]} -eq 0 ] || printf ' %q' "${args[@]}"
@@ -285,14 +291,20 @@ run_forwarding_signals() {  # command...: its exit code; STOPPED_BY names a stop
   return "$rc"
 }
 
-stopped_exit() {  # SCRIPT RC: after a stop signal, one line and exit 75 (resume by running the script again);
+stopped_exit() {  # SCRIPT RC [RUN_DIR]: after a stop signal, one line and exit 75 (resume by running the script again;
+  # RUN_DIR, the stopped run's folder, default OUTPUT_DIR, says whether it wrote a checkpoint);
   # 130 stays 130 (a second Ctrl-C: stopped at once, without a checkpoint)
   if [ -n "$STOPPED_BY" ] && [ "$2" = 130 ]; then
     echo "$1: stopped at once by a second Ctrl-C, without writing a checkpoint (exit 130)" >&2
     exit 130
   fi
   if [ -n "$STOPPED_BY" ]; then
-    echo "$1: stopped by $STOPPED_BY after writing a checkpoint (exit $2); to resume, run: $(resume_command)" >&2
+    local saved="after writing a checkpoint" how="to resume, run"
+    local run_dir=${3:-${OUTPUT_DIR:-}}
+    if [ -n "$run_dir" ] && ! compgen -G "$run_dir/*_step*.ckpt" >/dev/null; then
+      saved="before its first checkpoint" how="to start it again (its log is kept), run"
+    fi
+    echo "$1: stopped by $STOPPED_BY $saved (exit $2); $how: $(resume_command)" >&2
     exit 75
   fi
 }
