@@ -2,8 +2,10 @@
 carries ``bart/_build.json``, the commit it was built from, which a run's git_log.json records
 (``bart.utils.provenance.package_origin``). The commit is the source folder's git state at build time; an sdist
 carries the file it was made with, for a build without git. An editable install gets none: its runs read the
-checkout's git state as it is then."""
+checkout's git state as it is then. The remote's URL is recorded without user info or query (a CI checkout's
+token): bart/utils/redact.py, loaded by its path (importing the package would need its dependencies)."""
 import datetime
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +16,15 @@ from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_FILE = os.path.join("bart", "_build.json")
+
+
+def _clean_url(url):
+    """bart.utils.redact.clean_url, from the file beside this one."""
+    path = os.path.join(HERE, "bart", "utils", "redact.py")
+    spec = importlib.util.spec_from_file_location("_bart_build_redact", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.clean_url(url)
 
 
 def _git(*args):
@@ -31,10 +42,13 @@ def build_record(version):
     if top and os.path.realpath(top) == os.path.realpath(HERE):  # not a folder inside some other repository
         changed = [line[3:] for line in (_git("status", "--porcelain") or "").splitlines() if line.strip()]
         git = {"commit": _git("rev-parse", "HEAD"), "branch": _git("rev-parse", "--abbrev-ref", "HEAD"),
-               "dirty": bool(changed), "changed": changed[:50], "remote": _git("remote", "get-url", "origin")}
+               "dirty": bool(changed), "changed": changed[:50],
+               "remote": _clean_url(_git("remote", "get-url", "origin"))}
     elif os.path.isfile(os.path.join(HERE, BUILD_FILE)):
         with open(os.path.join(HERE, BUILD_FILE), encoding="utf-8") as f:
             git = json.load(f)["git"]
+        if git.get("remote"):  # an sdist made before remotes were cleaned
+            git["remote"] = _clean_url(git["remote"])
     else:
         git = {"commit": None, "branch": None, "dirty": None, "changed": []}
     return {"version": version, "built": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,7 @@ from bart.configuration.shipped import config_file, names_help
 from bart.utils.errors import one_line
 from bart.utils.file_modes import staging_folder
 from bart.utils.foreign_noise import no_transformers_progress_bars
+from bart.utils.redact import mask_command
 
 EXIT_USAGE = 2
 
@@ -129,6 +131,18 @@ _CARD_SETTINGS = (("data_dir", "data"), ("init_checkpoint", "started from"), ("m
                   ("max_target_length", "max target length"), ("fp16", "fp16"), ("bf16", "bf16"), ("seed", "seed"))
 
 
+def _shown_command(start: dict) -> str:
+    """A start's command line as the card shows it: the interpreter by its name, no secret flag's value (a record
+    written before git_log.json masked them has the interpreter's path and every value)."""
+    command = start.get("command")
+    if not isinstance(command, list) or not command:
+        try:
+            command = shlex.split(str(start.get("command_line") or ""))
+        except ValueError:
+            return "(not shown: unreadable)"
+    return shlex.join(mask_command([os.path.basename(str(command[0])), *map(str, command[1:])])) if command else ""
+
+
 def model_card(model, model_path: str) -> str:
     """README.md of the export, from what the run left beside the checkpoint: run_config.json (data, steps,
     settings), the training log's summary (dllogger.json), the metrics files ({split}_rouge.json,
@@ -183,7 +197,7 @@ def model_card(model, model_path: str) -> str:
                   f"- torch {build.get('torch')}, CUDA {build.get('cuda')}, cuDNN {build.get('cudnn')}, NCCL {build.get('nccl')}",
                   f"- GPUs: {gpus.get('count', 0)} {', '.join(sorted(set(gpus.get('names') or []))) or '(none: CPU)'}",
                   f"- container: {(first.get('container') or {}).get('NVIDIA_PYTORCH_VERSION') or 'none recorded'}",
-                  f"- command: `{first.get('command_line')}`", ""]
+                  f"- command: `{_shown_command(first)}`", ""]
     return "\n".join(lines)
 
 

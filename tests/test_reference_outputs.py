@@ -64,7 +64,7 @@ def test_provenance_is_recorded_and_a_resume_appends(run):
     starts = log["starts"]
     assert len(starts) == 3  # the first start, the resume, run_eval.py into the same folder: appended in order
     assert [s["command"][1] for s in starts] == ["finetune.py", "finetune.py", "run_eval.py"]
-    assert starts[0]["command"][0] == sys.executable and starts[0]["command"][-2:] == ["--max_steps", "2"]
+    assert starts[0]["command"][0] == os.path.basename(sys.executable) and starts[0]["command"][-2:] == ["--max_steps", "2"]
     assert starts[1]["command"][-4:] == ["--max_steps", "3", "--allow_resume_change", "max_steps"] and "--max_steps 3" in starts[1]["command_line"]
     first = starts[0]
     assert first["git"]["commit"] == commit and isinstance(first["git"]["dirty"], bool)

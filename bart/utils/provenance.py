@@ -1,5 +1,7 @@
 """Where a run came from: the code (git commit, dirty or not), the software (Python, torch, CUDA, cuDNN,
-NCCL, the libraries), the hardware (GPU names and count), the container and the full command line.
+NCCL, the libraries), the hardware (GPU names and count), the container and the full command line. Nothing
+recorded carries a secret (:mod:`bart.utils.redact`): the remote's URL without user info or query, the interpreter
+by its name, the values of secret-looking flags and environment variables masked.
 
     record = collect(repo_dir)               # one start of a run, as a plain JSON dict
     append_start(folder, record)             # folder/git_log.json: every start of the run, in order
@@ -24,6 +26,7 @@ import sys
 from importlib import metadata
 
 from bart.utils.checkpoint_io import atomic_write_text
+from bart.utils.redact import clean_url, mask_command, mask_env
 
 FILE_NAME = "git_log.json"
 BUILD_FILE = "_build.json"  # in a built package's folder: {"version", "built", "git": {"commit", ...}}
@@ -47,7 +50,8 @@ def _git(repo_dir: str, *args: str) -> str | None:
 
 def git_state(repo_dir: str) -> dict:
     """The checkout's commit, branch, whether tracked or new files differ from it (``dirty``, with the
-    first changed paths), and its remote; ``commit`` None outside a git checkout (a copied tree)."""
+    first changed paths), and its remote (without user info or query: :func:`bart.utils.redact.clean_url`);
+    ``commit`` None outside a git checkout (a copied tree)."""
     commit = _git(repo_dir, "rev-parse", "HEAD")
     if commit is None:
         return {"repo": os.path.abspath(repo_dir), "commit": None, "branch": None, "dirty": None, "changed": []}
@@ -55,7 +59,7 @@ def git_state(repo_dir: str) -> dict:
     changed = [line[3:] for line in status.splitlines() if line.strip()]  # "XY path"
     return {"repo": _git(repo_dir, "rev-parse", "--show-toplevel") or os.path.abspath(repo_dir), "commit": commit,
             "branch": _git(repo_dir, "rev-parse", "--abbrev-ref", "HEAD"), "dirty": bool(changed),
-            "changed": changed[:50], "remote": _git(repo_dir, "remote", "get-url", "origin")}
+            "changed": changed[:50], "remote": clean_url(_git(repo_dir, "remote", "get-url", "origin"))}
 
 
 def _installs(dist: metadata.Distribution, package_dir: str) -> bool:
@@ -140,14 +144,17 @@ def gpus() -> dict:
 
 def collect(repo_dir: str, argv: list[str] | None = None, extra: dict | None = None,
             package: dict | None = None) -> dict:
-    """One start's record: time, host, command line (the interpreter and every argument, as typed and as a
-    shell-quoted line), working folder, git state of ``repo_dir`` (for a built ``package``, see
-    :func:`package_origin`: the commit it was built from, ``repo`` None), the package, versions, GPUs, container;
-    ``extra`` (the caller's own facts, e.g. the world size) merged in."""
+    """One start's record: time, host, command line (the interpreter's name and every argument, as typed and as a
+    shell-quoted line; the values of secret-looking flags masked, :func:`bart.utils.redact.mask_command`), working
+    folder, git state of ``repo_dir`` (for a built ``package``, see :func:`package_origin`: the commit it was built
+    from, ``repo`` None), the package, versions, GPUs, container; ``extra`` (the caller's own facts, e.g. the world
+    size) merged in. No URL keeps its user info or query, no secret-looking environment variable its value."""
     built = (package or {}).get("git")
     git = {"repo": None, **built, "from": "built package"} if built else git_state(repo_dir)
+    if git.get("remote"):  # a package built before remotes were cleaned
+        git["remote"] = clean_url(git["remote"])
     argv = list(sys.argv if argv is None else argv)
-    command = [sys.executable, *argv]
+    command = mask_command([os.path.basename(sys.executable), *argv])
     record = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
@@ -160,8 +167,8 @@ def collect(repo_dir: str, argv: list[str] | None = None, extra: dict | None = N
         **{"torch_build": torch_build()},
         "libraries": library_versions(),
         "gpus": gpus(),
-        "container": {name: os.environ.get(name) for name in CONTAINER_ENV},
-        "launch": {name: os.environ.get(name) for name in LAUNCH_ENV if os.environ.get(name) is not None},
+        "container": mask_env({name: os.environ.get(name) for name in CONTAINER_ENV}),
+        "launch": mask_env({name: os.environ[name] for name in LAUNCH_ENV if os.environ.get(name) is not None}),
     }
     record.update(extra or {})
     return record

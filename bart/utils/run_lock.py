@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from bart.utils.errors import UserError
+from bart.utils.redact import mask_command
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 10.0   # how often the holder refreshes the lock file's modification time
@@ -303,7 +304,7 @@ def acquire(folder: str, flag: str = "--output_dir", command: str | None = None,
         parent = os.path.dirname(parent)
     os.makedirs(folder, exist_ok=True)
     lock._created = missing  # deepest first
-    command = command or " ".join(shlex.quote(a) for a in [os.path.basename(sys.executable), *sys.argv])
+    command = command or shlex.join(mask_command([os.path.basename(sys.executable), *sys.argv]))  # no secret flag's value
     for _ in range(10):
         if lock._create(command):
             _register(lock)
