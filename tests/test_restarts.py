@@ -183,15 +183,47 @@ def test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupt
         [str(restarted / "_step2.ckpt")]
     assert _steps(restarted) == [1, 2, 3, 4, 5, 6]  # update 3 of the dead attempt dropped, run again once
 
+    _ends_as_the_uninterrupted_run(world, restarted)
+
+
+def _ends_as_the_uninterrupted_run(world, restarted) -> None:
+    """The final weights bit-equal, and the last attempt's losses equal, to the same job run without a kill (run
+    once, with checkpoints at update 2: they change nothing of the run)."""
     plain = world["base"] / "uninterrupted"
-    ref, _ = _torchrun(argv + ["--output_dir", str(plain)])
-    assert ref.returncode == 0, ref.stderr[-4000:]
+    if not (plain / "final_step.ckpt").is_file():
+        ref, _ = _torchrun(world["argv"] + ["--max_steps", "6", "--save_checkpoint_steps", "2", "--resume_from_checkpoint",
+                                            "auto", "--dist_timeout", "1", "--rendezvous_timeout", "60",
+                                            "--output_dir", str(plain)])
+        assert ref.returncode == 0, ref.stderr[-4000:]
     got = torch.load(restarted / "final_step.ckpt", weights_only=True)
     want = torch.load(plain / "final_step.ckpt", weights_only=True)
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want), [k for k in want if not torch.equal(got[k], want[k])]
-    losses = {r["step"]: r["data"]["loss"] for r in _records(restarted) if "loss" in r["data"]}
+    records = _records(restarted)
+    last = max([i for i, r in enumerate(records) if "attempt" in r["data"]], default=0)
+    losses = {r["step"]: r["data"]["loss"] for r in records[last:] if "loss" in r["data"]}
     assert losses == {r["step"]: r["data"]["loss"] for r in _records(plain) if "loss" in r["data"]}
+
+
+@pytest.mark.slow
+def test_torchrun_restart_before_the_first_checkpoint_starts_again_and_ends_as_an_uninterrupted_run(world):
+    """Was: the restarted processes joined, then exit 2: "--output_dir holds another run's files (dllogger.json) ...
+    no training checkpoint to go on from: add --overwrite_output_dir" (a regression: it had finished before). Rank 1
+    is SIGKILLed after update 3 with no checkpoint written (saved at the end only); the restart starts the run
+    again from update 1, its log kept, and ends bit-equal to the uninterrupted run."""
+    argv = world["argv"] + ["--max_steps", "6", "--resume_from_checkpoint", "auto", "--dist_timeout", "1",
+                            "--rendezvous_timeout", "60"]
+    restarted = world["base"] / "restarted_before_ckpt"
+    out, _ = _torchrun(argv + ["--output_dir", str(restarted)], {"BART_TEST_KILL_AFTER_STEP": "3"}, restarts=1)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "restart_driver: rank 1 killed after update 3" in out.stdout, out.stdout[-3000:]
+    assert f"[checkpoint] {restarted} holds the records of a run that stopped before its first checkpoint" \
+        in out.stdout, out.stdout[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-4000:]
+    steps = _steps(restarted)
+    assert steps[-6:] == [1, 2, 3, 4, 5, 6] and steps[:-6] == [1, 2, 3][:len(steps) - 6], steps  # both attempts
+    assert [r["data"]["attempt"] for r in _records(restarted) if "attempt" in r["data"]] == [2]
+    _ends_as_the_uninterrupted_run(world, restarted)
 
 
 # -- what a resume checks (bart.training.checkpoint.check_resume: one table) -------------------------------------
