@@ -117,6 +117,11 @@ def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, 
                                                       "stopped without writing a checkpoint"), output[-3000:]
     assert "the validation under way was abandoned" in ours(output, "finetune.py")[0]
     assert not [n for n in os.listdir(out) if n.startswith(("_", "best_"))]  # no checkpoint of nothing trained
+    # the command again, its validation cut to 8 rows for time (what a requeue reruns; was: refused, "another
+    # run's files (dllogger.json)")
+    code, output = _finetune(summaries, out, "--max_steps", "4", "--val_check_interval", "2", "--n_val", "8").finish()
+    assert code == 0, output[-3000:]
+    assert "holds the records of a run that stopped before its first checkpoint" in output, output[-3000:]
 
 
 def test_sigterm_during_a_periodic_validation_abandons_it_and_checkpoints_the_update(summaries, progress_lines):
