@@ -97,6 +97,22 @@ def test_full_disk_inside_torch_save_is_one_line_and_loses_nothing(setup, tmp_pa
     assert safe_load(str(out / "_step2.ckpt"))["global_step"] == 2  # the one before is whole
 
 
+def test_full_disk_at_the_first_checkpoint_then_the_advised_command_finishes(setup, tmp_path):
+    """Was: the line advised "run the same command with --resume_from_checkpoint auto", and that command was
+    refused: the log alone made the folder "another run's" (no checkpoint to resume, no new run on top of it)."""
+    out = tmp_path / "run"
+    argv = setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out), "--save_checkpoint_steps", "2"]
+    done = _run(_faulty("enospc:65536:1", argv))
+    assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
+    line = _one_line(done.stderr, "pretrain.py: error:")
+    assert "could not write _step2.ckpt" in line and "run the same command with --resume_from_checkpoint auto" in line
+    assert not [n for n in os.listdir(out) if n.endswith(".ckpt")]
+    done = _run(argv + ["--resume_from_checkpoint", "auto"])  # the advised command, verbatim
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "holds the records of a run that stopped before its first checkpoint" in done.stdout, done.stdout[-3000:]
+    assert safe_load(str(out / "_step8.ckpt"))["global_step"] == 8
+
+
 def _mount_tmpfs_and_run(mount: str, size_kib: int, argv: list, copy_to: str):
     """argv in a mount namespace of its own with a tmpfs of size_kib at ``mount`` (unshare -rm: root, or a
     user namespace); what the run left there is copied to ``copy_to``. None where mounting is not allowed."""
