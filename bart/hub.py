@@ -18,6 +18,8 @@ Every failure is one :class:`HubResolutionError` whose one-line message names th
 from __future__ import annotations
 
 import os
+import shlex
+import socket
 import sys
 
 _TRUE = {"1", "on", "yes", "true"}
@@ -239,15 +241,28 @@ def check_can_push(repo_id: str) -> None:
                            f"run `hf auth login`")
 
 
-def _unreachable_errors() -> tuple:
-    """The exceptions a failed connection raises: requests' (huggingface_hub 0.x, OSErrors) and httpx's (1.x+)."""
-    errors: tuple = (OSError,)
-    try:
-        import httpx
-        errors += (httpx.TransportError,)
-    except ImportError:
-        pass
-    return errors
+# the HTTP libraries huggingface_hub has used (requests and urllib3: 0.x; httpx: 1.x; httpx2: 2.x), by the top of
+# their module names, and their base classes of a failed connection (not a refused request: that is an HTTP status)
+_HTTP_LIBRARIES = ("requests", "urllib3", "httpx", "httpcore")
+_TRANSPORT_CLASSES = {"TransportError", "NetworkError", "TimeoutException", "ConnectError", "ConnectTimeout",
+                      "ConnectionError", "Timeout", "ProxyError", "NewConnectionError", "MaxRetryError"}
+
+
+def _unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or an exception it was raised from) is a failed connection: the operating system's
+    (refused, reset, timed out, no such host) or a transport error of whichever HTTP library huggingface_hub runs
+    on, recognised by its class's name and module rather than imported (httpx under 1.x, httpx2 under 2.x)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (ConnectionError, TimeoutError, socket.gaierror, socket.herror)):
+            return True
+        for cls in type(err).__mro__:
+            top = cls.__module__.split(".")[0]
+            if cls.__name__ in _TRANSPORT_CLASSES and (top in _HTTP_LIBRARIES or top.rstrip("0123456789") in _HTTP_LIBRARIES):
+                return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def push_folder(folder: str, repo_id: str, private: bool = False) -> str:
@@ -271,7 +286,14 @@ def push_folder(folder: str, repo_id: str, private: bool = False) -> str:
                 if status in (401, 403) else "")
         raise HubPushError(f"the hub refused {_push_target(repo_id)} (HTTP {status}: {' '.join(str(said).split())})"
                            f"{hint}; the export is in {folder}") from None
-    except _unreachable_errors() as err:
-        raise HubPushError(f"{_push_target(repo_id)}: cannot reach {api.endpoint} ({type(err).__name__}: "
-                           f"{' '.join(str(err).split())[:200]}); the export is in {folder}") from None
+    except Exception as err:  # a failed connection or the disk is the user's to fix; anything else is raised
+        said = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+        if _unreachable(err):
+            upload = shlex.join(["hf", "upload", repo_id, folder, *["--private"] * private])
+            raise HubPushError(f"{_push_target(repo_id)}: cannot reach the hub at {api.endpoint} ({said}); the export "
+                               f"is in {folder}: once connected (or with HF_ENDPOINT corrected), upload it with "
+                               f"`{upload}`") from None
+        if isinstance(err, OSError):  # reading the export, a full disk
+            raise HubPushError(f"{_push_target(repo_id)} failed ({said}); the export is in {folder}") from None
+        raise
     return str(url)

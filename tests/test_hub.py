@@ -17,6 +17,7 @@ from bart.tokenization.tokenization_bart import BartTokenizer
 from tests.helpers.entry import run_entry
 from tests.helpers.hub_cache import add_to_hub_cache
 from tests.helpers.hub_server import HubStandIn
+from tests.helpers.ports import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -318,3 +319,37 @@ def test_export_pushes_to_the_hub_through_huggingface_hub(tmp_path, tokenizer_di
             "bart.export: error: --push_to_hub me/tiny-bart needs a Hugging Face token with write access: set "
             "HF_TOKEN or run `hf auth login`\n"), done.stderr
         assert not (tmp_path / "out").exists() and len(hub.repos["me/tiny-bart"]["commits"]) == 1
+
+
+def test_an_unreachable_hub_is_one_line_naming_the_upload_that_finishes_the_push(tmp_path, tokenizer_dir):
+    """--push_to_hub with a token and no hub to reach (HF_ENDPOINT on a port nothing listens on): exit 2 and one
+    line naming the endpoint, the export kept and the command that uploads it; that command, run once the hub is
+    there, finishes the push. Before: exit 1 and a 40-70 line traceback of httpx2.ConnectError under
+    huggingface_hub 2.x (the handler knew httpx's errors only)."""
+    config = BartConfig(**dict(TINY, vocab_size=50265))
+    torch.manual_seed(0)
+    torch.save({"model": BartForConditionalGeneration(config).state_dict(), "config": config.to_dict(), "step": 1},
+               tmp_path / "model.ckpt")
+    closed = f"http://127.0.0.1:{free_port()}"
+    done = _push(tmp_path, closed, "--tokenizer", tokenizer_dir, "--push_to_hub", "me/tiny-bart", "--private")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    out = str(tmp_path / "out")
+    assert done.stderr.startswith(f"bart.export: error: --push_to_hub me/tiny-bart: cannot reach the hub at {closed} ("), \
+        done.stderr
+    assert done.stderr.endswith(f"the export is in {out}: once connected (or with HF_ENDPOINT corrected), upload it "
+                                f"with `hf upload me/tiny-bart {out} --private`\n"), done.stderr
+    written = {name: (tmp_path / "out" / name).read_bytes() for name in os.listdir(out)}
+    assert "model.safetensors" in written
+
+    # the fix as printed, with huggingface_hub's own command, once the hub (a stand-in) is there
+    command = done.stderr.rstrip("\n").rsplit("`", 2)[1]
+    beside = os.path.join(os.path.dirname(sys.executable), "hf")  # this Python's huggingface_hub's command
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    with HubStandIn(token="hf_writer") as hub:
+        env.update(HF_HOME=str(tmp_path / "hf_home"), HF_ENDPOINT=hub.endpoint, HF_TOKEN="hf_writer",
+                   HF_HUB_DISABLE_TELEMETRY="1",
+                   PATH=os.pathsep.join([os.path.dirname(beside)] * os.path.isfile(beside) + [env.get("PATH", "")]))
+        uploaded = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=120)
+        assert uploaded.returncode == 0, uploaded.stdout + uploaded.stderr
+        assert hub.repos["me/tiny-bart"]["private"] is True and hub.repos["me/tiny-bart"]["files"] == written
