@@ -176,11 +176,11 @@ def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
                       min_steps=args.min_steps)
 
 
-def save_run_files(args: Settings, tokenizer, config: BartConfig, world_size: int) -> None:
-    """Rank 0: the resolved run configuration and the tokenizer next to the checkpoints, so that
-    run_eval.py and bart.export find the tokenizer a checkpoint was trained with."""
-    write_run_config(args.as_dict(), args.output_dir, {"world_size": world_size, "model_config": config.to_dict()})
-    tokenizer.save_pretrained(args.output_dir)
+def save_run_files(args: Settings, tokenizer, world_size: int) -> None:
+    """Rank 0, once a resume is accepted: the tokenizer next to the checkpoints (so that run_eval.py and
+    bart.export find the tokenizer a checkpoint was trained with) and this start in the provenance record."""
+    if tokenizer is not None:
+        tokenizer.save_pretrained(args.output_dir)
     record_start(args.output_dir, world_size)
 
 
@@ -215,10 +215,12 @@ def compile_default(args: Settings, device: torch.device) -> bool:
 
 
 def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval_hook=None,
-                  final_checkpoint_name: str | None = None, varying_lengths: bool = False) -> Trainer:
+                  final_checkpoint_name: str | None = None, varying_lengths: bool = False, tokenizer=None) -> Trainer:
     """The trainer over the run's settings, its strategy (built and prepared here, once, before the optimizer),
     optimizer and schedule, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
-    banner (printed, in run_config.json, in TensorBoard)."""
+    banner (printed, in run_config.json, in TensorBoard). The run's files (``tokenizer``'s copy, the start's
+    record, the log, run_config.json) are written once the resume, if any, was accepted: a refused one writes
+    nothing."""
     device = device_for(env)
     model.to(device)
     layerdrop = bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop)
@@ -237,6 +239,8 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
                       compile=compile_default(args, device), varying_lengths=varying_lengths,
                       final_checkpoint_name=final_checkpoint_name)
     resumed_from = trainer.resume(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
+    if env.is_main:
+        save_run_files(args, tokenizer, env.world_size)
     json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
     trainer.logger = logger = start_log(json_path, env.rank, resumed_from, trainer.global_step)
     resume_step = trainer.global_step if resumed_from else None

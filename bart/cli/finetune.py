@@ -40,9 +40,8 @@ def main(argv=None) -> dict:
     gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
     batch_size = args.eval_batch_size or 8
     validation = builder.finetuning_validation(args, tokenizer, gen_kwargs)
-    if env.is_main:
-        builder.save_run_files(args, tokenizer, model.config, env.world_size)
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,
+                                    tokenizer=tokenizer,
                                     final_checkpoint_name="_epoch{epoch}_step{step}.ckpt", varying_lengths=True)
     if validation is not None:  # the interrupted run's top-k goes on; a validation at step 0 when asked for
         validation.begin(trainer, bool(args.resume_from_checkpoint), validate_before_training(args))

@@ -27,9 +27,8 @@ def main(argv=None) -> dict:
     loader = builder.pretraining_loader(args, tokenizer, env)
     builder.check_global_batch(args, loader, env.world_size)
     validation = PretrainingValidation.from_loader(loader, args.eval_batch_size or args.train_batch_size)
-    if env.is_main:
-        builder.save_run_files(args, tokenizer, model.config, env.world_size)
-    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation)
+    trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation,
+                                    tokenizer=tokenizer)
     summary = trainer.fit()
     if env.is_main:
         print(f"pretraining done: {summary}")
