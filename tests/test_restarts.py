@@ -239,6 +239,10 @@ def _one_line_error(capsys, script="finetune.py"):
     (["--bf16"], [], "precision: bf16 in the checkpoint, tf32 now (--fp16/--bf16/--fp8/--no-tf32)"),
     ([], ["--weight_decay", "0.1"], "weight_decay: 0.0 in the checkpoint, 0.1 now (--weight_decay)"),
     ([], ["--lr_scheduler", "constant"], "lr_scheduler: linear in the checkpoint, constant now (--lr_scheduler)"),
+    # was: exit 0 and no word, the losses diverging from the next update
+    ([], ["--seed", "3"], "seed: 42 in the checkpoint, 3 now (--seed) (--allow_resume_change seed resumes with"),
+    ([], ["--label_smoothing", "0.1"], "label_smoothing: 0.0 in the checkpoint, 0.1 now (--label_smoothing)"),
+    ([], ["--n_val", "2"], "n_val: 0 in the checkpoint, 2 now (--n_val)"),
 ])
 def test_a_resume_that_differs_from_the_checkpoints_run_is_refused_in_one_line(world, capsys, written, resumed, said):
     out = world["base"] / ("differs" + "".join(written).replace("-", "_"))
@@ -262,3 +266,28 @@ def test_an_allowed_change_resumes_and_says_so(world, capsys):
     err = capsys.readouterr().err
     assert "with precision tf32 instead of the checkpoint's bf16, as --allow_resume_change precision asks" in err, err
     assert _steps(out) == [1, 2]
+
+
+def test_a_resume_on_another_training_split_of_the_same_size_is_refused_and_writes_nothing(world, capsys):
+    """Was: exit 0 and no word (the checks covered the schedule and batch, not the data's identity); and a refused
+    resume rewrote run_config.json with the refused settings, so --config_file of it started the refused run."""
+    from benchmarks.corpora import write_summarization_data
+
+    out = world["base"] / "other_split"
+    argv = world["argv"] + ["--output_dir", str(out)]
+    assert _main("finetune.py", argv + ["--max_steps", "1"]) == 0
+    files = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    other = write_summarization_data(str(world["base"] / "other_data"), sizes=(("train", 48), ("val", 4), ("test", 4)),
+                                     seed=1)
+    moved = [other if a == world["data"] else a for a in argv]
+    capsys.readouterr()
+    for changed, said in ((moved, "training_data: 48 examples, "), (argv + ["--train_batch_size", "8"],
+                                                                     "train_batch_size: 4 in the checkpoint, 8 now")):
+        assert _main("finetune.py", changed + ["--max_steps", "2", "--resume_from_checkpoint", "True",
+                                               "--allow_resume_change", "max_steps"]) == 2
+        line = _one_line_error(capsys)
+        assert said in line, line
+        assert {name: (out / name).read_bytes() for name in os.listdir(out)} == files  # nothing written
+    assert _main("finetune.py", moved + ["--max_steps", "2", "--resume_from_checkpoint", "True",
+                                         "--allow_resume_change", "max_steps", "training_data"]) == 0
+    assert "resuming" in capsys.readouterr().err

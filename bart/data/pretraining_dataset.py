@@ -203,6 +203,17 @@ class PretrainingLoader:
         return {"epoch": self.epoch, "rows": [list(r) for r in self._rows], "next_worker": self._next_worker,
                 "skipped_rows": self.skipped_rows, "layout": self._layout()}
 
+    def identity(self) -> str:
+        """What the training shards are, for a resume to compare: their count, rows, bytes and a hash of their
+        names and sizes (other shards of the same size read otherwise)."""
+        import hashlib
+
+        files = self.dataset._files
+        sizes = [(os.path.basename(f.path), os.path.getsize(f.path)) for f in files]
+        digest = hashlib.sha256(repr(sizes).encode("utf-8")).hexdigest()[:12]
+        return (f"{len(files)} shards, {sum(f.num_samples for f in files)} rows, {sum(size for _, size in sizes)} "
+                f"bytes, files {digest}")
+
     def seek(self, position: dict) -> None:
         """The next iteration of this epoch starts where ``position`` (from :meth:`position`) stood."""
         if position.get("epoch") != self.epoch:

@@ -386,8 +386,8 @@ def _training_state(path: str) -> dict:
 
 
 # -- what a resume checks ------------------------------------------------------------------------------
-# Everything that shapes the state a resume loads, read the same way from the checkpoint's run (its stored
-# arguments, config and process count) and from this run: a difference is refused in one line naming both
+# Everything that shapes the state a resume loads or what the run computes after it, read the same way from the
+# checkpoint's run (its stored arguments, config, process count and the training data's identity) and from this run: a difference is refused in one line naming both
 # values and the way to start anew from the weights (--init_checkpoint), unless the entry may change
 # (--allow_resume_change NAME: the run then says what changed). Arguments a checkpoint does not record
 # (older checkpoints, the Trainer used without an entry script) are not compared.
@@ -444,6 +444,13 @@ def _resume_checks() -> dict:
                                         False),
         "max_tokens_per_batch": ("--max_tokens_per_batch", _arg("max_tokens_per_batch"), False),
         "processes": ("processes", lambda r: r["world_size"], False),
+        # what the run computes from here on: the data order and noise (the seed), the loss, the validation, the rows
+        "seed": ("--seed", _arg("seed", int), True),
+        "label_smoothing": ("--label_smoothing", _arg("label_smoothing", float), True),
+        "n_val": ("--n_val", _arg("n_val"), True),
+        "val_check_interval": ("--val_check_interval", _arg("val_check_interval"), True),
+        "val_metric": ("--val_metric", _arg("val_metric"), True),
+        "training_data": ("the training split's files", lambda r: r.get("data"), True),
         # fp16's loss scale is dropped or starts anew; the weights and optimizer state are fp32 either way
         "precision": (FLAGS_SAID, lambda r: _precision_of(r["args"]), True),
         # checkpoints hold full tensors whatever the strategy

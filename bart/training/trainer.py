@@ -283,10 +283,17 @@ class Trainer:
             "rng": rng,
             "config": self.model.config.to_dict(),
             "args": _plain(self.settings.as_dict()),
+            "data": self._data_identity(),
             # the validation hook's own counts (early stopping's best value and patience), where it keeps any
             "eval_hook": _plain(self.eval_hook.state_dict()) if hasattr(self.eval_hook, "state_dict") else None,
             "validation_due": self._validation_due, "finished": self._finished,
         }
+
+    def _data_identity(self) -> str | None:
+        """The training data's identity (the loader's ``identity()``: a resume compares it), None where the loader
+        keeps none."""
+        identity = getattr(self.train_data, "identity", None)
+        return identity() if callable(identity) else None
 
     def model_file_state(self) -> dict:
         """The model's full state as files hold it (collective under FSDP): a padded vocabulary cut to the
@@ -339,9 +346,10 @@ class Trainer:
         return path
 
     def load_state_dict(self, state: dict, path: str = "the checkpoint") -> None:
-        saved = {"args": state.get("args") or {}, "config": state.get("config") or {}, "world_size": len(state["rng"])}
+        saved = {"args": state.get("args") or {}, "config": state.get("config") or {}, "world_size": len(state["rng"]),
+                 "data": state.get("data")}
         current = {"args": _plain(self.settings.as_dict()), "config": self.model.config.to_dict(),
-                   "world_size": self.world_size}
+                   "world_size": self.world_size, "data": self._data_identity()}
         for note in check_resume(saved, current, path, self.settings.checkpoints.allow_resume_change):
             if self.rank == 0:
                 print(note, file=sys.stderr, flush=True)
