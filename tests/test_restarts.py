@@ -291,3 +291,23 @@ def test_a_resume_on_another_training_split_of_the_same_size_is_refused_and_writ
     assert _main("finetune.py", moved + ["--max_steps", "2", "--resume_from_checkpoint", "True",
                                          "--allow_resume_change", "max_steps", "training_data"]) == 0
     assert "resuming" in capsys.readouterr().err
+
+
+def test_a_pretraining_checkpoint_resumed_by_finetuning_is_named_and_its_advice_works(world, tmp_path, capsys):
+    """Was: a KeyError 'batches' traceback (the data position of another loader) where the schedule matched."""
+    from tests.helpers.corpus import pretraining_argv
+
+    pre = tmp_path / "pre"
+    argv = pretraining_argv(tmp_path, world["tokenizer"])[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
+                                                               "--output_dir", str(pre)]
+    assert _main("pretrain.py", argv) == 0
+    ckpt = str(pre / "_step2.ckpt")
+    capsys.readouterr()
+    out = str(tmp_path / "ft")
+    assert _main("finetune.py", world["argv"] + ["--output_dir", out, "--max_steps", "2", "--resume_from_checkpoint",
+                                                 ckpt]) == 2
+    assert _one_line_error(capsys) == (
+        f"finetune.py: error: {ckpt} is a pretraining checkpoint (pretrain.py's), not a finetune.py run's to resume: "
+        f"start finetune.py from its weights with --init_checkpoint {ckpt} (without --resume_from_checkpoint)")
+    advised = [ckpt if a == world["argv"][world["argv"].index("--init_checkpoint") + 1] else a for a in world["argv"]]
+    assert _main("finetune.py", advised + ["--output_dir", out, "--max_steps", "2"]) == 0

@@ -471,6 +471,12 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
     :class:`CheckpointError` naming every difference that is not allowed (one line); returns a note for each
     allowed one."""
     refused, notes = [], []
+    kinds = {"pretrain.py": "a pretraining checkpoint (pretrain.py's)", "finetune.py": "a fine-tuning checkpoint "
+             "(finetune.py's)"}
+    written, running = saved["args"].get("script"), current["args"].get("script")
+    if written in kinds and running in kinds and written != running:
+        raise CheckpointError(f"{path} is {kinds[written]}, not a {running} run's to resume: start {running} from its "
+                              f"weights with --init_checkpoint {path} (without --resume_from_checkpoint)")
     for name, flag, before, now, may_change in _differences(saved, current):
         said = f"{name}: {_shown(before)} in the checkpoint, {_shown(now)} now" + (
             f" ({flag})" if flag != "processes" else "")
