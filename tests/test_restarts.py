@@ -311,3 +311,18 @@ def test_a_pretraining_checkpoint_resumed_by_finetuning_is_named_and_its_advice_
         f"start finetune.py from its weights with --init_checkpoint {ckpt} (without --resume_from_checkpoint)")
     advised = [ckpt if a == world["argv"][world["argv"].index("--init_checkpoint") + 1] else a for a in world["argv"]]
     assert _main("finetune.py", advised + ["--output_dir", out, "--max_steps", "2"]) == 0
+
+
+def test_a_resume_onto_more_processes_is_one_refusal_that_offers_nothing_it_cannot_do():
+    """Was: the first refusal offered --allow_resume_change distributed_strategy; following it gave a second
+    refusal, on the process count."""
+    from bart.training.checkpoint import CheckpointError, check_resume
+
+    args = {"distributed_strategy": None, "train_batch_size": 4}
+    saved = {"args": args, "config": {}, "world_size": 1}
+    current = {"args": dict(args, train_batch_size=2), "config": {}, "world_size": 2}
+    with pytest.raises(CheckpointError) as refused:
+        check_resume(saved, current, "c.ckpt", allowed=("distributed_strategy",))
+    said = str(refused.value)
+    assert "processes: 1 in the checkpoint, 2 now" in said and "train_batch_size: 4 in the checkpoint, 2 now" in said
+    assert "distributed_strategy" not in said, said

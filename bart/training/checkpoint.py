@@ -477,7 +477,10 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
     if written in kinds and running in kinds and written != running:
         raise CheckpointError(f"{path} is {kinds[written]}, not a {running} run's to resume: start {running} from its "
                               f"weights with --init_checkpoint {path} (without --resume_from_checkpoint)")
-    for name, flag, before, now, may_change in _differences(saved, current):
+    differences = list(_differences(saved, current))
+    if any(name == "processes" for name, *_ in differences):  # one process or several: the strategy follows from it
+        differences = [d for d in differences if d[0] != "distributed_strategy" or "single process" not in d[2:4]]
+    for name, flag, before, now, may_change in differences:
         said = f"{name}: {_shown(before)} in the checkpoint, {_shown(now)} now" + (
             f" ({flag})" if flag != "processes" else "")
         if may_change and name in allowed:
