@@ -493,6 +493,44 @@ def test_out_of_memory_under_a_ulimit_names_the_limit_and_the_size(world, tmp_pa
     assert " of it in use (this machine has " in lines[0], lines
 
 
+def _in_a_memory_cgroup(limit: int, command: list[str]):
+    """``command`` run inside a new cgroup-v1 memory cgroup of ``limit`` bytes (swap included where the kernel
+    accounts it); None where this machine does not let the test make one (no root, no v1 memory controller)."""
+    folder = f"/sys/fs/cgroup/memory/bart_test_{os.getpid()}"
+    try:
+        os.mkdir(folder)
+    except OSError:
+        return None
+    try:
+        with open(os.path.join(folder, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+        if os.path.exists(os.path.join(folder, "memory.memsw.limit_in_bytes")):
+            with open(os.path.join(folder, "memory.memsw.limit_in_bytes"), "w") as f:
+                f.write(str(limit))
+        return subprocess.run(["sh", "-c", f'echo $$ > {folder}/cgroup.procs && exec "$@"', "sh", *command], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+    finally:
+        os.rmdir(folder)
+
+
+def test_out_of_memory_in_a_real_cgroup_is_one_line_before_the_kernel_kills(world, tmp_path):
+    """finetune.py in a real memory cgroup whose limit holds the model (51M parameters, 0.2 GiB) but not its
+    gradients and optimizer state. Was: the kernel's kill (exit 137, no line) at the optimizer's first step."""
+    config = tmp_path / "wide.json"
+    config.write_text(json.dumps({**CONFIG, "d_model": 768, "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072,
+                                  "encoder_layers": 3, "decoder_layers": 3}))
+    argv = _argv(FT + ["--from_scratch"], world, str(tmp_path / "out"), cfg=str(config))
+    out = _in_a_memory_cgroup(900 * 2 ** 20, [sys.executable, "finetune.py", *argv])
+    if out is None:
+        pytest.skip("this machine does not let the test make a memory cgroup (cgroup v1, root)")
+    lines = [line for line in out.stderr.strip().splitlines() if not line.startswith(("note:", "["))]
+    assert out.returncode == 2 and len(lines) == 1, (out.returncode, out.stderr[-3000:])
+    assert lines[0].startswith("finetune.py: error: out of memory ahead: training ") and \
+        "parameters needs about " in lines[0] and "the cgroup's memory limit 900.0 MiB (/sys/fs/cgroup/memory/bart_test_" \
+        in lines[0] and "--train_batch_size" in lines[0], lines
+
+
 def _fake_root(tmp_path, cgroup_lines, files):
     for path, text in {"proc/self/cgroup": "\n".join(cgroup_lines) + "\n",
                        "proc/meminfo": "MemTotal:       67108864 kB\nMemAvailable:   33554432 kB\n", **files}.items():

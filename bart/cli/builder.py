@@ -40,6 +40,7 @@ from bart.utils import distributed as dist_utils
 from bart.utils.checkpoint_io import CheckpointError, remove_stale_partials
 from bart.utils.dllogger_compat import Logger, drop_records_after
 from bart.utils.errors import UserError
+from bart.utils.memory import check_training_fits
 from bart.utils.metric_writers import build_writers, config_text
 
 
@@ -225,6 +226,10 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     model.to(device)
     layerdrop = bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop)
     strategy = strategy_for(args, env.world_size, device, model, find_unused_parameters=layerdrop)
+    if device.type == "cpu":  # before the gradients and optimizer state: over a cgroup's limit the kernel kills
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        sharded = env.world_size if args.distributed_strategy == "fsdp" and env.world_size > 1 else 1
+        check_training_fits(trainable // sharded, env.local_world_size)
     optimizer, clips_internally = build_optimizer(
         model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
         betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
