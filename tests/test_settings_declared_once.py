@@ -197,6 +197,9 @@ def test_a_hand_written_file_and_the_command_line(tmp_path):
     ({"fp16": "yes"}, ["key 'fp16'", "expected true or false"]),
     ({"keep_checkpoints": None}, ["key 'keep_checkpoints'", "null is not a value"]),
     ({"model_path": "x.ckpt"}, ["unknown key 'model_path' for pretrain.py (a setting of another script)"]),
+    # every unknown key in one line (was: one per rerun)
+    ({"max_step": 3, "lerning_rate": 1.0}, ["unknown keys for pretrain.py: 'max_step': did you mean 'max_steps'?; "
+                                            "'lerning_rate': did you mean 'learning_rate'? Remove or rename them"]),
     ([1, 2], ["a JSON object of settings is expected"]),
 ])
 def test_a_bad_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, values, words):

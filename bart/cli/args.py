@@ -454,6 +454,7 @@ def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, r
         if value not in (None, False, record_defaults.get(key)) and os.environ.get("RANK", "0") == "0":
             print(f"[settings] --config_file {path}: {key} {json.dumps(value)} is what that run's start did; not "
                   f"replayed (give --{key} on the command line to do it again)", flush=True)
+    unknown = []
     for key, value in values.items():
         action = actions.get(key)
         if key in CONFIG_EXTRAS or (action is None and key in record_defaults and value in (record_defaults[key], None)):
@@ -463,7 +464,8 @@ def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, r
             close = difflib.get_close_matches(key, [d for d in actions if not d.startswith("ref_")], n=1)
             fix = f"did you mean {close[0]!r}?" if close else f"see {parser.prog} --help-all for the settings"
             other = " (a setting of another script)" if key in record_defaults else ""
-            parser.error(f"--config_file {path}: unknown key {key!r} for {script}{other}: {fix} Remove or rename it")
+            unknown.append((f"{key!r}", other, fix))
+            continue
         try:
             defaults[key] = _file_value(action, value, parser.get_default(key))
         except argparse.ArgumentTypeError as err:
@@ -472,6 +474,12 @@ def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, r
                          f"{flag} on the command line")
         if defaults[key] != parser.get_default(key):
             changed.add(key)
+    if len(unknown) == 1:
+        key, other, fix = unknown[0]
+        parser.error(f"--config_file {path}: unknown key {key} for {script}{other}: {fix} Remove or rename it")
+    if unknown:  # every one at once: a file is corrected in one go, not one key per rerun
+        keys = "; ".join(f"{key}{other}: {fix}" for key, other, fix in unknown)
+        parser.error(f"--config_file {path}: unknown keys for {script}: {keys} Remove or rename them")
     parser.set_defaults(**defaults)
     for action in parser._actions:
         if action.dest in defaults:
