@@ -270,16 +270,26 @@ def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
     from bart.cli.settings import parse_command_line
     from utils.launch import _said, resume_command
 
-    argv = ["--nproc_per_node", "2", "finetune.py", *world["argv"], "--output_dir", "out dir", "--max_steps", "4",
+    folder = world["base"] / "out dir"
+    argv = ["--nproc_per_node", "2", "finetune.py", *world["argv"], "--output_dir", str(folder), "--max_steps", "4",
             "--overwrite_output_dir", "--resume_from_checkpoint", "old.ckpt"]
-    line = _said(signal.SIGTERM, [75, 75], 75, argv)
-    assert line.startswith("launch: SIGTERM received: the processes stopped (exit codes 75, 75): a checkpoint was "
-                           "written: to resume, run ") and line.endswith(resume_command(argv)), line
+    head = "launch: SIGTERM received: the processes stopped (exit codes 75, 75): "
+    assert _said(signal.SIGTERM, [75, 75], 75, argv, since=0.0) == (
+        f"{head}no checkpoint was written (it stopped before the first): to start the run again, run "
+        f"{resume_command(argv)}")  # was: "a checkpoint was written", where none was
+    folder.mkdir()
+    (folder / "_step2.ckpt").write_bytes(b"")
+    (folder / "_step10.ckpt").write_bytes(b"")
+    assert _said(signal.SIGTERM, [75, 75], 75, argv, since=0.0) == \
+        f"{head}a checkpoint was written (_step10.ckpt): to resume, run {resume_command(argv)}"
+    line = _said(signal.SIGTERM, [75, 75], 75, argv, since=os.path.getmtime(folder / "_step10.ckpt") + 1)
+    assert line == (f"{head}no new checkpoint was written (the newest is _step10.ckpt, from before): to resume from "
+                    f"it, run {resume_command(argv)}"), line
     words = shlex.split(resume_command(argv))
     assert words[1:3] == ["-m", "utils.launch"] and words[-2:] == ["--resume_from_checkpoint", "auto"]
-    assert "--overwrite_output_dir" not in words and "old.ckpt" not in words and "out dir" in words
+    assert "--overwrite_output_dir" not in words and "old.ckpt" not in words and str(folder) in words
     settings = parse_command_line("finetune.py", words[words.index("finetune.py") + 1:])  # accepted as it is
-    assert settings.resume_from_checkpoint == "auto" and settings.output_dir == "out dir"
+    assert settings.resume_from_checkpoint == "auto" and settings.output_dir == str(folder)
 
 
 # -- a run that stopped before its first checkpoint starts again --------------------------------------------

@@ -27,15 +27,45 @@ And three cluster faults are named instead of met again or buried:
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import sys
+import time
 
 ME = "launch"
 EXIT_USER_ERROR = 2  # bart.utils.errors.EXIT_USER_ERROR: the same command meets the same error, never restarted
-_MEANING = {75: "a checkpoint was written: to resume, run {resume}",
-            130: "stopped at once (Ctrl-C again), without a checkpoint"}
+_MEANING = {75: "{written}: to {go_on}, run {resume}",
+            130: "stopped at once (Ctrl-C again), {written}: to {go_on}, run {resume}"}
 _RESUME_FLAG, _OVERWRITE_FLAG = "--resume_from_checkpoint", "--overwrite_output_dir"
+_TRAINING_CHECKPOINT = re.compile(r"^(_epoch\d+)?_step(\d+)\.ckpt$")  # bart.training.checkpoint's resumable names
+
+
+def _output_dir(argv: list[str]) -> str:
+    """The job's --output_dir as its command line gives it (the training scripts' default: results)."""
+    folder = "results"
+    for i, arg in enumerate(argv):
+        if arg == "--output_dir" and i + 1 < len(argv):
+            folder = argv[i + 1]
+        elif arg.startswith("--output_dir="):
+            folder = arg.split("=", 1)[1]
+    return folder
+
+
+def _checkpoint_written(argv: list[str], since: float) -> tuple[str, str]:
+    """(what the job left to resume from, what the command does): the newest training checkpoint in its folder,
+    written by this job (modified since ``since``) or before it, or none."""
+    folder = _output_dir(argv)
+    try:
+        found = [(int(m.group(2)), name) for name in os.listdir(folder) if (m := _TRAINING_CHECKPOINT.match(name))]
+    except OSError:
+        found = []
+    if not found:
+        return "no checkpoint was written (it stopped before the first)", "start the run again"
+    newest = max(found)[1]
+    if os.path.getmtime(os.path.join(folder, newest)) >= since:
+        return f"a checkpoint was written ({newest})", "resume"
+    return f"no new checkpoint was written (the newest is {newest}, from before)", "resume from it"
 
 
 def resume_command(argv: list[str]) -> str:
@@ -53,8 +83,11 @@ def resume_command(argv: list[str]) -> str:
     return shlex.join([os.path.basename(sys.executable) or "python3", "-m", "utils.launch", *kept, _RESUME_FLAG, "auto"])
 
 
-def _meaning(code: int, argv: list[str]) -> str | None:
-    return _MEANING[code].format(resume=resume_command(argv)) if code in _MEANING else None
+def _meaning(code: int, argv: list[str], since: float = 0.0) -> str | None:
+    if code not in _MEANING:
+        return None
+    written, go_on = _checkpoint_written(argv, since)
+    return _MEANING[code].format(written=written, go_on=go_on, resume=resume_command(argv))
 
 
 def _job_code(codes: list[int], sig: signal.Signals) -> int:
@@ -71,13 +104,13 @@ def _job_code(codes: list[int], sig: signal.Signals) -> int:
     return max(set(done), key=done.count) if done else 0
 
 
-def _said(sig: signal.Signals, codes: list[int], code: int, argv: list[str]) -> str:
+def _said(sig: signal.Signals, codes: list[int], code: int, argv: list[str], since: float = 0.0) -> str:
     shown = ", ".join(str(c) for c in codes) or "none started"
     if code > 128 and any(c is not None and c < 0 for c in codes):
         why = (f"a process did not stop within TORCH_ELASTIC_SHUTDOWN_TIMEOUT "
                f"({os.environ.get('TORCH_ELASTIC_SHUTDOWN_TIMEOUT', '30')} s) and was killed")
     else:
-        why = _meaning(code, argv) or "see the processes' lines above"
+        why = _meaning(code, argv, since) or "see the processes' lines above"
     return f"{ME}: {sig.name} received: the processes stopped (exit codes {shown}): {why}"
 
 
@@ -88,6 +121,7 @@ def main(argv=None) -> int:
 
     contexts, codes, first, spared = [], {}, [], []
     argv = sys.argv[1:] if argv is None else list(argv)
+    since = time.time()  # a checkpoint modified since was written by this job
 
     def handler(signum, frame) -> None:
         sig = signal.Signals(signum)
@@ -121,7 +155,7 @@ def main(argv=None) -> int:
     except api.SignalException:
         found = [codes[rank] for rank in sorted(codes)]
         code = _job_code(found, first[0])
-        print(_said(first[0], found, code, argv), file=sys.stderr, flush=True)
+        print(_said(first[0], found, code, argv, since), file=sys.stderr, flush=True)
         return code
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
@@ -130,7 +164,7 @@ def main(argv=None) -> int:
             why = (f" (a user error: its line above says what to change), so the job stopped without the "
                    f"{spared[0]} restart(s) --max_restarts left: the same command would meet the same error")
         else:
-            why = ", so the job stopped" + (f": {_meaning(code, argv)}" if code in _MEANING else
+            why = ", so the job stopped" + (f": {_meaning(code, argv, since)}" if code in _MEANING else
                                             " (its line above says why)")
         print(f"{ME}: rank {rank} ended with exit code {code}{why}", file=sys.stderr, flush=True)
         return code
