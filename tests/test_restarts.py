@@ -58,14 +58,16 @@ def test_auto_starts_a_new_run_then_resumes_from_its_newest_checkpoint(world, ca
     assert _steps(out) == [1, 2, 3, 4, 5]
 
 
-def test_resume_true_with_no_checkpoint_names_auto_in_one_line(world, capsys):
+def test_resume_true_with_no_checkpoint_starts_a_new_run_with_a_note(world, capsys):
+    """The reference's phase-1 line as printed (--resume_from_checkpoint=True on a first start) starts the run, as
+    the reference does, saying so in one line (was: refused, "use auto"); its restart then resumes."""
     out = world["base"] / "true_none"
-    code = _main("finetune.py", world["argv"] + ["--output_dir", str(out), "--max_steps", "1",
-                                                 "--resume_from_checkpoint", "True"])
-    lines = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("note:")]
-    assert code == 2
-    assert len(lines) == 1 and lines[0].startswith("finetune.py: error: --resume_from_checkpoint True:"), lines
-    assert str(out) in lines[0] and "--resume_from_checkpoint auto" in lines[0], lines
+    argv = world["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "1", "--resume_from_checkpoint=True"]
+    assert _main("finetune.py", argv + ["--max_steps", "1"]) == 0
+    said = capsys.readouterr().out
+    assert f"[checkpoint] --resume_from_checkpoint True: no training checkpoint in {out}: starting a new run" in said
+    assert _main("finetune.py", argv + ["--max_steps", "2", "--allow_resume_change", "max_steps"]) == 0
+    assert _steps(out) == [1, 2] and "starting a new run" not in capsys.readouterr().out
 
 
 def test_auto_rules(tmp_path, capsys):

@@ -52,8 +52,9 @@ def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
     env = setup_distributed(args)
     lock_output_dir(args.output_dir, env)
     seed_everything(args.seed, env.rank)
-    if args.resume_from_checkpoint == "auto":  # True when the folder holds a training checkpoint, else None
-        args = resolved(args, resume_from_checkpoint=resolve_resume("auto", args.output_dir, announce=env.is_main))
+    if args.resume_from_checkpoint in ("auto", True):  # True when the folder holds a training checkpoint, else None
+        args = resolved(args, resume_from_checkpoint=resolve_resume(args.resume_from_checkpoint, args.output_dir,
+                                                                    announce=env.is_main))
     if not args.resume_from_checkpoint:
         claim_new_run_folder(args, env)
     return args, env

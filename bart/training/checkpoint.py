@@ -112,8 +112,14 @@ def resumable_checkpoints(output_dir: str) -> list[tuple[int, str]]:
 def resolve_resume(value, output_dir: str, announce: bool = True):
     """``--resume_from_checkpoint`` as the run takes it. ``auto``: True (resume from the newest training
     checkpoint) when ``output_dir`` holds one, else None (a new run); one line says which (``announce``).
-    True, a path and None are returned as they are. A folder whose checkpoints are all unreadable still
+    True where there is none: None, with a note (the reference's first start). A path and None are returned as
+    they are. A folder whose checkpoints are all unreadable still
     resumes (and fails in one line naming them): ``auto`` never starts over on top of a run's checkpoints."""
+    if value is True and not resumable_checkpoints(output_dir):  # the reference's phase-1 line on a first start
+        if announce:
+            print(f"[checkpoint] --resume_from_checkpoint True: no training checkpoint in {output_dir}: starting a "
+                  f"new run, as the NVIDIA reference does on a first start (auto does the same)", flush=True)
+        return None
     if value != AUTO:
         return value
     found = resumable_checkpoints(output_dir)
