@@ -87,6 +87,40 @@ def test_tensorboard_events_read_back(pretrained):
     assert "run_config/text_summary" in events.Tags()["tensors"]
 
 
+def test_tensorboard_keeps_the_resume_steps_scalars_once(tmp_path, small_tokenizer_dir, capsys):
+    """A fine-tuning run to step 4, then resumed in its folder from its step-2 checkpoint (as after a crash at step
+    4): TensorBoard, read back with its own reader, holds every step's scalars once, step 2's (the checkpoint's:
+    training loss and validation) from the first run and steps 3-4 from the resumed one, not both runs' 3-4.
+    Before: purge_step was the resume step, so step 2's train/* and val/* were dropped."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.helpers.corpus import finetuning_world, micro_config
+
+    world = finetuning_world(tmp_path, small_tokenizer_dir, micro_config(), train_rows=16)
+    argv = [a for a in world["argv"] if a != "--no_tensorboard"]
+    argv[argv.index("--n_val") + 1] = "4"
+    out = tmp_path / "out"
+    argv += ["--val_check_interval", "2", "--num_sanity_val_steps", "0", "--save_checkpoint_steps", "2",
+             "--max_steps", "4", "--output_dir", str(out)]
+    assert run_entry("finetune.py", argv) == 0, capsys.readouterr()
+
+    def scalars():
+        events = EventAccumulator(str(out / "tensorboard"))
+        events.Reload()
+        return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+    first = scalars()
+    assert [step for step, _ in first["train/loss"]] == [1, 2, 3, 4]
+    assert run_entry("finetune.py", argv + ["--resume_from_checkpoint", str(out / "_step2.ckpt")]) == 0, \
+        capsys.readouterr()
+    resumed = scalars()
+    assert [step for step, _ in resumed["train/loss"]] == [1, 2, 3, 4], resumed["train/loss"]
+    val_tags = [tag for tag in resumed if tag.startswith("val/")]
+    assert val_tags and all([step for step, _ in resumed[tag]] == [2, 4] for tag in val_tags), resumed
+    for tag in ["train/loss", *val_tags]:  # steps up to the checkpoint's are the first run's own
+        assert [v for s, v in resumed[tag] if s <= 2] == [v for s, v in first[tag] if s <= 2], tag
+
+
 def test_n_val_mistakes_are_one_line(tiny_config, small_tokenizer_dir, tmp_path, capsys):
     """pretrain.py in this process (tests.helpers.entry: its exit code and what it printed; the refusal comes
     before LDDL's dataset, so no LDDL logger keeps this test's stderr)."""

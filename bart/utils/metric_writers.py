@@ -37,8 +37,10 @@ class TensorBoardWriter:
         except ImportError as err:
             raise MetricWriterError(f"TensorBoard logging needs the tensorboard package ({err}); "
                                     f"pip install tensorboard, or pass --no_tensorboard") from err
-        # purge_step: a resumed run drops the events the interrupted one wrote after its checkpoint
-        self.writer = SummaryWriter(log_dir=log_dir, purge_step=purge_step or None)
+        # purge_step: the first step whose events are dropped (TensorBoard drops steps >= it), so a run resumed from
+        # step N's checkpoint passes N + 1: it keeps step N's scalars (logged before that checkpoint was written) and
+        # drops what the interrupted run wrote after it
+        self.writer = SummaryWriter(log_dir=log_dir, purge_step=purge_step)
         self.log_dir = log_dir
 
     def scalars(self, step: int, data: dict) -> None:
@@ -106,9 +108,11 @@ class WandbWriter:
 
 def build_writers(tensorboard_dir: str | None = None, wandb_project: str | None = None,
                   run_dir: str = ".", config: dict | None = None, resume_step: int | None = None) -> list:
+    """The writers asked for; ``resume_step``: the step of the checkpoint a resumed run started from (None: a new
+    run), whose own scalars TensorBoard keeps."""
     writers = []
     if tensorboard_dir:
-        writers.append(TensorBoardWriter(tensorboard_dir, purge_step=resume_step))
+        writers.append(TensorBoardWriter(tensorboard_dir, purge_step=None if resume_step is None else resume_step + 1))
     if wandb_project:
         writers.append(WandbWriter(wandb_project, run_dir, config, resume=resume_step is not None))
     return writers
