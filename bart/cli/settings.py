@@ -253,9 +253,8 @@ class CheckpointSettings:
     GROUP: ClassVar[str] = "checkpoints and logging"
     output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
     resume_from_checkpoint: bool | str | None = flag(
-        None, "True: the newest training checkpoint in --output_dir (none there is an error); auto: that one when "
-              "there is one, else a new run (one command for a first start and its restarts); or a path. Restores "
-              "everything", type=_bool_or_path, quick=TRAINING, once=True)
+        None, "True or auto: the newest training checkpoint in --output_dir, else a new run (one command for a first "
+              "start and its restarts; True notes it, as the reference); or a path. Restores everything", type=_bool_or_path, quick=TRAINING, once=True)
     overwrite_output_dir: bool = flag(
         False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
                "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
