@@ -154,7 +154,7 @@ def test_installed_copy_runs_from_anywhere_with_a_shipped_config_by_name(install
     assert out.returncode == 0, out.stderr
     bart_init, cli_pretrain, torch_init = out.stdout.split()
     assert all(str(installed.parent.parent) in p and "site-packages" in p for p in (bart_init, cli_pretrain))
-    assert torch_init == torch.__file__  # the environment's torch kept (torch>=2.4 met), not installed again
+    assert torch_init == torch.__file__  # the environment's torch kept (its floor met), not installed again
     # one import name: the installed copy claims `bart` alone at the top of site-packages
     site = os.path.dirname(os.path.dirname(bart_init))
     claimed = {name for name in os.listdir(site) if not name.endswith((".dist-info", ".pth")) and name != "__pycache__"}
@@ -208,7 +208,7 @@ def test_bare_venv_without_torch_each_console_script_says_what_is_missing(wheel,
         assert said.returncode == 2 and said.stdout == "", said.stdout
         assert said.stderr.splitlines() == [
             f"{script}: error: the package 'torch' is not installed in this Python ({bare}); install it: "
-            f"{bare} -m pip install 'torch>=2.4'"], said.stderr
+            f"{bare} -m pip install '{_declared_torch()}'"], said.stderr
 
 
 def _requirements(path):
@@ -240,6 +240,34 @@ def test_dependencies_admit_the_containers_torch_and_the_pinned_versions():
     for name, requirement in declared.items():
         for version in pins.get(name, []):
             assert requirement.specifier.contains(version, prereleases=True), (name, version, str(requirement))
+
+
+def _declared_torch():
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    (torch,) = [r for r in map(Requirement, tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+                                ["dependencies"]) if r.name == "torch"]
+    return torch
+
+
+def test_torch_floor_is_the_oldest_torch_a_run_of_record_used():
+    """pyproject.toml's torch floor is the oldest torch anything was run on: CI's (scripts/install.sh's pin), the
+    container's (Dockerfile) and each GPU suite's record (docs/results: its `| torch | VERSION |` row), and the
+    README says the same (was: torch>=2.4, which FSDP2's fully_shard, torch 2.6, alone rules out)."""
+    from packaging.version import Version
+
+    (floor,) = [s.version for s in _declared_torch().specifier if s.operator == ">="]
+    used = {"scripts/install.sh": re.search(r"torch==([\d.]+)", open(os.path.join(ROOT, "scripts", "install.sh")).read()),
+            "Dockerfile": re.search(r"NGC PyTorch [\d.]+: torch (\S+),", open(os.path.join(ROOT, "Dockerfile")).read())}
+    results = os.path.join(ROOT, "docs", "results")
+    for name in sorted(os.listdir(results)):
+        if name.endswith(".md"):
+            used[name] = re.search(r"^\| torch \| (\S+) \|", open(os.path.join(results, name)).read(), re.M)
+    assert all(used.values()) and any(name.startswith("gpu_suite") for name in used), used
+    oldest = min(Version(Version(m.group(1)).base_version) for m in used.values())
+    assert Version(floor) == oldest, ({k: m.group(1) for k, m in used.items()}, floor)
+    assert f"It asks for `torch>={floor}`" in open(os.path.join(ROOT, "README.md")).read()
 
 
 def test_ruff_passes_with_the_projects_configuration():

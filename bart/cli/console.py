@@ -38,7 +38,7 @@ def _canonical(name: str) -> str:
 
 
 def _requirement(distribution: str) -> str | None:
-    """The package's own requirement of ``distribution`` (``'torch>=2.4'``, an extra's as ``bart-recipe[wandb]``'s
+    """The package's own requirement of ``distribution`` (``'torch>=2.11'``, an extra's as ``bart-recipe[wandb]``'s
     line), or None where it has none or is not installed."""
     try:
         requires = metadata.requires(DISTRIBUTION) or []
