@@ -231,6 +231,26 @@ def test_best_checkpoints_survive_a_resume(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step8.ckpt"]
 
 
+@pytest.mark.parametrize("lower_is_better", [False, True])
+def test_a_tie_keeps_the_later_trained_weights_not_the_step_0_ones(tmp_path, lower_is_better):
+    """Was: every ROUGE-2 0 on a small run kept best_rouge2_step0.ckpt (the untrained weights of the step-0
+    validation) as the best, and EVAL_CHECKPOINT=best evaluated the untrained model."""
+    from bart.modeling import BartForConditionalGeneration
+    from bart.training.checkpoint import BestCheckpoints, best_checkpoint
+    from tests.helpers.synthetic import tiny_config
+
+    model = BartForConditionalGeneration(tiny_config())
+    best = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=lower_is_better)
+    for step in (0, 2, 4):
+        best.consider(0.0, step, model, {"rouge2": 0.0})
+    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step4.ckpt"]
+    assert best_checkpoint(str(tmp_path)).endswith("best_rouge2_step4.ckpt")
+    again = BestCheckpoints(str(tmp_path), "rouge2", 2, lower_is_better=lower_is_better)  # resumed with k 2
+    again.restore()
+    again.consider(0.0, 6, model, {"rouge2": 0.0})
+    assert [os.path.basename(p) for _, p in again.best] == ["best_rouge2_step6.ckpt", "best_rouge2_step4.ckpt"]
+
+
 def test_sigterm_during_a_checkpoint_write_keeps_that_checkpoint_and_stops_with_75(setup):
     """The signal sent while a periodic checkpoint is being written (its .partial file there): the write ends
     whole, the run stops after that update naming that very checkpoint (not written twice), exit 75."""

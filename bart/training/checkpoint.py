@@ -269,7 +269,7 @@ class BestCheckpoints:
                 os.remove(os.path.join(self.output_dir, name))
         self.best = sorted(((value, os.path.join(self.output_dir, name)) for name, value in listed.items()
                             if os.path.isfile(os.path.join(self.output_dir, name))),
-                           key=lambda item: item[0], reverse=not self.lower_is_better)[: max(self.k, 0)]
+                           key=self._rank, reverse=True)[: max(self.k, 0)]
         return self.best
 
     def _write_ranking(self) -> None:
@@ -280,8 +280,14 @@ class BestCheckpoints:
     def _better(self, a: float, b: float) -> bool:
         return a < b if self.lower_is_better else a > b
 
+    def _rank(self, item: tuple[float, str]) -> tuple:
+        """Best first; of equal values the later step first (a tie never keeps the untrained step-0 weights over
+        trained ones)."""
+        step = re.search(r"_step(\d+)\.ckpt$", item[1])
+        return (-item[0] if self.lower_is_better else item[0], int(step.group(1)) if step else -1)
+
     def consider(self, value: float, step: int, model, metrics: dict) -> str | None:
-        if self.k <= 0 or not (len(self.best) < self.k or self._better(value, self.best[-1][0])):
+        if self.k <= 0 or not (len(self.best) < self.k or not self._better(self.best[-1][0], value)):
             return None
         path = os.path.join(self.output_dir, f"best_{self.metric}_step{step}.ckpt")
         self.best = [item for item in self.best if item[1] != path]  # the same step again (after a resume)
@@ -289,7 +295,7 @@ class BestCheckpoints:
             "kind": "bart-weights", "model": unpadded_state_dict(model), "config": model.config.to_dict(), "step": step,
             "metrics": _plain_number(metrics)}))
         self.best.append((value, path))
-        self.best.sort(key=lambda item: item[0], reverse=not self.lower_is_better)
+        self.best.sort(key=self._rank, reverse=True)
         for _, stale in self.best[self.k:]:
             os.remove(stale)
         self.best = self.best[: self.k]
