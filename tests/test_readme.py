@@ -193,7 +193,7 @@ DOC_COMMANDS = {
         "python run_eval.py --help": _HELP,
         # Your own tokenizer: the first runs on the Quick Start's shards; the second is a template
         "python -m bart.tokenization.train_tokenizer data/pretrain_lddl_128 --vocab_size 32000 --out "
-        "data/my_tokenizer --config configs/config.json --config_out data/config_32k.json": _JOURNEY,
+        "data/my_tokenizer --config bart-large --config_out data/config_32k.json": _JOURNEY,
         "TOKENIZER=data/my_tokenizer bash scripts/run_pretraining.sh ... data/config_32k.json":
             "tests/test_tokenizer_choice.py::test_scripts_leave_the_tokenizer_to_the_python_rule",
         # Starting from public weights (the second: a template; the Quick Start's step 5 from facebook/bart-large)

@@ -112,8 +112,10 @@ def test_lddl_shards_and_folders_are_corpora(tmp_path):
 
 
 def test_cli_trains_and_writes_the_config(corpus, tmp_path):
-    out = _cli(corpus, "--vocab_size", "512", "--out", str(tmp_path / "tok"), "--config",
-               os.path.join(ROOT, "configs", "config_tiny.json"), "--config_out", str(tmp_path / "config.json"))
+    """--config takes a shipped config's name, as --config_path does (was: the whole tokenizer trained and written,
+    then exit 2 'cannot read the model config tiny')."""
+    out = _cli(corpus, "--vocab_size", "512", "--out", str(tmp_path / "tok"), "--config", "tiny",
+               "--config_out", str(tmp_path / "config.json"))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "(512 tokens, 251 merges, from 1504 texts in 1 files)" in out.stdout
     config = json.load(open(tmp_path / "config.json"))
@@ -122,6 +124,29 @@ def test_cli_trains_and_writes_the_config(corpus, tmp_path):
     auto = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
     assert len(auto) == 512 and auto.decode(auto("naïve 中文 👍")["input_ids"], skip_special_tokens=True) == "naïve 中文 👍"
 
+@pytest.mark.parametrize("case", ["unknown_name", "unknown_key", "config_out_folder"])
+def test_a_bad_config_is_one_line_before_training(corpus, tmp_path, case):
+    """A --config that a run would refuse, or a --config_out that cannot be written, is one line and exit 2 before
+    any training: neither the tokenizer folder nor the config copy is written (was: the tokenizer trained and
+    written, then the refusal, or for a bad key a config copy no run can read)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_modle=64)))
+    (tmp_path / "folder").mkdir()
+    config, config_out, said = {
+        "unknown_name": ("bart-huge", tmp_path / "config.json",
+                         "train_tokenizer: --config bart-huge: no such file, nor a shipped config's name; give a "
+                         "config.json's path or one of bart-large, bart-base, xsum, tiny (see --help)"),
+        "unknown_key": (str(bad), tmp_path / "config.json", "train_tokenizer: BartConfig: unknown key 'd_modle'"),
+        "config_out_folder": ("tiny", tmp_path / "folder",
+                              f"train_tokenizer: --config_out {tmp_path / 'folder'} is a folder; give the config file "
+                              f"to write there, e.g. {tmp_path / 'folder' / 'config.json'}"),
+    }[case]
+    out = _cli(corpus, "--vocab_size", "300", "--out", str(tmp_path / "tok"), "--config", config,
+               "--config_out", str(config_out))
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith(said), out.stderr
+    assert not os.path.exists(tmp_path / "tok") and not os.path.exists(tmp_path / "config.json")
+    assert os.listdir(tmp_path / "folder") == []
 
 
 def test_main_notes_a_short_vocabulary(corpus, tmp_path, capsys):

@@ -9,11 +9,13 @@ unknown), the learned merges, and ``<mask>`` last: ``--vocab_size`` tokens in al
 the corpus runs out of pairs seen ``--min_frequency`` times. The folder (vocab.json, merges.txt,
 tokenizer.json, tokenizer_config.json, special_tokens_map.json) loads in the project's
 ``BartTokenizer`` and in transformers' ``AutoTokenizer``/``BartTokenizerFast``; pass it as
-``--tokenizer`` and set the model config's ``vocab_size`` to the size printed at the end.
+``--tokenizer`` and set the model config's ``vocab_size`` to the size printed at the end, or let ``--config``
+(a config's path or a shipped config's name: tiny, bart-base, ...) and ``--config_out`` write that copy. The config
+is read and checked before training: a bad one is one line, and nothing is written.
 
     python -m bart.tokenization.train_tokenizer data/pretrain_lddl_128 --vocab_size 32000 --out data/my_tokenizer
     python -m bart.tokenization.train_tokenizer corpus/*.txt --vocab_size 2048 --out data/tokenizer_2k \\
-        --config configs/config_tiny.json --config_out data/config_2k.json
+        --config tiny --config_out data/config_2k.json
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 
+from bart.configuration.shipped import config_file, names_help
 from bart.tokenization.build_tokenizer import MASK, SPECIALS, write_bart_folder
+from bart.utils.errors import UserError
 from bart.utils.text_lines import iter_lines
 
 BYTE_SYMBOLS = 256
@@ -136,6 +140,20 @@ def train_tokenizer(inputs: Iterable[str], out_dir: str, vocab_size: int, min_fr
             "files": len(files), "texts": texts}
 
 
+def check_config(value: str, config_out: str) -> str:
+    """The model config file ``--config`` names (a shipped config's name or a path), read and checked as
+    :class:`BartConfig` reads it, and ``--config_out`` a file's place: before any training. A mistake is a
+    :class:`UserError` (one line naming the file and the fix)."""
+    from bart.configuration import BartConfig
+
+    path = config_file(value, "--config")
+    BartConfig.from_json_file(path)  # its keys and values, as a run would read them
+    if os.path.isdir(config_out):
+        raise TokenizerTrainingError(f"--config_out {config_out} is a folder; give the config file to write there, "
+                                     f"e.g. {os.path.join(config_out, 'config.json')}")
+    return path
+
+
 def write_config(config_in: str, config_out: str, vocab_size: int) -> None:
     """A copy of the model config ``config_in`` with ``vocab_size`` set."""
     try:
@@ -159,7 +177,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="tokens in all, specials and <mask> included (default 50265, BART's)")
     parser.add_argument("--min_frequency", type=int, default=2, help="a pair is merged only if seen this often")
     parser.add_argument("--model_max_length", type=int, default=1024)
-    parser.add_argument("--config", help="a model config to copy with vocab_size set (needs --config_out)")
+    parser.add_argument("--config", help="a model config to copy with vocab_size set (needs --config_out): a "
+                        f"config.json's path or a shipped config's name ({names_help()})")
     parser.add_argument("--config_out", help="where to write that copy")
     args = parser.parse_args(argv)
     if bool(args.config) != bool(args.config_out):
@@ -171,11 +190,12 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
+        config = check_config(args.config, args.config_out) if args.config else None
         summary = train_tokenizer(args.inputs, args.out, args.vocab_size, args.min_frequency, args.model_max_length)
-        if args.config:
-            write_config(args.config, args.config_out, summary["vocab_size"])
-    except TokenizerTrainingError as err:
-        print(f"train_tokenizer: {err}", file=sys.stderr)
+        if config:
+            write_config(config, args.config_out, summary["vocab_size"])
+    except (TokenizerTrainingError, UserError) as err:
+        print(f"train_tokenizer: {' '.join(str(err).split())}", file=sys.stderr)
         sys.exit(2)
     print(f"wrote tokenizer folder: {summary['folder']} ({summary['vocab_size']} tokens, {summary['merges']} merges, "
           f"from {summary['texts']} texts in {summary['files']} files)")
