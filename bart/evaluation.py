@@ -31,7 +31,7 @@ from bart.utils import distributed as dist_utils
 from bart.utils.checkpoint_io import atomic_write_text
 from bart.utils.dllogger_compat import Logger
 from bart.utils.errors import Preempted, UserError
-from bart.utils.metrics import calculate_bleu, calculate_rouge
+from bart.utils.metrics import ROUGE_KEYS, calculate_bleu, calculate_rouge
 from bart.utils.precision import FP32, Precision
 from bart.utils.progress import Progress
 from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
@@ -116,22 +116,38 @@ def latency_stats(latencies: list[float], examples: int, total_seconds: float, p
 
 @dataclass(frozen=True)
 class TaskMetric:
-    """How a task's generations are scored."""
+    """How a task's generations are scored (every score: higher is better)."""
     name: str                                        # the metrics file: {split}_{name}.json
     score: Callable[[list[str], list[str]], dict]   # (predictions, references) -> {metric: value}
     ranked_by: str                                   # what validation ranks checkpoints by (--val_metric's default)
+    keys: tuple                                      # the scores ``score`` gives (--val_metric's choices besides loss)
 
 
-# task -> its metric: the one place that decides it (finetune.py's --val_metric default, the metrics files)
+# task -> its metric: the one place that decides it (finetune.py's --val_metric default and choices, the files)
 TASK_METRICS = {
-    "summarization": TaskMetric("rouge", calculate_rouge, "rouge2"),
-    "translation": TaskMetric("bleu", calculate_bleu, "bleu"),
+    "summarization": TaskMetric("rouge", calculate_rouge, "rouge2", ROUGE_KEYS),
+    "translation": TaskMetric("bleu", calculate_bleu, "bleu", ("bleu",)),
 }
+LOSS = "loss"  # the validation token loss: the one metric ranked lower-is-better
+VAL_METRICS = (*dict.fromkeys(key for metric in TASK_METRICS.values() for key in metric.keys), LOSS)
 
 
 def task_metric(task: str) -> str:
     """The metric validation ranks ``task``'s checkpoints by."""
     return TASK_METRICS[task].ranked_by
+
+
+def lower_is_better(metric: str) -> bool:
+    """Which way ``metric`` improves: the loss down, every score up."""
+    return metric == LOSS
+
+
+def check_val_metric(task: str, metric: str) -> str | None:
+    """Why ``metric`` cannot rank ``task``'s validation (one line), or None."""
+    allowed = (*TASK_METRICS[task].keys, LOSS)
+    if metric not in allowed:
+        return f"--val_metric {metric}: {task} validation gives {', '.join(allowed)}; choose one of them"
+    return None
 
 
 def score(task: str, predictions: list[str], references: list[str]) -> dict:

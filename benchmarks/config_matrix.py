@@ -233,7 +233,7 @@ def sigterm_after(update: int, rank: int):
 
 
 def _logged(folder: str) -> dict:
-    """{step: {loss, val_*}} of a run's dllogger.json (LOG records with a step)."""
+    """{step: {loss, val_*}} of a run's dllogger.json (LOG records with a step; not val_gen_time)."""
     from bart.utils.dllogger_compat import read_dllogger
 
     path = os.path.join(folder, "dllogger.json")
@@ -242,7 +242,8 @@ def _logged(folder: str) -> dict:
         return steps
     for record in read_dllogger(path):
         if record["type"] == "LOG" and isinstance(record["step"], int):
-            values = {k: v for k, v in record["data"].items() if k == "loss" or k.startswith("val_")}
+            values = {k: v for k, v in record["data"].items()
+                      if k == "loss" or k.startswith("val_") and k != "val_gen_time"}  # seconds: the machine's
             if values:
                 steps.setdefault(str(record["step"]), {}).update(values)
     return steps

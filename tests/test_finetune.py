@@ -142,6 +142,56 @@ def _close_weights(fsdp: dict, ddp: dict) -> None:
 
 
 @pytest.mark.slow
+def test_every_validation_logs_the_loss_the_scores_and_the_generated_length(finetuned):
+    """What transformers' Seq2SeqTrainer (eval_loss, ROUGE, gen_len) and the reference (val_loss, gen_len, gen_time)
+    show at each validation. Was: ROUGE only (or the loss only, with --val_metric loss)."""
+    from bart.utils.dllogger_compat import read_dllogger
+
+    base, _, _ = finetuned
+    records = [r["data"] for r in read_dllogger(str(base / "out" / "dllogger.json"))
+               if r["type"] == "LOG" and "val_rouge2" in r["data"]]
+    assert len(records) == 3
+    for data in records:
+        assert {"val_loss", "val_rouge1", "val_rouge2", "val_rougeL", "val_rougeLsum", "val_gen_len",
+                "val_gen_time"} <= set(data), data
+        assert 1 < data["val_gen_len"] <= 30 and data["val_gen_time"] > 0 and data["val_loss"] > 0, data  # 24 generated
+    assert records[-1]["val_loss"] < records[0]["val_loss"]
+
+
+def test_ranking_by_any_score_a_threshold_and_the_validation_label_length(tmp_path, small_tokenizer_dir, capsys):
+    """--metric_for_best_model eval_rougeL (transformers' spelling) ranks by ROUGE-L; an improvement not above
+    --early_stopping_threshold does not reset the patience; --val_max_target_length cuts the validation labels
+    (the loss changes); a score the task does not give is one line."""
+    from bart.utils.dllogger_compat import read_dllogger
+
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
+    values.update(max_position_embeddings=128, vocab_size=SMALL_VOCAB_SIZE)
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    argv = ["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+            "--from_scratch", "--max_steps", "4", "--train_batch_size", "4", "--max_source_length", "32",
+            "--max_target_length", "16", "--eval_max_gen_length", "8", "--eval_beams", "1", "--n_val", "4",
+            "--val_check_interval", "1", "--num_workers", "0", "--no_tensorboard"]
+    out = tmp_path / "ranked"
+    assert run_entry("finetune.py", argv + ["--output_dir", str(out), "--metric_for_best_model", "eval_rougeL",
+                                            "--early_stopping_patience", "1", "--early_stopping_threshold", "1000"]) == 0
+    summary = [r["data"] for r in read_dllogger(str(out / "dllogger.json")) if "stopped_early" in r.get("data", {})][-1]
+    assert summary["stopped_early"] is True and summary["steps"] == 1, summary  # step 1 did not beat step 0 by 1000
+    assert (out / "best_rougeL.json").is_file() and not (out / "best_rouge2.json").exists()
+
+    def val_loss(folder):
+        return [r["data"]["val_loss"] for r in read_dllogger(str(folder / "dllogger.json"))
+                if r["type"] == "LOG" and "val_loss" in r["data"]][0]
+    cut = tmp_path / "cut"
+    assert run_entry("finetune.py", argv + ["--output_dir", str(cut), "--max_steps", "1", "--val_max_target_length",
+                                            "3"]) == 0
+    assert val_loss(cut) != pytest.approx(val_loss(out))  # the step-0 loss over 3 label tokens, not 16
+    capsys.readouterr()
+    assert run_entry("finetune.py", argv + ["--output_dir", str(tmp_path / "bleu"), "--val_metric", "bleu"]) == 2
+    assert "--val_metric bleu: summarization validation gives rouge1, rouge2, rougeL, rougeLsum, loss" in \
+        capsys.readouterr().err
+
+
 def test_fsdp_fine_tuning_writes_what_ddp_writes(ddp_and_fsdp):
     """Fine-tuning under FSDP validates (generation + ROUGE), keeps best-k, predicts and writes the final weights
     as under DDP: the same files, the same ROUGE and predictions, the same weights within float tolerance (the
@@ -161,7 +211,8 @@ def test_fsdp_fine_tuning_writes_what_ddp_writes(ddp_and_fsdp):
     logged = {}
     for run in (ddp, fsdp):
         records = [r for r in read_dllogger(str(run / "dllogger.json")) if r["type"] == "LOG" and isinstance(r["step"], int)]
-        logged[run] = {(r["step"], k): v for r in records for k, v in r["data"].items() if k.startswith(("val_", "loss"))}
+        logged[run] = {(r["step"], k): v for r in records for k, v in r["data"].items()
+                       if k.startswith(("val_", "loss")) and k != "val_gen_time"}  # seconds: the machine's
     assert {k for k in logged[ddp] if k[1] == "val_rouge1"} == {(0, "val_rouge1"), (1, "val_rouge1"), (2, "val_rouge1")}
     assert max(v for k, v in logged[ddp].items() if k[1] == "val_rouge1") > 0
     assert logged[fsdp] == pytest.approx(logged[ddp], abs=1e-5)
@@ -215,8 +266,8 @@ def test_one_precision_travels_through_the_run(tmp_path, small_tokenizer_dir, mo
         torch.backends.cuda.matmul.allow_tf32 = tf32
     [run_precision] = made
     assert (run_precision.name, run_precision.allow_tf32) == ("bf16", False)
-    # 1 update, validation before training and after it (1 batch each), prediction (1 batch)
-    assert len(opened) == 4 and all(p is run_precision for p in opened)
+    # 1 update, validation before training and after it (the loss and the generation, 1 batch each), prediction
+    assert len(opened) == 6 and all(p is run_precision for p in opened)
 
 
 def test_bad_inputs_are_explained(tmp_path, finetuned, capsys):

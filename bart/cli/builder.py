@@ -172,10 +172,11 @@ def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
     if args.n_val == 0:
         return None
     return Validation(args.data_dir, tokenizer, task=args.task, metric=args.val_metric, n_val=args.n_val,
-                      max_source_length=args.max_source_length, max_target_length=args.max_target_length,
+                      max_source_length=args.max_source_length,
+                      max_target_length=args.val_max_target_length or args.max_target_length,
                       batch_size=args.eval_batch_size or 8, gen_kwargs=gen_kwargs, output_dir=args.output_dir,
                       save_top_k=args.save_top_k, early_stopping_patience=args.early_stopping_patience,
-                      min_steps=args.min_steps)
+                      min_steps=args.min_steps, early_stopping_threshold=args.early_stopping_threshold)
 
 
 def save_run_files(args: Settings, tokenizer, world_size: int) -> None:

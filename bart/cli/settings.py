@@ -69,7 +69,7 @@ from bart.cli.args import (
 from bart.cli.reference_flags import add_reference_args, apply_reference_args
 from bart.configuration.shipped import names_help
 from bart.data.noise import NoiseConfig, add_noise_args, noise_config_from_args
-from bart.evaluation import TASK_METRICS, task_metric
+from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric, task_metric
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
 from bart.optim.schedulers import SCHEDULES
 from bart.utils.affinity import DEFAULT_MODE as DEFAULT_AFFINITY
@@ -107,6 +107,11 @@ def _compile_backends() -> dict:
         COMPILE_BACKENDS,  # the training scripts' (as STRATEGIES)
     )
     return dict(choices=COMPILE_BACKENDS)
+
+
+def _val_metric(value: str) -> str:
+    """transformers' spelling too: ``eval_rougeL`` is ``rougeL``."""
+    return value[len("eval_"):] if value.startswith("eval_") else value
 
 
 def _now() -> dict:
@@ -315,8 +320,9 @@ class FineTuningSettings:
     test_max_target_length: int | None = flag(None, "longest generation in prediction (--do_predict)",
                                                  type=POSITIVE, refused_in=(PRETRAIN,))
     val_metric: str | None = flag(
-        None, "the metric validation ranks checkpoints by (default: the task's; loss: the token loss)",
-        choices=(*(m.ranked_by for m in TASK_METRICS.values()), "loss"), refused_in=(PRETRAIN,))
+        None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
+              "loss, lower is better)", "--val_metric", "--metric_for_best_model", type=_val_metric,
+        choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,))
     val_check_interval: int | float = flag(
         0, "validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with a decimal point, "
            "every F in (0, 1] of an epoch of the training data (finetune.py: 1.0 = every epoch)",
@@ -324,6 +330,9 @@ class FineTuningSettings:
     early_stopping_patience: int = flag(
         -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
             "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
+    early_stopping_threshold: float = flag(
+        0.0, "an improvement of --val_metric by this much or less does not reset the patience (transformers' "
+             "EarlyStoppingCallback)", type=NON_NEGATIVE_FLOAT, metavar="X", refused_in=(PRETRAIN,))
     min_epochs: int | None = reference()
     min_steps: int | None = reference()
     max_epochs: int | None = reference()
@@ -502,6 +511,11 @@ def _early_stopping_needs_validation(s: Settings):
         return "--early_stopping_patience needs validation during training: --val_check_interval N, --n_val not 0"
 
 
+def _val_metric_of_the_task(s: Settings):
+    if s.script == FINETUNE and s.val_metric is not None:
+        return check_val_metric(s.task, s.val_metric)
+
+
 def _decode_precision_with_autocast(s: Settings):
     if s.script == EVAL:
         try:  # a bf16/int8 copy of the weights under --bf16/--fp16 autocast: one home, bart.generation.precision
@@ -512,7 +526,7 @@ def _decode_precision_with_autocast(s: Settings):
 
 _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_is_the_source,
           _pretraining_validation_needs_rows, _finetuning_needs_weights, _early_stopping_needs_validation,
-          _decode_precision_with_autocast)
+          _val_metric_of_the_task, _decode_precision_with_autocast)
 
 
 # -- construction --------------------------------------------------------------------------------------

@@ -17,10 +17,12 @@ training's random streams, so a run resumed after an abandoned validation trains
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from bart.data.summarization import Seq2SeqDataset, read_split
-from bart.evaluation import generate_texts, score
+from bart.evaluation import LOSS, generate_texts, lower_is_better, score
 from bart.training.checkpoint import BestCheckpoints, rng_untouched
 from bart.utils import distributed as dist_utils
 from bart.utils.progress import track
@@ -49,16 +51,22 @@ def token_loss(trainer, batches: list[dict], model: torch.nn.Module | None = Non
 
 
 class Validation:
+    """Every validation gives the token loss (labels cut at ``max_target_length``: the reference's
+    ``--val_max_target_length``) and, where the ranked metric is a score, the task's scores (ROUGE-1/2/L/Lsum or
+    BLEU), the mean generated length (``gen_len``: tokens of the generated text as the tokenizer encodes it) and
+    the generation's seconds (``gen_time``)."""
+
     def __init__(self, data_dir: str, tokenizer, *, task: str, metric: str, n_val: int | None,
                  max_source_length: int, max_target_length: int, batch_size: int, gen_kwargs: dict,
-                 output_dir: str, save_top_k: int, early_stopping_patience: int = 0, min_steps: int = 0) -> None:
+                 output_dir: str, save_top_k: int, early_stopping_patience: int = 0, min_steps: int = 0,
+                 early_stopping_threshold: float = 0.0) -> None:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
         self.batch_size, self.gen_kwargs = batch_size, gen_kwargs
         self.sources, self.targets = read_split(data_dir, "val", n_val)
-        self.lower_is_better = metric == "loss"
+        self.lower_is_better = lower_is_better(metric)
         self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=self.lower_is_better)
-        self.patience, self.min_steps = early_stopping_patience, min_steps
+        self.patience, self.min_steps, self.threshold = early_stopping_patience, min_steps, early_stopping_threshold
         self.best_value: float | None = None
         self.best_step: int | None = None
         self.without_improvement = 0
@@ -91,15 +99,21 @@ class Validation:
 
     def metric(self, trainer, model: torch.nn.Module) -> dict:
         """The validation metrics of ``model`` (the strategy's whole model of ``trainer``)."""
-        if self.metric_name == "loss":
-            return {"loss": self._loss(trainer, model)}
+        metrics = {LOSS: self._loss(trainer, model)}
+        if self.metric_name == LOSS:
+            return metrics
+        start = time.perf_counter()
         try:  # a stop signal abandons it at a batch boundary (StoppedAtBatch): no metric, no best-k change
             predictions, _ = generate_texts(model, self.tokenizer, self.sources, self.batch_size,
                                             self.max_source_length, self.gen_kwargs, trainer.precision,
                                             desc="validate", nested=True, stopped_during="the validation")
         finally:
             model.train()
-        return score(self.task, predictions, self.targets)
+        metrics.update(score(self.task, predictions, self.targets))
+        lengths = [len(ids) for ids in self.tokenizer(predictions, add_special_tokens=False)["input_ids"]]
+        metrics["gen_len"] = round(sum(lengths) / max(len(lengths), 1), 2)
+        metrics["gen_time"] = round(time.perf_counter() - start, 3)
+        return metrics
 
     def _loss(self, trainer, model: torch.nn.Module) -> float:
         dataset = Seq2SeqDataset(self.data_dir, "val", self.tokenizer, self.max_source_length,
@@ -109,17 +123,22 @@ class Validation:
         return token_loss(trainer, batches, model)
 
     def __call__(self, trainer) -> dict:
+        """The metrics, logged; the history and the best-k checkpoints keep those that the weights decide (not
+        ``gen_time``, the machine's), so that a resumed or resharded run keeps the same records."""
         with trainer.strategy.whole_model(trainer.model) as model:  # collective to enter; FSDP: gathered once
             metrics = self.metric(trainer, model)
-            self.history.append({"step": trainer.global_step, **metrics})
+            kept = {k: v for k, v in metrics.items() if k != "gen_time"}
+            self.history.append({"step": trainer.global_step, **kept})
             if dist_utils.is_main_process():
-                self.best.consider(metrics[self.metric_name], trainer.global_step, model, metrics)
+                self.best.consider(metrics[self.metric_name], trainer.global_step, model, kept)
         self._early_stopping(trainer, float(metrics[self.metric_name]))
         return metrics
 
     def _early_stopping(self, trainer, value: float) -> None:
         """Every rank gets the same metric (generations are gathered; the loss is computed in full)."""
-        improved = self.best_value is None or (value < self.best_value if self.lower_is_better else value > self.best_value)
+        change = 0.0 if self.best_value is None else (self.best_value - value if self.lower_is_better else
+                                                      value - self.best_value)
+        improved = self.best_value is None or change > self.threshold  # --early_stopping_threshold: by more than it
         if improved:
             self.best_value, self.best_step, self.without_improvement = value, trainer.global_step, 0
             return
