@@ -592,7 +592,7 @@ def test_early_stopping_waits_for_min_steps():
     """--min_epochs / --min_steps: a patience that has run out does not end the run before the minimum."""
     from bart.training.validation import Validation
     validation = Validation.__new__(Validation)
-    validation.patience, validation.min_steps, validation.lower_is_better = 1, 4, True
+    validation.patience, validation.min_steps, validation.lower_is_better, validation.threshold = 1, 4, True, 0.0
     validation.best_value, validation.best_step, validation.without_improvement, validation.metric_name = None, None, 0, "loss"
     stops = []
     for step, loss in ((1, 1.0), (2, 2.0), (3, 2.0), (4, 2.0)):
@@ -604,7 +604,8 @@ def test_early_stopping_waits_for_min_steps():
 # -- the settings record (bart/cli/settings.py) ---------------------------------------------------------------
 # Destinations that construction consumes: the reference's own spellings (``ref_*``), the ones translated onto a
 # field, and the noise flags (one ``NoiseConfig`` field).
-_CONSUMED = {"init_checkpoint_alias", "check_val_every_n_epoch", "load_model_weights_only", "config_file"}
+_CONSUMED = {"init_checkpoint_alias", "check_val_every_n_epoch", "load_model_weights_only", "config_file",
+             "report_to"}  # transformers' --report_to: translated onto --no_tensorboard (bart.cli.peer_flags)
 
 
 @pytest.mark.parametrize("script", [PT, FT, EV])
@@ -662,3 +663,11 @@ def test_run_eval_and_export_load_no_training_module():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])
+
+
+def test_the_doc_lists_every_transformers_spelling():
+    from bart.cli.peer_flags import ALIASES
+
+    section = FLAGS_DOC.split("\n## transformers' spellings", 1)[1]
+    listed = {row.split("|")[1].strip().strip("`").split()[0] for row in section.splitlines() if row.startswith("| `--")}
+    assert {option for option, _, _ in ALIASES} | {"--metric_for_best_model", "--report_to"} <= listed

@@ -190,6 +190,25 @@ def updates_or_fraction(text: str):
 
 
 updates_or_fraction.__name__ = "updates|fraction"
+
+
+def updates_or_ratio(text: str):
+    """``--warmup_steps``: a whole number of updates, or a fraction in (0, 1) of the run's updates (transformers 5:
+    a float below 1 is a ratio), made updates at run start (:func:`bart.cli.settings.resolve_warmup`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of updates or a fraction below 1, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    if value >= 1:
+        if value != int(value):
+            raise argparse.ArgumentTypeError(f"expected a whole number of updates or a fraction below 1, got {text}")
+        return int(value)
+    return value if value > 0 else 0
+
+
+updates_or_ratio.__name__ = "updates|ratio"
 POSITIVE = int_at_least(1)
 NON_NEGATIVE = int_at_least(0)
 PROBABILITY = float_in(0.0, 1.0)                 # dropout, smoothing: [0, 1)

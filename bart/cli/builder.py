@@ -11,7 +11,7 @@ import sys
 import torch
 
 from bart.cli.args import write_run_config
-from bart.cli.settings import Settings, fit_lengths, resolved
+from bart.cli.settings import Settings, fit_lengths, resolve_warmup, resolved
 from bart.cli.start import (
     device_for,
     lock_output_dir,
@@ -224,6 +224,7 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     banner (printed, in run_config.json, in TensorBoard). The run's files (``tokenizer``'s copy, the start's
     record, the log, run_config.json) are written once the resume, if any, was accepted: a refused one writes
     nothing."""
+    args = resolve_warmup(args, total_steps)  # --warmup_ratio / a fraction: updates, as the record keeps them
     device = device_for(env)
     model.to(device)
     layerdrop = bool(model.config.encoder_layerdrop or model.config.decoder_layerdrop)

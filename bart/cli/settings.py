@@ -65,7 +65,9 @@ from bart.cli.args import (
     reject_unused,
     setting,
     updates_or_fraction,
+    updates_or_ratio,
 )
+from bart.cli.peer_flags import add_peer_spellings, apply_peer_spellings
 from bart.cli.reference_flags import add_reference_args, apply_reference_args
 from bart.configuration.shipped import names_help
 from bart.data.noise import NoiseConfig, add_noise_args, noise_config_from_args
@@ -187,7 +189,9 @@ class OptimizationSettings:
                                     "--max_grad_norm", type=NON_NEGATIVE_FLOAT)
     lr_scheduler: str = flag("linear", "the learning-rate schedule", choices=SCHEDULES,
                              per_script={PRETRAIN: dict(default="polynomial")})
-    warmup_steps: int = flag(0, "updates of linear learning-rate warmup", type=NON_NEGATIVE, quick=(PRETRAIN,))
+    warmup_steps: int | float = flag(
+        0, "updates of linear learning-rate warmup, or, below 1, that fraction of --max_steps (transformers 5; "
+           "--warmup_ratio)", type=updates_or_ratio, quick=(PRETRAIN,))
     lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
                          type=NON_NEGATIVE_FLOAT)
     max_steps: int | None = flag(None, "optimizer updates in this run (required; finetune.py: or --max_epochs)",
@@ -568,6 +572,7 @@ def build_parser(script: str, description: str | None = None) -> ArgumentParser:
     if script == PRETRAIN:
         add_noise_args(parser)
     add_reference_args(parser, script)
+    add_peer_spellings(parser, script)  # transformers' spellings: hidden aliases
     quick += [a for a in parser._actions if "--max_epochs" in a.option_strings]  # finetune.py's, the reference's
     parser.quick_actions = quick
     return parser
@@ -578,13 +583,16 @@ def parse_command_line(script: str, argv=None, description: str | None = None) -
     :class:`Settings`; a mistake is argparse's one line and exit 2."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(script, description)
-    declared = {action.dest: action.default for action in parser._actions}
+    declared = {}
+    for action in parser._actions:  # each field's own action (its aliases come after it)
+        declared.setdefault(action.dest, action.default)
     argv, from_file = read_config_file(parser, argv, script, _DEFAULTS, _ONCE)  # the file's values: this parser's defaults
     namespace, rest = parser.parse_known_args(argv) if script == EVAL else (parser.parse_args(argv), [])
     typed = given_flags(parser, argv)
     given = typed | from_file
     check_namespace(namespace, parser, argv, given)  # contradictions and precision, on the flags as given
     apply_reference_args(namespace, parser, script, argv, typed)
+    apply_peer_spellings(namespace, parser)
     reject_unused(namespace, parser, declared, refused_in(script), script, "fine-tuning (finetune.py)")
     values = {name: tuple(value) if isinstance(value, list) else value
               for name, value in vars(namespace).items() if name in _FIELDS}
@@ -611,6 +619,14 @@ def resolved(settings: Settings, **values) -> Settings:
         return settings.replace(**values)
     except SettingsError as err:
         raise UserError(f"{err} (see --help)") from None
+
+
+def resolve_warmup(settings: Settings, total_steps: int) -> Settings:
+    """``--warmup_steps`` below 1 (``--warmup_ratio``): that fraction of the run's ``total_steps`` updates, rounded up
+    as transformers does; a whole number stays."""
+    if isinstance(settings.warmup_steps, float):
+        return resolved(settings, warmup_steps=math.ceil(settings.warmup_steps * total_steps))
+    return settings
 
 
 def resolve_epochs(settings: Settings, batches_per_epoch: int) -> Settings:
