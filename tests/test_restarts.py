@@ -328,3 +328,17 @@ def test_a_resume_onto_more_processes_is_one_refusal_that_offers_nothing_it_cann
     said = str(refused.value)
     assert "processes: 1 in the checkpoint, 2 now" in said and "train_batch_size: 4 in the checkpoint, 2 now" in said
     assert "distributed_strategy" not in said, said
+
+
+def test_a_warmup_ratio_is_recorded_as_updates_and_resumes_as_them(world, capsys):
+    """--warmup_ratio (transformers' spelling): the run's record and checkpoint hold updates, so its resume with the
+    same flag compares equal and one with --warmup_steps of those updates too."""
+    import json
+
+    out = world["base"] / "warmup_ratio"
+    argv = world["argv"] + ["--output_dir", str(out), "--max_steps", "4", "--save_checkpoint_steps", "2"]
+    assert _main("finetune.py", argv + ["--warmup_ratio", "0.3"]) == 0
+    assert json.loads((out / "run_config.json").read_text())["warmup_steps"] == 2  # ceil(0.3 x 4)
+    os.remove(out / "_epoch0_step4.ckpt")
+    assert _main("finetune.py", argv + ["--warmup_steps", "2", "--resume_from_checkpoint", "True"]) == 0
+    assert "warmup_steps" not in capsys.readouterr().err
