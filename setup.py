@@ -1,9 +1,12 @@
-"""The build hook of the package (everything else is pyproject.toml's): a built copy (a wheel, ``pip install .``)
-carries ``bart/_build.json``, the commit it was built from, which a run's git_log.json records
-(``bart.utils.provenance.package_origin``). The commit is the source folder's git state at build time; an sdist
+"""The build hook of the package (everything else is pyproject.toml's): the version, made from git by setuptools-scm
+(``bart/utils/versioning.py``'s ``SCM_CONFIG``: the commit always in it), and ``bart/_build.json`` in a built copy
+(a wheel, ``pip install .``): that version and the commit it was built from, which a run's git_log.json records
+(``bart.utils.provenance.package_origin``) and ``bart.__version__`` reads. The commit is the source folder's git
+state at build time; a ``git archive`` export's is the one git wrote into its ``.git_archival.txt``; an sdist
 carries the file it was made with, for a build without git. An editable install gets none: its runs read the
 checkout's git state as it is then. The remote's URL is recorded without user info or query (a CI checkout's
-token): bart/utils/redact.py, loaded by its path (importing the package would need its dependencies)."""
+token): bart/utils/redact.py. Both modules are loaded by their paths (importing the package would need its
+dependencies)."""
 import datetime
 import importlib.util
 import json
@@ -18,13 +21,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_FILE = os.path.join("bart", "_build.json")
 
 
-def _clean_url(url):
-    """bart.utils.redact.clean_url, from the file beside this one."""
-    path = os.path.join(HERE, "bart", "utils", "redact.py")
-    spec = importlib.util.spec_from_file_location("_bart_build_redact", path)
+def _load(name):
+    """bart/utils/NAME.py, from the files beside this one."""
+    spec = importlib.util.spec_from_file_location(f"_bart_build_{name}", os.path.join(HERE, "bart", "utils", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.clean_url(url)
+    return module
+
+
+versioning = _load("versioning")
+
+
+def _clean_url(url):
+    return _load("redact").clean_url(url)
 
 
 def _git(*args):
@@ -37,7 +46,7 @@ def _git(*args):
 
 def build_record(version):
     """The source's git state (commit, branch, dirty and the changed paths) where HERE is the top of a git
-    work tree, else the record an sdist carried, else commit None."""
+    work tree, else the record an sdist carried, else the commit a ``git archive`` export names, else commit None."""
     top = _git("rev-parse", "--show-toplevel")
     if top and os.path.realpath(top) == os.path.realpath(HERE):  # not a folder inside some other repository
         changed = [line[3:] for line in (_git("status", "--porcelain") or "").splitlines() if line.strip()]
@@ -49,6 +58,9 @@ def build_record(version):
             git = json.load(f)["git"]
         if git.get("remote"):  # an sdist made before remotes were cleaned
             git["remote"] = _clean_url(git["remote"])
+    elif archived := versioning.archival(HERE):
+        git = {"commit": archived["commit"], "branch": None, "dirty": None, "changed": [], "date": archived["date"],
+               "source": "git archive"}
     else:
         git = {"commit": None, "branch": None, "dirty": None, "changed": []}
     return {"version": version, "built": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -80,4 +92,4 @@ class Sdist(sdist):
         _write(base_dir, self.distribution.get_version())
 
 
-setup(cmdclass={"build_py": BuildPy, "sdist": Sdist})
+setup(use_scm_version=versioning.SCM_CONFIG, cmdclass={"build_py": BuildPy, "sdist": Sdist})

@@ -189,11 +189,12 @@ def model_card(model, model_path: str) -> str:
     if starts:
         first = starts[0]
         git, build = first.get("git") or {}, first.get("torch_build") or {}
+        version = (first.get("package") or {}).get("version")
         gpus = first.get("gpus") or {}
         lines += ["## Provenance", "", f"From `git_log.json` beside the checkpoint ({len(starts)} start(s) of the run; "
                   "the first shown).", "",
-                  f"- code: commit `{git.get('commit')}`{' (with uncommitted changes)' if git.get('dirty') else ''}, "
-                  f"branch `{git.get('branch')}`",
+                  f"- code: {f'version `{version}`, ' if version else ''}commit `{git.get('commit')}`"
+                  f"{' (with uncommitted changes)' if git.get('dirty') else ''}, branch `{git.get('branch')}`",
                   f"- torch {build.get('torch')}, CUDA {build.get('cuda')}, cuDNN {build.get('cudnn')}, NCCL {build.get('nccl')}",
                   f"- GPUs: {gpus.get('count', 0)} {', '.join(sorted(set(gpus.get('names') or []))) or '(none: CPU)'}",
                   f"- container: {(first.get('container') or {}).get('NVIDIA_PYTORCH_VERSION') or 'none recorded'}",

@@ -72,7 +72,8 @@ needs_wheels = pytest.mark.skipif(not _builds_wheels_offline(), reason="this Pyt
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     """The wheel of this working tree (its tracked and new files, symlinks as links), built as `pip wheel .` in a
-    clone would build it: the build hook reads the checkout's git state (GIT_DIR, GIT_WORK_TREE)."""
+    clone would build it: the build hook and setuptools-scm read the checkout's git state (a .git file naming its
+    git folder, as a linked work tree has; GIT_DIR, GIT_WORK_TREE)."""
     base = tmp_path_factory.mktemp("wheel")
     source = base / "source"
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
@@ -82,7 +83,9 @@ def wheel(tmp_path_factory):
         if os.path.islink(path) or os.path.isfile(path):
             os.makedirs(copy.parent, exist_ok=True)
             os.symlink(os.readlink(path), copy) if os.path.islink(path) else shutil.copy2(path, copy)
-    env = dict(os.environ, GIT_DIR=_git("rev-parse", "--absolute-git-dir"), GIT_WORK_TREE=str(source))
+    git_dir = _git("rev-parse", "--absolute-git-dir")
+    (source / ".git").write_text(f"gitdir: {git_dir}\n")
+    env = dict(os.environ, GIT_DIR=git_dir, GIT_WORK_TREE=str(source))
     _pip("wheel", "--no-deps", "-w", str(base / "dist"), str(source), env=env)
     (built,) = (base / "dist").glob("bart_recipe-*.whl")
     return built
@@ -106,7 +109,90 @@ def test_the_wheel_claims_bart_ships_the_configs_and_the_commit(wheel):
         build = json.loads(whl.read("bart/_build.json"))
     assert build["git"]["commit"] == _git("rev-parse", "HEAD")
     assert build["git"]["dirty"] == bool(_git("status", "--porcelain"))
-    assert build["version"] == wheel.name.split("-")[1]
+    assert build["version"] == wheel.name.split("-")[1] and f"+g{build['git']['commit'][:10]}" in build["version"]
+
+
+def _build_wheel(source, dist):
+    """`pip wheel --no-deps` of ``source`` offline, as a user without network builds it: its wheel's path."""
+    _pip("wheel", "--no-deps", "-w", str(dist), str(source))
+    (built,) = dist.glob("bart_recipe-*.whl")
+    return built
+
+
+def _wheel_build(wheel):
+    with zipfile.ZipFile(wheel) as whl:
+        return json.loads(whl.read("bart/_build.json"))
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A `git clone` of this repository (its HEAD, as committed)."""
+    repo = tmp_path_factory.mktemp("clone") / "repo"
+    subprocess.run(["git", "clone", "-q", ROOT, str(repo)], check=True, timeout=120)
+    return repo
+
+
+@pytest.mark.slow
+@needs_wheels
+def test_a_clones_build_names_its_commit_and_so_does_the_checkout(clone, tmp_path):
+    """The version comes from git (setuptools-scm, bart/utils/versioning.py): a clone's wheel is called
+    <version>+g<commit>, its _build.json records the same version and commit, and this checkout's bart.__version__
+    (read without importing torch) is that version, with .d<date> where the checkout has changes. Before: every
+    build was 1.0.0 and a checkout's version None."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    built = _build_wheel(clone, tmp_path / "dist")
+    version = built.name.split("-")[1]
+    assert re.fullmatch(rf"\d+(\.\d+)*(\.dev\d+)?\+g{head[:10]}", version), version  # a clean tree: no .d<date>
+    build = _wheel_build(built)
+    assert build["version"] == version and build["git"]["commit"] == head and build["git"]["dirty"] is False
+    if _git("rev-parse", "HEAD") == head:  # this checkout: that version, and its changes' date
+        said = _run([sys.executable, "-c", "import sys, bart; print(bart.__version__); print('torch' in sys.modules)"],
+                    ROOT)
+        assert said.returncode == 0, said.stderr
+        ours, torch_imported = said.stdout.split()
+        assert torch_imported == "False"
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+        assert re.fullmatch(re.escape(version) + (r"\.d\d{8}" if dirty else ""), ours), (ours, version, dirty)
+
+
+@pytest.mark.slow
+@needs_wheels
+def test_an_archives_build_names_and_records_its_commit(clone, tmp_path):
+    """`git archive HEAD` output (.git_archival.txt filled in by export-subst) builds offline into a wheel whose
+    version and _build.json name the commit; installed, `import bart; bart.__version__` says that version, a run's
+    record (git_log.json) the version and commit, and the model card both. Before: version 1.0.0, commit null
+    (the record's and _build.json's), and the model card said commit `None`."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    source = tmp_path / "archive"
+    source.mkdir()
+    subprocess.run(f"git archive HEAD | tar -x -C {source}", shell=True, cwd=clone, check=True, timeout=120)
+    assert f"node: {head}\n" in (source / ".git_archival.txt").read_text()
+    built = _build_wheel(source, tmp_path / "dist")
+    version = built.name.split("-")[1]
+    assert f"+g{head[:10]}" in version, version  # untagged: 0.0+g<commit>
+    build = _wheel_build(built)
+    assert build["version"] == version and build["git"]["commit"] == head and build["git"]["source"] == "git archive"
+    venv = _venv(tmp_path / "venv")
+    _pip("install", "--no-deps", str(built), python=venv)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    said = _run([str(venv), "-c", "import bart; print(bart.__version__); print(bart.__file__)"], elsewhere)
+    assert said.returncode == 0, said.stderr
+    printed, location = said.stdout.split()
+    assert printed == version and str(tmp_path / "venv") in location
+    said = _run([str(venv), "-c", "from bart.cli.start import record_start; from bart.configuration import BartConfig; "
+                 "from bart.configuration.shipped import config_file; from bart.export import model_card; "
+                 "from bart.modeling import BartForConditionalGeneration; record_start('out', 1); "
+                 "print(model_card(BartForConditionalGeneration(BartConfig.from_json_file(config_file('tiny', 'c'))), "
+                 "'out'))"], elsewhere)
+    assert said.returncode == 0, said.stderr[-3000:]
+    log = json.load(open(elsewhere / "out" / "git_log.json"))
+    (start,) = log["starts"]
+    assert start["package"]["version"] == version and start["package"]["installed"] == "built"
+    assert start["git"]["commit"] == log["repo_sha"] == head and start["git"]["from"] == "built package"
+    assert f"- code: version `{version}`, commit `{head}`" in said.stdout, said.stdout
 
 
 @pytest.mark.slow
@@ -186,7 +272,7 @@ def test_installed_copy_runs_from_anywhere_with_a_shipped_config_by_name(install
     (start,) = log["starts"]
     version = _run([str(installed), "-c", "from importlib.metadata import version; print(version('bart-recipe'))"],
                    elsewhere).stdout.strip()
-    assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+    assert f"+g{_git('rev-parse', 'HEAD')[:10]}" in version, version
     assert start["package"]["version"] == version and start["package"]["installed"] == "built"
     assert start["git"]["commit"] == log["repo_sha"] == _git("rev-parse", "HEAD")
     assert start["git"]["repo"] is None and start["git"]["from"] == "built package"

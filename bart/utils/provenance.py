@@ -6,9 +6,11 @@ by its name, the values of secret-looking flags and environment variables masked
     record = collect(repo_dir)               # one start of a run, as a plain JSON dict
     append_start(folder, record)             # folder/git_log.json: every start of the run, in order
 
-An installed copy of a package has no git checkout: ``package_origin`` reads the distribution's version
-(``importlib.metadata``) and the commit the copy was built from (``_build.json`` in the package, written at build
-time), and ``collect(..., package=...)`` records that commit as the run's code.
+An installed copy of a package has no git checkout: ``package_origin`` reads the version and the commit the copy was
+built from (``_build.json`` in the package, written at build time), and ``collect(..., package=...)`` records that
+commit as the run's code. A checkout's version is the one a build of it would get now (setuptools-scm,
+:func:`bart.utils.versioning.checkout_version`), its commit its git state. Importing this module costs no torch
+(``bart.__version__`` reads :func:`package_origin`).
 
 ``git_log.json`` keeps the reference recipe's keys (``repo_id``, ``repo_sha``, ``repo_branch``,
 ``hostname``: the first start's, never rewritten) and adds ``starts``, one full record per start: a
@@ -25,8 +27,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-from bart.utils.checkpoint_io import atomic_write_text
 from bart.utils.redact import clean_url, mask_command, mask_env
+from bart.utils.versioning import checkout_version
 
 FILE_NAME = "git_log.json"
 BUILD_FILE = "_build.json"  # in a built package's folder: {"version", "built", "git": {"commit", ...}}
@@ -79,9 +81,10 @@ def _installs(dist: metadata.Distribution, package_dir: str) -> bool:
 
 
 def package_origin(distribution: str, package_dir: str) -> dict:
-    """The code as a package: ``distribution``'s version where it is installed from ``package_dir`` (None: a
-    checkout that is not installed), ``installed`` (``built``: a wheel or ``pip install .``, ``editable``, or
-    ``checkout``) and, for a built copy, ``built`` (when) and ``git``: the commit it was built from (``BUILD_FILE``)."""
+    """The code as a package: its ``version`` (a built copy's from its build, a checkout's or editable install's
+    the one a build of the checkout would get now, else the editable install's; None where none is known),
+    ``installed`` (``built``: a wheel or ``pip install .``, ``editable``, or ``checkout``) and, for a built copy,
+    ``built`` (when) and ``git``: the commit it was built from (``BUILD_FILE``)."""
     build_path = os.path.join(package_dir, BUILD_FILE)
     build = None
     if os.path.isfile(build_path):
@@ -91,8 +94,12 @@ def package_origin(distribution: str, package_dir: str) -> dict:
         dist = metadata.distribution(distribution)
     except metadata.PackageNotFoundError:
         dist = None
-    version = dist.version if dist is not None and _installs(dist, package_dir) else None
-    installed = "built" if build is not None else "editable" if version is not None else "checkout"
+    installs = dist is not None and _installs(dist, package_dir)
+    if build is not None:
+        version = build.get("version") or (dist.version if installs else None)
+    else:
+        version = checkout_version(os.path.dirname(os.path.abspath(package_dir))) or (dist.version if installs else None)
+    installed = "built" if build is not None else "editable" if installs else "checkout"
     return {"distribution": distribution, "version": version, "installed": installed,
             "built": None if build is None else build.get("built"), "git": None if build is None else build.get("git")}
 
@@ -192,6 +199,9 @@ def append_start(folder: str, record: dict) -> str:
     """Add ``record`` to ``folder``/git_log.json (created with the reference's keys from this first start);
     earlier starts are kept as they were. A file that cannot be read is moved aside (never overwritten)
     and a new one started. The write is atomic. Returns the path."""
+    # (torch comes with it: imported here, where a record is written, not by bart.__version__)
+    from bart.utils.checkpoint_io import atomic_write_text
+
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, FILE_NAME)
     try:
