@@ -59,6 +59,7 @@ def main(argv=None) -> dict:
         summary["validation"] = validation.history
     if env.is_main:
         print(json.dumps({k: v for k, v in summary.items() if k != "validation"}, default=str))
+    trainer.close()  # the DDP wrapper and its Reducer go before the process group (cleanup)
     dist_utils.cleanup()
     return summary
 

@@ -32,6 +32,7 @@ def main(argv=None) -> dict:
     summary = trainer.fit()
     if env.is_main:
         print(f"pretraining done: {summary}")
+    trainer.close()  # the DDP wrapper and its Reducer go before the process group (cleanup)
     dist_utils.cleanup()
     return summary
 

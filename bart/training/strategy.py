@@ -25,6 +25,8 @@ import contextlib
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from bart.utils.distributed import outlive_reducer
+
 
 def full_tensor(value: torch.Tensor) -> torch.Tensor:
     """A DTensor gathered into a plain tensor; a plain tensor as it is."""
@@ -86,6 +88,7 @@ class DDPStrategy(Strategy):
     def wrap(self, model, module):
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         wrapped = DDP(module, device_ids=device_ids, find_unused_parameters=self.find_unused_parameters)
+        outlive_reducer(wrapped)  # freed whenever, its Reducer never ends the process group (GIL held: a deadlock)
         if self.half_precision_reduce is not None:
             from bart.training.comm_hooks import register_half_precision_allreduce
             register_half_precision_allreduce(wrapped, self.half_precision_reduce)

@@ -136,6 +136,11 @@ class Trainer:
         # and checkpoint write; the run stops instead of re-creating a folder with checkpoints only
         self.run_folder_check: Callable[[], str | None] | None = None
 
+    def close(self) -> None:
+        """The run is over: the strategy's wrapper goes now (DDP: its Reducer holds the process group), before
+        :func:`bart.utils.distributed.cleanup` ends the group. The bare model, its state and the history stay."""
+        self.forward_model = None
+
     def request_stop(self, reason: str) -> None:
         """End fit() after the current update (final evaluation skipped if done at this step, checkpoint saved)."""
         self.stop_reason = reason

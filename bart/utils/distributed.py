@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import gc
 import os
 import re
 import sys
@@ -231,13 +232,39 @@ def attempt_store(rank: int, world_size: int, timeout_s: float, store=None):
 
 
 def cleanup() -> None:
-    """The end of a run that went well on every rank: a barrier first, so that no rank closes its
-    connections while a peer is still in the last collective (gloo aborts a process whose peer hung up
-    mid-operation). After the barrier every rank is at its end: the heartbeats stop (none is a hung rank)."""
+    """The end of a run that went well on every rank, in an order that cannot deadlock (see :func:`outlive_reducer`):
+    what the run left unreachable (a model wrapper in a reference cycle, a stopped run's) is collected first, while
+    the group is whole, so that no DDP Reducer is left to destroy it later; then a barrier, so that no rank closes
+    its connections while a peer is still in the last collective (gloo aborts a process whose peer hung up
+    mid-operation). After the barrier every rank is at its end: the heartbeats stop (none is a hung rank) and the
+    group is destroyed: its last reference is a Python one, which torch drops with the GIL released."""
     if dist.is_initialized():
+        gc.collect()
         dist.barrier()
         stop_heartbeat()
         dist.destroy_process_group()
+
+
+_AFTER_REDUCER = "_process_group_after_reducer"  # a DDP wrapper's last attribute (outlive_reducer)
+
+
+def outlive_reducer(wrapper: torch.nn.Module) -> torch.nn.Module:
+    """Keep ``wrapper``'s (a DistributedDataParallel's) process group alive until its Reducer is gone, however and
+    whenever the wrapper is freed; returns the wrapper.
+
+    Why: a gloo group is destroyed by whatever drops its last reference, and its destructor waits for its worker
+    threads. A worker that finished a collective still holds the work's tensors, and releasing a tensor that has a
+    Python object needs the GIL (torch's PyObject preservation). The group's Python object is freed with the GIL
+    released (torch binds it so); the Reducer, a C++ object freed with its Python wrapper, is not: a Reducer
+    dropping the last reference (after ``destroy_process_group``, when the trainer goes) joined the workers while
+    holding the GIL one of them was waiting for, and both ranks hung at 0% CPU (issue 52: ``~Reducer`` ->
+    ``~ProcessGroupGloo`` -> ``thread::join`` in the main thread; ``~AsyncBarrierWork`` -> ``~AsyncAllgatherWork``
+    -> ``decref_pyobject`` -> ``take_gil`` in gloo's worker). A reference to the group's Python object stored after
+    every attribute DDP set (the Reducer, its Logger) is dropped after them when the wrapper's attributes are
+    freed (in the order they were set), so the Reducer never holds the last reference."""
+    wrapper.__dict__.pop(_AFTER_REDUCER, None)  # set again: last again
+    setattr(wrapper, _AFTER_REDUCER, wrapper.process_group)
+    return wrapper
 
 
 def world_size() -> int:
