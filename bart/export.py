@@ -2,6 +2,7 @@
 
     python -m bart.export CKPT OUT_DIR [--tokenizer T] [--allow_tokenizer_mismatch] [--config CONFIG] [--overwrite]
                                        [--no-verify] [--ct2 CT2_DIR] [--push_to_hub OWNER/NAME [--private]]
+                                       [--license ID] [--dataset ID]
 
 CKPT: a training checkpoint (``.ckpt``, which carries its config), a weights file (then ``--config``),
 a Hugging Face folder, a fairseq ``model.pt`` or a hub id. OUT_DIR receives config.json,
@@ -9,7 +10,9 @@ generation_config.json (the model's generation settings: beams, lengths, n-gram 
 tokens), model.safetensors, the tokenizer files (vocab.json and merges.txt included, whichever
 transformers major is installed) and README.md, a model card written from what the run
 left beside the checkpoint (data, steps and settings from run_config.json, the training summary,
-ROUGE/BLEU and best-validation metrics, and the provenance record git_log.json). A post-LN model is written as BART, a Pre-LN one
+ROUGE/BLEU and best-validation metrics, and the provenance record git_log.json), with a usage example and the
+hub's metadata: license (``--license``), base_model, datasets (``--dataset``) and model-index (the validation
+and test metrics of these weights). A post-LN model is written as BART, a Pre-LN one
 as mBART (transformers' Pre-LN BART) with ``tokenizer_class`` BartTokenizer, so ``AutoTokenizer``
 builds BART's byte-level BPE tokenizer rather than mBART's SentencePiece one.
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -143,33 +147,112 @@ def _shown_command(start: dict) -> str:
     return shlex.join(mask_command([os.path.basename(str(command[0])), *map(str, command[1:])])) if command else ""
 
 
-def model_card(model, model_path: str) -> str:
-    """README.md of the export, from what the run left beside the checkpoint: run_config.json (data, steps,
-    settings), the training log's summary (dllogger.json), the metrics files ({split}_rouge.json,
-    best_{metric}.json) and the provenance record (git_log.json: commit, versions, GPUs, command line)."""
+DEFAULT_LICENSE = "apache-2.0"  # the recipe's own (LICENSE); --license names the one the data and base model allow
+# the metrics files' keys -> the names model-index gives them
+_METRIC_NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum",
+                 "bleu": "BLEU"}
+USAGE_TEXT = ("The tower is 324 metres tall, about the same height as an 81-storey building, and the tallest "
+              "structure in Paris. It was the first structure in the world to reach a height of 300 metres.")
+
+
+def _log_records(folder: str) -> list[dict]:
     from bart.utils.dllogger_compat import read_dllogger
+
+    try:
+        return [r for r in read_dllogger(os.path.join(folder, "dllogger.json")) if r.get("type") == "LOG"]
+    except (OSError, ValueError):
+        return []
+
+
+def _hub_id(value) -> str | None:
+    """``value`` where it names a hub repository (OWNER/NAME, no such local path), else None."""
+    if isinstance(value, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", value) and not os.path.exists(value):
+        return value
+    return None
+
+
+def _eval_results(folder: str, model_path: str, run: dict, records: list[dict], summary: dict,
+                  dataset: str | None) -> list:
+    """model-index's results for the exported weights: the validation at their step (dllogger.json's val_* record)
+    and the test split's metrics file where they are the run's final weights (--do_predict and run_eval.py of
+    final_step.ckpt score those)."""
+    from huggingface_hub import EvalResult
+
+    name = os.path.basename(model_path)
+    step = summary.get("steps") if name == "final_step.ckpt" else \
+        int(m.group(1)) if (m := re.search(r"step(\d+)\.ckpt$", name)) else None
+    if step is None:
+        return []
+    task = run.get("task") or "summarization"
+    data = dataset or os.path.basename(str(run.get("data_dir") or "").rstrip(os.sep)) or "local data"
+    splits = {"validation": {}, "test": {}}
+    for record in records:
+        if record.get("step") == step:
+            splits["validation"].update({k[4:]: v for k, v in record.get("data", {}).items()
+                                         if k.startswith("val_") and k[4:] in _METRIC_NAMES})
+    if step == summary.get("steps"):
+        for metrics_file in ("test_rouge.json", "test_bleu.json"):
+            values = _read_json(os.path.join(folder, metrics_file))
+            if isinstance(values, dict):
+                splits["test"].update({k: v for k, v in values.items() if k in _METRIC_NAMES})
+    return [EvalResult(task_type=task, dataset_type=dataset or data, dataset_name=data, dataset_split=split,
+                       metric_type="sacrebleu" if key == "bleu" else "rouge", metric_name=_METRIC_NAMES[key],
+                       metric_value=float(value))
+            for split, metrics in splits.items() for key, value in metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)]
+
+
+def usage_snippet(where: str, max_length: int) -> str:
+    """The card's Python example: the folder (or hub repository) ``where`` loaded and one text summarized."""
+    return "\n".join([
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer", "",
+        f"tokenizer = AutoTokenizer.from_pretrained({where!r})",
+        f"model = AutoModelForSeq2SeqLM.from_pretrained({where!r})",
+        f"text = {USAGE_TEXT!r}",
+        f"inputs = tokenizer([text], max_length={max_length}, truncation=True, return_tensors=\"pt\")",
+        "summary_ids = model.generate(**inputs)  # the generation settings of generation_config.json",
+        "print(tokenizer.batch_decode(summary_ids, skip_special_tokens=True)[0])"])
+
+
+def model_card(model, model_path: str, where: str | None = None, license: str = DEFAULT_LICENSE,
+               dataset: str | None = None) -> str:
+    """README.md of the export, from what the run left beside the checkpoint: run_config.json (data, steps,
+    settings, the base model), the training log (dllogger.json: its summary, the validation at the weights' step),
+    the metrics files ({split}_rouge.json, best_{metric}.json) and the provenance record (git_log.json: version,
+    commit, versions, GPUs, command line). Its metadata (huggingface_hub's ``ModelCardData``): ``license``,
+    ``base_model`` where the run started from a hub model, ``datasets`` where ``dataset`` (a hub dataset id) is
+    given, and ``model-index`` with the validation and test metrics of these weights; a usage example loads
+    ``where`` (the export's folder or hub repository)."""
+    from huggingface_hub import ModelCard, ModelCardData
 
     folder = os.path.dirname(os.path.abspath(model_path)) if os.path.isfile(model_path) else model_path
     run = _read_json(os.path.join(folder, "run_config.json")) or {}
+    records = _log_records(folder) if os.path.isfile(os.path.join(folder, "dllogger.json")) else []
+    summary = {}
+    for record in records:
+        if record.get("step") == []:
+            summary.update(record.get("data", {}))
     kind = "Pre-LN BART (saved as mBART, transformers' Pre-LN BART)" if model.config.pre_ln else "BART"
     c = model.config
-    lines = ["---", "library_name: transformers", "pipeline_tag: summarization", "tags:", "- bart", "- summarization",
-             "---", "", f"# {os.path.basename(folder.rstrip(os.sep)) or 'BART'}", "",
+    task = run.get("task") or "summarization"
+    title = os.path.basename(folder.rstrip(os.sep)) or "BART"
+    where = where or folder
+    results = _eval_results(folder, model_path, run, records, summary, dataset)
+    data = ModelCardData(library_name="transformers", pipeline_tag=task, tags=["bart", task], license=license,
+                         base_model=_hub_id(run.get("init_checkpoint")), datasets=[dataset] if dataset else None,
+                         model_name=os.path.basename(where.rstrip(os.sep)) if results else None,
+                         eval_results=results or None)
+    lines = ["---", data.to_yaml(), "---", "", f"# {title}", "",
              f"{kind}: d_model {c.d_model}, {c.encoder_layers}+{c.decoder_layers} layers, "
              f"{c.encoder_attention_heads} heads, vocabulary {c.vocab_size}; exported from `{os.path.basename(model_path)}` "
-             f"with `python -m bart.export`.", ""]
+             f"with `python -m bart.export`. License: {license} (`bart.export --license`).", "",
+             "## Usage", "", "```python",
+             usage_snippet(where, min(int(run.get("max_source_length") or c.max_position_embeddings),
+                                      c.max_position_embeddings)), "```", ""]
     if run:
         lines += ["## Training", "", "| setting | value |", "|---|---|"]
         lines += [f"| {label} | `{run[key]}` |" for key, label in _CARD_SETTINGS if run.get(key) not in (None, False)]
         lines.append("")
-    summary = {}
-    if os.path.isfile(os.path.join(folder, "dllogger.json")):
-        try:
-            for record in read_dllogger(os.path.join(folder, "dllogger.json")):
-                if record.get("type") == "LOG" and record.get("step") == []:
-                    summary.update(record.get("data", {}))
-        except (OSError, ValueError):
-            summary = {}
     metrics = {}
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         values = _read_json(os.path.join(folder, name)) if name.endswith(("_rouge.json", "_bleu.json")) else None
@@ -199,7 +282,7 @@ def model_card(model, model_path: str) -> str:
                   f"- GPUs: {gpus.get('count', 0)} {', '.join(sorted(set(gpus.get('names') or []))) or '(none: CPU)'}",
                   f"- container: {(first.get('container') or {}).get('NVIDIA_PYTORCH_VERSION') or 'none recorded'}",
                   f"- command: `{_shown_command(first)}`", ""]
-    return "\n".join(lines)
+    return str(ModelCard("\n".join(lines)))  # (ModelCard: the metadata parses as the hub reads it)
 
 
 def _verify(folder: str, model) -> float:
@@ -324,10 +407,12 @@ def _write_ct2(hf_folder: str, ct2_dir: str, model, settings: dict) -> dict:
 def export(checkpoint: str, out_dir: str, tokenizer: str | None = None, config_path: str | None = None,
            pre_ln: bool | None = None, overwrite: bool = False, verify: bool = True,
            allow_tokenizer_mismatch: bool = False, ct2_dir: str | None = None,
-           push_to_hub: str | None = None, private: bool = False) -> dict:
+           push_to_hub: str | None = None, private: bool = False, license: str = DEFAULT_LICENSE,
+           dataset: str | None = None) -> dict:
     """Write the Hugging Face folder ``out_dir`` (and with ``ct2_dir`` CTranslate2's model of it; with
     ``push_to_hub`` upload ``out_dir`` to that model repository); returns what was written (paths,
-    tokenizer, check, CTranslate2's options, the repository's URL)."""
+    tokenizer, check, CTranslate2's options, the repository's URL). ``license``, ``dataset``: the model card's
+    (:func:`model_card`)."""
     from bart.hub import check_can_push, push_folder, resolve_model_path
 
     out_dir = os.path.abspath(os.path.expanduser(out_dir))
@@ -363,7 +448,7 @@ def export(checkpoint: str, out_dir: str, tokenizer: str | None = None, config_p
         _write_layer_norm_keys(staging, model)
         files += _write_tokenizer(tokenizer_path, staging, model)
         with open(os.path.join(staging, "README.md"), "w", encoding="utf-8") as f:  # the model card
-            f.write(model_card(model, model_path))
+            f.write(model_card(model, model_path, push_to_hub or out_dir, license, dataset))
         files.append("README.md")
         max_diff = _verify(staging, model) if verify else None
         converted = _write_ct2(staging, ct2_dir, model, ct2_settings) if ct2_dir is not None else None
@@ -413,6 +498,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--private", action="store_true",
                         help="with --push_to_hub: make the repository private (default: the hub's default, public "
                              "unless the organization's is private; an existing repository keeps its visibility)")
+    parser.add_argument("--license", default=DEFAULT_LICENSE, metavar="ID",
+                        help=f"the model card's license, a hub license id (default {DEFAULT_LICENSE}, the recipe's "
+                             f"own: name the one your data and base model allow)")
+    parser.add_argument("--dataset", default=None, metavar="ID",
+                        help="the hub dataset the model was trained and evaluated on (e.g. cnn_dailymail), for the "
+                             "model card's datasets and model-index (default: the data folder's name, no datasets)")
     args = parser.parse_args(argv)
     if args.private and args.push_to_hub is None:
         parser.error("--private applies to the repository --push_to_hub makes; add --push_to_hub REPO or drop it")
@@ -427,7 +518,7 @@ def main(argv=None) -> int:
         config_path = args.config_path and config_file(args.config_path, "--config")  # UserError: a ValueError
         result = export(args.checkpoint, args.out_dir, args.tokenizer, config_path, args.pre_ln,
                         args.overwrite, args.verify, args.allow_tokenizer_mismatch, args.ct2_dir,
-                        args.push_to_hub, args.private)
+                        args.push_to_hub, args.private, args.license, args.dataset)
     except (ExportError, HubResolutionError, HubPushError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
             PermissionError, ValueError) as err:  # ValueError: CheckpointError too (not imported: it imports torch)
         print(f"bart.export: error: {one_line(err)}", file=sys.stderr)

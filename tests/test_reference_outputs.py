@@ -120,7 +120,7 @@ def test_export_writes_a_model_card_from_the_run(run, tmp_path):
     _, out, data, config = run
     assert run_entry("bart.export", [os.path.join(out, "final_step.ckpt"), str(tmp_path / "hf"), "--config", config]) == 0
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: transformers\n")
+    assert card.startswith("---\n") and "\nlibrary_name: transformers\n" in card.split("\n---\n")[0]
     rouge = json.load(open(os.path.join(out, "test_rouge.json")))
     log = json.load(open(os.path.join(out, "git_log.json")))
     for text in (f"| data | `{data}` |", "| updates (--max_steps) | `3` |",  # the last start's settings
@@ -128,3 +128,56 @@ def test_export_writes_a_model_card_from_the_run(run, tmp_path):
                  f"commit `{log['starts'][0]['git']['commit']}`", f"torch {torch.__version__}",
                  "3 start(s) of the run", "finetune.py"):
         assert text in card, text
+
+
+def test_the_model_cards_metadata_and_usage_example(run, tmp_path):
+    """The card of the run's best checkpoint (a copy of the run whose run_config.json names a hub model as its start):
+    huggingface_hub reads its license, base_model, datasets and model-index: the validation ROUGE at that checkpoint's
+    step (dllogger.json), and the test split's (test_rouge.json) only where the weights are the run's final ones;
+    its Python example runs as printed, from another folder, offline. Before: no license, no model-index, no
+    usage example."""
+    import re
+    import shutil
+
+    from huggingface_hub import ModelCard
+
+    from bart.utils.dllogger_compat import read_dllogger
+
+    _, out, _, config = run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    settings = json.load(open(copy / "run_config.json"))
+    (copy / "run_config.json").write_text(json.dumps(dict(settings, init_checkpoint="facebook/bart-large")))
+    ranking = json.load(open(copy / "best_rouge2.json"))
+    best = ranking["best"][0][1]
+    step = int(re.search(r"step(\d+)\.ckpt$", best).group(1))
+    final = [r["data"]["steps"] for r in read_dllogger(str(copy / "dllogger.json"))
+             if r["type"] == "LOG" and "steps" in r["data"]][-1]
+    validation = {}
+    for record in read_dllogger(str(copy / "dllogger.json")):
+        if record["type"] == "LOG" and record["step"] == step:
+            validation.update({k[4:]: v for k, v in record["data"].items() if k.startswith("val_rouge")})
+    assert validation
+    test = json.load(open(copy / "test_rouge.json"))
+    for checkpoint, folder in ((best, tmp_path / "best_hf"), ("final_step.ckpt", tmp_path / "final_hf")):
+        assert run_entry("bart.export", [str(copy / checkpoint), str(folder), "--config", config, "--dataset",
+                                         "cnn_dailymail", "--license", "mit"]) == 0
+        card = ModelCard.load(str(folder / "README.md"))
+        assert card.data.license == "mit" and card.data.base_model == "facebook/bart-large"
+        assert card.data.datasets == ["cnn_dailymail"] and card.data.model_name == folder.name
+        results = {(r.dataset_split, r.metric_name): r.metric_value for r in card.data.eval_results}
+        assert {name: value for (split, name), value in results.items() if split == "validation"} == \
+            {f"ROUGE-{k[5:]}": v for k, v in validation.items()}
+        weights_step = final if checkpoint == "final_step.ckpt" else step
+        assert {name: value for (split, name), value in results.items() if split == "test"} == \
+            ({f"ROUGE-{k[5:]}": test[k] for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
+             if weights_step == final else {})
+        assert {r.dataset_type for r in card.data.eval_results} == {"cnn_dailymail"}
+    (snippet,) = re.findall(r"```python\n(.*?)```", card.content, re.S)
+    assert f"from_pretrained({str(folder)!r})" in snippet
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = dict({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, HF_HUB_OFFLINE="1")
+    said = subprocess.run([sys.executable, "-c", snippet], cwd=elsewhere, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert said.returncode == 0 and said.stdout.count("\n") == 1, said.stderr[-3000:]
