@@ -144,7 +144,7 @@ WORKS = {
     ("--min_num_train_epochs", FT): (["--min_num_train_epochs", "2"], {"min_epochs": 2}),
     "--train_batch_size": (["--train_batch_size=40"], {"train_batch_size": 40}),
     "--eval_batch_size": (["--eval_batch_size=16"], {"eval_batch_size": 16}),
-    "--lamb": (["--lamb"], {"lamb": True}),
+    "--lamb": (["--lamb"], {"optim": "lamb"}),
     "--affinity": (["--affinity", "disabled"], {"affinity": "disabled"}),
     "--allreduce_post_accumulation_half_precision": (["--allreduce_post_accumulation_half_precision"],
                                                      {"allreduce_post_accumulation_half_precision": True}),
@@ -604,7 +604,7 @@ def test_early_stopping_waits_for_min_steps():
 # -- the settings record (bart/cli/settings.py) ---------------------------------------------------------------
 # Destinations that construction consumes: the reference's own spellings (``ref_*``), the ones translated onto a
 # field, and the noise flags (one ``NoiseConfig`` field).
-_CONSUMED = {"init_checkpoint_alias", "check_val_every_n_epoch", "load_model_weights_only", "config_file",
+_CONSUMED = {"init_checkpoint_alias", "check_val_every_n_epoch", "load_model_weights_only", "config_file", "lamb",
              "report_to"}  # transformers' --report_to: translated onto --no_tensorboard (bart.cli.peer_flags)
 
 

@@ -265,8 +265,8 @@ CONTRADICTIONS = (
      "over: give one"),
     ("no_tensorboard", "tensorboard_dir", None, "no TensorBoard events are written, so the folder would stay unused: "
                                                 "drop one"),
-    ("use_nvlamb", None, lambda a: not a.lamb,
-     "NVLAMB is a LAMB option but the optimizer is AdamW without --lamb: add --lamb, or drop it"),
+    ("use_nvlamb", None, lambda a: not (a.lamb or a.optim == "lamb"),
+     "NVLAMB is a LAMB option but the optimizer is not LAMB: add --optim lamb (or --lamb), or drop it"),
     ("val_check_interval", "n_val", lambda a: a.n_val == 0 and bool(a.val_check_interval),
      "--n_val 0 turns validation off, so it would never run: give --n_val N, or drop it"),
 )

@@ -234,7 +234,7 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
         sharded = env.world_size if args.distributed_strategy == "fsdp" and env.world_size > 1 else 1
         check_training_fits(trainable // sharded, env.local_world_size)
     optimizer, clips_internally = build_optimizer(
-        model, "lamb" if args.lamb else "adamw", lr=args.learning_rate, weight_decay=args.weight_decay,
+        model, args.optim, lr=args.learning_rate, weight_decay=args.weight_decay,
         betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
         use_nvlamb=args.use_nvlamb)
     scheduler = build_scheduler(optimizer, args.lr_scheduler, args.warmup_steps, total_steps, lr_end=args.lr_end)

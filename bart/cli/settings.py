@@ -73,6 +73,7 @@ from bart.configuration.shipped import names_help
 from bart.data.noise import NoiseConfig, add_noise_args, noise_config_from_args
 from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric, task_metric
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
+from bart.optim import OPTIMIZERS
 from bart.optim.schedulers import SCHEDULES
 from bart.utils.affinity import DEFAULT_MODE as DEFAULT_AFFINITY
 from bart.utils.affinity import MODES as AFFINITY_MODES
@@ -180,7 +181,10 @@ class DataSettings:
 class OptimizationSettings:
     GROUP: ClassVar[str] = "optimization"
     learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING)
-    lamb: bool = flag(False, "LAMB (multi-tensor; apex FusedLAMB if installed) instead of AdamW", action="store_true")
+    optim: str = flag("adamw", "the optimizer: adamw; lamb (--lamb: multi-tensor, apex FusedLAMB if installed); "
+                               "adafactor (torch's: factored second moments, far less state; its step is the "
+                               "learning rate times each tensor's RMS, so it takes a larger one, e.g. 1e-2)",
+                      choices=OPTIMIZERS, metavar="NAME")
     use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true")
     weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT)
     adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT)
@@ -394,6 +398,8 @@ _SECTION_OF = {f.name: name for name, cls in SECTIONS.items() for f in dataclass
 # Flags that only parsing reads: translated onto a field (``--model_name_or_path`` onto init_checkpoint,
 # ``--load_model_weights_only`` with --resume_from_checkpoint onto init_checkpoint), never a setting of their own
 TRANSLATED = {
+    "lamb": (None, Flag("LAMB instead of AdamW (= --optim lamb)", scripts=TRAINING,
+                        argparse=dict(action="store_const", const=True))),
     "init_checkpoint_alias": (None, Flag(
         "starting weights: a .ckpt, a folder holding one, or a Hugging Face folder (same as --init_checkpoint)",
         ("--model_name_or_path",), (FINETUNE,))),
@@ -596,6 +602,10 @@ def parse_command_line(script: str, argv=None, description: str | None = None) -
     reject_unused(namespace, parser, declared, refused_in(script), script, "fine-tuning (finetune.py)")
     values = {name: tuple(value) if isinstance(value, list) else value
               for name, value in vars(namespace).items() if name in _FIELDS}
+    if script in TRAINING and namespace.lamb:
+        if namespace.optim not in ("adamw", "lamb"):
+            parser.error(f"--lamb with --optim {namespace.optim}: two optimizers; give one")
+        values["optim"] = "lamb"
     if script == FINETUNE:
         values["init_checkpoint"] = namespace.init_checkpoint or namespace.init_checkpoint_alias
         if namespace.val_metric is None:

@@ -1,4 +1,4 @@
-"""Optimizers (multi-tensor LAMB, AdamW) with weight-decay groups, and LR schedules.
+"""Optimizers (multi-tensor LAMB, AdamW, Adafactor) with weight-decay groups, and LR schedules.
 
 apex's FusedLAMB is used when it imports with its CUDA extensions and the parameters are whole CUDA tensors (not
 under FSDP). It runs behind ``_AsProjectLamb``, so every option, ``zero_grad``, ``last_grad_norm`` and the
@@ -14,7 +14,7 @@ import torch
 from bart.optim.lamb import Lamb
 from bart.optim.schedulers import SCHEDULES, build_scheduler, lr_factor
 
-__all__ = ["Lamb", "build_optimizer", "describe_optimizer", "build_scheduler", "lr_factor", "SCHEDULES", "decay_groups", "lamb_optimizer"]
+__all__ = ["Lamb", "OPTIMIZERS", "build_optimizer", "describe_optimizer", "build_scheduler", "lr_factor", "SCHEDULES", "decay_groups", "lamb_optimizer"]
 
 
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -176,11 +176,15 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
     return f"{type(optimizer).__name__} (torch, {kernel})"
 
 
+OPTIMIZERS = ("adamw", "lamb", "adafactor")  # --optim's choices; AdamW the default
+
+
 def build_optimizer(model: torch.nn.Module, name: str, lr: float, weight_decay: float,
                     betas=(0.9, 0.999), eps: float = 1e-6, max_grad_norm: float = 1.0,
                     use_nvlamb: bool = False, prefer_apex: bool = True):
-    """Returns ``(optimizer, clips_internally)``. LAMB clips by the global norm itself; for AdamW the
-    training loop calls ``clip_grad_norm_``. apex's FusedLAMB is used when it is importable with its CUDA
+    """Returns ``(optimizer, clips_internally)``. LAMB clips by the global norm itself; for AdamW and Adafactor
+    the training loop calls ``clip_grad_norm_``. Adafactor (torch's) keeps a row and a column of second-moment
+    statistics per matrix and no first moment: far less state than AdamW's two full moments. apex's FusedLAMB is used when it is importable with its CUDA
     extensions and the parameters are whole tensors on CUDA (not FSDP shards)."""
     groups = decay_groups(model, weight_decay)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -192,4 +196,6 @@ def build_optimizer(model: torch.nn.Module, name: str, lr: float, weight_decay: 
     if name == "adamw":
         kind = {"fused": True} if on_cuda else {"foreach": True}
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **kind), False
-    raise ValueError(f"unknown optimizer {name!r}; choose 'lamb' or 'adamw'")
+    if name == "adafactor":  # torch's: factored second moments (a row and a column per matrix), no first moment
+        return torch.optim.Adafactor(groups, lr=lr, foreach=True), False
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")

@@ -437,10 +437,20 @@ def _schedule_length(record: dict):
     return int(args["max_steps"])
 
 
+_OPTIMIZER_NAMES = {"adamw": "AdamW", "lamb": "LAMB", "adafactor": "Adafactor"}
+
+
+def _optimizer_of(record: dict):
+    """The optimizer a run's record names (--optim; a record from before it: --lamb's true or false)."""
+    args = record["args"]
+    if "optim" in args:
+        return _OPTIMIZER_NAMES.get(args["optim"], args["optim"])
+    return None if "lamb" not in args else "LAMB" if args["lamb"] else "AdamW"
+
+
 def _resume_checks() -> dict:
     checks = {
-        "optimizer": ("--lamb", lambda r: None if "lamb" not in r["args"] else "LAMB" if r["args"]["lamb"] else "AdamW",
-                      False),
+        "optimizer": ("--optim / --lamb", _optimizer_of, False),
         "use_nvlamb": ("--use_nvlamb", _arg("use_nvlamb", bool), False),
         "learning_rate": ("--learning_rate", _arg("learning_rate", float), False),
         "weight_decay": ("--weight_decay", _arg("weight_decay", float), False),
