@@ -135,13 +135,40 @@ def test_hf_exports_jsonl_and_parquet(tmp_path):
 
 def test_hf_export_errors(tmp_path):
     (tmp_path / "train.jsonl").write_text(json.dumps({"text": "a", "label": "b"}) + "\n")
-    with pytest.raises(ValueError, match="--source_column"):
+    with pytest.raises(ValueError, match="--text_column and --summary_column"):
         convert_hf(str(tmp_path), str(tmp_path / "out"), None, None)
     (tmp_path / "train.jsonl").write_text(json.dumps({"article": "a", "highlights": ""}) + "\n")
     with pytest.raises(ValueError, match="train row 1: empty target"):
         convert_hf(str(tmp_path), str(tmp_path / "out"), None, None)
     with pytest.raises(FileNotFoundError, match="no .jsonl"):
         convert_hf(str(tmp_path / "nothing"), str(tmp_path / "out"), None, None)
+
+
+def test_table_files_of_every_kind_read_the_same(tmp_path):
+    """transformers' --train_file formats: CSV (a header row, quoted newlines), JSON Lines, a JSON array; columns
+    named or found (was: a folder of .csv refused, "no .jsonl/.json/.parquet files")."""
+    import csv
+
+    from bart.data.prepare_summarization import convert_files
+    from bart.data.summarization import read_split
+
+    rows = [{"body": "First text,\nwith a comma.", "tl_dr": "First."}, {"body": "Second text.", "tl_dr": "Second."}]
+    with open(tmp_path / "train.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["body", "tl_dr"])
+        writer.writeheader()
+        writer.writerows(rows)
+    (tmp_path / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "test.json").write_text(json.dumps(rows))
+    files = {"train": str(tmp_path / "train.csv"), "val": str(tmp_path / "val.jsonl"), "test": str(tmp_path / "test.json")}
+    assert convert_files(files, str(tmp_path / "out"), "body", "tl_dr") == {"train": 2, "val": 2, "test": 2}
+    for split in files:
+        assert read_split(str(tmp_path / "out"), split) == (["First text, with a comma.", "Second text."],
+                                                            ["First.", "Second."])
+    with pytest.raises(ValueError, match="name the text and summary columns"):
+        convert_files({"train": str(tmp_path / "train.csv")}, str(tmp_path / "x"))
+    (tmp_path / "empty.csv").write_text("body,tl_dr\nsome text,\n")
+    with pytest.raises(ValueError, match="empty.csv row 1: empty tl_dr"):
+        convert_files({"train": str(tmp_path / "empty.csv")}, str(tmp_path / "x"), "body", "tl_dr")
 
 
 def _tarball(path, members):

@@ -1,8 +1,9 @@
 """Build ``{train,val,test}.source/.target`` folders from other layouts.
 
     python -m bart.data.prepare_summarization hf --input cnn_dailymail/ --out data/cnn_dm
-        (Hugging Face datasets exports: *.jsonl / *.json lines / *.parquet named by split;
-         columns article/highlights (CNN/DM) or document/summary (XSum) are found automatically)
+        (Hugging Face datasets exports or table files: *.jsonl / *.json / *.parquet / *.csv named by split;
+         columns article/highlights (CNN/DM) or document/summary (XSum) are found automatically, others named
+         with --text_column/--summary_column)
     python -m bart.data.prepare_summarization xsum --tarball xsum.tar.gz --out data/xsum
     python -m bart.data.prepare_summarization cnn_dm --url_lists url_lists/ \
         --stories cnn/stories dailymail/stories --out data/cnn_dm
@@ -50,20 +51,77 @@ def write_split(out_dir: str, split: str, sources: list[str], targets: list[str]
     print(f"wrote {split}: {len(sources)} examples")
 
 
+TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")  # what transformers' run_summarization.py reads too
+
+
 def _rows(path: str) -> list[dict]:
+    """A table file's rows: Parquet, CSV (a header row), JSON Lines, or a JSON array of objects (a file of one
+    JSON value; datasets' ``to_json`` writes lines, pandas' ``to_json(orient="records")`` an array)."""
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
         return pq.read_table(path).to_pylist()
+    if path.endswith(".csv"):
+        import csv
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return list(csv.DictReader(f))
     with open(path, encoding="utf-8-sig") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        text = f.read()
+    if text.lstrip().startswith("["):
+        rows = json.loads(text)
+        if not all(isinstance(row, dict) for row in rows):
+            raise ValueError(f"{path}: a JSON array of objects (one per example) is expected")
+        return rows
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not a JSON line ({err.msg}); one JSON object per line, or "
+                                 f"one JSON array of objects") from None
+    return rows
+
+
+def _columns(path: str, rows: list[dict], source_column: str | None, target_column: str | None) -> tuple[str, str]:
+    """The source and target columns: those given, else a known pair (CNN/DM's article/highlights, XSum's
+    document/summary, source/target)."""
+    columns = set(rows[0]) if rows else set()
+    src, tgt = source_column, target_column
+    if not (src and tgt):
+        src, tgt = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= columns), (None, None))
+    if src not in columns or tgt not in columns:
+        raise ValueError(f"{path} has columns {sorted(columns)}; name the text and summary columns "
+                         f"(--text_column and --summary_column)")
+    return src, tgt
+
+
+def convert_files(files: dict[str, str], out_dir: str, source_column: str | None = None,
+                  target_column: str | None = None) -> dict[str, int]:
+    """{split: a table file} (train/val/test; transformers' --train_file, --validation_file, --test_file) as
+    ``out_dir``/{split}.source/.target; returns the examples per split. Every row goes through the same checks
+    as the recipe's own files (an empty text or summary is an error naming the file and row)."""
+    counts = {}
+    for split, path in files.items():
+        if not path.endswith(TABLE_SUFFIXES):
+            raise ValueError(f"{path}: a .csv, .json, .jsonl or .parquet file is expected")
+        rows = _rows(path)
+        if not rows:
+            raise ValueError(f"{path} holds no rows")
+        src, tgt = _columns(path, rows, source_column, target_column)
+        sources, targets = [_clean(r[src] or "") for r in rows], [_clean(r[tgt] or "") for r in rows]
+        for row, (s, t) in enumerate(zip(sources, targets)):
+            if not s or not t:
+                raise ValueError(f"{path} row {row + 1}: empty {src if not s else tgt}; fix or remove it")
+        write_split(out_dir, split, sources, targets)
+        counts[split] = len(sources)
+    return counts
 
 
 def convert_hf(input_path: str, out_dir: str, source_column: str | None, target_column: str | None) -> None:
     files = [input_path] if os.path.isfile(input_path) else sorted(
-        glob.glob(os.path.join(input_path, "*.jsonl")) + glob.glob(os.path.join(input_path, "*.json"))
-        + glob.glob(os.path.join(input_path, "*.parquet")))
+        path for suffix in TABLE_SUFFIXES for path in glob.glob(os.path.join(input_path, "*" + suffix)))
     if not files:
-        raise FileNotFoundError(f"no .jsonl/.json/.parquet files at {input_path}")
+        raise FileNotFoundError(f"no .jsonl/.json/.parquet/.csv files at {input_path}")
     by_split: dict[str, list[str]] = {}
     for path in files:  # shards such as train-00000-of-00003.parquet are concatenated in name order
         stem = os.path.basename(path).split(".")[0].split("-")[0].lower()
@@ -75,12 +133,7 @@ def convert_hf(input_path: str, out_dir: str, source_column: str | None, target_
         sources, targets = [], []
         for path in track(paths, f"read {split}", unit="file"):
             rows = _rows(path)
-            columns = set(rows[0]) if rows else set()
-            src, tgt = source_column, target_column
-            if not (src and tgt):
-                src, tgt = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= columns), (None, None))
-            if src not in columns or tgt not in columns:
-                raise ValueError(f"{path} has columns {sorted(columns)}; pass --source_column and --target_column")
+            src, tgt = _columns(path, rows, source_column, target_column)
             sources += [_clean(r[src]) for r in rows]
             targets += [_clean(r[tgt]) for r in rows]
         write_split(out_dir, split, sources, targets)
@@ -145,11 +198,11 @@ def convert_lead(input_path: str, out_dir: str, sizes: list[int], train_passages
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    hf = sub.add_parser("hf", help="Hugging Face datasets export (jsonl/parquet)")
+    hf = sub.add_parser("hf", help="Hugging Face datasets export or table files (jsonl/json/parquet/csv)")
     hf.add_argument("--input", required=True)
     hf.add_argument("--out", required=True)
-    hf.add_argument("--source_column")
-    hf.add_argument("--target_column")
+    hf.add_argument("--source_column", "--text_column", dest="source_column")
+    hf.add_argument("--target_column", "--summary_column", dest="target_column")
     xs = sub.add_parser("xsum", help="the XSum tarball with {split}.source/.target")
     xs.add_argument("--tarball", required=True)
     xs.add_argument("--out", required=True)
