@@ -183,7 +183,10 @@ DOC_COMMANDS = {
         "bash scripts/run_summarization.sh $(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16)": _JOURNEY,
         "OUTPUT_DIR=results/cnn_dm_eval bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
         "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)": _JOURNEY,
-        "python block: import json": "tests/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
+        "python block: from bart.modeling import BartForConditionalGeneration":
+            "tests/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
+        "OUTPUT_DIR=results/xsum bash scripts/run_summarization.sh $(source scripts/params/xsum_params.sh && "
+        "dgxa100_8gpu_bf16)": _HERE,
         "python -m bart.export results/cnn_dm results/cnn_dm_hf": _JOURNEY,
         "python block: from transformers import AutoModelForSeq2SeqLM, AutoTokenizer":
             "tests/test_readme.py::test_the_hugging_face_hand_off_runs_as_printed",
@@ -282,6 +285,7 @@ DOC_COMMANDS = {
     },
     "docs/INFERENCE.md": {
         "python -m bart.export CKPT OUT_DIR --ct2 CT2_DIR": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
+        "python block: import json": "tests/test_readme.py::test_the_references_python_form_runs_as_printed",
     },
     "docs/EXPORT.md": {
         "python -m bart.export results/finetune/final_step.ckpt results/bart_hf --ct2 results/bart_ct2": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
@@ -390,7 +394,7 @@ def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsy
     checked = [c for c, where in ALL_COMMANDS.items() if where == _HERE and "bash " in c and "docker" not in c]
     env = {k: v for k, v in os.environ.items() if k not in ("OUTPUT_DIR", "RESULTS_DIR", "CONFIG_PATH", "TOKENIZER")}
     env.update(CHECK_ONLY="1", PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")  # no GPU: any GPU count is accepted
-    assert len(checked) == 10
+    assert len(checked) == 11
     for command in checked:
         out = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and "every value checked (CHECK_ONLY=1: nothing started)" in out.stdout, (
@@ -426,11 +430,12 @@ def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsy
     assert re.search(r"^torchao==0\.18\.0\b", requirements, flags=re.M) and "`pip install torchao==0.18.0`" in training
 
 
-def test_the_quick_start_python_example_runs_as_printed(tmp_path, monkeypatch, capsys, small_tokenizer_dir):
-    """Quick Start step 7, the Python block as printed, in a folder laid out as step 5 leaves it: configs/config.json
-    (a tiny Pre-LN config here), the fine-tuned results/cnn_dm/final_step.ckpt (a raw state dict, as fine-tuning
-    writes it) and the run's tokenizer files beside it. It prints one summary, the one generate gives with the
-    printed settings. (Before, the block loaded data/tokenizer, which no step makes.)"""
+@pytest.mark.parametrize("pre_ln", [True, False])
+def test_the_quick_start_python_example_runs_as_printed(tmp_path, monkeypatch, capsys, small_tokenizer_dir, pre_ln):
+    """Quick Start step 7, the Python block as printed, in a folder laid out as step 5 leaves it: the fine-tuned
+    results/cnn_dm/final_step.ckpt (a raw state dict, as fine-tuning writes it), the run's run_config.json (its model
+    config: Pre-LN or post-LN) and tokenizer files beside it. It prints one summary, the one the model's own
+    generation settings give. (Before: 15 lines hard-coding pre_ln = True, wrong for post-LN weights.)"""
     import json
     import shutil
     import textwrap
@@ -442,18 +447,54 @@ def test_the_quick_start_python_example_runs_as_printed(tmp_path, monkeypatch, c
     from tests.helpers.corpus import micro_config
 
     block = textwrap.dedent(_code_blocks_in(README.split("7. Summarize in a few lines of Python")[1], "python")[0])
-    assert 'from_pretrained("results/cnn_dm/final_step.ckpt", config=config)' in block
+    assert 'from_pretrained("results/cnn_dm/final_step.ckpt")' in block and len(block.strip().splitlines()) <= 7
     assert 'BartTokenizer.from_pretrained("results/cnn_dm")' in block
+    torch.manual_seed(0)
+    config = micro_config(pre_ln=pre_ln, num_beams=2, max_length=12)
+    model = BartForConditionalGeneration(BartConfig(**config)).eval()
+    (tmp_path / "results" / "cnn_dm").mkdir(parents=True)
+    torch.save(model.state_dict(), tmp_path / "results" / "cnn_dm" / "final_step.ckpt")
+    (tmp_path / "results" / "cnn_dm" / "run_config.json").write_text(json.dumps({"model_config": config}))
+    for name in os.listdir(small_tokenizer_dir):  # as a fine-tuning run saves its tokenizer beside its checkpoints
+        shutil.copy(os.path.join(small_tokenizer_dir, name), tmp_path / "results" / "cnn_dm" / name)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md (Quick Start 7)", "exec"), {"__name__": "__main__"})
+    printed = capsys.readouterr().out.splitlines()[-1]  # after the line naming the run's config
+    summaries = eval(printed)
+    assert isinstance(summaries, list) and len(summaries) == 1 and isinstance(summaries[0], str)
+    from bart.tokenization.tokenization_bart import BartTokenizer
+    tokenizer = BartTokenizer.from_pretrained(small_tokenizer_dir)
+    batch = tokenizer(["NVIDIA Geforce Won't Run or Uninstall"], return_tensors="pt")
+    expected = model.generate(batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=2, max_length=12)
+    assert summaries == tokenizer.batch_decode(expected, skip_special_tokens=True)  # the run's own settings
+
+
+def test_the_references_python_form_runs_as_printed(tmp_path, monkeypatch, capsys, small_tokenizer_dir):
+    """docs/INFERENCE.md's "The reference's form", as printed, in a folder laid out as Quick Start step 5 leaves
+    it: configs/config.json (a tiny Pre-LN config), the fine-tuned final_step.ckpt (a raw state dict) and the run's
+    tokenizer beside it. It prints one summary."""
+    import json
+    import shutil
+    import textwrap
+
+    import torch
+
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from tests.helpers.corpus import micro_config
+
+    doc = open(os.path.join(ROOT, "docs", "INFERENCE.md"), encoding="utf-8").read()
+    block = textwrap.dedent(_code_blocks_in(doc.split("## The reference's form")[1], "python")[0])
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "config.json").write_text(json.dumps(micro_config(pre_ln=True)))
     torch.manual_seed(0)
     model = BartForConditionalGeneration(BartConfig(**micro_config(pre_ln=True))).eval()
     (tmp_path / "results" / "cnn_dm").mkdir(parents=True)
     torch.save(model.state_dict(), tmp_path / "results" / "cnn_dm" / "final_step.ckpt")
-    for name in os.listdir(small_tokenizer_dir):  # as a fine-tuning run saves its tokenizer beside its checkpoints
+    for name in os.listdir(small_tokenizer_dir):
         shutil.copy(os.path.join(small_tokenizer_dir, name), tmp_path / "results" / "cnn_dm" / name)
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "README.md (Quick Start 7)", "exec"), {"__name__": "__main__"})
+    exec(compile(block, "docs/INFERENCE.md (the reference's form)", "exec"), {"__name__": "__main__"})
     [printed] = capsys.readouterr().out.splitlines()
     summaries = eval(printed)
     assert isinstance(summaries, list) and len(summaries) == 1 and isinstance(summaries[0], str)
