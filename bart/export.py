@@ -469,6 +469,24 @@ def export(checkpoint: str, out_dir: str, tokenizer: str | None = None, config_p
     return result
 
 
+BEST_FOLDER = "best_tfmr"  # the NVIDIA reference's name for the best checkpoint's Hugging Face folder
+
+
+def export_best(output_dir: str) -> dict | None:
+    """finetune.py's hand-off at the end of a run: its best validation checkpoint
+    (:func:`bart.training.checkpoint.best_checkpoint`) as the Hugging Face folder ``OUTPUT_DIR/best_tfmr``, through
+    :func:`export` (loaded and compared in transformers before it is moved into place; an earlier one replaced).
+    None where the run kept no best checkpoint (no validation, ``--save_top_k 0``)."""
+    from bart.training.checkpoint import best_checkpoint
+    from bart.utils.checkpoint_io import CheckpointError
+
+    try:
+        best = best_checkpoint(output_dir)
+    except CheckpointError:
+        return None
+    return export(best, os.path.join(output_dir, BEST_FOLDER), overwrite=True)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bart.export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

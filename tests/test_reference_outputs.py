@@ -181,3 +181,27 @@ def test_the_model_cards_metadata_and_usage_example(run, tmp_path):
     said = subprocess.run([sys.executable, "-c", snippet], cwd=elsewhere, env=env, capture_output=True, text=True,
                           timeout=300)
     assert said.returncode == 0 and said.stdout.count("\n") == 1, said.stderr[-3000:]
+
+
+def test_the_best_checkpoint_is_handed_off_as_a_hugging_face_folder(run):
+    """finetune.py ends by writing its best validation checkpoint (the top of best_rouge2.json) as OUTPUT_DIR/best_tfmr,
+    as the NVIDIA reference does: the same weights, transformers' Auto classes load it with the run's tokenizer, and
+    its model card names the checkpoint. The resumed start wrote it again over the first start's. Before: no folder
+    (bart.export by hand)."""
+    import transformers
+
+    from bart.modeling import BartForConditionalGeneration
+    from bart.modeling.weights import load_pretrained
+
+    _, out, _, _ = run
+    folder = os.path.join(out, "best_tfmr")
+    best = json.load(open(os.path.join(out, "best_rouge2.json")))["best"][0][1]
+    ours = load_pretrained(BartForConditionalGeneration, os.path.join(out, best)).state_dict()
+    exported = load_pretrained(BartForConditionalGeneration, folder).state_dict()
+    assert ours.keys() == exported.keys() and all(torch.equal(ours[k], exported[k]) for k in ours)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    assert type(model).__name__ == "MBartForConditionalGeneration"  # micro_config: Pre-LN, transformers' mBART
+    assert tokenizer.get_vocab() == transformers.AutoTokenizer.from_pretrained(out).get_vocab()
+    assert f"exported from `{best}`" in open(os.path.join(folder, "README.md")).read()
+    assert not [n for n in os.listdir(out) if n.startswith(".best_tfmr")]  # no staging folder left

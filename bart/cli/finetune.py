@@ -11,6 +11,7 @@ from bart.cli.reference_flags import validate_before_training, weights_summary
 from bart.cli.settings import FINETUNE, Settings, parse_command_line, resolve_epochs
 from bart.data.summarization import read_split
 from bart.evaluation import predict_split
+from bart.export import export_best
 from bart.hub import resolve_model_path
 from bart.modeling.weights import resolve_weights
 from bart.training.checkpoint import save_final_weights
@@ -55,6 +56,8 @@ def main(argv=None) -> dict:
             summary["test"] = predict_split(whole, tokenizer, args.data_dir, "test", args.output_dir, args.task,
                                             batch_size, args.max_source_length, test_kwargs, args.n_test, args.precision,
                                             trained=summary.get("final_weights"))
+    if args.do_train and validation is not None and env.is_main and (best := export_best(args.output_dir)):
+        summary["best_tfmr"] = best["out_dir"]  # the best checkpoint as a Hugging Face folder (with its tokenizer)
     if validation is not None:
         summary["validation"] = validation.history
     if env.is_main:
