@@ -156,12 +156,13 @@ def score(task: str, predictions: list[str], references: list[str]) -> dict:
 
 def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, task: str, batch_size: int,
                   max_source_length: int, gen_kwargs: dict, n_obs: int | None = None,
-                  precision: Precision = FP32, trained: str | None = None) -> dict:
+                  precision: Precision = FP32, trained: str | None = None, prefix: str = "") -> dict:
     """Generate for a split, score it, and (rank 0) write ``{split}_generations.txt`` and
     ``{split}_rouge.json`` (``_bleu.json`` for translation), each whole or not at all. Returns the metrics.
     A stop signal ends it before the next batch with nothing written (:class:`bart.utils.errors.Preempted`, exit 75),
     its line naming ``trained`` (the weights this run trained and wrote, if any) and how to predict again."""
     sources, targets = read_split(data_dir, split, n_obs)
+    sources = [prefix + source for source in sources]
     try:
         predictions, _ = generate_texts(model, tokenizer, sources, batch_size, max_source_length, gen_kwargs,
                                         precision, stopped_during=f"the prediction of the {split} split")
@@ -183,7 +184,11 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
     (``{type_path}_rouge.json`` / ``_bleu.json``) and the dllogger record with latency figures."""
     sources, targets = read_split(args.data_dir, args.type_path, args.n_obs)
     start = time.perf_counter()
-    predictions, latencies = generate_texts(model, tokenizer, [args.prefix + s for s in sources], args.eval_batch_size,
+    prefix = args.prefix if args.prefix is not None else getattr(model.config, "prefix", None) or ""
+    if prefix and args.prefix is None and is_main:
+        print(f"[eval] the model's source prefix {prefix!r} (its config's prefix, from fine-tuning's --source_prefix) "
+              f"is put in front of every source; --prefix '' turns it off", flush=True)
+    predictions, latencies = generate_texts(model, tokenizer, [prefix + s for s in sources], args.eval_batch_size,
                                             args.max_source_length, gen_kwargs, precision)
     elapsed = time.perf_counter() - start
     all_latencies = [x for part in dist_utils.all_gather_objects(latencies) for x in part]

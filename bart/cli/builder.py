@@ -163,7 +163,8 @@ def finetuning_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv)
     return build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
                                    args.train_batch_size, world_size=env.world_size, rank=env.rank, seed=args.seed,
                                    n_obs=args.n_train, sortish=args.sortish_sampler,
-                                   max_tokens=args.max_tokens_per_batch, num_workers=args.num_workers)
+                                   max_tokens=args.max_tokens_per_batch, num_workers=args.num_workers,
+                                   prefix=args.prefix or "")
 
 
 def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
@@ -176,7 +177,8 @@ def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
                       max_target_length=args.val_max_target_length or args.max_target_length,
                       batch_size=args.eval_batch_size or 8, gen_kwargs=gen_kwargs, output_dir=args.output_dir,
                       save_top_k=args.save_top_k, early_stopping_patience=args.early_stopping_patience,
-                      min_steps=args.min_steps, early_stopping_threshold=args.early_stopping_threshold)
+                      min_steps=args.min_steps, early_stopping_threshold=args.early_stopping_threshold,
+                      prefix=args.prefix or "")
 
 
 def save_run_files(args: Settings, tokenizer, world_size: int) -> None:

@@ -28,8 +28,10 @@ def parse_args(argv=None) -> Settings:
 def main(argv=None) -> dict:
     args, env = builder.start_run(parse_args(argv))
     init = None if args.from_scratch or args.resume_from_checkpoint else \
-        resolve_weights(resolve_model_path(args.init_checkpoint))
+        resolve_weights(resolve_model_path(args.init_checkpoint, args.model_revision))
     args, tokenizer, model = builder.build_model_and_tokenizer(args, init, LENGTHS)
+    if args.prefix:  # --source_prefix: the model's own from now on (its checkpoints, the export, run_eval.py)
+        model.config.prefix = args.prefix
     if args.weights_summary and env.is_main:
         print(weights_summary(model, args.weights_summary), flush=True)
     torch.manual_seed(args.seed + env.rank)
@@ -55,7 +57,7 @@ def main(argv=None) -> dict:
         with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
             summary["test"] = predict_split(whole, tokenizer, args.data_dir, "test", args.output_dir, args.task,
                                             batch_size, args.max_source_length, test_kwargs, args.n_test, args.precision,
-                                            trained=summary.get("final_weights"))
+                                            trained=summary.get("final_weights"), prefix=args.prefix or "")
     if args.do_train and validation is not None and env.is_main and (best := export_best(args.output_dir)):
         summary["best_tfmr"] = best["out_dir"]  # the best checkpoint as a Hugging Face folder (with its tokenizer)
     if validation is not None:

@@ -21,7 +21,8 @@ def parse_args(argv=None) -> Settings:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     args, env = builder.start_run(args)
-    init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint)
+    init = None if args.resume_from_checkpoint or not args.init_checkpoint else resolve_model_path(args.init_checkpoint,
+                                                                                                  args.model_revision)
     args, tokenizer, model = builder.build_model_and_tokenizer(args, init, ("max_source_length",))
     torch.manual_seed(args.seed + env.rank)  # per-rank dropout streams; the weights are already equal
     loader = builder.pretraining_loader(args, tokenizer, env)

@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision.configure()
     config = start.model_config(args, training=False)
-    model_path = resolve_weights(resolve_model_path(args.model_path))  # a run's folder: its newest checkpoint
+    model_path = resolve_weights(resolve_model_path(args.model_path, args.model_revision))  # a run's folder: its newest checkpoint
     tokenizer = start.tokenizer_for(args, [model_path])  # the model's own; before the weights are loaded
     # the architecture from the checkpoint (its config, else its tensors); an explicit --pre_ln must agree
     model = BartForConditionalGeneration.from_pretrained(model_path, config=config, explicit={"pre_ln": args.pre_ln})

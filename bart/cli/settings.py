@@ -136,6 +136,9 @@ class ModelSettings:
         None, "tokenizer folder or hub id (default: $TOKENIZER). With starting weights their own tokenizer is used "
               "and a different one is refused; from scratch: else $BART_DEFAULT_TOKENIZER, else facebook/bart-large "
               "(offline: python -m bart.tokenization.build_tokenizer DIR)", scripts=ALL, quick=(PRETRAIN,))
+    model_revision: str | None = flag(
+        None, "the hub revision (branch, tag or commit) of a hub id given as the starting weights or MODEL_PATH "
+              "(transformers' --model_revision; default: main)", scripts=ALL, metavar="REV")
     allow_tokenizer_mismatch: bool = flag(
         False, "use --tokenizer / $TOKENIZER even where it differs from the tokenizer the starting weights were "
                "trained with (their ids then mean other tokens)", scripts=ALL, action="store_true")
@@ -348,6 +351,14 @@ class FineTuningSettings:
     weights_summary: str | None = reference()
     save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
     label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY)
+    prefix: str | None = flag(
+        None, "text put in front of every source in training, validation and prediction (transformers' "
+              "--source_prefix); kept in the model's config (prefix), which run_eval.py and the export apply",
+        scripts=(FINETUNE, EVAL), metavar="TEXT",
+        per_script={FINETUNE: dict(options=("--source_prefix", "--prefix")),
+                    EVAL: dict(options=("--prefix", "--source_prefix"),
+                               help="text put in front of every source (default: the model's own, its config's "
+                                    "prefix, which fine-tuning with --source_prefix records)")})
     freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
     freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
     sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
@@ -371,7 +382,7 @@ class EvaluationSettings:
     n_obs: int | None = flag(None, "only the first N examples (-1: all)", scripts=(EVAL,), type=count_or_all(1),
                                 quick=(EVAL,))
     num_return_sequences: int = flag(1, "sequences generated per source", scripts=(EVAL,), type=POSITIVE)
-    prefix: str = flag("", "text put in front of every source", scripts=(EVAL,))
+
     info: str | None = flag(None, "a note stored in the metrics file (no value: the current date and time)",
                                scripts=(EVAL,), nargs="?", lazy=_now)
     dump_args: bool = flag(False, "store the generation arguments in the metrics file", "--dump-args", "--dump_args",

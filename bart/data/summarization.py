@@ -266,12 +266,13 @@ class EpochLoader:
 def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, max_target_length: int,
                             batch_size: int, *, world_size: int = 1, rank: int = 0, seed: int = 0,
                             n_obs: int | None = None, sortish: bool = False,
-                            max_tokens: int | None = None, num_workers: int = 0) -> EpochLoader:
+                            max_tokens: int | None = None, num_workers: int = 0, prefix: str = "") -> EpochLoader:
     """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget
-    (``max_tokens``, lengths in tokens rather than words)."""
+    (``max_tokens``, lengths in tokens rather than words); ``prefix`` put in front of every source."""
     # an empty source or target line is refused, naming the file and line, as run_eval.py and validation refuse it:
     # a pair left out would make the split's rows fewer than its lines without the user's say
-    train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs)
+    train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs,
+                           prefix=prefix)
     if len(train) < world_size:
         limit = f" (--n_train {n_obs})" if n_obs is not None and len(train) == n_obs else ""
         raise UserError(f"{os.path.join(data_dir, 'train')}.source has {len(train)} usable example(s){limit}, fewer than "
@@ -279,7 +280,8 @@ def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, ma
                         f"examples or start at most {len(train)} process(es) (torchrun --nproc_per_node)")
     lengths = train.source_lengths
     if max_tokens:
-        lengths = [min(len(ids), max_source_length) for ids in tokenizer.encode_batch_fast(train.sources)]
+        lengths = [min(len(ids), max_source_length)
+                   for ids in tokenizer.encode_batch_fast([prefix + s for s in train.sources])]
     sampler = SortishSampler(lengths, batch_size, world_size, rank, seed, shuffle=True, max_tokens=max_tokens,
                              group_by_length=bool(sortish or max_tokens))
     len(sampler)  # deals the first epoch: ``dropped``

@@ -384,6 +384,9 @@ def load_pretrained(cls, path, config: BartConfig | None = None, strict: bool = 
                 f"{path} was saved with a different model: " +
                 ", ".join(f"{k} {stored_config[k]!r} (checkpoint) vs {getattr(config, k)!r} (given config)"
                           for k in differs))
+    prefix = _prefix_of(path, stored_config)
+    if prefix and not getattr(config, "prefix", None):  # the input prefix it was fine-tuned with (--source_prefix)
+        config = BartConfig(**dict(config.to_dict(), prefix=prefix))
     model = cls(config)
     _check_and_load(model, state, path, strict, files)
     if config.dtype is not None:
@@ -393,6 +396,21 @@ def load_pretrained(cls, path, config: BartConfig | None = None, strict: bool = 
 
 
 RUN_CONFIG = "run_config.json"  # what a training run writes beside its checkpoints (bart.cli.args.write_run_config)
+
+
+def _prefix_of(path: str, stored: dict | None) -> str | None:
+    """The source prefix the weights at ``path`` were fine-tuned with: their stored config's ``prefix``, else (a raw
+    state dict such as final_step.ckpt) that of the run_config.json beside it; None where none was used."""
+    if stored and stored.get("prefix"):
+        return stored["prefix"]
+    if os.path.isdir(path):
+        return None
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG), encoding="utf-8") as f:
+            found = (json.load(f).get("model_config") or {}).get("prefix")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) and found else None
 
 
 def _config_beside(path: str) -> dict | None:

@@ -144,6 +144,7 @@ RUN_FILES = (  # (kind, the names; a trailing / is a folder)
     ("tokenizer", re.compile(r"^(tokenizer\.json|tokenizer_config\.json|vocab\.json|merges\.txt|"
                              r"special_tokens_map\.json|added_tokens\.json)$")),
     ("TensorBoard events", re.compile(r"^tensorboard/$")),
+    ("best model export", re.compile(r"^best_tfmr/$")),  # finetune.py's Hugging Face folder of the best checkpoint
 )
 _UNTRAINED = re.compile(r"^(best_.+_step0\.ckpt|.*\.partial.*)$")  # the untrained weights; a write cut off
 
@@ -469,6 +470,7 @@ def _resume_checks() -> dict:
         # what the run computes from here on: the data order and noise (the seed), the loss, the validation, the rows
         "seed": ("--seed", _arg("seed", int), True),
         "label_smoothing": ("--label_smoothing", _arg("label_smoothing", float), True),
+        "prefix": ("--source_prefix", _arg("prefix", lambda v: v or ""), True),
         "n_val": ("--n_val", _arg("n_val"), True),
         "val_check_interval": ("--val_check_interval", _arg("val_check_interval"), True),
         "val_metric": ("--val_metric", _arg("val_metric"), True),

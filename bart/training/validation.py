@@ -59,10 +59,10 @@ class Validation:
     def __init__(self, data_dir: str, tokenizer, *, task: str, metric: str, n_val: int | None,
                  max_source_length: int, max_target_length: int, batch_size: int, gen_kwargs: dict,
                  output_dir: str, save_top_k: int, early_stopping_patience: int = 0, min_steps: int = 0,
-                 early_stopping_threshold: float = 0.0) -> None:
+                 early_stopping_threshold: float = 0.0, prefix: str = "") -> None:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
-        self.batch_size, self.gen_kwargs = batch_size, gen_kwargs
+        self.batch_size, self.gen_kwargs, self.prefix = batch_size, gen_kwargs, prefix
         self.sources, self.targets = read_split(data_dir, "val", n_val)
         self.lower_is_better = lower_is_better(metric)
         self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=self.lower_is_better)
@@ -104,7 +104,8 @@ class Validation:
             return metrics
         start = time.perf_counter()
         try:  # a stop signal abandons it at a batch boundary (StoppedAtBatch): no metric, no best-k change
-            predictions, _ = generate_texts(model, self.tokenizer, self.sources, self.batch_size,
+            predictions, _ = generate_texts(model, self.tokenizer, [self.prefix + s for s in self.sources],
+                                            self.batch_size,
                                             self.max_source_length, self.gen_kwargs, trainer.precision,
                                             desc="validate", nested=True, stopped_during="the validation")
         finally:
@@ -117,7 +118,7 @@ class Validation:
 
     def _loss(self, trainer, model: torch.nn.Module) -> float:
         dataset = Seq2SeqDataset(self.data_dir, "val", self.tokenizer, self.max_source_length,
-                                 self.max_target_length, n_obs=self.n_val)
+                                 self.max_target_length, n_obs=self.n_val, prefix=self.prefix)
         batches = [dataset.collate([dataset[i] for i in range(start, min(start + 8, len(dataset)))])
                    for start in range(0, len(dataset), 8)]
         return token_loss(trainer, batches, model)
