@@ -470,7 +470,8 @@ def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, r
     defaults, changed = {}, set()
     for key in [key for key in values if key in once]:
         value = values.pop(key)
-        if value not in (None, False, record_defaults.get(key)) and os.environ.get("RANK", "0") == "0":
+        typed = any(token == f"--{key}" or token.startswith(f"--{key}=") for token in argv)
+        if value not in (None, False, record_defaults.get(key)) and not typed and os.environ.get("RANK", "0") == "0":
             print(f"[settings] --config_file {path}: {key} {json.dumps(value)} is what that run's start did; not "
                   f"replayed (give --{key} on the command line to do it again)", flush=True)
     unknown = []

@@ -11,7 +11,13 @@ import sys
 import torch
 
 from bart.cli.args import write_run_config
-from bart.cli.settings import Settings, fit_lengths, resolve_warmup, resolved
+from bart.cli.settings import (
+    Settings,
+    fit_lengths,
+    resolve_warmup,
+    resolved,
+    table_files_folder,
+)
 from bart.cli.start import (
     device_for,
     lock_output_dir,
@@ -116,6 +122,30 @@ def _attempts(json_path: str) -> int:
     marks = [r["data"]["attempt"] for r in read_dllogger(json_path)
              if r.get("type") == "LOG" and isinstance(r.get("data"), dict) and "attempt" in r["data"]]
     return max([1] + [m for m in marks if isinstance(m, int)])
+
+
+def table_files_as_data_dir(args: Settings, env: dist_utils.DistributedEnv) -> Settings:
+    """--train_file/--validation_file/--test_file (transformers' flags): their rows written once (rank 0) as
+    OUTPUT_DIR/data/{train,val,test}.source/.target, through the same checks as the recipe's own files; that folder
+    is the run's --data_dir from then on (run_config.json records it)."""
+    files = {split: path for split, path in (("train", args.train_file), ("val", args.validation_file),
+                                             ("test", args.test_file)) if path}
+    if not files:
+        return args
+    from bart.data.prepare_summarization import convert_files
+
+    folder = table_files_folder(args.output_dir)
+
+    def convert():
+        try:
+            counts = convert_files(files, folder, args.text_column, args.summary_column)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        print(f"[data] {', '.join(f'{split} {n}' for split, n in counts.items())} examples from "
+              f"{', '.join(files.values())}, as {folder}", flush=True)
+
+    rank_zero_decides(env, convert, errors=(UserError, OSError))
+    return resolved(args, data_dir=folder)
 
 
 def load_tokenizer(args: Settings, model_path: str | None = None):

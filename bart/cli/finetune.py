@@ -27,6 +27,7 @@ def parse_args(argv=None) -> Settings:
 
 def main(argv=None) -> dict:
     args, env = builder.start_run(parse_args(argv))
+    args = builder.table_files_as_data_dir(args, env)  # --train_file ...: OUTPUT_DIR/data
     init = None if args.from_scratch or args.resume_from_checkpoint else \
         resolve_weights(resolve_model_path(args.init_checkpoint, args.model_revision))
     args, tokenizer, model = builder.build_model_and_tokenizer(args, init, LENGTHS)

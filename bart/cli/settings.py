@@ -167,7 +167,23 @@ class DataSettings:
     GROUP: ClassVar[str] = "data"
     data_dir: str | None = flag(
         None, "training data folder", required=True, scripts=ALL, quick=ALL,
-        per_script={EVAL: dict(position=2, help="folder with {type_path}.source and .target")})
+        per_script={EVAL: dict(position=2, help="folder with {type_path}.source and .target"),
+                    FINETUNE: dict(required=False, help="folder with {train,val,test}.source and .target (or "
+                                                        "--train_file ...)")})
+    train_file: str | None = flag(
+        None, "a .csv, .json, .jsonl or .parquet file of training examples instead of --data_dir (transformers' "
+              "--train_file); written as OUTPUT_DIR/data/train.source/.target, the run's --data_dir",
+        scripts=(FINETUNE,), metavar="FILE")
+    validation_file: str | None = flag(None, "the same for the validation examples", scripts=(FINETUNE,),
+                                       metavar="FILE")
+    test_file: str | None = flag(None, "the same for the test examples (--do_predict)", scripts=(FINETUNE,),
+                                 metavar="FILE")
+    text_column: str | None = flag(
+        None, "those files' column of texts (default: found, as article, document or source)", scripts=(FINETUNE,),
+        metavar="NAME")
+    summary_column: str | None = flag(
+        None, "those files' column of summaries (default: found, as highlights, summary or target)",
+        scripts=(FINETUNE,), metavar="NAME")
     max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=TRAINING,
                                   per_script={PRETRAIN: dict(default=128)})
     max_target_length: int | None = flag(None, "decoder length in tokens (pretraining: = max_source_length)",
@@ -532,6 +548,29 @@ def _early_stopping_needs_validation(s: Settings):
         return "--early_stopping_patience needs validation during training: --val_check_interval N, --n_val not 0"
 
 
+def table_files_folder(output_dir: str) -> str:
+    """Where --train_file/--validation_file/--test_file's rows are written as {split}.source/.target: the run's
+    --data_dir from then on (bart.cli.builder.table_files_as_data_dir)."""
+    import os
+    return os.path.join(output_dir, "data")
+
+
+def _finetuning_data(s: Settings):
+    if s.script != FINETUNE:
+        return None
+    files = [f"--{name}" for name in ("train_file", "validation_file", "test_file") if getattr(s, name)]
+    if s.data_dir and files and s.data_dir != table_files_folder(s.output_dir):  # (not the folder they became)
+        return f"--data_dir and {files[0]}: the data comes from one place; give one"
+    if not s.data_dir and not s.train_file:
+        return ("the following arguments are required: --data_dir (train/val/test.source and .target) or "
+                "--train_file FILE")
+    if s.train_file and not s.validation_file and s.n_val != 0 and not s.data_dir:
+        return "--train_file without --validation_file: add --validation_file FILE, or --n_val 0 (no validation)"
+    if s.train_file and s.do_predict and not s.test_file:
+        return "--do_predict with --train_file: add --test_file FILE"
+    return None
+
+
 def _val_metric_of_the_task(s: Settings):
     if s.script == FINETUNE and s.val_metric is not None:
         return check_val_metric(s.task, s.val_metric)
@@ -547,7 +586,7 @@ def _decode_precision_with_autocast(s: Settings):
 
 _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_is_the_source,
           _pretraining_validation_needs_rows, _finetuning_needs_weights, _early_stopping_needs_validation,
-          _val_metric_of_the_task, _decode_precision_with_autocast)
+          _finetuning_data, _val_metric_of_the_task, _decode_precision_with_autocast)
 
 
 # -- construction --------------------------------------------------------------------------------------
