@@ -86,9 +86,8 @@ def _columns(path: str, rows: list[dict], source_column: str | None, target_colu
     """The source and target columns: those given, else a known pair (CNN/DM's article/highlights, XSum's
     document/summary, source/target)."""
     columns = set(rows[0]) if rows else set()
-    src, tgt = source_column, target_column
-    if not (src and tgt):
-        src, tgt = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= columns), (None, None))
+    found = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= columns), (None, None))
+    src, tgt = source_column or found[0], target_column or found[1]  # a column named is always the one taken
     if src not in columns or tgt not in columns:
         raise ValueError(f"{path} has columns {sorted(columns)}; name the text and summary columns "
                          f"(--text_column and --summary_column)")

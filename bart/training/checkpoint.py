@@ -534,6 +534,8 @@ def resume_changes(saved: dict, current: dict) -> dict:
 
 
 def _shown(value) -> str:
+    if isinstance(value, str) and (not value or value != value.strip()):
+        return repr(value)  # an empty or space-edged text (a source prefix) quoted: '' and 'summarize: '
     return " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
