@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 
-PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
-TRAINING = (PRETRAIN, FINETUNE)
+from bart.cli.args import (  # the scripts' names: one home
+    EVAL,
+    FINETUNE,
+    TRAINING,
+)
 
 # (transformers' spelling, this recipe's field, the scripts that take it): the same meaning, the same values
 ALIASES = (

@@ -25,8 +25,13 @@ from typing import Any
 
 import torch
 
-PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
-TRAINING = (PRETRAIN, FINETUNE)
+from bart.cli.args import (  # the scripts' names: one home
+    EVAL,
+    FINETUNE,
+    PRETRAIN,
+    TRAINING,
+)
+
 _TRUE = {"y", "yes", "t", "true", "on", "1"}
 _FALSE = {"n", "no", "f", "false", "off", "0"}
 
