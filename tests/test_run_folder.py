@@ -370,3 +370,23 @@ def test_a_run_config_replayed_never_removes_its_run(tmp_path, small_tokenizer_d
     assert run_entry("pretrain.py", ["--config_file", config, "--max_steps", "3", "--resume_from_checkpoint",
                                      "auto", "--allow_resume_change", "max_steps"]) == 0  # the line's fix
     assert set(files) <= set(os.listdir(out)) and _log_steps(out) == [1, 2, 3]
+
+
+def test_a_folder_this_process_may_not_write_names_what_to_check(world, tmp_path, capsys):
+    """An immutable (chattr +i) or foreign --output_dir: one line naming the path and what to check. Was: only
+    "[Errno 1] Operation not permitted: '.../run.lock'"."""
+    import shutil
+    import subprocess
+
+    out = tmp_path / "immutable"
+    out.mkdir()
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here (not root, or the file system has no such attribute)")
+    try:
+        code = run_entry("finetune.py", world["argv"] + ["--output_dir", str(out), "--max_steps", "1"])
+    finally:
+        subprocess.run(["chattr", "-i", str(out)], check=True)
+    err = _error_lines(capsys)
+    assert code == 2 and len(err) == 1, err
+    assert f"this process may not use {out / 'run.lock'}: check the owner, mode and attributes of it and its " \
+           f"folder (ls -ld, lsattr -d), or choose another path" in err[0], err

@@ -54,6 +54,15 @@ def _resume_hint(script: str, err: BaseException | None = None) -> str:
             "checkpoint, or starts anew where there is none)" if script in _TRAINING_SCRIPTS else "")
 
 
+def _permission_hint(err: BaseException) -> str:
+    """After a permission error (a folder of another user, a read-only mode, ``chattr +i``): what to look at."""
+    if not isinstance(err, PermissionError) or not err.filename:
+        return ""
+    path = os.fsdecode(err.filename)
+    return (f"; this process may not use {path}: check the owner, mode and attributes of it and its folder "
+            f"(ls -ld, lsattr -d), or choose another path")
+
+
 def _written_folder(err: BaseException):
     """The folder a failed write was writing into: the file an OSError names, else the run's --output_dir."""
     seen = set()
@@ -208,7 +217,7 @@ def _end(err: BaseException, script: str) -> None:
         _say(_interrupted(script))
         sys.exit(EXIT_INTERRUPTED)
     if isinstance(err, (*USER_ERRORS, GenerationOptionError)):
-        _say(f"{script}: error: {one_line(err)}{_resume_hint(script, err)}")
+        _say(f"{script}: error: {one_line(err)}{_permission_hint(err)}{_resume_hint(script, err)}")
         sys.exit(EXIT_USER_ERROR)
     if isinstance(err, RunStopped):
         _say(f"{script}: stopped: {one_line(err)}{_resume_hint(script, err)}")
