@@ -114,6 +114,12 @@ class FSDPStrategy(Strategy):
             for layer in stack.layers:
                 fully_shard(layer, mp_policy=policy)
         fully_shard(model, mp_policy=policy)  # embeddings, final norms, LM head: the root unit
+        # the root returns its logits as a slice of the padded vocabulary's (a view: no copy of B x T x V); FSDP2
+        # warns, on every rank and step, that an in-place op on such a view would skip its hook: nothing here
+        # changes a model output in place, so that one warning, of this model only, says nothing
+        import warnings
+        warnings.filterwarnings("ignore", category=UserWarning, message=rf"FSDP2-wrapped module \({type(model).__name__}\) "
+                                rf"returned a view tensor")
 
     def wrap(self, model, module):
         return module  # prepare's fully_shard changed the model in place; a compiled wrapper runs it as it is
