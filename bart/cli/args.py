@@ -93,7 +93,26 @@ def argparse_keywords(name: str, declared: Flag, default: Any, script: str) -> t
         keywords.pop("type", None)
     if position is not None:
         return (), position, {k: v for k, v in keywords.items() if k not in ("default", "required")}
+    if "metavar" not in keywords and keywords.get("action") is None and keywords.get("choices") is None:
+        keywords["metavar"] = short_metavar(name, keywords.get("type"))
     return options, None, {**keywords, "dest": name}
+
+
+def short_metavar(name: str, kind) -> str:
+    """What --help shows for a flag's value: N (a count), X (a number), DIR, FILE, PATH or TEXT; never the flag's
+    name again (``--max_source_length MAX_SOURCE_LENGTH``)."""
+    shown = getattr(kind, "__name__", "")
+    if shown.startswith(("int", "updates")) or kind is int:
+        return "N"
+    if shown == "number" or kind is float:
+        return "X"
+    if name.endswith("_dir"):
+        return "DIR"
+    if name.endswith(("_file", "_summary")):
+        return "FILE"
+    if name.endswith(("_path", "checkpoint", "tokenizer")):
+        return "PATH"
+    return "TEXT"
 
 
 def add_flags(parser: argparse.ArgumentParser, sections, script: str, title: str | None = None) -> list:

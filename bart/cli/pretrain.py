@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
-"""BART denoising pretraining on LDDL Parquet shards (docs/TRAINING.md: Pretraining).
-
-The flow: ``Settings`` -> the tokenizer and model -> the LDDL loader with BART's noise (and the held-out rows of
-``--n_val``) -> ``PretrainingValidation`` -> ``Trainer.fit()``.
-"""
+"""BART denoising pretraining on LDDL Parquet shards (docs/TRAINING.md: Pretraining)."""
+# The flow: Settings -> the tokenizer and model -> the LDDL loader with BART's noise (and the held-out rows of
+# --n_val) -> PretrainingValidation -> Trainer.fit().
 import torch
 
 from bart.cli import builder

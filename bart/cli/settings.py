@@ -613,7 +613,8 @@ def build_parser(script: str, description: str | None = None) -> ArgumentParser:
     quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
              parser.add_argument("--config_file", metavar="FILE",
                                  help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
-                                      "{\"max_steps\": 100, ...}); @FILE is the same; flags on the command line win")]
+                                      + ("{\"n_obs\": 100, ...}" if script == EVAL else "{\"max_steps\": 100, ...}")
+                                      + "); @FILE is the same; flags on the command line win")]
     positional = sorted((own["position"], name, declared) for cls in SECTIONS.values()
                         for name, declared, _ in declared_flags(cls, script)
                         if "position" in (own := declared.per_script.get(script, {})))
