@@ -114,6 +114,25 @@ def folder_texts(vocab: dict[str, int], merges: list[tuple[str, str]], model_max
     }
 
 
+# What a tokenizer folder holds (folder_texts' names, and transformers' extras): a folder holding only these is an
+# earlier tokenizer, replaced; one holding anything else is the user's, refused (check_replaceable)
+TOKENIZER_FOLDER_FILES = frozenset({"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
+                                    "special_tokens_map.json", "added_tokens.json"})
+
+
+def check_replaceable(out_dir: str) -> None:
+    """``out_dir`` may receive a tokenizer folder: new, empty, or an earlier tokenizer's (only its files); else a
+    ValueError naming what else is there, before anything is trained or written."""
+    if os.path.isfile(out_dir):
+        raise ValueError(f"{out_dir} is a file; give the folder to write the tokenizer into")
+    foreign = sorted(n for n in (os.listdir(out_dir) if os.path.isdir(out_dir) else ())
+                     if n not in TOKENIZER_FOLDER_FILES or not os.path.isfile(os.path.join(out_dir, n)))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ValueError(f"{out_dir} holds {shown}, which a tokenizer folder does not: it would be replaced; give a "
+                         f"new or empty folder, such as {os.path.join(out_dir, 'tokenizer')}")
+
+
 def write_bart_folder(vocab: dict[str, int], merges: list[tuple[str, str]], out_dir: str,
                       model_max_length: int = 1024) -> str:
     """Write a BART tokenizer folder for a byte-level BPE ``vocab`` (token → id, BART's specials
@@ -121,13 +140,14 @@ def write_bart_folder(vocab: dict[str, int], merges: list[tuple[str, str]], out_
     format (no transformers involved: transformers 5.x's ``BartTokenizerFast`` is RoBERTa's and would
     write another class, drop ``<mask>``'s lstrip and special_tokens_map.json). The folder is assembled
     in a staging directory, loaded back by ``tokenizers`` and renamed into place, replacing an earlier
-    (incomplete) one; returns its path."""
+    (incomplete) one, never a folder of other files (:func:`check_replaceable`); returns its path."""
     from tokenizers import Tokenizer
 
     missing = [t for t in SPECIALS + (MASK,) if t not in vocab]
     if missing:
         raise ValueError(f"build_tokenizer: the vocabulary lacks BART's special tokens {missing}")
     out_dir = os.path.abspath(out_dir)
+    check_replaceable(out_dir)  # an earlier tokenizer is replaced; a folder of anything else never
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = staging_folder(parent, ".tokenizer-")  # the folder renamed into place: a new folder's mode, not 0700

@@ -26,7 +26,12 @@ import sys
 from collections.abc import Iterable, Iterator
 
 from bart.configuration.shipped import config_file, names_help
-from bart.tokenization.build_tokenizer import MASK, SPECIALS, write_bart_folder
+from bart.tokenization.build_tokenizer import (
+    MASK,
+    SPECIALS,
+    check_replaceable,
+    write_bart_folder,
+)
 from bart.utils.errors import UserError
 from bart.utils.text_lines import iter_lines
 
@@ -191,6 +196,10 @@ def main(argv=None) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         config = check_config(args.config, args.config_out) if args.config else None
+        try:
+            check_replaceable(os.path.abspath(args.out))  # before training: --out never replaces others' files
+        except ValueError as err:
+            raise TokenizerTrainingError(f"--out {err}") from None
         summary = train_tokenizer(args.inputs, args.out, args.vocab_size, args.min_frequency, args.model_max_length)
         if config:
             write_config(config, args.config_out, summary["vocab_size"])
