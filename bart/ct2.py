@@ -18,7 +18,7 @@ penalty, n-gram blocking, forced BOS: what run_eval.py decodes with) as translat
 what CTranslate2 decodes differently from them (:data:`DIFFERENCES`), which the export also prints.
 
 What CTranslate2 4.x does differently from transformers' generate, which this project's follows (read from
-CTranslate2's decoding.cc; tests/test_ctranslate2.py checks the mapping token for token):
+CTranslate2's decoding.cc; tests/export/test_ctranslate2.py checks the mapping token for token):
 
 * its log-probs are a log-softmax taken AFTER the bans (n-gram blocking, min length); transformers bans after
   the log-softmax unless ``renormalize_logits=True``. Greedy search picks the same token either way; beam

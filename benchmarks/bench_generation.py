@@ -30,7 +30,7 @@ renormalize_logits=True means the settings, as CTranslate2 takes its log-softmax
 length bans; otherwise the log-prob gap of the two tokens where the first row leaves ours, under the fp32
 model: near 0 is a near-tie that rounding decides) and, for bf16/int8, ROUGE-L of their decoded outputs
 against ours (the fp32 output is the reference: with random weights there is no true summary). The
-settings' mapping onto CTranslate2 is the package's ``bart.ct2.ct2_options`` (tests/test_ctranslate2.py
+settings' mapping onto CTranslate2 is the package's ``bart.ct2.ct2_options`` (tests/export/test_ctranslate2.py
 checks it).
 
 Every contender runs once (the checked run), then --repeats times in turn (ours, transformers, ...,

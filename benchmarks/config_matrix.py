@@ -5,7 +5,7 @@
 The choices (``CHOICES``) are the precision, ``--compile`` (inductor, the CUDA default, or the eager backend:
 dynamo's graphs alone, the same graph breaks and recompiles without AOTAutograd or code generation),
 ``--fused_cross_entropy``, the distribution strategy, the layer-norm placement and the padded vocabulary.
-``ROWS`` is a covering set: every pair of two choices' values meets in at least one row (tests/test_matrix.py
+``ROWS`` is a covering set: every pair of two choices' values meets in at least one row (tests/e2e/test_matrix.py
 checks it), 8 rows instead of the 256 of every combination.
 
 Each row, in the launch's processes one after another (``finetune.py``'s own ``main`` through
@@ -32,7 +32,7 @@ wall and CPU seconds of each part; after every row, ``matrix.json`` (SPEC's ``su
 row's choices, problems, seconds and every rank's CPU seconds; the launch exits 1 when a row has a problem.
 SPEC.json: :func:`make_spec`'s. The
 inductor row's ranks compile in turn (:func:`compile_in_turn`): rank 1 reads rank 0's graphs from inductor's
-cache instead of compiling them again at the same time. tests/test_matrix.py runs the matrix on CPU with tiny
+cache instead of compiling them again at the same time. tests/e2e/test_matrix.py runs the matrix on CPU with tiny
 models; benchmarks/gpu_suite.py on a GPU at bart-base size before its timings (one process per GPU, at most 2:
 on one GPU the strategies' single-process form, the model as it is).
 """

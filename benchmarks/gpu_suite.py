@@ -1,4 +1,4 @@
-"""The one-command GPU suite: versions, tests/test_gpu.py, the bf16 matmul peak and memory bandwidth
+"""The one-command GPU suite: versions, tests/e2e/test_gpu.py, the bf16 matmul peak and memory bandwidth
 measured in the run, pretraining and fine-tuning throughput with MFU (this project against
 transformers + fused AdamW), beam search against transformers, and the top kernels of one training
 step and one decode step, in one Markdown report (OUT_DIR/report.md) with every part's raw log and
@@ -283,7 +283,7 @@ PART_FUNCTIONS = {"env": part_env, "peaks": part_peaks, "profile": part_profile,
 
 # The parts in the order they run, with their weights: the seconds each needs on one GPU (the tests first:
 # correctness before speed; then the configuration matrix's first rows). Measured on an H200 (2026-11-28, 500 s
-# budget): tests/test_gpu.py ~110 s (its compiled FP8 test alone 53 s), a bart-base matrix row ~50 s, the
+# budget): tests/e2e/test_gpu.py ~110 s (its compiled FP8 test alone 53 s), a bart-base matrix row ~50 s, the
 # pretraining parts' compiles ~67 s each. They add up to the 540 s budget (one 9-minute command) less the 10 s
 # kept for the report.
 PART_WEIGHTS = {"tests": 110, "matrix": 89, "env": 6, "peaks": 5, "pretrain128": 105, "pretrain512": 75,
@@ -348,8 +348,8 @@ class Suite:
             return command
         peaks = self.figures("peaks") or {}
         if part == "tests":
-            return [py, "-m", "pytest", os.path.join(ROOT, "tests", "test_gpu.py"), "-v", "-p", "no:cacheprovider",
-                    f"--junitxml={self.path('tests.xml')}"]
+            return [py, "-m", "pytest", os.path.join(ROOT, "tests", "e2e", "test_gpu.py"), "-v",
+                    "-p", "no:cacheprovider", f"--junitxml={self.path('tests.xml')}"]
         config = self.path("dry_run_config.json") if dry else os.path.join(ROOT, "configs", "config.json")
         if part == "beam":
             beam = DRY_BEAM if dry else BEAM

@@ -112,7 +112,7 @@ class Report:
 
     def tests(self) -> list:
         counts = self.suite.figures("tests")
-        lines = ["## tests/test_gpu.py", ""] + self.status_note("tests")
+        lines = ["## tests/e2e/test_gpu.py", ""] + self.status_note("tests")
         if counts:
             source = "from its log: pytest stopped before writing its XML, later tests did not run" \
                 if counts.get("partial") else "pytest's XML: `tests.xml`"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the environment (scripts/install.sh), runs ruff and the whole test suite on CPU.
 # GPU-only tests skip themselves where CUDA is absent. Extra arguments go to pytest; test files or
-# folders among them (tests/test_x.py, tests/test_x.py::test_y) run instead of the whole suite.
+# folders among them (tests/training, tests/optim/test_lamb.py, tests/optim/test_lamb.py::test_y) run instead of
+# the whole suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Test files run in parallel, one per CPU core up to 4 (TEST_WORKERS=N to choose any number, 1 for one

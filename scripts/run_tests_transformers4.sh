@@ -11,8 +11,9 @@ source scripts/params/common.sh  # the checks
 check_env count TEST_WORKERS
 checks_done
 source scripts/params/python_env.sh
-TESTS=(tests/test_generation.py tests/test_modeling_parity.py tests/test_tokenizer.py tests/test_train_tokenizer.py
-       tests/test_export.py tests/test_hub.py tests/test_readme.py)
+TESTS=(tests/generation/test_generation.py tests/modeling/test_modeling_parity.py tests/tokenization/test_tokenizer.py
+       tests/tokenization/test_train_tokenizer.py tests/export/test_export.py tests/export/test_hub.py
+       tests/e2e/test_readme.py)
 # left to the main step: the tests of these files that transformers takes no part in (file modes, bad input,
 # replacing a folder, the entry scripts' flags and hub ids, the shell scripts' usage)
 NOT_TRANSFORMERS="umasks_mode or bad_inputs_are_one_line or replaces_only_with_overwrite or entry_scripts"

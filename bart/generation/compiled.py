@@ -20,7 +20,7 @@ host sync per step, the stopping check).
 
 Tokens equal the eager path's wherever float rounding does not flip a choice: the compiled kernels
 round differently from eager ones (fused layer norms, another GEMM orientation for the LM head), as the
-eager path already differs from transformers by rounding; tests/test_generation_compiled.py checks token
+eager path already differs from transformers by rounding; tests/generation/test_generation_compiled.py checks token
 identity on greedy and beam settings. Measured (one beam-search decode step, bart-base, 4 beams,
 512-token sources, 2 threads on the 2-core test CPU, medians of 10 interleaved, load 0.9-1.3): batch 1
 eager 26.1 ms, compiled 25.6 ms; batch 8 eager 71.8 ms, compiled 75.0 ms; bf16 batch 8 eager 34.0 ms,

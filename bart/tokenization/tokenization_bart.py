@@ -9,7 +9,7 @@ which costs a training or evaluation process about 3 s of start-up. Everything e
 ``pad``, any other attribute) is transformers' fast tokenizer, built on first use from the same
 folder, so the README's inference snippet works unchanged. Any other folder (extra special tokens,
 a prefix space, vocab.json + merges.txt without tokenizer.json) and hub ids go to transformers for
-every call. ``tests/test_tokenizer.py`` holds the two paths to the same ids and texts.
+every call. ``tests/tokenization/test_tokenizer.py`` holds the two paths to the same ids and texts.
 
 Also added: per-vocabulary tables of word starts and sentence ends for BART's noise.
 """

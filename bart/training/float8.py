@@ -10,14 +10,14 @@ Kept in bf16 (:func:`float8_filter`):
   padded 50,304 rows would be a multiple of 16; the tie is why it stays);
 - the first layer (``model.encoder.layers.0``: it reads the embeddings) and the last
   (``model.decoder.layers.{N-1}``: it feeds the LM head), as float8 recipes for stability do; with them in
-  fp8 too the emulated loss stays as close to bf16's (tests/test_trainer.py), so the GPU run may try both;
+  fp8 too the emulated loss stays as close to bf16's (tests/training/test_trainer.py), so the GPU run may try both;
 - any linear layer whose input or output size is not a multiple of 16 (float8 matrix products need it).
 
 Float8 products are training's: outside training (``model.eval()``: validation's loss and generation,
 ``--do_predict``, any decoding of the converted model) a converted layer computes as the ``nn.Linear`` it replaced,
 from its high-precision weight under the run's bf16 autocast (:func:`training_float8_class`). So an fp8 run's
 validation and predictions are the tokens of its weights decoded in bf16, those ``run_eval.py --bf16`` and the
-export give (tests/test_matrix.py); torchao's float8 tensors would also refuse generation's inference mode.
+export give (tests/e2e/test_matrix.py); torchao's float8 tensors would also refuse generation's inference mode.
 
 Checkpoints are unchanged: ``Float8Linear`` holds the ``nn.Linear``'s own ``weight``/``bias`` Parameters
 (same names, shapes, fp32) and no buffers, so state dicts, resumes, export and Hugging Face loading are a

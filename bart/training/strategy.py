@@ -16,7 +16,7 @@ weights know nothing else about distribution: a checkpoint is the same file what
 
 To add a strategy, subclass :class:`Strategy` and give it its row in ``STRATEGIES`` (the
 ``--distributed_strategy`` choices follow), with a test that its losses match DDP's
-(tests/test_trainer.py) and that fine-tuning under it writes DDP's files (tests/test_finetune.py).
+(tests/training/test_trainer.py) and that fine-tuning under it writes DDP's files (tests/cli/test_finetune.py).
 """
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from tests.helpers.corpus import micro_config, write_shards
 from tests.helpers.entry import run_entry as _main
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config()
 
 

@@ -11,11 +11,10 @@ import torch
 from bart.configuration import BartConfig
 from bart.data.summarization import SortishSampler, build_finetuning_loader, read_split
 from bart.modeling import BartForConditionalGeneration
+from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(script, *args, nproc=1, timeout=600):

@@ -6,10 +6,10 @@ import subprocess
 import pytest
 
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.entry import run_entry
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACT_FLAGS = """--config_path --warmup_steps --max_steps --data_dir --learning_rate --n_val --train_batch_size
 --gradient_accumulation_steps --max_source_length --max_target_length --val_max_target_length --eval_max_gen_length
 --weight_decay --dropout --lamb --pre_ln --allreduce_post_accumulation_half_precision --output_dir

@@ -23,8 +23,8 @@ import torch
 
 from bart.utils.checkpoint_io import safe_load
 from bart.utils.precision import Precision
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS_DOC = open(os.path.join(ROOT, "docs", "REFERENCE_FLAGS.md"), encoding="utf-8").read()
 PT, FT, EV = "pretrain.py", "finetune.py", "run_eval.py"
 

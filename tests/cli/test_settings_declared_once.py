@@ -24,9 +24,9 @@ from bart.cli.settings import (
     resolved,
 )
 from bart.data.noise import NoiseConfig
+from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = (PRETRAIN, FINETUNE, EVAL)
 _OWN = {"help", "help_all", "config_file"}  # the parser's own: the two helps and --config_file
 

@@ -3,7 +3,7 @@
 complex tensors, NaN/inf or tables of the wrong shape; contradictory flags; old-Mac (CR-only) line ends,
 a config vocab_size below the tokenizer's, a train split smaller than the processes; and the permissions
 of what the project writes (the umask's, not mkdtemp's 0700). Entry scripts run in-process through their
-real ``run_main`` (as tests/test_bad_input.py does); one torchrun run for the two-process case."""
+real ``run_main`` (as tests/cli/test_bad_input.py does); one torchrun run for the two-process case."""
 import json
 import os
 import re
@@ -15,11 +15,11 @@ import torch
 
 from bart.modeling.weights import CheckpointError
 from bart.utils.errors import UserError
+from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, micro_config, write_shards
 from tests.helpers.entry import run_entry as _main
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config()
 TIED = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
 

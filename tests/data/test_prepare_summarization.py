@@ -16,8 +16,7 @@ from bart.data.prepare_summarization import (
     convert_xsum,
     main,
 )
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT as REPO
 
 STORY = """(CNN) -- The river rose overnight
 

@@ -16,13 +16,10 @@ from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import Trainer
 from bart.utils.checkpoint_io import CheckpointError
 from bart.utils.dllogger_compat import Logger, read_dllogger
-from tests.helpers import loader_rank
+from tests.helpers import ROOT, loader_rank
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
 from tests.helpers.ports import free_port
 from tests.helpers.synthetic import one_process, run_settings, tiny_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 # documents with nothing to learn from, as web corpora hold them: LDDL's reader drops the blank
 # lines, the one of a byte-order mark and zero-width spaces becomes a shard row

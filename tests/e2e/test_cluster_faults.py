@@ -1,6 +1,6 @@
 """Cluster faults named in one line, through the launcher the scripts run (``python -m utils.launch``) and real gloo
 processes: a rendezvous port already taken, a rank that stopped (SIGSTOP) while another is merely busy, a user error
-under ``--max_restarts``. (Memory limits: tests/test_unusable_inputs.py.)"""
+under ``--max_restarts``. (Memory limits: tests/cli/test_unusable_inputs.py.)"""
 import os
 import signal
 import socket
@@ -11,11 +11,11 @@ import time
 import pytest
 
 from bart.utils.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR
+from tests.helpers import ROOT
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.ports import free_port
 from tests.helpers.processes import logged_step, wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_LOG = ("W1", "I1", "E1", "[W", "[I")  # torchrun's logging lines (W1128 12:00:00...), not the job's
 
 

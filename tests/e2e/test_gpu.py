@@ -79,8 +79,8 @@ def test_fused_cross_entropy_trains_like_the_plain_loss(tmp_path, precision):
 def test_fused_cross_entropy_large_vocab_bf16_gradients():
     """At BART's vocabulary size under bf16 autocast: loss and gradients of each path (logits + cross-entropy,
     and the chunked LM head + loss) against an fp32 reference, within bounds derived from bf16's precision
-    (tests/test_cross_entropy.py: check_bf16_paths, which runs on CPU there)."""
-    from tests.test_cross_entropy import check_bf16_paths
+    (tests/modeling/test_cross_entropy.py: check_bf16_paths, which runs on CPU there)."""
+    from tests.modeling.test_cross_entropy import check_bf16_paths
     check_bf16_paths("cuda", tokens=3000)
 
 

@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
+
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import bench_generation  # noqa: E402
 import bench_gpu_training  # noqa: E402
@@ -115,7 +116,7 @@ def test_dry_run_every_part_ok_with_its_figures(dry_run):
 def test_dry_run_report_sections_and_figures(dry_run):
     out, suite, report = dry_run
     headings = [line for line in report.splitlines() if line.startswith("#")]
-    expected = ["# GPU suite report (DRY RUN)", "## Parts", "## Targets", "## Versions", "## tests/test_gpu.py",
+    expected = ["# GPU suite report (DRY RUN)", "## Parts", "## Targets", "## Versions", "## tests/e2e/test_gpu.py",
                 "## Configuration matrix", "## Measured peaks", "## Pretraining, bart-large at 128", "## Pretraining, bart-large at 512",
                 "## Fine-tuning, bart-large, XSum shape", "## Beam search", "## Top kernels",
                 "### one training step", "### one decode step"]
@@ -301,8 +302,8 @@ def test_report_keeps_the_rows_of_a_part_stopped_part_way(tmp_path):
             dict(row, contender="lamb", label="this project: apex.FusedLAMB", seconds=0.16, seq_s=1250.0,
                  tokens_s=320000.0, tflops=396.7, out_of_memory=[250])]
     (tmp_path / "pretrain128.json").write_text(json.dumps({"peak_tflops": 800.0, "rows": rows}))
-    (tmp_path / "tests.log").write_text("tests/test_gpu.py::test_a[bf16] PASSED [ 10%]\n"
-                                        "tests/test_gpu.py::test_b FAILED [ 20%]\n")
+    (tmp_path / "tests.log").write_text("tests/e2e/test_gpu.py::test_a[bf16] PASSED [ 10%]\n"
+                                        "tests/e2e/test_gpu.py::test_b FAILED [ 20%]\n")
     suite = gpu_suite.Suite(str(tmp_path), False, 540.0, ["peaks", "pretrain128", "tests"], (None, None), time.time())
     suite.status = {"peaks": dict(status="ok", seconds=3.0, limit=15.0),
                     "pretrain128": dict(status="timed out after 140 s", seconds=140.0, limit=140.0,
@@ -318,7 +319,7 @@ def test_report_keeps_the_rows_of_a_part_stopped_part_way(tmp_path):
     assert "| pretrain512 | this project's best seq/s >= 290.0 | - | not measured |" in report
     assert "| memory bandwidth, 1,024 MiB copy (read + write), best of 10 | 3.000 TB/s | 3.35 TB/s | 89.6% |" in report
     assert "1 passed, 1 failed, 0 errors, 0 skipped, of 2 (from its log" in report
-    assert "Failed: `tests/test_gpu.py::test_b`" in report
+    assert "Failed: `tests/e2e/test_gpu.py::test_b`" in report
 
 
 def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp_path):

@@ -30,11 +30,11 @@ import torch
 import transformers
 
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers import ROOT
 from tests.helpers.container import DOUBLES, build_image
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_wikipedia_dump
 from tests.helpers.hub_cache import add_to_hub_cache
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED = {
     2: ["bash scripts/get_data.sh data", "bash scripts/get_pretraining_data.sh data"],
     3: ["bash scripts/preprocess_pretrain_data.sh data/wikipedia data/common_crawl data/openwebtext data"],

@@ -15,11 +15,11 @@ import sys
 import pytest
 
 from benchmarks.config_matrix import CHOICES, ROWS, check_row, make_spec
+from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config
 from tests.helpers.ports import free_port
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_TEST = 2
 
 

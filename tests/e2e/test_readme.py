@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
+
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
 
 
@@ -109,7 +110,7 @@ def test_the_hugging_face_hand_off_runs_as_printed(tmp_path, tokenizer_dir, toke
     import textwrap
 
     from bart.modeling import BartForConditionalGeneration
-    from tests.test_export import _checkpoint
+    from tests.export.test_export import _checkpoint
 
     quick_start = README.split("8. Hand the model to Hugging Face tools")[1].split("\n## ")[0]
     blocks = [("bash", textwrap.dedent(_code_blocks_in(quick_start, "bash")[0])),
@@ -158,14 +159,14 @@ def _code_blocks_in(text, language):
 # (`bash ...`, `python ...`, `pip ...`, ...), per file. Each maps to the test that runs it, as printed where it can run
 # here. A template (with `...`, `N`, `DIR`) maps to the test that runs an instance of it; what cannot run on this
 # machine (a download, another vendor's tool) says so, with what is checked instead.
-_HERE = "tests/test_readme.py::test_commands_no_other_test_runs_run_as_printed"
-_JOURNEY = "tests/test_journey.py::test_quick_start_journey"
-_CONTAINER_BUILD = "tests/test_container.py::test_the_build_steps_run_on_cpu"
-_HELP = "tests/test_readme.py::test_flags_named_in_the_readme_are_accepted"
-_EXPORT = "tests/test_readme.py::test_the_export_example_runs_as_printed"
-_PACKAGE = "tests/test_package.py::test_editable_install_runs_the_checkout"
-_INSTALLED = "tests/test_package.py::test_installed_copy_runs_from_anywhere_with_a_shipped_config_by_name"
-_LAUNCH = "tests/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code"
+_HERE = "tests/e2e/test_readme.py::test_commands_no_other_test_runs_run_as_printed"
+_JOURNEY = "tests/e2e/test_journey.py::test_quick_start_journey"
+_CONTAINER_BUILD = "tests/scripts/test_container.py::test_the_build_steps_run_on_cpu"
+_HELP = "tests/e2e/test_readme.py::test_flags_named_in_the_readme_are_accepted"
+_EXPORT = "tests/e2e/test_readme.py::test_the_export_example_runs_as_printed"
+_PACKAGE = "tests/scripts/test_package.py::test_editable_install_runs_the_checkout"
+_INSTALLED = "tests/scripts/test_package.py::test_installed_copy_runs_from_anywhere_with_a_shipped_config_by_name"
+_LAUNCH = "tests/training/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code"
 DOC_COMMANDS = {
     "README.md": {
         # the opening block: CHECK_ONLY=1 here (the demo's parts run in their own tests; CI runs the suite: .ci/run)
@@ -184,12 +185,12 @@ DOC_COMMANDS = {
         "OUTPUT_DIR=results/cnn_dm_eval bash scripts/run_eval_summarization.sh results/cnn_dm/final_step.ckpt "
         "$(source scripts/params/cnn_dm_params.sh && dgxa100_8gpu_bf16_eval)": _JOURNEY,
         "python block: from bart.modeling import BartForConditionalGeneration":
-            "tests/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
+            "tests/e2e/test_readme.py::test_the_quick_start_python_example_runs_as_printed",
         "OUTPUT_DIR=results/xsum bash scripts/run_summarization.sh $(source scripts/params/xsum_params.sh && "
         "dgxa100_8gpu_bf16)": _HERE,
         "python -m bart.export results/cnn_dm results/cnn_dm_hf": _JOURNEY,
         "python block: from transformers import AutoModelForSeq2SeqLM, AutoTokenizer":
-            "tests/test_readme.py::test_the_hugging_face_hand_off_runs_as_printed",
+            "tests/e2e/test_readme.py::test_the_hugging_face_hand_off_runs_as_printed",
         # Command-line options
         "python pretrain.py --help": _HELP,
         "python finetune.py --help": _HELP,
@@ -198,9 +199,9 @@ DOC_COMMANDS = {
         "python -m bart.tokenization.train_tokenizer data/pretrain_lddl_128 --vocab_size 32000 --out "
         "data/my_tokenizer --config bart-large --config_out data/config_32k.json": _JOURNEY,
         "TOKENIZER=data/my_tokenizer bash scripts/run_pretraining.sh ... data/config_32k.json":
-            "tests/test_tokenizer_choice.py::test_scripts_leave_the_tokenizer_to_the_python_rule",
+            "tests/tokenization/test_tokenizer_choice.py::test_scripts_leave_the_tokenizer_to_the_python_rule",
         # Starting from public weights (the second: a template; the Quick Start's step 5 from facebook/bart-large)
-        "hf download facebook/bart-large": "tests/test_hub.py::test_the_readmes_download_command_runs_as_printed",
+        "hf download facebook/bart-large": "tests/export/test_hub.py::test_the_readmes_download_command_runs_as_printed",
         "HF_HUB_OFFLINE=1 python finetune.py --init_checkpoint facebook/bart-large ...": _JOURNEY,
         "ngc registry model download-version \"nvidia/dle/bart__pyt_ckpt_ds-cnndm:20.11.1_amp\"":
             "not run (NGC's command-line tool, a 4 GB download)",
@@ -211,27 +212,27 @@ DOC_COMMANDS = {
         "...'], return_tensors='pt')), skip_special_tokens=True))\"": _EXPORT,
         "python -m bart.export results/cnn_dm/final_step.ckpt results/bart_hf_ct2 --ct2 results/bart_ct2": _EXPORT,
         "python -m bart.export results/cnn_dm/final_step.ckpt results/bart_hf_hub --push_to_hub ME/bart-cnn --private":
-            "tests/test_hub.py::test_export_pushes_to_the_hub_through_huggingface_hub",
+            "tests/export/test_hub.py::test_export_pushes_to_the_hub_through_huggingface_hub",
         "hf auth login": "not run (huggingface_hub's login prompt, quoted; the push test passes HF_TOKEN)",
         # Benchmarking
         "bash scripts/run_training_benchmark.sh 40 1024 142 data/cnn_dm":
-            "tests/test_benchmark_scripts.py::test_readme_training_benchmark_runs_as_printed",
+            "tests/scripts/test_benchmark_scripts.py::test_readme_training_benchmark_runs_as_printed",
         "bash scripts/run_inference_benchmark.sh 128 4 1024 142 results/cnn_dm/final_step.ckpt data/cnn_dm "
-        "configs/config.json": "tests/test_benchmark_scripts.py::test_readme_inference_benchmark_runs_as_printed",
+        "configs/config.json": "tests/scripts/test_benchmark_scripts.py::test_readme_inference_benchmark_runs_as_printed",
         # -- quoted inline --
         "bash scripts/run_tests.sh -k generation -x": _HERE,
-        "bash scripts/run_tests.sh tests/test_lamb.py": _HERE,
+        "bash scripts/run_tests.sh tests/optim/test_lamb.py": _HERE,
         "OMP_NUM_THREADS=1 bash scripts/run_demo.sh": _HERE,
         "bash scripts/install.sh": _CONTAINER_BUILD,  # the image's build step runs it as written
         "BART_TRANSFORMERS=4 bash scripts/install.sh": _HERE,  # CHECK_ONLY=1; CI's run_tests_transformers4.sh runs it
         "pip install -e .": _PACKAGE,
         "pip install .": _INSTALLED,
         "pip install --no-deps --no-build-isolation -e .": _PACKAGE,
-        "ruff check .": "tests/test_package.py::test_ruff_passes_with_the_projects_configuration",
+        "ruff check .": "tests/scripts/test_package.py::test_ruff_passes_with_the_projects_configuration",
         "python -m bart.tokenization.build_tokenizer DIR": _CONTAINER_BUILD,
         "python -m bart.utils.nltk_data": _CONTAINER_BUILD,
         "CHECK_ONLY=1 bash scripts/...":
-            "tests/test_script_checks.py::test_data_and_setup_scripts_check_every_value_before_downloading",
+            "tests/scripts/test_script_checks.py::test_data_and_setup_scripts_check_every_value_before_downloading",
         "python -m bart.data.preprocess": _JOURNEY,
         "python -m bart.data.prepare_summarization": _JOURNEY,
     },
@@ -250,9 +251,9 @@ DOC_COMMANDS = {
         "python benchmarks/bench_run_eval.py": _HERE,
         # the GPU suite: on a CPU machine the first is one line and exit 2; the dry run runs whole
         "bash benchmarks/gpu_suite.sh results/gpu_suite":
-            "tests/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",
+            "tests/e2e/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",
         "bash benchmarks/gpu_suite.sh results/gpu_suite_dry --dry-run":
-            "tests/test_gpu_suite.py::test_dry_run_order_tarball_and_budget",
+            "tests/e2e/test_gpu_suite.py::test_dry_run_order_tarball_and_budget",
         # the demo's benchmark runs: CHECK_ONLY=1 on the demo's folders here (full runs: the README's Benchmarking
         # commands' tests)
         "CONFIG_PATH=results/demo/data/config_demo.json TRAIN_STEPS=40 bash scripts/run_training_benchmark.sh 16 128 "
@@ -264,35 +265,35 @@ DOC_COMMANDS = {
     },
     "docs/REFERENCE_FLAGS.md": {
         "torchrun --nproc_per_node N": _LAUNCH,
-        "python finetune.py --gpus 8": "tests/test_reference_flags.py::test_launcher_checks_of_gpus_nodes_processes",
+        "python finetune.py --gpus 8": "tests/cli/test_reference_flags.py::test_launcher_checks_of_gpus_nodes_processes",
         "nsys profile": "not run (Nsight Systems' command, quoted)",
-        "torchrun --nnodes N": "tests/test_trainer.py::test_two_torchrun_nodes_train_together_as_one_process",
+        "torchrun --nnodes N": "tests/training/test_trainer.py::test_two_torchrun_nodes_train_together_as_one_process",
     },
     "docs/TRAINING.md": {
         "pip install torchao==0.18.0": "not run (a download); its pin is requirements.txt's: " + _HERE,
-        "tensorboard --logdir OUTPUT_DIR/tensorboard": "tests/test_monitoring.py::test_tensorboard_events_read_back",
-        "pip install wandb": "not run (a download); without it: tests/test_monitoring.py::test_flag_mistakes",
+        "tensorboard --logdir OUTPUT_DIR/tensorboard": "tests/training/test_monitoring.py::test_tensorboard_events_read_back",
+        "pip install wandb": "not run (a download); without it: tests/training/test_monitoring.py::test_flag_mistakes",
         "python -m utils.plot_logs LOG.json ... --labels ... --out DIR":
-            "tests/test_monitoring.py::test_plot_has_a_row_per_phase",
+            "tests/training/test_monitoring.py::test_plot_has_a_row_per_phase",
         "srun --cpu-bind": "not run (SLURM's srun flag, quoted)",
-        "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
+        "python -m bart.tokenization.train_tokenizer": "tests/tokenization/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
     },
     "docs/TROUBLESHOOTING.md": {
         "docker stop": "not run (docker's command, quoted)",
         "torchrun --max_restarts N":
-            "tests/test_restarts.py::test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupted_run",
+            "tests/training/test_restarts.py::test_torchrun_restart_after_a_killed_rank_resumes_and_ends_as_an_uninterrupted_run",
         "python -m utils.launch": _LAUNCH,
     },
     "docs/INFERENCE.md": {
-        "python -m bart.export CKPT OUT_DIR --ct2 CT2_DIR": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
-        "python block: import json": "tests/test_readme.py::test_the_references_python_form_runs_as_printed",
+        "python -m bart.export CKPT OUT_DIR --ct2 CT2_DIR": "tests/export/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
+        "python block: import json": "tests/e2e/test_readme.py::test_the_references_python_form_runs_as_printed",
     },
     "docs/EXPORT.md": {
-        "python -m bart.export results/finetune/final_step.ckpt results/bart_hf --ct2 results/bart_ct2": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
-        "python block: import ctranslate2, transformers": "tests/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
+        "python -m bart.export results/finetune/final_step.ckpt results/bart_hf --ct2 results/bart_ct2": "tests/export/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
+        "python block: import ctranslate2, transformers": "tests/export/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
         "python -m bart.export CKPT OUT_DIR": _EXPORT,
         "pip install ctranslate2==4.8.5":
-            "tests/test_ctranslate2.py::test_ct2_without_ctranslate2_is_one_line_naming_the_install",
+            "tests/export/test_ctranslate2.py::test_ct2_without_ctranslate2_is_one_line_naming_the_install",
         "hf auth login": "not run (huggingface_hub's login prompt, quoted; the push test passes HF_TOKEN)",
         # ONNX: a transformers 4.57 environment of its own (optimum-onnx 0.1.0 requires transformers<4.58)
         'python -m venv .venv-onnx && .venv-onnx/bin/pip install "transformers==4.57.6" "optimum-onnx[onnxruntime]==0.1.0"':
@@ -308,7 +309,7 @@ DOC_COMMANDS = {
     },
     "docs/ARCHITECTURE.md": {
         "python -m bart.export CKPT OUT_DIR": _EXPORT,
-        "python -m bart.tokenization.train_tokenizer": "tests/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
+        "python -m bart.tokenization.train_tokenizer": "tests/tokenization/test_train_tokenizer.py::test_cli_trains_and_writes_the_config",
         "python -m utils.launch": _LAUNCH,
     },
 }
@@ -351,7 +352,7 @@ def test_every_command_the_readme_and_docs_print_has_a_test_that_runs_it():
         commands = doc_commands(open(os.path.join(ROOT, name), encoding="utf-8").read())
         assert set(commands) == set(mapped), (name, sorted(set(commands) - set(mapped)), sorted(set(mapped) - set(commands)))
     for command, where in ALL_COMMANDS.items():
-        named = re.findall(r"(tests/test_\w+\.py)::(test_\w+)", where)
+        named = re.findall(r"(tests/(?:\w+/)?test_\w+\.py)::(test_\w+)", where)
         assert named or where.startswith("not run ("), (command, where)
         for path, test in named:
             assert re.search(rf"^def {test}\(", open(os.path.join(ROOT, path)).read(), flags=re.M), (command, where)

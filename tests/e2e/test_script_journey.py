@@ -1,6 +1,6 @@
 """The evaluation script across two nodes, as a user starts it on each. (Public weights by hub id through
 run_summarization.sh's 16 positional values and pass-through flags, the reference's eval script name and
-argument order, and the export of the run are in tests/test_journey.py, beside the Quick Start's step 5 from
+argument order, and the export of the run are in tests/e2e/test_journey.py, beside the Quick Start's step 5 from
 facebook/bart-large that they repeated.)"""
 import json
 import os
@@ -13,10 +13,10 @@ import torch
 import transformers
 
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=50265, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)
 

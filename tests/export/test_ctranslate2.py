@@ -16,9 +16,9 @@ from bart import ct2
 from bart.configuration import BartConfig
 from bart.export import main as export_main
 from bart.modeling import BartForConditionalGeneration
+from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import bench_generation  # noqa: E402
 

@@ -14,8 +14,8 @@ import transformers
 from bart.configuration import BartConfig
 from bart.export import main as export_main
 from bart.modeling import BartForConditionalGeneration
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["NVIDIA Geforce Won't Run or Uninstall after the update, users say. The driver was rolled back.",
          "The quick brown fox jumps over the lazy dog. It was fast, and the dog did not mind at all."]
 TINY = dict(vocab_size=50265, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,

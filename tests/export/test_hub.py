@@ -14,12 +14,12 @@ from bart.configuration import BartConfig
 from bart.hub import HubResolutionError, resolve_model_path, resolve_tokenizer_path
 from bart.modeling import BartForConditionalGeneration
 from bart.tokenization.tokenization_bart import BartTokenizer
+from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
 from tests.helpers.hub_cache import add_to_hub_cache
 from tests.helpers.hub_server import HubStandIn
 from tests.helpers.ports import free_port
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)
 IDS = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 9, 10, 2, 1, 1]])
@@ -207,7 +207,7 @@ def _script(args, cache, timeout=300):
 def test_entry_scripts_take_hub_ids(hub_50k, monkeypatch):
     """run_eval.py ORG/NAME resolves through huggingface_hub's offline cache; without --tokenizer the tokenizer
     stored with the model is used (run in this process: its results are the point). finetune.py --init_checkpoint
-    with a hub id, offline and without --tokenizer, is tests/test_journey.py's (run_summarization.sh from
+    with a hub id, offline and without --tokenizer, is tests/e2e/test_journey.py's (run_summarization.sh from
     facebook/bart-large in the container's configuration: the model's own tokenizer, not the image's default)."""
     cache, config, data, work = hub_50k
     for key, value in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", cache)):

@@ -3,7 +3,6 @@ int8 really int8, bf16 really bf16, the given model untouched, token agreement w
 model, the flags through run_eval.py, contradictory combinations refused in one line."""
 import importlib
 import json
-import os
 
 import pytest
 import torch
@@ -19,7 +18,6 @@ from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.utils.errors import UserError
 from tests.helpers.synthetic import collate, example, tiny_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = dict(max_new_tokens=14, eos_token_id=2, pad_token_id=1, decoder_start_token_id=2, bos_token_id=0,
                 forced_bos_token_id=None, forced_eos_token_id=None)
 

@@ -8,7 +8,7 @@ calls: the installed transformers where it is 4.x (its outputs checked against t
 outputs transformers 4.57 gave, recorded in ``tests/data/transformers457_generation.json``, where 5.x
 is installed. Every other call is compared with the installed transformers, whichever major.
 To record again (transformers 4.57 installed, one process):
-``BART_RECORD_TRANSFORMERS457=1 python -m pytest -p no:xdist tests/test_generation.py``.
+``BART_RECORD_TRANSFORMERS457=1 python -m pytest -p no:xdist tests/generation/test_generation.py``.
 """
 import json
 import os

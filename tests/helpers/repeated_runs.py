@@ -1,5 +1,5 @@
 """Runs one after another in one pair of processes, each building its process group and ending it
-(``bart.utils.distributed.cleanup``) as a new launch would (tests/test_distributed_teardown.py):
+(``bart.utils.distributed.cleanup``) as a new launch would (tests/utils/test_distributed_teardown.py):
 
     torchrun --nproc_per_node 2 -m tests.helpers.repeated_runs OUT_BASE ROUNDS SHORT [finetune.py flags]
 

@@ -1,4 +1,5 @@
-"""Fine-tuning runs that stop and resume, beside the uninterrupted run they must reproduce (tests/test_exact_resume.py).
+"""Fine-tuning runs that stop and resume, beside the uninterrupted run they must reproduce
+(tests/training/test_exact_resume.py).
 
     torchrun --nproc_per_node 2 -m tests.helpers.resume_runs OUT_BASE ddp,fsdp [finetune.py flags]
 

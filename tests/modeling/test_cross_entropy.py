@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from bart.modeling.cross_entropy import cross_entropy
+from tests.helpers import ROOT
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -85,7 +86,7 @@ def test_gpu_benchmark_flops_formula_counts_the_models_matmul_weights():
 
     from bart.configuration import BartConfig
     from bart.modeling import BartForConditionalGeneration
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+    path = os.path.join(ROOT, "benchmarks",
                         "bench_gpu_training.py")
     spec = importlib.util.spec_from_file_location("bench_gpu_training", path)
     bench = importlib.util.module_from_spec(spec)
@@ -143,7 +144,7 @@ def check_bf16_paths(device: str, tokens: int, d_model: int = 256) -> None:
     product's result), each at most u = 2^-8 relatively, so its relative error is at most 4u (1.6%); the
     loss, a mean of per-token values each off by about one rounding, at most u. (The old test compared the
     two bf16 paths with each other against 1%, which two errors of ~0.7% each could exceed: 1.005% on an
-    H200.) The bound does not depend on the width (the products accumulate in fp32). tests/test_gpu.py runs it on
+    H200.) The bound does not depend on the width (the products accumulate in fp32). tests/e2e/test_gpu.py runs it on
     CUDA at width 256; on CPU, whose bf16 matmuls are slow, at 64 (2.5 s instead of 22 s, errors alike)."""
     errors = bf16_gradients_against_fp32(device, tokens, d_model=d_model)
     for name, (loss, grad_hidden, grad_weight) in errors.items():

@@ -9,6 +9,7 @@ import transformers
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
 from bart.modeling.weights import CheckpointError
+from tests.helpers import ROOT
 from tests.helpers.fairseq import fairseq_state
 
 _TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
@@ -151,7 +152,7 @@ def test_readme_inference_snippet(tmp_path, tokenizer_dir, monkeypatch):
 
 
 # -- folders written by transformers itself --------------------------------------------------------------
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "transformers5")
+FIXTURES = os.path.join(ROOT, "tests", "data", "transformers5")
 
 
 def _hf_logits(folder):

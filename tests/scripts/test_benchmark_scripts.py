@@ -16,10 +16,10 @@ from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
 from bart.modeling.weights import ARCHITECTURE_KEYS
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU sweep (one fp32 process)")
 
 

@@ -2,7 +2,7 @@
 
 The image's build steps run as written (paths under /opt rebased into a temporary folder); the steps
 that need the network or CUDA are replaced by test doubles that follow the versions the Dockerfile
-pins. The journey that runs in this configuration is tests/test_journey.py's (the Quick Start's steps the image
+pins. The journey that runs in this configuration is tests/e2e/test_journey.py's (the Quick Start's steps the image
 changes, and public weights through the scripts' 16 positional values)."""
 import glob
 import importlib.util
@@ -102,7 +102,7 @@ def test_the_build_steps_run_on_cpu(container_image):
     assert env["BART_USE_SYSTEM_MPI"] == "1"
     assert all(not env[key].startswith("/opt/") for key in image.dockerfile.env)
     # the image's packages: the doubles are what `import dllogger` / `import apex` find (found, not imported: apex's
-    # double imports torch; its FusedLAMB at work is tests/test_apex_lamb.py's)
+    # double imports torch; its FusedLAMB at work is tests/optim/test_apex_lamb.py's)
     out = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('dllogger').origin); "
                           "print(u.find_spec('apex').origin)"], env=env, capture_output=True, text=True,
                          timeout=120)

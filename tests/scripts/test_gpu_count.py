@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
+
 SMI = """#!/usr/bin/env bash
 [ "$1" = "-L" ] || exit 9
 for i in $(seq 0 $(( ${FAKE_GPUS} - 1 ))); do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done

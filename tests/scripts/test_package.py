@@ -14,9 +14,9 @@ import zipfile
 
 import pytest
 
+from tests.helpers import ROOT
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPORTS = ("from bart.modeling import BartForConditionalGeneration; from bart.configuration import BartConfig; "
            "import bart, bart.utils, bart.cli.pretrain; print(bart.__file__); print(bart.cli.pretrain.__file__)")
 # console script -> its usage line's command: the command typed (argparse's prog), bart.export's own

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
 
 # the stub Python: records its call; a pretrain.py/finetune.py run leaves its last checkpoint as the real ones do
 PYTHON_STUB = r'''#!/bin/bash

@@ -29,11 +29,11 @@ from bart.training.checkpoint import (
     write_training_checkpoint,
 )
 from bart.utils.errors import UserError
+from tests.helpers import ROOT
 from tests.helpers.fairseq import fairseq_state
 from tests.helpers.hub_cache import add_to_hub_cache
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=50265, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
             decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=64)
 TEXT = "Hello world"

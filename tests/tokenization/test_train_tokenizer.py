@@ -19,6 +19,7 @@ from bart.tokenization.vocab_check import (
     VocabSizeMismatch,
     check_vocab_size,
 )
+from tests.helpers import ROOT
 from tests.helpers.corpus import (
     NON_ASCII,
     SMALL_VOCAB_SIZE,
@@ -26,7 +27,6 @@ from tests.helpers.corpus import (
     write_tokenizer_corpus,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["Hello world. It works!", "Café crème brûlée, naïve.", "中文分词 and 日本語 too", "Emoji 🤗🚀 at the end 👍🏽",
          "  spaces  and\nnewlines ", "a <mask> in the middle"]
 

@@ -18,8 +18,8 @@ from bart.training.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = """
 import sys, torch
 sys.path.insert(0, {root!r})

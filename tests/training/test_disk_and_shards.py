@@ -35,9 +35,9 @@ from bart.utils.checkpoint_io import (
     storage_errno,
 )
 from bart.utils.errors import EXIT_USER_ERROR
+from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config, write_shards
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXIT_INTERRUPTED = 130
 
 

@@ -14,13 +14,13 @@ import torch
 
 from bart.utils.dllogger_compat import read_dllogger
 from bart.utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
+from tests.helpers import ROOT
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.ports import free_port
 from tests.helpers.processes import Watched as _Watched
 from tests.helpers.processes import logged_step, wait_for
 from tests.helpers.processes import ours as _ours
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 
 

@@ -8,12 +8,11 @@ import sys
 import pytest
 
 from bart.utils.dllogger_compat import Logger, read_dllogger
+from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.doubles import use_doubles
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(script, *args, log_path, env=None):

@@ -12,11 +12,11 @@ import time
 import pytest
 import torch
 
+from tests.helpers import ROOT
 from tests.helpers.corpus import finetuning_world, micro_config
 from tests.helpers.entry import run_entry as _main
 from tests.helpers.ports import free_port
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = micro_config()  # dropout 0.1: a random stream a resume loses shows in the losses (with 0 it would not)
 assert CONFIG["dropout"] == 0.1
 

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from tests.helpers import ROOT
 from tests.helpers.corpus import finetuning_world, micro_config
 from tests.helpers.entry import run_entry
 
@@ -248,7 +249,7 @@ def test_preprocessing_an_empty_corpus_folder_is_one_line_exit_2_and_leaves_noth
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     corpus, data = tmp_path / "common_crawl", tmp_path / "data"
     corpus.mkdir()
     env = dict(os.environ, PYTHON=sys.executable, NPROC="1")

@@ -12,6 +12,7 @@ from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.trainer import NonFiniteLossError, Trainer
 from bart.utils.dllogger_compat import read_dllogger
+from tests.helpers import ROOT
 from tests.helpers.inductor import scalar_inductor
 from tests.helpers.ports import free_port
 from tests.helpers.synthetic import (
@@ -21,8 +22,6 @@ from tests.helpers.synthetic import (
     run_settings,
     tiny_config,
 )
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _trainer(tmp_path, batch_size, grad_accum, max_steps=2, optimizer="adamw", precision="fp32", data=None,

@@ -14,11 +14,11 @@ from datetime import datetime
 import pytest
 
 from bart.utils.dllogger_compat import Logger, read_dllogger
+from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.doubles import DOUBLES, use_doubles, with_doubles
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}"
 
 

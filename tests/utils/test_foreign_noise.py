@@ -17,8 +17,8 @@ import torch
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
 from bart.utils.foreign_noise import KNOWN_NOISE, drop_known_noise
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=50265, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
 # the lines run_eval.py itself writes on stderr before its metrics (its notes and its progress)

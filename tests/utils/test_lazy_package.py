@@ -8,8 +8,7 @@ import sys
 import pytest
 
 from bart.utils.lazy_package import defer_package_init
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from bart.export import model_card
 from bart.modeling import BartForConditionalGeneration
 from bart.utils import provenance
 from bart.utils.redact import clean_url, is_secret_name, mask_command, mask_env
+from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
-from tests.test_package import needs_wheels
+from tests.scripts.test_package import needs_wheels
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "SECRET123"
 REMOTE = f"https://gitlab-ci-token:{SECRET}@host/team/bart.git"
 CLEAN = "https://host/team/bart.git"

@@ -19,10 +19,10 @@ import pytest
 from bart.utils import run_lock
 from bart.utils.dllogger_compat import read_dllogger
 from bart.utils.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
+from tests.helpers import ROOT
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.processes import logged_step, wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.utils import run_lock; "
           "run_lock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)")
 
