@@ -1,5 +1,6 @@
 """Session fixtures shared by the test modules: offline tokenizer folders (GPT-2's 50k vocabulary and a
 small trained one) and Punkt data."""
+import collections
 import os
 import sys
 
@@ -56,17 +57,14 @@ def container_image(tmp_path_factory):
     return build_image(str(tmp_path_factory.mktemp("image")))
 
 
-# Test files, heaviest first (summed test seconds of a whole run, 2 workers on 2 cores, measured 2026-11-28):
-# run_tests.sh gives each of its workers whole files (--dist loadfile), so starting the long files first keeps
-# one worker from running the last long file alone while the other has finished (longest-first scheduling).
-# Files not named here follow in pytest's order; a stale list costs only time.
-HEAVIEST_FIRST = ("test_matrix.py", "test_gpu_suite.py", "test_journey.py", "test_signals.py", "test_pretraining_data.py",
-                  "test_faults.py", "test_trainer.py", "test_disk_and_shards.py", "test_benchmark_scripts.py",
-                  "test_generation.py", "test_finetune.py", "test_readme.py", "test_cluster_faults.py",
-                  "test_exact_resume.py", "test_run_lock.py", "test_restarts.py", "test_package.py",
-                  "test_foreign_noise.py", "test_hub.py", "test_cross_entropy.py", "test_export.py",
-                  "test_tokenizer_choice.py", "test_reference_outputs.py", "test_monitoring.py", "test_ctranslate2.py",
-                  "test_unusable_inputs.py", "test_dllogger.py", "test_script_journey.py")
+# The order files start in, heaviest first: run_tests.sh gives each of its workers whole files (--dist loadfile), so
+# starting the long files first keeps one worker from running the last long file alone while the other has finished
+# (longest-first scheduling). A rule on what is collected, not a list of names: the whole journeys (e2e/) and the
+# scripts' tests (scripts/) first, then the other folders, the one holding the most `slow` tests first (then the
+# larger); in a folder, the file holding the most `slow` tests first, then the larger file. A new file or folder
+# needs no entry here.
+FIRST_FOLDERS = ("e2e", "scripts")
+TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_configure(config):
@@ -75,8 +73,24 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))  # stable
+    def folder(item) -> str:
+        return os.path.relpath(os.path.dirname(str(item.path)), TESTS)
+
+    slow, size = collections.Counter(), collections.Counter()  # slow tests and bytes of test files, per file and folder
+    for path in {str(item.path) for item in items}:
+        size[path] = os.path.getsize(path)
+        size[os.path.relpath(os.path.dirname(path), TESTS)] += size[path]
+    for item in items:
+        if item.get_closest_marker("slow"):
+            slow[str(item.path)] += 1
+            slow[folder(item)] += 1
+
+    def order(item):
+        path, where = str(item.path), folder(item)
+        first = FIRST_FOLDERS.index(where) if where in FIRST_FOLDERS else len(FIRST_FOLDERS)
+        return first, -slow[where], -size[where], where, -slow[path], -size[path], path
+
+    items.sort(key=order)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True)
