@@ -162,7 +162,6 @@ CASES = [
     ("ev-model-text-file", "run_eval.py", ["{text_ckpt}", "{cfg}", "{data}", "{out}", "--tokenizer", "{tok}"], ["text.ckpt"]),
     ("ev-model-empty-file", "run_eval.py", ["{empty_ckpt}", "{cfg}", "{data}", "{out}", "--tokenizer", "{tok}"], ["empty.ckpt"]),
     ("ft-resume-missing", "finetune.py", FT + ["--resume_from_checkpoint", "{base}/gone.ckpt"], ["gone.ckpt"]),
-    ("ft-resume-none-there", "finetune.py", FT + ["--resume_from_checkpoint", "True"], ["_step"]),
     ("ft-resume-weights-file", "finetune.py", FT + ["--resume_from_checkpoint", "{weights}"], ["weights.ckpt"]),
     ("ft-resume-other-config", "finetune.py", _with(FT, config_path="{cfg_other}") + ["--resume_from_checkpoint",
                                                                                      "{train_ckpt}"], ["d_model", "48"]),

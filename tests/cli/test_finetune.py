@@ -229,7 +229,7 @@ def test_fsdp_fine_tuning_writes_what_ddp_writes(ddp_and_fsdp):
             continue
         assert sorted(a) == sorted(b) and a["kind"] == b["kind"], name
         _close_weights(b["model"], a["model"])
-        assert b.get("metrics") == a.get("metrics") and b["config"] == a["config"], name
+        assert b.get("metrics") == pytest.approx(a.get("metrics"), abs=1e-5) and b["config"] == a["config"], name
         if "optimizer" in a:  # a training checkpoint: the optimizer state in optimizer.state_dict()'s layout
             assert b["optimizer"]["param_groups"] == a["optimizer"]["param_groups"]
             assert sorted(b["optimizer"]["state"]) == sorted(a["optimizer"]["state"])

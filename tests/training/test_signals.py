@@ -146,7 +146,8 @@ def test_sigterm_during_a_periodic_validation_abandons_it_and_checkpoints_the_up
     assert not [r for r in records if any(k.startswith("val_") for k in r["data"])]
     # the same command again (in this process: no second start-up; a shorter validation: the check is that update 2
     # is validated, then 3 and 4 trained)
-    assert run_entry("finetune.py", _finetune_argv(summaries, out, *flags, "--n_val", "16")) == 0
+    assert run_entry("finetune.py", _finetune_argv(summaries, out, *flags, "--n_val", "16", "--allow_resume_change",
+                                                   "n_val")) == 0
     records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
     assert [r["step"] for r in records if "val_loss" in r["data"] or any(k.startswith("val_rouge") for k in r["data"])] \
         == [2, 4], records
