@@ -116,8 +116,7 @@ def folder_texts(vocab: dict[str, int], merges: list[tuple[str, str]], model_max
 
 # What a tokenizer folder holds (folder_texts' names, and transformers' extras): a folder holding only these is an
 # earlier tokenizer, replaced; one holding anything else is the user's, refused (check_replaceable)
-TOKENIZER_FOLDER_FILES = frozenset({"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
-                                    "special_tokens_map.json", "added_tokens.json"})
+TOKENIZER_FOLDER_FILES = frozenset(FOLDER_FILES) | {"added_tokens.json"}
 
 
 def check_replaceable(out_dir: str) -> None:

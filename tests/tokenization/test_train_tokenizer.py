@@ -157,6 +157,23 @@ def test_main_notes_a_short_vocabulary(corpus, tmp_path, capsys):
     assert f'set "vocab_size": {summary["vocab_size"]} in the model config' in printed
 
 
+def test_out_replaces_an_earlier_tokenizer_and_never_other_files(corpus, tmp_path, capsys):
+    """Was: --out data removed the whole folder (the user's files with it) to put the tokenizer there."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "notes.txt").write_text("the user's")
+    with pytest.raises(SystemExit) as stop:
+        main([corpus, "--vocab_size", "400", "--out", str(tmp_path / "data")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    advised = tmp_path / "data" / "tokenizer"
+    assert f"--out {tmp_path / 'data'} holds notes.txt, which a tokenizer folder does not: it would be replaced; give a " \
+           f"new or empty folder, such as {advised}" in err[0], err
+    assert os.listdir(tmp_path / "data") == ["notes.txt"]  # nothing written, nothing removed
+    for _ in range(2):  # the advised folder, then again over the earlier tokenizer it holds
+        assert main([corpus, "--vocab_size", "400", "--out", str(advised)])["folder"] == str(advised)
+    assert sorted(os.listdir(tmp_path / "data")) == ["notes.txt", "tokenizer"]
+
+
 @pytest.mark.parametrize("case, message", [
     ("missing", "no such file or folder: "),
     ("no_files", "holds no .txt or .parquet files"),
