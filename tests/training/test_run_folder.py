@@ -391,3 +391,18 @@ def test_a_folder_this_process_may_not_write_names_what_to_check(world, tmp_path
     assert code == 2 and len(err) == 1, err
     assert f"this process may not use {out / 'run.lock'}: check the owner, mode and attributes of it and its " \
            f"folder (ls -ld, lsattr -d), or choose another path" in err[0], err
+
+
+def test_overwrite_output_dir_removes_the_runs_best_model_folder_and_nothing_of_the_users(tmp_path):
+    """finetune.py's best_tfmr/ is the run's (was: left behind by --overwrite_output_dir, looking current after a new
+    run that does not validate); a folder of the user's stays."""
+    from bart.training.checkpoint import remove_earlier_run
+
+    (tmp_path / "best_tfmr").mkdir()
+    (tmp_path / "best_tfmr" / "config.json").write_text("{}")
+    (tmp_path / "dllogger.json").write_text('DLLL {"step": 1}\n')
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    removed = remove_earlier_run(str(tmp_path))
+    assert sorted(os.path.basename(p) for p in removed) == ["best_tfmr", "dllogger.json"]
+    assert sorted(os.listdir(tmp_path)) == ["mine"]
