@@ -179,10 +179,12 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
     return metrics
 
 
-def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precision, is_main: bool) -> dict:
-    """run_eval.py's work: generate for ``args.type_path``, write the generations, the metrics
-    (``{type_path}_rouge.json`` / ``_bleu.json``) and the dllogger record with latency figures."""
-    sources, targets = read_split(args.data_dir, args.type_path, args.n_obs)
+def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precision, is_main: bool,
+                   split: tuple[list[str], list[str]] | None = None) -> dict:
+    """run_eval.py's work: generate for ``args.type_path`` (``split``: its (sources, targets) read already, else
+    read here), write the generations, the metrics (``{type_path}_rouge.json`` / ``_bleu.json``) and the dllogger
+    record with latency figures."""
+    sources, targets = split or read_split(args.data_dir, args.type_path, args.n_obs)
     start = time.perf_counter()
     prefix = args.prefix if args.prefix is not None else getattr(model.config, "prefix", None) or ""
     if prefix and args.prefix is None and is_main:

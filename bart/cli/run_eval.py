@@ -15,7 +15,9 @@ from bart.cli.args import generation_kwargs
 from bart.cli.exits import run_main
 from bart.cli.reference_flags import write_debug_references
 from bart.cli.settings import EVAL, Settings, fit_lengths, parse_command_line
+from bart.data.summarization import read_split
 from bart.evaluation import refuse_earlier_evaluation, run_evaluation
+from bart.generation import check_generate_options
 from bart.generation.precision import for_decoding
 from bart.hub import resolve_model_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
@@ -36,6 +38,7 @@ def main(argv=None) -> dict:
                                       heartbeat_timeout_s=args.heartbeat_timeout)
     # one evaluation per folder; an earlier one's files are replaced only with --overwrite
     start.lock_output_dir(args.save_path, env, flag="SAVE_PATH", check=lambda: refuse_earlier_evaluation(args))
+    split = read_split(args.data_dir, args.type_path, args.n_obs)  # a missing or empty split: before anything is loaded
     torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
     precision.configure()
     config = start.model_config(args, training=False)
@@ -51,9 +54,10 @@ def main(argv=None) -> dict:
     gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
                   "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
     require_vocab_size(tokenizer, model.config, config_name=args.config_path)
+    check_generate_options(model, gen_kwargs)  # an unknown or bad --KEY VALUE: before anything is recorded
     if env.is_main:  # SAVE_PATH/git_log.json, appended once the inputs are known usable (nothing written before)
         start.record_start(args.save_path, env.world_size)
-    result = run_evaluation(model, tokenizer, args, gen_kwargs, precision, is_main=env.is_main)
+    result = run_evaluation(model, tokenizer, args, gen_kwargs, precision, is_main=env.is_main, split=split)
     if args.debug and env.is_main:
         write_debug_references(args)
     dist_utils.cleanup()

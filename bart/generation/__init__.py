@@ -41,6 +41,18 @@ from bart.generation.processing import logits_processors
 from bart.generation.session import _attention_mask, _Decoder
 
 
+def check_generate_options(model, kwargs: dict) -> None:
+    """:func:`generate`'s keywords checked against ``model``'s config without generating (an unknown or bad one is a
+    :class:`GenerationOptionError`, as generate raises it)."""
+    options = dict(kwargs)
+    try:
+        compile_mode(options.pop("compile_generation", False))
+    except ValueError as err:
+        raise GenerationOptionError(str(err)) from None
+    options.pop("packed", None)
+    resolve(model.config, options)
+
+
 @torch.inference_mode()
 def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
     """Summaries (or translations) of ``input_ids`` (B, S).
