@@ -3,6 +3,9 @@
 # GPU-only tests skip themselves where CUDA is absent. Extra arguments go to pytest; test files or
 # folders among them (tests/training, tests/optim/test_lamb.py, tests/optim/test_lamb.py::test_y) run instead of
 # the whole suite.
+# --quick: the quick tier (tests/conftest.py's rule): every folder's tests that start no process and run no entry
+# script, not slow, and one whole job (pretrain.py then finetune.py); with a folder, that folder's quick tests.
+# tests/README.md says which folder holds what.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Test files run in parallel, one per CPU core up to 4 (TEST_WORKERS=N to choose any number, 1 for one

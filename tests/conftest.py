@@ -1,8 +1,10 @@
 """Session fixtures shared by the test modules: offline tokenizer folders (GPT-2's 50k vocabulary and a
 small trained one) and Punkt data."""
 import collections
+import inspect
 import os
 import sys
+import types
 
 import pytest
 
@@ -67,12 +69,85 @@ FIRST_FOLDERS = ("e2e", "scripts")
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
+# --quick (scripts/run_tests.sh --quick; tests/README.md): every folder's in-process tests and one whole job. A test
+# is in-process when neither it, nor a fixture it uses, nor a function or class of the tests' own code that they
+# call (followed through tests/, not into bart/) starts a process (subprocess, multiprocessing, runpy) or runs an
+# entry script (run_entry, run_main, an entry point's main); `slow` tests stay out. A rule on the code, not a list:
+# a new test is placed by what it does.
+# the whole job: pretrain.py, then finetune.py from its checkpoint with a prediction, each in its own process
+QUICK_JOB = "tests/utils/test_dllogger.py::test_pretrain_then_finetune_with_predict_on_the_package"
+_STARTS = frozenset({"subprocess", "Popen", "multiprocessing", "runpy", "run_entry", "run_main"})
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true", default=False,
+                     help="the quick tier: tests that start no process and run no entry script (not slow), and one "
+                          "whole job (tests/README.md)")
+
+
+def _names(code: types.CodeType) -> set:
+    """The global and attribute names a function's code (its nested functions included) uses."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _tests_code(obj) -> bool:
+    return getattr(getattr(obj, "__code__", None), "co_filename", "").startswith(TESTS + os.sep)
+
+
+def _starts_a_process(func, seen: set) -> bool:
+    """Whether ``func`` (a test, a fixture, a function of the tests' code) starts a process or runs an entry script,
+    itself or through the tests' code it calls."""
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    if code is None or code in seen:
+        return False
+    seen.add(code)
+    names = _names(code)
+    if names & _STARTS:
+        return True
+    scope = getattr(func, "__globals__", {})
+    for name in names:
+        obj = scope.get(name)
+        module = getattr(obj, "__module__", None) or ""
+        if module == "bart.cli.exits" or (module.startswith("bart.") and getattr(obj, "__name__", None) == "main"):
+            return True  # an entry script in this process, under another name
+        if inspect.ismodule(obj):
+            ours = (getattr(obj, "__file__", None) or "").startswith(TESTS + os.sep)
+            called = [getattr(obj, attr, None) for attr in names] if ours else []
+        elif inspect.isclass(obj):
+            called = list(vars(obj).values())
+        else:
+            called = [obj]
+        if any(_tests_code(c) and _starts_a_process(c, seen) for c in called):
+            return True
+    return False
+
+
+def _quick(item) -> bool:
+    if item.nodeid == QUICK_JOB:
+        return True
+    if item.get_closest_marker("slow"):
+        return False
+    seen = set()
+    fixtures = [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
+    return not any(_tests_code(f) and _starts_a_process(f, seen) for f in [item.function, *fixtures])
+
+
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist >= 3.6 would reorder files by test count
         config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(session, config, items):
+    if config.getoption("quick"):
+        quick = {item.nodeid: _quick(item) for item in items}
+        config.hook.pytest_deselected(items=[item for item in items if not quick[item.nodeid]])
+        items[:] = [item for item in items if quick[item.nodeid]]
+
     def folder(item) -> str:
         return os.path.relpath(os.path.dirname(str(item.path)), TESTS)
 
