@@ -12,11 +12,11 @@ import warnings
 import pytest
 import torch
 
+from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.slow  # the module's runs: about 50 s on a 2-core CPU
 REFERENCE_LATENCY_KEYS = ("inference_latency_mean", "inference_latency_conf_50", "inference_latency_conf_90",
                           "inference_latency_conf_95", "inference_latency_conf_99", "inference_latency_conf_100",
