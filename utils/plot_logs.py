@@ -25,8 +25,11 @@ OUTPUT_NAME = "training_curves.png"
 
 
 def read_log(path: str) -> list[dict]:
-    """The ``LOG`` records of a dllogger JSON file."""
-    return [r for r in read_dllogger(path) if r.get("type") == "LOG"]
+    """The ``LOG`` records of a dllogger JSON file; of a run started again before its first checkpoint (its log
+    goes on, each new start marked ``{"attempt": N}``), the last attempt's: the curve of the run that went on."""
+    records = [r for r in read_dllogger(path) if r.get("type") == "LOG"]
+    starts = [i for i, r in enumerate(records) if "attempt" in (r.get("data") or {})]
+    return records[starts[-1]:] if starts else records
 
 
 def series(records: Iterable[dict], names: tuple[str, ...]) -> tuple[list[float], list[float]]:

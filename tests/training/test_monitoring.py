@@ -246,3 +246,17 @@ def test_plot_has_a_row_per_phase(tmp_path, pretrained):
     written = plot_logs([str(pretrained[0] / "dllogger.json"), str(finetuning)], str(tmp_path / "plots"),
                         ["pretraining", "fine-tuning"])
     assert written == [str(tmp_path / "plots" / "training_curves.png")] and os.path.getsize(written[0]) > 10000
+
+
+def test_the_plotted_curve_of_a_run_started_again_is_its_last_attempt(tmp_path):
+    """A log holding an attempt that stopped before its first checkpoint, then the run started again: the curve is
+    the second attempt's (was: both attempts' updates 1-3 drawn as one zigzag)."""
+    import json
+
+    from utils.plot_logs import TRAIN_LOSS, read_log, series
+
+    lines = [{"type": "LOG", "step": s, "data": {"loss": 9.0 - s}} for s in (1, 2, 3)]
+    lines += [{"type": "LOG", "step": 0, "data": {"attempt": 2}}]
+    lines += [{"type": "LOG", "step": s, "data": {"loss": 5.0 - s}} for s in (1, 2, 3, 4)]
+    (tmp_path / "dllogger.json").write_text("".join("DLLL " + json.dumps(r) + "\n" for r in lines))
+    assert series(read_log(str(tmp_path / "dllogger.json")), TRAIN_LOSS) == ([1, 2, 3, 4], [4.0, 3.0, 2.0, 1.0])
