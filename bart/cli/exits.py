@@ -17,7 +17,7 @@ import sys
 import threading
 
 from bart.data import DataError
-from bart.hub import HubResolutionError
+from bart.hub import HubPushError, HubResolutionError
 from bart.utils.errors import (
     EXIT_DIST_TIMEOUT,
     EXIT_USER_ERROR,
@@ -27,7 +27,7 @@ from bart.utils.errors import (
 )
 from bart.utils.metric_writers import MetricWriterError
 
-USER_ERRORS = (UserError, HubResolutionError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
+USER_ERRORS = (UserError, HubResolutionError, HubPushError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
                NotADirectoryError, PermissionError)
 _TRAINING_SCRIPTS = ("pretrain.py", "finetune.py")
 # What to lower when a script runs out of memory (the model's size is the config's in every script)

@@ -12,7 +12,7 @@ from bart.cli.settings import FINETUNE, Settings, parse_command_line, resolve_ep
 from bart.data.summarization import read_split
 from bart.evaluation import predict_split
 from bart.export import export_best
-from bart.hub import resolve_model_path
+from bart.hub import check_can_push, push_folder, resolve_model_path
 from bart.modeling.weights import resolve_weights
 from bart.training.checkpoint import save_final_weights
 from bart.utils import distributed as dist_utils
@@ -26,7 +26,10 @@ def parse_args(argv=None) -> Settings:
 
 
 def main(argv=None) -> dict:
-    args, env = builder.start_run(parse_args(argv))
+    args = parse_args(argv)
+    if args.push_to_hub:  # a valid repository id, a token: before anything is trained
+        check_can_push(args.push_to_hub)
+    args, env = builder.start_run(args)
     args = builder.table_files_as_data_dir(args, env)  # --train_file ...: OUTPUT_DIR/data
     init = None if args.from_scratch or args.resume_from_checkpoint else \
         resolve_weights(resolve_model_path(args.init_checkpoint, args.model_revision))
@@ -61,6 +64,9 @@ def main(argv=None) -> dict:
                                             trained=summary.get("final_weights"), prefix=args.prefix or "")
     if args.do_train and validation is not None and env.is_main and (best := export_best(args.output_dir)):
         summary["best_tfmr"] = best["out_dir"]  # the best checkpoint as a Hugging Face folder (with its tokenizer)
+        if args.push_to_hub:  # once, at the end, the verified folder
+            summary["hub_url"] = push_folder(best["out_dir"], args.push_to_hub, private=args.hub_private_repo)
+            print(f"pushed {best['out_dir']} to {summary['hub_url']}", flush=True)
     if validation is not None:
         summary["validation"] = validation.history
     if env.is_main:

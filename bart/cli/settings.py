@@ -383,6 +383,12 @@ class FineTuningSettings:
                           refused_in=(PRETRAIN,))
     do_predict: bool = flag(False, "write test predictions after training", action="store_true",
                             refused_in=(PRETRAIN,), quick=(FINETUNE,))
+    push_to_hub: str | None = flag(
+        None, "at the end, upload best_tfmr/ (the best checkpoint as a Hugging Face folder, verified in transformers) "
+              "to the hub's model repository REPO (OWNER/NAME; made if missing); the token is checked before training",
+        scripts=(FINETUNE,), metavar="REPO", nargs="?", const=True)
+    hub_private_repo: bool = flag(False, "with --push_to_hub: make the repository private", scripts=(FINETUNE,),
+                                  action="store_true")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -568,6 +574,13 @@ def _finetuning_data(s: Settings):
         return "--train_file without --validation_file: add --validation_file FILE, or --n_val 0 (no validation)"
     if s.train_file and s.do_predict and not s.test_file:
         return "--do_predict with --train_file: add --test_file FILE"
+    if s.push_to_hub is True:  # transformers' switch without --hub_model_id after it
+        return "--push_to_hub: name the repository, --push_to_hub OWNER/NAME (or --push_to_hub --hub_model_id OWNER/NAME)"
+    if s.push_to_hub and (s.n_val == 0 or s.save_top_k == 0):
+        return ("--push_to_hub uploads the best validation checkpoint (best_tfmr/), which needs validation (--n_val "
+                "not 0) and --save_top_k >= 1")
+    if s.hub_private_repo and not s.push_to_hub:
+        return "--hub_private_repo applies to the repository --push_to_hub makes; add --push_to_hub REPO or drop it"
     return None
 
 

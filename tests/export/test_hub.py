@@ -321,6 +321,41 @@ def test_export_pushes_to_the_hub_through_huggingface_hub(tmp_path, tokenizer_di
         assert not (tmp_path / "out").exists() and len(hub.repos["me/tiny-bart"]["commits"]) == 1
 
 
+def test_finetuning_pushes_its_best_model_folder_once_at_the_end(tmp_path, small_tokenizer_dir):
+    """finetune.py --push_to_hub REPO (--hub_model_id, transformers' name): best_tfmr/, verified in transformers,
+    uploaded byte for byte in one commit after training; without a token it is one line before anything runs
+    (was: no flag; the user exported and pushed by hand)."""
+    import json as json_
+
+    from benchmarks.corpora import write_summarization_data
+    from tests.helpers.corpus import micro_config
+
+    data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
+    (tmp_path / "config.json").write_text(json_.dumps(micro_config(dropout=0.0)))
+    argv = ["finetune.py", "--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer",
+            small_tokenizer_dir, "--from_scratch", "--max_steps", "1", "--train_batch_size", "4", "--max_source_length",
+            "32", "--max_target_length", "8", "--n_val", "2", "--eval_max_gen_length", "6", "--no_tensorboard",
+            "--num_workers", "0", "--output_dir", str(tmp_path / "run")]
+    with HubStandIn(token="hf_writer") as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_")) and k != "TOKENIZER"}
+        env.update(HF_HOME=str(tmp_path / "hf_home"), HF_ENDPOINT=hub.endpoint, HF_HUB_DISABLE_TELEMETRY="1",
+                   PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+        refused = subprocess.run([sys.executable, *argv, "--push_to_hub", "--hub_model_id", "me/tuned"], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+            "finetune.py: error: --push_to_hub me/tuned needs a Hugging Face token with write access: set HF_TOKEN or "
+            "run `hf auth login`"), refused.stderr
+        assert not (tmp_path / "run").exists()  # before anything ran
+        done = subprocess.run([sys.executable, *argv, "--push_to_hub", "me/tuned", "--hub_private_repo"], cwd=ROOT,
+                              env=dict(env, HF_TOKEN="hf_writer"), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"pushed {tmp_path / 'run' / 'best_tfmr'} to {hub.endpoint}/me/tuned" in done.stdout
+        repo = hub.repos["me/tuned"]
+        folder = tmp_path / "run" / "best_tfmr"
+        assert repo["private"] is True and len(repo["commits"]) == 1
+        assert repo["files"] == {name: (folder / name).read_bytes() for name in os.listdir(folder)}
+
+
 def test_an_unreachable_hub_is_one_line_naming_the_upload_that_finishes_the_push(tmp_path, tokenizer_dir):
     """--push_to_hub with a token and no hub to reach (HF_ENDPOINT on a port nothing listens on): exit 2 and one
     line naming the endpoint, the export kept and the command that uploads it; that command, run once the hub is
