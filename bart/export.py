@@ -228,10 +228,14 @@ def model_card(model, model_path: str, where: str | None = None, license: str = 
     folder = os.path.dirname(os.path.abspath(model_path)) if os.path.isfile(model_path) else model_path
     run = _read_json(os.path.join(folder, "run_config.json")) or {}
     records = _log_records(folder) if os.path.isfile(os.path.join(folder, "dllogger.json")) else []
-    summary = {}
+    summary, start_times = {}, []
     for record in records:
         if record.get("step") == []:
             summary.update(record.get("data", {}))
+            if isinstance(record.get("data", {}).get("total_time_s"), (int, float)):
+                start_times.append(record["data"]["total_time_s"])
+    if len(start_times) > 1:  # a resumed run: each start's summary holds its own time; the run's is their sum
+        summary["total_time_s"] = round(sum(start_times), 3)
     kind = "Pre-LN BART (saved as mBART, transformers' Pre-LN BART)" if model.config.pre_ln else "BART"
     c = model.config
     task = run.get("task") or "summarization"
@@ -270,12 +274,14 @@ def model_card(model, model_path: str, where: str | None = None, license: str = 
     log = _read_json(os.path.join(folder, "git_log.json"))
     starts = log.get("starts") if isinstance(log, dict) else None
     if starts:
-        first = starts[0]
+        trained = [start for start in starts if any(script in _shown_command(start) for script in
+                                                    ("pretrain.py", "finetune.py", "bart-pretrain", "bart-finetune"))]
+        first = (trained or starts)[-1]  # the last training start: the command and code that wrote these weights
         git, build = first.get("git") or {}, first.get("torch_build") or {}
         version = (first.get("package") or {}).get("version")
         gpus = first.get("gpus") or {}
         lines += ["## Provenance", "", f"From `git_log.json` beside the checkpoint ({len(starts)} start(s) of the run; "
-                  "the first shown).", "",
+                  "the last training start shown).", "",
                   f"- code: {f'version `{version}`, ' if version else ''}commit `{git.get('commit')}`"
                   f"{' (with uncommitted changes)' if git.get('dirty') else ''}, branch `{git.get('branch')}`",
                   f"- torch {build.get('torch')}, CUDA {build.get('cuda')}, cuDNN {build.get('cudnn')}, NCCL {build.get('nccl')}",

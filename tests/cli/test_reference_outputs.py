@@ -125,9 +125,17 @@ def test_export_writes_a_model_card_from_the_run(run, tmp_path):
     log = json.load(open(os.path.join(out, "git_log.json")))
     for text in (f"| data | `{data}` |", "| updates (--max_steps) | `3` |",  # the last start's settings
                  f"| test_rouge: rouge1 | {rouge['rouge1']} |", "best validation rouge2",
-                 f"commit `{log['starts'][0]['git']['commit']}`", f"torch {torch.__version__}",
+                 f"commit `{log['starts'][1]['git']['commit']}`", f"torch {torch.__version__}",
                  "3 start(s) of the run", "finetune.py"):
         assert text in card, text
+    # the command that wrote these weights (the resume's; was: the first start's, --max_steps 2) and the whole
+    # run's time (was: the last start's only)
+    command = next(line for line in card.splitlines() if line.startswith("- command: "))
+    assert "--max_steps 3" in command and "--allow_resume_change max_steps" in command, command
+    from bart.utils.dllogger_compat import read_dllogger
+    times = [r["data"]["total_time_s"] for r in read_dllogger(os.path.join(out, "dllogger.json"))
+             if r.get("step") == [] and "total_time_s" in r.get("data", {})]
+    assert len(times) == 2 and f"| total_time_s | {round(sum(times), 3)} |" in card, times
 
 
 def test_the_model_cards_metadata_and_usage_example(run, tmp_path):
