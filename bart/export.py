@@ -50,6 +50,7 @@ import sys
 import tempfile
 
 from bart.configuration.shipped import config_file, names_help
+from bart.hub import TOKENIZER_FILES
 from bart.utils.errors import one_line
 from bart.utils.file_modes import staging_folder
 from bart.utils.foreign_noise import no_transformers_progress_bars
@@ -323,12 +324,10 @@ def _verify(folder: str, model) -> float:
 # What an export writes (the Hugging Face folder; ``--ct2``: CTranslate2's): --overwrite replaces a folder
 # that holds these files only, so that it never removes a run, a checkpoint or anything else of the user's.
 EXPORT_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin",
-                          "README.md", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                          "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"})
+                          "README.md", "chat_template.jinja", *TOKENIZER_FILES})
 CT2_FILES = frozenset({"model.bin", "config.json", "shared_vocabulary.json", "shared_vocabulary.txt",
                        "vocabulary.json", "vocabulary.txt", "source_vocabulary.json", "target_vocabulary.json",
-                       "bart_translate_options.json", "tokenizer.json", "tokenizer_config.json",
-                       "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json"})
+                       "bart_translate_options.json", *TOKENIZER_FILES})
 
 
 def _check_target(folder: str, name: str, overwrite: bool, written: frozenset = EXPORT_FILES) -> None:

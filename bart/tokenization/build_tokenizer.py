@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 
+from bart.hub import TOKENIZER_FILES
 from bart.utils.file_modes import staging_folder
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
@@ -114,9 +115,6 @@ def folder_texts(vocab: dict[str, int], merges: list[tuple[str, str]], model_max
     }
 
 
-# What a tokenizer folder holds (folder_texts' names, and transformers' extras): a folder holding only these is an
-# earlier tokenizer, replaced; one holding anything else is the user's, refused (check_replaceable)
-TOKENIZER_FOLDER_FILES = frozenset(FOLDER_FILES) | {"added_tokens.json"}
 
 
 def check_replaceable(out_dir: str) -> None:
@@ -124,8 +122,8 @@ def check_replaceable(out_dir: str) -> None:
     ValueError naming what else is there, before anything is trained or written."""
     if os.path.isfile(out_dir):
         raise ValueError(f"{out_dir} is a file; give the folder to write the tokenizer into")
-    foreign = sorted(n for n in (os.listdir(out_dir) if os.path.isdir(out_dir) else ())
-                     if n not in TOKENIZER_FOLDER_FILES or not os.path.isfile(os.path.join(out_dir, n)))
+    foreign = sorted(n for n in (os.listdir(out_dir) if os.path.isdir(out_dir) else ())  # a tokenizer's files only
+                     if n not in TOKENIZER_FILES or not os.path.isfile(os.path.join(out_dir, n)))
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise ValueError(f"{out_dir} holds {shown}, which a tokenizer folder does not: it would be replaced; give a "
