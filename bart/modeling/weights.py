@@ -403,29 +403,27 @@ def _prefix_of(path: str, stored: dict | None) -> str | None:
     state dict such as final_step.ckpt) that of the run_config.json beside it; None where none was used."""
     if stored and stored.get("prefix"):
         return stored["prefix"]
-    if os.path.isdir(path):
-        return None
+    found = None if os.path.isdir(path) else (_run_model_config(path) or {}).get("prefix")
+    return found if isinstance(found, str) and found else None
+
+
+def _run_model_config(path: str) -> dict | None:
+    """``model_config`` of the run_config.json beside ``path`` (the run that wrote it), or None."""
     try:
         with open(os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG), encoding="utf-8") as f:
-            found = (json.load(f).get("model_config") or {}).get("prefix")
+            found = json.load(f).get("model_config")
     except (OSError, ValueError, AttributeError):
         return None
-    return found if isinstance(found, str) and found else None
+    return found if isinstance(found, dict) else None
 
 
 def _config_beside(path: str) -> dict | None:
     """The model config of the run that wrote ``path`` (a raw state dict such as fine-tuning's final_step.ckpt):
-    ``model_config`` of the run_config.json beside it, or None."""
-    beside = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
-    try:
-        with open(beside, encoding="utf-8") as f:
-            found = json.load(f).get("model_config")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(found, dict):
-        return None
-    print(f"[checkpoint] {path} carries no model config: using the one of the run that wrote it ({beside})",
-          file=sys.stderr, flush=True)
+    ``model_config`` of the run_config.json beside it, or None; a line says it is used."""
+    found = _run_model_config(path)
+    if found is not None:
+        print(f"[checkpoint] {path} carries no model config: using the one of the run that wrote it "
+              f"({os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)})", file=sys.stderr, flush=True)
     return found
 
 
