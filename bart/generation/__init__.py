@@ -44,25 +44,12 @@ from bart.generation.session import _attention_mask, _Decoder
 def check_generate_options(model, kwargs: dict) -> None:
     """:func:`generate`'s keywords checked against ``model``'s config without generating (an unknown or bad one is a
     :class:`GenerationOptionError`, as generate raises it)."""
-    options = dict(kwargs)
-    try:
-        compile_mode(options.pop("compile_generation", False))
-    except ValueError as err:
-        raise GenerationOptionError(str(err)) from None
-    options.pop("packed", None)
-    resolve(model.config, options)
+    _options(model, dict(kwargs))
 
 
-@torch.inference_mode()
-def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-    """Summaries (or translations) of ``input_ids`` (B, S).
-
-    Greedy decoding (``num_beams=1``), beam search (``num_beams > 1``), diverse beam search
-    (``num_beam_groups > 1``), multinomial sampling (``do_sample=True``) and beam sampling
-    (``do_sample=True, num_beams > 1``). Returns a LongTensor (B * num_return_sequences, L) padded
-    with pad_token_id, or with ``return_dict_in_generate=True`` a :class:`GenerateOutput`
-    (sequences, sequences_scores for beam search, scores per step when ``output_scores``)."""
-    start = time.monotonic()
+def _options(model, kwargs: dict):
+    """(compile mode, packed, :class:`GenerationOptions`) of ``generate(model, **kwargs)``; ``kwargs`` is consumed.
+    A bad option is a :class:`GenerationOptionError`."""
     try:
         mode = compile_mode(kwargs.pop("compile_generation", False))
     except ValueError as err:
@@ -78,6 +65,20 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         raise GenerationOptionError("generate: compile_generation cannot compile a packed decoding copy (its oneDNN "
                                     "weights are opaque to torch.compile); compile the model itself, or decode "
                                     "the packed copy without compile_generation")
+    return mode, packed, opts
+
+
+@torch.inference_mode()
+def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+    """Summaries (or translations) of ``input_ids`` (B, S).
+
+    Greedy decoding (``num_beams=1``), beam search (``num_beams > 1``), diverse beam search
+    (``num_beam_groups > 1``), multinomial sampling (``do_sample=True``) and beam sampling
+    (``do_sample=True, num_beams > 1``). Returns a LongTensor (B * num_return_sequences, L) padded
+    with pad_token_id, or with ``return_dict_in_generate=True`` a :class:`GenerateOutput`
+    (sequences, sequences_scores for beam search, scores per step when ``output_scores``)."""
+    start = time.monotonic()
+    mode, packed, opts = _options(model, kwargs)
     opts.start_time = start
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
