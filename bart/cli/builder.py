@@ -31,7 +31,12 @@ from bart.cli.start import (
 )
 from bart.configuration.configuration_bart import BartConfig
 from bart.modeling.modeling_bart import BartForConditionalGeneration
-from bart.optim import build_optimizer, build_scheduler, describe_optimizer
+from bart.optim import (
+    TRAINING_BYTES,
+    build_optimizer,
+    build_scheduler,
+    describe_optimizer,
+)
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import (
     earlier_run,
@@ -264,7 +269,7 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     if device.type == "cpu":  # before the gradients and optimizer state: over a cgroup's limit the kernel kills
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         sharded = env.world_size if args.distributed_strategy == "fsdp" and env.world_size > 1 else 1
-        check_training_fits(trainable // sharded, env.local_world_size)
+        check_training_fits(trainable // sharded, TRAINING_BYTES[args.optim], env.local_world_size)
     optimizer, clips_internally = build_optimizer(
         model, args.optim, lr=args.learning_rate, weight_decay=args.weight_decay,
         betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,

@@ -14,7 +14,7 @@ import torch
 from bart.optim.lamb import Lamb
 from bart.optim.schedulers import SCHEDULES, build_scheduler, lr_factor
 
-__all__ = ["Lamb", "OPTIMIZERS", "build_optimizer", "describe_optimizer", "build_scheduler", "lr_factor", "SCHEDULES", "decay_groups", "lamb_optimizer"]
+__all__ = ["Lamb", "OPTIMIZERS", "TRAINING_BYTES", "build_optimizer", "describe_optimizer", "build_scheduler", "lr_factor", "SCHEDULES", "decay_groups", "lamb_optimizer"]
 
 
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -177,6 +177,9 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
 
 
 OPTIMIZERS = ("adamw", "lamb", "adafactor")  # --optim's choices; AdamW the default
+# bytes each trainable fp32 parameter adds once the model is built: its gradient (4) and the optimizer's state
+# (AdamW's and LAMB's two moments: 8; Adafactor's factored rows and columns: about nothing per parameter)
+TRAINING_BYTES = {"adamw": 12, "lamb": 12, "adafactor": 4}
 
 
 def build_optimizer(model: torch.nn.Module, name: str, lr: float, weight_decay: float,

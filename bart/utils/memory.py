@@ -175,25 +175,22 @@ class MemoryAhead(MemoryError):
     kernel ends a process over its cgroup's limit with SIGKILL (exit 137), leaving no line."""
 
 
-GROWTH_PER_PARAMETER = 12  # bytes training adds per trainable fp32 parameter once the model is built: its gradient
-                           # (4) and the optimizer's two moments (8), AdamW's and LAMB's alike
-
-
-def check_training_fits(parameters: int, processes: int = 1, root: str = "/") -> None:
-    """:class:`MemoryAhead` when the gradients and optimizer state of ``parameters`` trainable parameters, in each of
-    the ``processes`` that share this cgroup, exceed what its limit (v2 ``memory.max``, v1
+def check_training_fits(parameters: int, bytes_per_parameter: int, processes: int = 1, root: str = "/") -> None:
+    """:class:`MemoryAhead` when what training adds once the model is built, ``bytes_per_parameter`` for each of
+    ``parameters`` trainable parameters (its gradient and the optimizer's state: :data:`bart.optim.TRAINING_BYTES`),
+    in each of the ``processes`` that share this cgroup, exceeds what its limit (v2 ``memory.max``, v1
     ``memory.limit_in_bytes``) leaves beside what is in use; nothing where no cgroup limit applies (the kernel's
     kill is the cgroup's; a ulimit fails an allocation, which :func:`out_of_memory` names)."""
     limits = [limit for limit in (cgroup_v2(root), cgroup_v1(root)) if limit is not None]
     if not limits:
         return
     limit = min(limits, key=lambda found: found.size)
-    need = parameters * GROWTH_PER_PARAMETER * processes
+    need = parameters * bytes_per_parameter * processes
     left = max(limit.size - (limit.used or 0), 0)
     if need > left:
         many = f" in each of {processes} processes" if processes > 1 else ""
         raise MemoryAhead(f"out of memory ahead: training {parameters:,} parameters{many} needs about {size_text(need)} "
-                          f"more (gradients and the optimizer's two moments in fp32), but {limit.name} leaves "
+                          f"more (gradients and the optimizer's state in fp32), but {limit.name} leaves "
                           f"{size_text(left)}" + (f" ({size_text(limit.used)} in use)" if limit.used is not None else "")
                           + "; over it the kernel would stop the run without a word")
 

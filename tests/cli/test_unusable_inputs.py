@@ -668,3 +668,17 @@ def test_value_check_counts_only_real_nan_and_inf():
     both = {"w": torch.tensor([1.0, float("inf"), float("-inf")])}
     with pytest.raises(CheckpointError, match=r"big.ckpt: tensor w holds 2 NaN/inf value\(s\) of 3"):
         check_weight_values(both, both, "big.ckpt")
+
+
+def test_the_memory_ahead_is_the_optimizers_own(tmp_path):
+    """What training adds per parameter is the chosen optimizer's (bart.optim.TRAINING_BYTES): under a 1 GiB cgroup
+    with 0.5 GiB in use, 50M parameters fit with Adafactor's factored state and not with AdamW's two moments."""
+    from bart.optim import TRAINING_BYTES
+    from bart.utils.memory import MemoryAhead, check_training_fits
+
+    gib = 2 ** 30
+    root = _fake_root(tmp_path, ["0::/job"], {"sys/fs/cgroup/job/memory.max": f"{gib}\n",
+                                              "sys/fs/cgroup/job/memory.current": f"{gib // 2}\n"})
+    check_training_fits(50_000_000, TRAINING_BYTES["adafactor"], root=root)  # 191 MiB: fits
+    with pytest.raises(MemoryAhead, match=r"training 50,000,000 parameters needs about 572\.2 MiB more"):
+        check_training_fits(50_000_000, TRAINING_BYTES["adamw"], root=root)
