@@ -17,6 +17,7 @@ validation takes it from there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import resource
 import sys
 import time
@@ -288,15 +289,16 @@ class Trainer:
             "rng": rng,
             "config": self.model.config.to_dict(),
             "args": _plain(self.settings.as_dict()),
-            "data": self._data_identity(),
+            "data": self._data_identity,
             # the validation hook's own counts (early stopping's best value and patience), where it keeps any
             "eval_hook": _plain(self.eval_hook.state_dict()) if hasattr(self.eval_hook, "state_dict") else None,
             "validation_due": self._validation_due, "finished": self._finished,
         }
 
+    @functools.cached_property
     def _data_identity(self) -> str | None:
         """The training data's identity (the loader's ``identity()``: a resume compares it), None where the loader
-        keeps none."""
+        keeps none; read once (every checkpoint records it)."""
         identity = getattr(self.train_data, "identity", None)
         return identity() if callable(identity) else None
 
@@ -354,7 +356,7 @@ class Trainer:
         saved = {"args": state.get("args") or {}, "config": state.get("config") or {}, "world_size": len(state["rng"]),
                  "data": state.get("data")}
         current = {"args": _plain(self.settings.as_dict()), "config": self.model.config.to_dict(),
-                   "world_size": self.world_size, "data": self._data_identity()}
+                   "world_size": self.world_size, "data": self._data_identity}
         for note in check_resume(saved, current, path, self.settings.checkpoints.allow_resume_change):
             if self.rank == 0:
                 print(note, file=sys.stderr, flush=True)
