@@ -27,7 +27,6 @@ And three cluster faults are named instead of met again or buried:
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import sys
@@ -38,7 +37,6 @@ EXIT_USER_ERROR = 2  # bart.utils.errors.EXIT_USER_ERROR: the same command meets
 _MEANING = {75: "{written}: to {go_on}, run {resume}",
             130: "stopped at once (Ctrl-C again), {written}: to {go_on}, run {resume}"}
 _RESUME_FLAG, _OVERWRITE_FLAG = "--resume_from_checkpoint", "--overwrite_output_dir"
-_TRAINING_CHECKPOINT = re.compile(r"^(_epoch\d+)?_step(\d+)\.ckpt$")  # bart.training.checkpoint's resumable names
 
 
 def _output_dir(argv: list[str]) -> str:
@@ -55,17 +53,15 @@ def _output_dir(argv: list[str]) -> str:
 def _checkpoint_written(argv: list[str], since: float) -> tuple[str, str]:
     """(what the job left to resume from, what the command does): the newest training checkpoint in its folder,
     written by this job (modified since ``since``) or before it, or none."""
-    folder = _output_dir(argv)
-    try:
-        found = [(int(m.group(2)), name) for name in os.listdir(folder) if (m := _TRAINING_CHECKPOINT.match(name))]
-    except OSError:
-        found = []
-    if not found:
+    from bart.training.checkpoint import latest_checkpoint  # the one a resume takes
+
+    newest = latest_checkpoint(_output_dir(argv))
+    if newest is None:
         return "no checkpoint was written (it stopped before the first)", "start the run again"
-    newest = max(found)[1]
-    if os.path.getmtime(os.path.join(folder, newest)) >= since:
-        return f"a checkpoint was written ({newest})", "resume"
-    return f"no new checkpoint was written (the newest is {newest}, from before)", "resume from it"
+    if os.path.getmtime(newest) >= since:
+        return f"a checkpoint was written ({os.path.basename(newest)})", "resume"
+    return (f"no new checkpoint was written (the newest is {os.path.basename(newest)}, from before)",
+            "resume from it")
 
 
 def resume_command(argv: list[str]) -> str:
