@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import datetime
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import ClassVar
@@ -557,7 +558,6 @@ def _early_stopping_needs_validation(s: Settings):
 def table_files_folder(output_dir: str) -> str:
     """Where --train_file/--validation_file/--test_file's rows are written as {split}.source/.target: the run's
     --data_dir from then on (bart.cli.builder.table_files_as_data_dir)."""
-    import os
     return os.path.join(output_dir, "data")
 
 
