@@ -164,11 +164,10 @@ def test_ranking_by_any_score_a_threshold_and_the_validation_label_length(tmp_pa
     --early_stopping_threshold does not reset the patience; --val_max_target_length cuts the validation labels
     (the loss changes); a score the task does not give is one line."""
     from bart.utils.dllogger_compat import read_dllogger
+    from tests.helpers.corpus import micro_config
 
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
-    values = json.load(open(os.path.join(ROOT, "configs", "config_tiny.json")))
-    values.update(max_position_embeddings=128, vocab_size=SMALL_VOCAB_SIZE)
-    (tmp_path / "config.json").write_text(json.dumps(values))
+    (tmp_path / "config.json").write_text(json.dumps(micro_config()))
     argv = ["--config_path", str(tmp_path / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
             "--from_scratch", "--max_steps", "4", "--train_batch_size", "4", "--max_source_length", "32",
             "--max_target_length", "16", "--eval_max_gen_length", "8", "--eval_beams", "1", "--n_val", "4",
