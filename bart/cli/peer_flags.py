@@ -35,6 +35,7 @@ ALIASES = (
     ("--eval_steps", "val_check_interval", TRAINING),
     ("--generation_num_beams", "eval_beams", (FINETUNE,)),
     ("--generation_max_length", "eval_max_gen_length", (FINETUNE,)),
+    ("--metric_for_best_model", "val_metric", (FINETUNE,)),  # eval_rougeL is rougeL (the field's own type)
     ("--hub_model_id", "push_to_hub", (FINETUNE,)),  # transformers' repository name (its --push_to_hub is a switch)
 )
 

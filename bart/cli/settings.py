@@ -349,7 +349,7 @@ class FineTuningSettings:
                                                  type=POSITIVE, refused_in=(PRETRAIN,))
     val_metric: str | None = flag(
         None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
-              "loss, lower is better)", "--val_metric", "--metric_for_best_model", type=_val_metric,
+              "loss, lower is better)", type=_val_metric,
         choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,))
     val_check_interval: int | float = flag(
         0, "validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with a decimal point, "
