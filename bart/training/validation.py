@@ -17,11 +17,12 @@ training's random streams, so a run resumed after an abandoned validation trains
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
 
-from bart.data.summarization import Seq2SeqDataset, read_split
+from bart.data.summarization import Seq2SeqDataset
 from bart.evaluation import LOSS, generate_texts, lower_is_better, score
 from bart.training.checkpoint import BestCheckpoints, rng_untouched
 from bart.utils import distributed as dist_utils
@@ -63,7 +64,9 @@ class Validation:
         self.data_dir, self.tokenizer, self.task, self.metric_name, self.n_val = data_dir, tokenizer, task, metric, n_val
         self.max_source_length, self.max_target_length = max_source_length, max_target_length
         self.batch_size, self.gen_kwargs, self.prefix = batch_size, gen_kwargs, prefix
-        self.sources, self.targets = read_split(data_dir, "val", n_val)
+        self.dataset = Seq2SeqDataset(data_dir, "val", tokenizer, max_source_length, max_target_length, n_obs=n_val,
+                                      prefix=prefix)  # read once: the generation's sources, the loss's batches
+        self.sources, self.targets = self.dataset.sources, self.dataset.targets
         self.lower_is_better = lower_is_better(metric)
         self.best = BestCheckpoints(output_dir, metric, save_top_k, lower_is_better=self.lower_is_better)
         self.patience, self.min_steps, self.threshold = early_stopping_patience, min_steps, early_stopping_threshold
@@ -116,12 +119,15 @@ class Validation:
         metrics["gen_time"] = round(time.perf_counter() - start, 3)
         return metrics
 
+    @functools.cached_property
+    def _loss_batches(self) -> list[dict]:
+        """The validation examples as the loss's batches of 8, tokenized once for every validation."""
+        dataset = self.dataset
+        return [dataset.collate([dataset[i] for i in range(start, min(start + 8, len(dataset)))])
+                for start in range(0, len(dataset), 8)]
+
     def _loss(self, trainer, model: torch.nn.Module) -> float:
-        dataset = Seq2SeqDataset(self.data_dir, "val", self.tokenizer, self.max_source_length,
-                                 self.max_target_length, n_obs=self.n_val, prefix=self.prefix)
-        batches = [dataset.collate([dataset[i] for i in range(start, min(start + 8, len(dataset)))])
-                   for start in range(0, len(dataset), 8)]
-        return token_loss(trainer, batches, model)
+        return token_loss(trainer, self._loss_batches, model)
 
     def __call__(self, trainer) -> dict:
         """The metrics, logged; the history and the best-k checkpoints keep those that the weights decide (not
