@@ -36,12 +36,16 @@ def _clean(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def write_split(out_dir: str, split: str, sources: list[str], targets: list[str]) -> None:
+def write_split(out_dir: str, split: str, sources: list[str], targets: list[str], where: str | None = None,
+                columns: tuple[str, str] = ("source", "target")) -> None:
+    """``out_dir``/{split}.source/.target; an empty example is an error naming ``where`` it came from (default: the
+    split) and its row and ``columns``' name."""
     if len(sources) != len(targets):
         raise ValueError(f"{split}: {len(sources)} sources but {len(targets)} targets")
     for row, (s, t) in enumerate(zip(sources, targets)):
         if not s or not t:
-            raise ValueError(f"{split} row {row + 1}: empty {'source' if not s else 'target'}; fix or remove it")
+            raise ValueError(f"{where or split} row {row + 1}: empty {columns[0] if not s else columns[1]}; fix or "
+                             f"remove it")
     os.makedirs(out_dir, exist_ok=True)
     for side, lines in (("source", sources), ("target", targets)):
         path = os.path.join(out_dir, f"{split}.{side}")
@@ -108,10 +112,7 @@ def convert_files(files: dict[str, str], out_dir: str, source_column: str | None
             raise ValueError(f"{path} holds no rows")
         src, tgt = _columns(path, rows, source_column, target_column)
         sources, targets = [_clean(r[src] or "") for r in rows], [_clean(r[tgt] or "") for r in rows]
-        for row, (s, t) in enumerate(zip(sources, targets)):
-            if not s or not t:
-                raise ValueError(f"{path} row {row + 1}: empty {src if not s else tgt}; fix or remove it")
-        write_split(out_dir, split, sources, targets)
+        write_split(out_dir, split, sources, targets, where=path, columns=(src, tgt))
         counts[split] = len(sources)
     return counts
 
