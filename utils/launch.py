@@ -39,23 +39,13 @@ _MEANING = {75: "{written}: to {go_on}, run {resume}",
 _RESUME_FLAG, _OVERWRITE_FLAG = "--resume_from_checkpoint", "--overwrite_output_dir"
 
 
-def _output_dir(argv: list[str]) -> str:
-    """The job's --output_dir as its command line gives it (the training scripts' default: results)."""
-    folder = "results"
-    for i, arg in enumerate(argv):
-        if arg == "--output_dir" and i + 1 < len(argv):
-            folder = argv[i + 1]
-        elif arg.startswith("--output_dir="):
-            folder = arg.split("=", 1)[1]
-    return folder
-
-
 def _checkpoint_written(argv: list[str], since: float) -> tuple[str, str]:
     """(what the job left to resume from, what the command does): the newest training checkpoint in its folder,
     written by this job (modified since ``since``) or before it, or none."""
+    from bart.cli.exits import flag_value
     from bart.training.checkpoint import latest_checkpoint  # the one a resume takes
 
-    newest = latest_checkpoint(_output_dir(argv))
+    newest = latest_checkpoint(flag_value(argv, "--output_dir") or "results")  # the training scripts' default
     if newest is None:
         return "no checkpoint was written (it stopped before the first)", "start the run again"
     if os.path.getmtime(newest) >= since:

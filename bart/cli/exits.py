@@ -72,12 +72,20 @@ def _written_folder(err: BaseException):
             name = os.path.abspath(os.fsdecode(err.filename))
             return name if os.path.isdir(name) else os.path.dirname(name)
         err = err.__cause__ or err.__context__
-    for i, arg in enumerate(sys.argv):
-        if arg == "--output_dir" and i + 1 < len(sys.argv):
-            return os.path.abspath(sys.argv[i + 1])
-        if arg.startswith("--output_dir="):
-            return os.path.abspath(arg.split("=", 1)[1])
-    return None
+    folder = flag_value(sys.argv, "--output_dir")
+    return None if folder is None else os.path.abspath(folder)
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value a command line gives ``flag`` (``--flag V`` or ``--flag=V``; the last one, as argparse takes it),
+    None where it gives none."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def is_collective_timeout(err: RuntimeError) -> bool:
