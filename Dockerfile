@@ -42,7 +42,7 @@ RUN if [ "$BUILD_APEX" = "1" ] && ! python -c "import apex.optimizers" 2>/dev/nu
 
 COPY . .
 # Offline assets the recipe builds once: sentence-split data and a BART-style tokenizer folder.
-RUN python -m bart.utils.nltk_data && python -m bart.tokenization.build_tokenizer /opt/bart_assets/tokenizer
+RUN python -m bart.scoring.nltk_data && python -m bart.tokenization.build_tokenizer /opt/bart_assets/tokenizer
 # facebook/bart-large's tokenizer (and config) into $HF_HOME's hub cache, as huggingface_hub downloads it:
 # the files bart.hub fetches for a tokenizer, so resolving the hub id works offline in the container.
 RUN python -c "from huggingface_hub import snapshot_download; from bart.hub import TOKENIZER_FILES; \

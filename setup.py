@@ -1,11 +1,11 @@
 """The build hook of the package (everything else is pyproject.toml's): the version, made from git by setuptools-scm
-(``bart/utils/versioning.py``'s ``SCM_CONFIG``: the commit always in it), and ``bart/_build.json`` in a built copy
+(``bart/records/versioning.py``'s ``SCM_CONFIG``: the commit always in it), and ``bart/_build.json`` in a built copy
 (a wheel, ``pip install .``): that version and the commit it was built from, which a run's git_log.json records
-(``bart.utils.provenance.package_origin``) and ``bart.__version__`` reads. The commit is the source folder's git
+(``bart.records.provenance.package_origin``) and ``bart.__version__`` reads. The commit is the source folder's git
 state at build time; a ``git archive`` export's is the one git wrote into its ``.git_archival.txt``; an sdist
 carries the file it was made with, for a build without git. An editable install gets none: its runs read the
 checkout's git state as it is then. The remote's URL is recorded without user info or query (a CI checkout's
-token): bart/utils/redact.py. Both modules are loaded by their paths (importing the package would need its
+token): bart/records/redact.py. Both modules are loaded by their paths (importing the package would need its
 dependencies)."""
 import datetime
 import importlib.util
@@ -22,8 +22,8 @@ BUILD_FILE = os.path.join("bart", "_build.json")
 
 
 def _load(name):
-    """bart/utils/NAME.py, from the files beside this one."""
-    spec = importlib.util.spec_from_file_location(f"_bart_build_{name}", os.path.join(HERE, "bart", "utils", f"{name}.py"))
+    """bart/records/NAME.py, from the files beside this one."""
+    spec = importlib.util.spec_from_file_location(f"_bart_build_{name}", os.path.join(HERE, "bart", "records", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,10 +1,10 @@
 """BART pretraining, summarization fine-tuning and evaluation (docs/ARCHITECTURE.md is the map).
 
-``bart.__version__``: this copy's version, made from git (``bart/utils/versioning.py``): a built copy's from its
+``bart.__version__``: this copy's version, made from git (``bart/records/versioning.py``): a built copy's from its
 build (``_build.json``), a checkout's the one a build of it would get now; read when first asked for (no torch)."""
-from bart.utils.foreign_noise import drop_known_noise
+from bart.runtime.foreign_noise import drop_known_noise
 
-drop_known_noise()  # torchao's import lines that transformers' model loading brings (bart/utils/foreign_noise.py)
+drop_known_noise()  # torchao's import lines that transformers' model loading brings (bart/runtime/foreign_noise.py)
 
 
 def __getattr__(name: str):
@@ -12,8 +12,8 @@ def __getattr__(name: str):
         import os
 
         from bart.cli.console import DISTRIBUTION
-        from bart.utils.provenance import package_origin
-        from bart.utils.versioning import UNKNOWN
+        from bart.records.provenance import package_origin
+        from bart.records.versioning import UNKNOWN
 
         version = package_origin(DISTRIBUTION, os.path.dirname(os.path.abspath(__file__)))["version"] or UNKNOWN
         globals()["__version__"] = version

@@ -178,7 +178,7 @@ def convert(hf_folder: str, out_dir: str, vocab_size: int, settings: dict) -> di
     import transformers
     from ctranslate2.converters import TransformersConverter
 
-    from bart.utils.foreign_noise import (
+    from bart.runtime.foreign_noise import (
         CONVERTER_NOISE,
         dropped,
         no_transformers_progress_bars,

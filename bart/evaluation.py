@@ -5,7 +5,7 @@ batches, gathered with a collective and returned in input order. Each batch's wa
 for latency percentiles.
 
 Generation runs under the run's ``Precision``. Every rank runs the same rounds of batches, and a stop signal is
-agreed before each (:func:`bart.utils.signals.stop_at_batch_boundary`). ``predict_split`` writes its files
+agreed before each (:func:`bart.runtime.signals.stop_at_batch_boundary`). ``predict_split`` writes its files
 atomically; on a stop signal it writes nothing and says, in one line, where the trained weights are and how to
 predict again (exit 75). ``run_evaluation`` is run_eval.py's (``pseudolabel_results.json`` for
 ``--num_return_sequences`` > 1; the reference's latency names also in ``{type_path}_rouge.json``).
@@ -26,15 +26,15 @@ import numpy as np
 import torch
 
 from bart.data.summarization import read_split
+from bart.errors import Preempted, UserError
+from bart.files.checkpoint_io import atomic_write_text
+from bart.records.dllogger_compat import Logger
+from bart.records.progress import Progress
+from bart.runtime import distributed as dist_utils
+from bart.runtime.precision import FP32, Precision
+from bart.runtime.signals import StoppedAtBatch, stop_at_batch_boundary
+from bart.scoring.metrics import ROUGE_KEYS, calculate_bleu, calculate_rouge
 from bart.tokenization.tokenization_bart import model_inputs
-from bart.utils import distributed as dist_utils
-from bart.utils.checkpoint_io import atomic_write_text
-from bart.utils.dllogger_compat import Logger
-from bart.utils.errors import Preempted, UserError
-from bart.utils.metrics import ROUGE_KEYS, calculate_bleu, calculate_rouge
-from bart.utils.precision import FP32, Precision
-from bart.utils.progress import Progress
-from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
@@ -45,8 +45,8 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_so
     ``precision`` (its autocast): a string per source, or with ``num_return_sequences`` > 1 in
     ``gen_kwargs`` a list of that many strings per source. Rank 0 shows its progress in examples (ranks
     share the work evenly); ``nested``: inside other work (validation during training), so a log gets
-    only its final line. A stop signal (under a training script's ``bart.utils.signals.StopRequest``) ends it
-    before the next batch, on every rank at once: :class:`bart.utils.signals.StoppedAtBatch` naming
+    only its final line. A stop signal (under a training script's ``bart.runtime.signals.StopRequest``) ends it
+    before the next batch, on every rank at once: :class:`bart.runtime.signals.StoppedAtBatch` naming
     ``stopped_during`` (default ``desc``)."""
     world, rank = dist_utils.world_size(), dist_utils.rank()
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -159,7 +159,7 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
                   precision: Precision = FP32, trained: str | None = None, prefix: str = "") -> dict:
     """Generate for a split, score it, and (rank 0) write ``{split}_generations.txt`` and
     ``{split}_rouge.json`` (``_bleu.json`` for translation), each whole or not at all. Returns the metrics.
-    A stop signal ends it before the next batch with nothing written (:class:`bart.utils.errors.Preempted`, exit 75),
+    A stop signal ends it before the next batch with nothing written (:class:`bart.errors.Preempted`, exit 75),
     its line naming ``trained`` (the weights this run trained and wrote, if any) and how to predict again."""
     sources, targets = read_split(data_dir, split, n_obs)
     sources = [prefix + source for source in sources]

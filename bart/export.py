@@ -50,11 +50,11 @@ import sys
 import tempfile
 
 from bart.configuration.shipped import config_file, names_help
+from bart.errors import one_line
+from bart.files.file_modes import staging_folder
 from bart.hub import TOKENIZER_FILES
-from bart.utils.errors import one_line
-from bart.utils.file_modes import staging_folder
-from bart.utils.foreign_noise import no_transformers_progress_bars
-from bart.utils.redact import mask_command
+from bart.records.redact import mask_command
+from bart.runtime.foreign_noise import no_transformers_progress_bars
 
 EXIT_USAGE = 2
 
@@ -157,7 +157,7 @@ USAGE_TEXT = ("The tower is 324 metres tall, about the same height as an 81-stor
 
 
 def _log_records(folder: str) -> list[dict]:
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     try:
         return [r for r in read_dllogger(os.path.join(folder, "dllogger.json")) if r.get("type") == "LOG"]
@@ -482,8 +482,8 @@ def export_best(output_dir: str) -> dict | None:
     (:func:`bart.training.checkpoint.best_checkpoint`) as the Hugging Face folder ``OUTPUT_DIR/best_tfmr``, through
     :func:`export` (loaded and compared in transformers before it is moved into place; an earlier one replaced).
     None where the run kept no best checkpoint (no validation, ``--save_top_k 0``)."""
+    from bart.files.checkpoint_io import CheckpointError
     from bart.training.checkpoint import best_checkpoint
-    from bart.utils.checkpoint_io import CheckpointError
 
     try:
         best = best_checkpoint(output_dir)

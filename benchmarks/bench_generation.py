@@ -256,7 +256,7 @@ def first_difference(model, ours: torch.Tensor, theirs: torch.Tensor, ids: torch
 def rouge_l(predictions: list, references: list) -> float:
     """Mean ROUGE-L F1 x 100 of each prediction against its reference; a prediction equal to its
     reference counts 100 (rouge-score gives 0 for two empty texts)."""
-    from bart.utils.metrics import calculate_rouge
+    from bart.scoring.metrics import calculate_rouge
 
     scores = [100.0 if p == r else calculate_rouge([p], [r], rouge_keys=("rougeL",), bootstrap=False)["rougeL"]
               for p, r in zip(predictions, references)]

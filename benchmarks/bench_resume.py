@@ -33,11 +33,11 @@ from bart.data.noise import NoiseConfig  # noqa: E402
 from bart.data.pretraining_dataset import build_pretraining_loader  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
+from bart.records.dllogger_compat import Logger  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
 from bart.tokenization.train_tokenizer import train_tokenizer  # noqa: E402
 from bart.training.strategy import prepared_strategy  # noqa: E402
 from bart.training.trainer import Trainer  # noqa: E402
-from bart.utils.dllogger_compat import Logger  # noqa: E402
 from benchmarks.corpora import write_shards  # noqa: E402
 
 VOCAB_SIZE = 1024  # a small trained vocabulary: GPT-2's 50,265-way softmax would dominate the tiny model's step

@@ -234,7 +234,7 @@ def sigterm_after(update: int, rank: int):
 
 def _logged(folder: str) -> dict:
     """{step: {loss, val_*}} of a run's dllogger.json (LOG records with a step; not val_gen_time)."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     path = os.path.join(folder, "dllogger.json")
     steps: dict = {}
@@ -251,7 +251,7 @@ def _logged(folder: str) -> dict:
 
 def _summary(folder: str) -> dict:
     """The run's last summary record (compile figures)."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     found = {}
     for record in read_dllogger(os.path.join(folder, "dllogger.json")):
@@ -261,8 +261,8 @@ def _summary(folder: str) -> dict:
 
 
 def _lines(path: str) -> list:
-    """A generations file's lines as the project reads them (bart.utils.text_lines: \\n, \\r\\n, lone \\r)."""
-    from bart.utils.text_lines import split_lines
+    """A generations file's lines as the project reads them (bart.files.text_lines: \\n, \\r\\n, lone \\r)."""
+    from bart.files.text_lines import split_lines
 
     with open(path, encoding="utf-8", newline="") as f:
         return split_lines(f.read())
@@ -276,8 +276,8 @@ def _transformers_tokens(export_dir: str, sources: list[str], source_length: int
     import transformers
 
     from bart.modeling import BartForConditionalGeneration
+    from bart.runtime.foreign_noise import no_transformers_progress_bars
     from bart.tokenization.tokenization_bart import BartTokenizer, model_inputs
-    from bart.utils.foreign_noise import no_transformers_progress_bars
 
     tokenizer = BartTokenizer.from_pretrained(export_dir)
     with no_transformers_progress_bars():
@@ -302,7 +302,7 @@ def _transformers_tokens(export_dir: str, sources: list[str], source_length: int
 def run_row(row: Row, spec: dict, rank: int) -> dict:
     """One row's job (see the module's docstring); the result rank 0 writes."""
     from bart.cli.exits import run_entry
-    from bart.utils import distributed as dist_utils
+    from bart.runtime import distributed as dist_utils
 
     out = os.path.join(spec["out"], row.name)
     os.makedirs(out, exist_ok=True)
@@ -469,7 +469,7 @@ def _drop_weights(folder: str) -> None:
 
 
 def _write_summary(spec: dict, world: int, rows: dict) -> None:
-    from bart.utils.checkpoint_io import atomic_write_text
+    from bart.files.checkpoint_io import atomic_write_text
 
     atomic_write_text(_summary_path(spec), json.dumps({"processes": world, "device": spec.get("device", "cpu"),
                                                        "rows": rows}, indent=1))

@@ -58,8 +58,8 @@ from gpu_suite_report import (  # noqa: E402, F401
     render,
 )
 
-from bart.utils.checkpoint_io import atomic_write_text  # noqa: E402
-from bart.utils.errors import RunStopped, UserError  # noqa: E402
+from bart.errors import RunStopped, UserError  # noqa: E402
+from bart.files.checkpoint_io import atomic_write_text  # noqa: E402
 
 DEFAULT_BUDGET = 540.0
 # Dense bf16 TFLOP/s and memory TB/s from NVIDIA's datasheets, by the device name torch reports
@@ -137,7 +137,7 @@ def part_env(out_dir: str, dry_run: bool) -> None:
 
 def _fp8_problem():
     """Why --fp8 cannot run here (torchao missing, no GPU with float8 tensor cores), or None."""
-    from bart.utils.precision import Precision
+    from bart.runtime.precision import Precision
     try:
         Precision("fp8").require_supported()
     except ValueError as err:

@@ -51,7 +51,7 @@ wc -l < "$DATA/corpus/lee.txt" | xargs echo "documents:"
 step "tokenizer trained on the corpus (byte-level BPE, ${DEMO_VOCAB_SIZE:-4096} tokens) and sentence-split data"
 "$PYTHON" -m bart.tokenization.train_tokenizer "$DATA/corpus" --vocab_size ${DEMO_VOCAB_SIZE:-4096} \
   --out "$DATA/tokenizer" --config configs/config_tiny.json --config_out "$DATA/config_demo.json"
-"$PYTHON" -m bart.utils.nltk_data > /dev/null
+"$PYTHON" -m bart.scoring.nltk_data > /dev/null
 export TOKENIZER="$DATA/tokenizer"
 CONFIG="$DATA/config_demo.json"
 

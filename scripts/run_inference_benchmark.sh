@@ -37,7 +37,7 @@ check_benchmark_env  # the tokenizer, the output folders, the launch and the swe
 start_sweep inference_benchmark  # PYTHON, the sweep's counts and precisions, RESULTS made
 N_OBS_FLAG=(); [ "${N_OBS:--1}" = -1 ] || N_OBS_FLAG=(--n_obs "$N_OBS")  # -1 (the default): the whole split
 # the split's size (N_OBS at most), and each batch size capped at it (sorted, each once)
-EXAMPLES=$(awk 'BEGIN { RS = "\r\n|\n|\r" } END { print NR }' "$DATA_DIR/$TYPE_PATH.source")  # lines, as bart.utils.text_lines
+EXAMPLES=$(awk 'BEGIN { RS = "\r\n|\n|\r" } END { print NR }' "$DATA_DIR/$TYPE_PATH.source")  # lines, as bart.files.text_lines
 [ "${N_OBS:--1}" = -1 ] || [ "$N_OBS" -ge "$EXAMPLES" ] || EXAMPLES=$N_OBS
 BATCH_SIZES=(); CAPPED=()
 for bs in ${PRED_BS//,/ }; do

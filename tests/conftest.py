@@ -45,7 +45,7 @@ def small_tokenizer_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def punkt_dir(tmp_path_factory) -> str:
     """nltk's punkt_tab data written offline; also exported through NLTK_DATA."""
-    from bart.utils.nltk_data import ensure_punkt
+    from bart.scoring.nltk_data import ensure_punkt
 
     return ensure_punkt(str(tmp_path_factory.mktemp("nltk_data")))
 
@@ -75,7 +75,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 # entry script (run_entry, run_main, an entry point's main); `slow` tests stay out. A rule on the code, not a list:
 # a new test is placed by what it does.
 # the whole job: pretrain.py, then finetune.py from its checkpoint with a prediction, each in its own process
-QUICK_JOB = "tests/utils/test_dllogger.py::test_pretrain_then_finetune_with_predict_on_the_package"
+QUICK_JOB = "tests/records/test_dllogger.py::test_pretrain_then_finetune_with_predict_on_the_package"
 _STARTS = frozenset({"subprocess", "Popen", "multiprocessing", "runpy", "run_entry", "run_main"})
 
 

@@ -20,7 +20,7 @@ import re
 import statistics
 import sys
 
-from bart.utils.dllogger_compat import read_dllogger
+from bart.records.dllogger_compat import read_dllogger
 
 _RUN = re.compile(r"^(\d+)(gpu|cpu)_(\w+)$")
 

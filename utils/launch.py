@@ -20,7 +20,7 @@ And three cluster faults are named instead of met again or buried:
   and prints it again);
 - a rendezvous port already taken (two jobs on one node with the same ``--master_port``, a port another
   program holds) is one line naming the port and the fix, exit code 2, instead of torchrun's TCPStore traceback;
-- a worker that is stopped (SIGSTOP; :mod:`bart.utils.heartbeat` names it) when torchrun closes the job is
+- a worker that is stopped (SIGSTOP; :mod:`bart.runtime.heartbeat` names it) when torchrun closes the job is
   killed at once if a worker failed (torchrun alone waits 30 s for it), or woken (SIGCONT) after a stop signal
   so that it takes the signal and writes its checkpoint.
 """
@@ -33,7 +33,7 @@ import sys
 import time
 
 ME = "launch"
-EXIT_USER_ERROR = 2  # bart.utils.errors.EXIT_USER_ERROR: the same command meets the same error, never restarted
+EXIT_USER_ERROR = 2  # bart.errors.EXIT_USER_ERROR: the same command meets the same error, never restarted
 _MEANING = {75: "{written}: to {go_on}, run {resume}",
             130: "stopped at once (Ctrl-C again), {written}: to {go_on}, run {resume}"}
 _RESUME_FLAG, _OVERWRITE_FLAG = "--resume_from_checkpoint", "--overwrite_output_dir"
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
         print(f"{ME}: rank {rank} ended with exit code {code}{why}", file=sys.stderr, flush=True)
         return code
     except RuntimeError as err:  # torchrun's own rendezvous store could not start
-        from bart.utils.distributed import port_in_use_line
+        from bart.runtime.distributed import port_in_use_line
 
         line = port_in_use_line(err, "--master_port / --rdzv_endpoint")
         if line is None:
@@ -201,7 +201,7 @@ def _wake_stopped_workers_when_closing(stop_signals: list) -> None:
     """After each closing signal torchrun sends a worker (its process group), a worker that is stopped: after a
     stop signal (``stop_signals`` not empty) SIGCONT, so that it takes the signal now (and writes its checkpoint);
     when the job ends because a worker failed, SIGKILL: it is the stopped rank the heartbeat named
-    (:mod:`bart.utils.heartbeat`), and torchrun would kill it 30 s later anyway. A running worker is left to its
+    (:mod:`bart.runtime.heartbeat`), and torchrun would kill it 30 s later anyway. A running worker is left to its
     closing signal."""
     from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import (
         SubprocessHandler,

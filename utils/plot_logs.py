@@ -14,7 +14,7 @@ import argparse
 import os
 from collections.abc import Iterable
 
-from bart.utils.dllogger_compat import read_dllogger
+from bart.records.dllogger_compat import read_dllogger
 
 # metric names a log may use, first found wins; (title, y unit, names) for the single-line panels
 TRAIN_LOSS = ("loss", "train_loss")

@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bart.utils.checkpoint_io import atomic_write_text
-from bart.utils.errors import UserError
-from bart.utils.precision import Precision
+from bart.errors import UserError
+from bart.files.checkpoint_io import atomic_write_text
+from bart.runtime.precision import Precision
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -266,7 +266,7 @@ def _auto_with_weights_only(args) -> bool:
 # Flags that contradict each other: given together on a command line, one of them would silently win (or do
 # nothing). (flag, other flag or None, when: the values that contradict (None: any), why). A row applies when
 # the command line gave the flag (and the other, when named: :func:`given_flags`) and ``when`` holds; the run is
-# then refused at parse time in one line naming both. (--fp16 with --bf16: bart.utils.precision's rule. Not here:
+# then refused at parse time in one line naming both. (--fp16 with --bf16: bart.runtime.precision's rule. Not here:
 # --resume_from_checkpoint with the starting weights (--init_checkpoint): "the same command plus
 # --resume_from_checkpoint True" is how a run is resumed, and ``auto`` starts from them when there is nothing
 # to resume.)

@@ -30,6 +30,8 @@ from bart.cli.start import (
     tokenizer_for,
 )
 from bart.configuration.configuration_bart import BartConfig
+from bart.errors import UserError
+from bart.files.checkpoint_io import CheckpointError, remove_stale_partials
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import (
     TRAINING_BYTES,
@@ -37,6 +39,10 @@ from bart.optim import (
     build_scheduler,
     describe_optimizer,
 )
+from bart.records.dllogger_compat import Logger, drop_records_after
+from bart.records.metric_writers import build_writers, config_text
+from bart.runtime import distributed as dist_utils
+from bart.runtime.memory import check_training_fits
 from bart.tokenization.vocab_check import require_vocab_size
 from bart.training.checkpoint import (
     earlier_run,
@@ -47,12 +53,6 @@ from bart.training.checkpoint import (
 )
 from bart.training.float8 import convert_to_float8, float8_summary
 from bart.training.trainer import Trainer, strategy_for
-from bart.utils import distributed as dist_utils
-from bart.utils.checkpoint_io import CheckpointError, remove_stale_partials
-from bart.utils.dllogger_compat import Logger, drop_records_after
-from bart.utils.errors import UserError
-from bart.utils.memory import check_training_fits
-from bart.utils.metric_writers import build_writers, config_text
 
 
 def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
@@ -122,7 +122,7 @@ def start_log(json_path: str, rank: int, resumed_from: str | None, step: int) ->
 
 def _attempts(json_path: str) -> int:
     """How many starts from update 1 a log holds (the first has no ``attempt`` record)."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     marks = [r["data"]["attempt"] for r in read_dllogger(json_path)
              if r.get("type") == "LOG" and isinstance(r.get("data"), dict) and "attempt" in r["data"]]
@@ -306,7 +306,7 @@ def watch_run_files(output_dir: str, json_path: str, tensorboard_dir: str | None
     """What the Trainer checks at its log and checkpoint writes (rank 0): the folder, the log, run_config.json,
     the tokenizer saved there, TensorBoard's folder and the run lock (see ``Trainer.run_folder_check``)."""
     from bart.hub import TOKENIZER_FILES
-    from bart.utils import run_lock
+    from bart.runtime import run_lock
 
     lock = run_lock.held(output_dir)
     files = {os.path.basename(json_path): [json_path], "run_config.json": [os.path.join(output_dir, "run_config.json")],

@@ -79,7 +79,7 @@ def _run(script: str):
         if line is None:
             raise
         sys.stderr.write(f"{script}: error: {line}\n")
-        sys.exit(2)  # bart.utils.errors.EXIT_USER_ERROR
+        sys.exit(2)  # bart.errors.EXIT_USER_ERROR
 
 
 def pretrain():

@@ -1,11 +1,11 @@
 """How the entry scripts end. A user's mistake (a bad flag or config value, a missing file, an
 unreadable checkpoint, a hub id that cannot be resolved) is one line on stderr and exit code 2; a run
 that stopped itself (non-finite losses, the fp16 loss scale at its floor, a collective that timed
-out, a stop signal after its checkpoint) is one line and its own exit code (``bart.utils.errors``); a full
-disk, quota or read-only file system, whatever layer raises it (``bart.utils.checkpoint_io.storage_errno``), is
+out, a stop signal after its checkpoint) is one line and its own exit code (``bart.errors``); a full
+disk, quota or read-only file system, whatever layer raises it (``bart.files.checkpoint_io.storage_errno``), is
 one line naming the folder and its free space, exit code 2; a package missing from this Python one line naming it and
 its install command (``bart.cli.console.missing_package``), exit code 2; memory that runs out (CPU or GPU) one line with
-the size asked for, the memory there is and what to lower (``bart.utils.memory``), exit code 2; Ctrl-C during a checkpoint write one line
+the size asked for, the memory there is and what to lower (``bart.runtime.memory``), exit code 2; Ctrl-C during a checkpoint write one line
 naming the newest complete checkpoint, exit code 130, and anywhere else one line, exit code 130 (run_eval.py:
 at the first Ctrl-C); a programming error keeps its traceback. Stop signals are taken for the whole run
 (``STOP_SIGNALS_AT_ONCE``), not only inside the training loop."""
@@ -17,15 +17,15 @@ import sys
 import threading
 
 from bart.data import DataError
-from bart.hub import HubPushError, HubResolutionError
-from bart.utils.errors import (
+from bart.errors import (
     EXIT_DIST_TIMEOUT,
     EXIT_USER_ERROR,
     RunStopped,
     UserError,
     one_line,
 )
-from bart.utils.metric_writers import MetricWriterError
+from bart.hub import HubPushError, HubResolutionError
+from bart.records.metric_writers import MetricWriterError
 
 USER_ERRORS = (UserError, HubResolutionError, HubPushError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
                NotADirectoryError, PermissionError)
@@ -43,7 +43,7 @@ LOWER_WHEN_OUT_OF_MEMORY = {
 
 def _resume_hint(script: str, err: BaseException | None = None) -> str:
     """After a failed checkpoint write of a training script: how to go on."""
-    from bart.utils.checkpoint_io import (  # imports torch: only when needed
+    from bart.files.checkpoint_io import (  # imports torch: only when needed
         StorageError,
         WriteInterrupted,
     )
@@ -117,7 +117,7 @@ def _storage_errors_in_threads_as_one_line() -> None:
     def hook(args) -> None:
         import errno
 
-        from bart.utils.checkpoint_io import storage_errno
+        from bart.files.checkpoint_io import storage_errno
 
         writer = args.thread is not None and ".writer" in type(args.thread).__module__  # TensorBoard's event writer
         if writer and isinstance(args.exc_value, OSError) and args.exc_value.errno in (errno.ENOENT, errno.ENOTDIR):
@@ -136,7 +136,7 @@ def _storage_errors_in_threads_as_one_line() -> None:
     threading.excepthook = hook
 
 
-# How each entry script takes a stop signal for the whole of its run (bart.utils.signals.StopRequest): training
+# How each entry script takes a stop signal for the whole of its run (bart.runtime.signals.StopRequest): training
 # scripts as a request honoured after an update or at a validation's or prediction's next batch (75, a checkpoint
 # where there is something new to save); run_eval.py at once (Ctrl-C: 130, SIGTERM/SIGUSR1: 75), having nothing to
 # save
@@ -174,8 +174,8 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
     (``STOP_SIGNALS_AT_ONCE``); once the outcome is known, a late one changes nothing: a process on its way out
     (``python SCRIPT``) ignores them, a caller that goes on (``restore_signals``; by default any caller that
     is not ``python SCRIPT`` itself) gets its previous handlers back."""
-    from bart.utils import run_lock
-    from bart.utils.signals import StopRequest
+    from bart.runtime import run_lock
+    from bart.runtime.signals import StopRequest
 
     if restore_signals is None:
         restore_signals = os.path.basename(sys.argv[0] if sys.argv else "") != script
@@ -217,8 +217,8 @@ def _say(line: str) -> None:
 
 def _end(err: BaseException, script: str) -> None:
     """One line and the exit code for ``err``, or ``err`` raised again (SystemExit, a programming error)."""
+    from bart.files.checkpoint_io import EXIT_INTERRUPTED
     from bart.generation import GenerationOptionError
-    from bart.utils.checkpoint_io import EXIT_INTERRUPTED
 
     _RUN["ended"] = True
     if isinstance(err, KeyboardInterrupt):
@@ -238,8 +238,8 @@ def _end(err: BaseException, script: str) -> None:
     if missing is not None:
         _say(f"{script}: error: {missing}")
         sys.exit(EXIT_USER_ERROR)
-    from bart.utils.checkpoint_io import storage_errno, storage_message
-    from bart.utils.memory import out_of_memory
+    from bart.files.checkpoint_io import storage_errno, storage_message
+    from bart.runtime.memory import out_of_memory
 
     short = out_of_memory(err)
     if short is not None:
@@ -254,7 +254,7 @@ def _end(err: BaseException, script: str) -> None:
         sys.exit(EXIT_USER_ERROR)
     if not isinstance(err, RuntimeError) or not is_collective_timeout(err):
         raise err
-    from bart.utils import distributed as dist_utils
+    from bart.runtime import distributed as dist_utils
     _say(f"{script}: stopped: rank {dist_utils.rank()} of {dist_utils.world_size()}: a collective operation "
          f"failed waiting for the other ranks ({one_line(err)[:300]}); another rank hung or died: see its "
          f"log; raise --dist_timeout if a step legitimately takes longer")

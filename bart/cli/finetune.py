@@ -14,8 +14,8 @@ from bart.evaluation import predict_split
 from bart.export import export_best
 from bart.hub import check_can_push, push_folder, resolve_model_path
 from bart.modeling.weights import resolve_weights
+from bart.runtime import distributed as dist_utils
 from bart.training.checkpoint import save_final_weights
-from bart.utils import distributed as dist_utils
 
 LENGTHS = ("max_source_length", "max_target_length", "val_max_target_length", "test_max_target_length",
            "eval_max_gen_length")

@@ -8,8 +8,8 @@ from bart.cli import builder
 from bart.cli.exits import run_main
 from bart.cli.settings import PRETRAIN, Settings, parse_command_line
 from bart.hub import resolve_model_path
+from bart.runtime import distributed as dist_utils
 from bart.training.validation import PretrainingValidation
-from bart.utils import distributed as dist_utils
 
 
 def parse_args(argv=None) -> Settings:

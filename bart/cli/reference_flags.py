@@ -153,7 +153,7 @@ class _Refusal(Exception):
 
 # -- launcher checks: --gpus, --num_nodes, --num_processes against torchrun/SLURM ------------------
 def _launch():
-    from bart.utils.distributed import read_env
+    from bart.runtime.distributed import read_env
     return read_env()
 
 
@@ -505,7 +505,7 @@ def write_debug_references(args) -> str | None:
     line for line with {type_path}_generations.txt (as the reference wrote them). Not written over the
     data's own file when SAVE_PATH is the data folder."""
     from bart.data.summarization import read_split
-    from bart.utils.checkpoint_io import atomic_write_text
+    from bart.files.checkpoint_io import atomic_write_text
 
     path = os.path.join(args.save_path, f"{args.type_path}.target")
     if os.path.abspath(args.save_path) == os.path.abspath(args.data_dir):

@@ -22,8 +22,8 @@ from bart.generation.precision import for_decoding
 from bart.hub import resolve_model_path
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.modeling.weights import resolve_weights
+from bart.runtime import distributed as dist_utils
 from bart.tokenization.vocab_check import require_vocab_size
-from bart.utils import distributed as dist_utils
 
 
 def parse_args(argv=None) -> Settings:

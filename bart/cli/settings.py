@@ -11,7 +11,7 @@ so a new flag is its field here and its use. ``Settings`` holds the sections and
 Construction is the only place flags are rewritten: the reference recipe's spellings are translated
 (:mod:`bart.cli.reference_flags`), the flags the command line gave are noted (:attr:`Settings.given`), the
 pairs that contradict each other are refused (:data:`bart.cli.args.CONTRADICTIONS`), the run's
-:class:`~bart.utils.precision.Precision` is made from the final precision flags, and the rules that span
+:class:`~bart.runtime.precision.Precision` is made from the final precision flags, and the rules that span
 several flags are the record's own checks (:data:`_RULES`). A run can start from a file of settings
 (``--config_file FILE`` or ``@FILE``: a run's run_config.json or a hand-written JSON; the command line wins).
 Nothing here reads the disk but that file: what depends on it or on what the run builds
@@ -72,15 +72,15 @@ from bart.cli.peer_flags import add_peer_spellings, apply_peer_spellings
 from bart.cli.reference_flags import add_reference_args, apply_reference_args
 from bart.configuration.shipped import names_help
 from bart.data.noise import NoiseConfig, add_noise_args, noise_config_from_args
+from bart.errors import UserError
 from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric, task_metric
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
 from bart.optim import OPTIMIZERS
 from bart.optim.schedulers import SCHEDULES
-from bart.utils.affinity import DEFAULT_MODE as DEFAULT_AFFINITY
-from bart.utils.affinity import MODES as AFFINITY_MODES
-from bart.utils.errors import UserError
-from bart.utils.precision import FLAGS as PRECISION_DEFAULTS
-from bart.utils.precision import FP8_LIBRARY, Precision, TrainingOnly
+from bart.runtime.affinity import DEFAULT_MODE as DEFAULT_AFFINITY
+from bart.runtime.affinity import MODES as AFFINITY_MODES
+from bart.runtime.precision import FLAGS as PRECISION_DEFAULTS
+from bart.runtime.precision import FP8_LIBRARY, Precision, TrainingOnly
 
 
 class SettingsError(ValueError):
@@ -229,8 +229,8 @@ class OptimizationSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class PrecisionSettings:
-    """The precision flags; the run's :class:`~bart.utils.precision.Precision` is made from them
-    (:attr:`Settings.precision`). Their defaults are :data:`bart.utils.precision.FLAGS`, with which a run's
+    """The precision flags; the run's :class:`~bart.runtime.precision.Precision` is made from them
+    (:attr:`Settings.precision`). Their defaults are :data:`bart.runtime.precision.FLAGS`, with which a run's
     record that lacks them is read."""
     GROUP: ClassVar[str] = "precision"
     fp16: bool = flag(PRECISION_DEFAULTS["fp16"], "fp16 autocast with loss scaling", scripts=ALL, quick=ALL,
@@ -247,7 +247,7 @@ class PrecisionSettings:
 
     @classmethod
     def named(cls, name: str, emulate_fp8: bool = False) -> PrecisionSettings:
-        """The flags that choose the precision ``name`` (:data:`bart.utils.precision.PRECISIONS`)."""
+        """The flags that choose the precision ``name`` (:data:`bart.runtime.precision.PRECISIONS`)."""
         chosen = {"fp32": dict(tf32=False), "tf32": {}, "bf16": dict(bf16=True), "fp16": dict(fp16=True),
                   "fp8": dict(fp8=True, fp8_emulate=emulate_fp8)}[name]
         return cls(**chosen)
@@ -269,7 +269,7 @@ class DistributedSettings:
         metavar="SECONDS")
     heartbeat_timeout: float = flag(
         60.0, "seconds without a heartbeat from a process (stopped, frozen, its machine gone) before the job ends "
-              "naming it; a busy process keeps beating (bart.utils.heartbeat); 0: off", scripts=ALL,
+              "naming it; a busy process keeps beating (bart.runtime.heartbeat); 0: off", scripts=ALL,
         type=NON_NEGATIVE_FLOAT, metavar="SECONDS")
     affinity: str = flag(
         DEFAULT_AFFINITY, "CPU affinity of each GPU process, within the CPUs the job was given: socket (its GPU's NUMA "

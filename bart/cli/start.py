@@ -15,10 +15,10 @@ from bart.cli.console import DISTRIBUTION
 from bart.cli.settings import Settings, resolved
 from bart.configuration.configuration_bart import BartConfig
 from bart.configuration.shipped import config_file
-from bart.utils import distributed as dist_utils
-from bart.utils import provenance
-from bart.utils.checkpoint_io import CheckpointError
-from bart.utils.errors import UserError
+from bart.errors import UserError
+from bart.files.checkpoint_io import CheckpointError
+from bart.records import provenance
+from bart.runtime import distributed as dist_utils
 
 
 def seed_everything(seed: int, rank: int = 0) -> None:
@@ -44,10 +44,10 @@ def setup_distributed(args: Settings) -> dist_utils.DistributedEnv:
 
 
 def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir", check=None) -> None:
-    """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`bart.utils.run_lock`) before anything is
+    """One run per folder: rank 0 takes ``folder``'s run lock (:mod:`bart.runtime.run_lock`) before anything is
     written there, then runs ``check`` (a refusal of what the folder holds: raises a UserError); the other ranks
     wait for its decision and stop with it (exit 2 on every rank)."""
-    from bart.utils import run_lock
+    from bart.runtime import run_lock
 
     if os.path.exists(folder) and not os.path.isdir(folder):  # every rank: the same one line
         raise UserError(f"output folder {folder} is a file; choose a folder (see --help)")
@@ -62,7 +62,7 @@ def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--
 def rank_zero_decides(env: dist_utils.DistributedEnv, decide, errors=(UserError, OSError), refused=UserError) -> None:
     """``decide()`` runs on rank 0 and every rank ends with its outcome: rank 0 raises what it raised (one of
     ``errors``), the other ranks a ``refused`` naming it in one line; nothing raised, every rank goes on."""
-    from bart.utils.errors import one_line
+    from bart.errors import one_line
 
     error = None
     if env.is_main:
@@ -110,7 +110,7 @@ def model_config(args: Settings, training: bool = True) -> BartConfig:
 
 def record_start(folder: str, world_size: int) -> str:
     """Rank 0: this start's provenance (commit, versions, GPUs, container, command line) appended to
-    ``folder``/git_log.json (:mod:`bart.utils.provenance`); a resume adds a record, never replaces one. The code's
+    ``folder``/git_log.json (:mod:`bart.records.provenance`); a resume adds a record, never replaces one. The code's
     origin: the checkout's git state, or for an installed copy its version and the commit it was built from."""
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bart/
     origin = provenance.package_origin(DISTRIBUTION, package_dir)  # an installed copy: version, commit built from

@@ -16,9 +16,9 @@ import os
 import sys
 from typing import Any
 
+from bart.errors import UserError, did_you_mean
+from bart.files.checkpoint_io import read_json_object
 from bart.generation.options import KINDS, NOT_IMPLEMENTED, OPTIONS
-from bart.utils.checkpoint_io import read_json_object
-from bart.utils.errors import UserError, did_you_mean
 
 # Defaults follow transformers' BartConfig (facebook/bart-large geometry).
 _DEFAULTS: dict[str, Any] = {

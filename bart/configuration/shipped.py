@@ -34,7 +34,7 @@ def config_file(value: str, flag: str) -> str:
     """The file ``value`` (a shipped name, or a path) means. A name that is also a file in the working folder
     is refused (write ./NAME for the file), an unknown name or missing file is one line (UserError) listing
     the names."""
-    from bart.utils.errors import UserError
+    from bart.errors import UserError
 
     value = os.fspath(value)
     if value in SHIPPED:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from bart.utils.progress import track
+from bart.records.progress import track
 
 SPLIT_LISTS = {"train": "all_train.txt", "val": "all_val.txt", "test": "all_test.txt"}
 # A line ending in one of these is a complete sentence already.

@@ -23,7 +23,7 @@
 (h) ``lddl/torch/__init__.py`` imports LDDL's BERT loader, which imports transformers (about 3 s of a
     process's start-up) although BART's loader uses only ``lddl.torch.datasets``, ``.log`` and
     ``.utils``: the ``lddl.torch`` package is registered with its ``__init__`` deferred until an
-    attribute of the package itself is asked for (:func:`bart.utils.lazy_package.defer_package_init`).
+    attribute of the package itself is asked for (:func:`bart.runtime.lazy_package.defer_package_init`).
 (i) a damaged shard (cut short, garbage bytes, bad snappy data) is a :class:`bart.data.DataError` naming it:
     at start-up :func:`check_shard` reads each shard's footer and first page; damage further in stops
     the run when its row group is read, naming the shard and the row group (pyarrow itself raises
@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bart.data import DataError
-from bart.utils.lazy_package import defer_package_init
+from bart.runtime.lazy_package import defer_package_init
 
 EXPECTED_COLUMN = "sentences"
 

@@ -25,8 +25,8 @@ import os
 import sys
 import tarfile
 
-from bart.utils.progress import track
-from bart.utils.text_lines import split_lines
+from bart.files.text_lines import split_lines
+from bart.records.progress import track
 
 SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "valid": "val", "dev": "val", "test": "test"}
 COLUMN_PAIRS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
@@ -175,7 +175,7 @@ def convert_lead(input_path: str, out_dir: str, sizes: list[int], train_passages
     """Documents → (document, its first sentence). With ``train_passages`` every training document
     also gives one example per later sentence: the passage from that sentence on, and the sentence
     (validation and test keep whole documents, so no test text is seen in training)."""
-    from bart.utils.nltk_data import sent_tokenize
+    from bart.scoring.nltk_data import sent_tokenize
 
     with open(input_path, encoding="utf-8-sig") as f:
         documents = [_clean(line) for line in f if line.strip()]

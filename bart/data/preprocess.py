@@ -13,7 +13,7 @@ dask-mpi) and only that step, for one length per mpirun: dask-mpi's scheduler an
 never reach the balancer, whose MPI collectives would wait for them forever. Balance afterwards in
 a plain process with ``--stage balance`` (scripts/preprocess_pretrain_data.sh does both).
 
-Progress (bart/utils/progress.py: a bar in a terminal, lines with rate and ETA in a log): the dask
+Progress (bart/records/progress.py: a bar in a terminal, lines with rate and ETA in a log): the dask
 pipeline counts the partitions written to the sink (and their rows), the balancer its finished
 shards.
 """
@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from bart.utils.progress import Progress
+from bart.records.progress import Progress
 
 
 def output_complete(folder: str) -> bool:
@@ -40,10 +40,10 @@ def output_complete(folder: str) -> bool:
 
 
 def _offline_nltk() -> None:
-    """LDDL calls nltk.download('punkt'); the data comes from bart.utils.nltk_data instead."""
+    """LDDL calls nltk.download('punkt'); the data comes from bart.scoring.nltk_data instead."""
     import nltk
 
-    from bart.utils.nltk_data import ensure_punkt
+    from bart.scoring.nltk_data import ensure_punkt
 
     ensure_punkt()
     nltk.download = lambda *args, **kwargs: True

@@ -50,7 +50,7 @@ from bart.data.noise import (
     DenoisingNoise,
     NoiseConfig,
 )
-from bart.utils.signals import ignore_stop_signals
+from bart.runtime.signals import ignore_stop_signals
 
 # a character that shows: not whitespace, not a control or zero-width/format character (BOM, ZWSP...)
 _VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
@@ -278,7 +278,7 @@ def build_pretraining_loader(data_dir: str, tokenizer, batch_size: int, max_sour
                              noise_config: NoiseConfig, *, seed: int, num_workers: int = 2, local_rank: int = 0,
                              shuffle_buffer_size: int = 16384, n_val: int = 0) -> PretrainingLoader:
     """``n_val``: rows held out of training for the validation loss (see :func:`held_out_rows`)."""
-    from bart.utils.distributed import world_size
+    from bart.runtime.distributed import world_size
 
     files = parquet_files(data_dir)
     workers = usable_workers(len(files), world_size(), num_workers)

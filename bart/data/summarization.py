@@ -15,11 +15,11 @@ import random
 
 import torch
 
+from bart.errors import UserError
+from bart.files.text_lines import iter_lines, line_ends
 from bart.modeling.modeling_bart import shift_tokens_right
+from bart.runtime.signals import ignore_stop_signals
 from bart.tokenization.tokenization_bart import model_inputs
-from bart.utils.errors import UserError
-from bart.utils.signals import ignore_stop_signals
-from bart.utils.text_lines import iter_lines, line_ends
 
 
 def _read_lines(path: str) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bart.utils.checkpoint_io import CheckpointError, read_json_object
+from bart.files.checkpoint_io import CheckpointError, read_json_object
 
 
 class GenerationOptionError(ValueError, TypeError):

@@ -25,7 +25,7 @@ int8 with the LM head quantized 22.0 ms (3.09x, chosen), with an fp32 LM head 40
 (later, load 0.6-0.8, medians of 16 steps): fp32 packed 36.7 ms, bf16 35.4 ms unpacked, 30.3 ms packed.
 
 This is one home for decode precision. How it relates to the training precision flags of
-:mod:`bart.utils.precision` (``--bf16``/``--fp16``, which are *autocast* over fp32 weights, for training and
+:mod:`bart.runtime.precision` (``--bf16``/``--fp16``, which are *autocast* over fp32 weights, for training and
 for ``run_eval.py``'s forward pass): ``--decode_precision`` changes the weights the model decodes
 with. The two are not combined: ``--decode_precision bf16|int8`` with ``--bf16``/``--fp16`` is refused
 in one line (:func:`check_decode_precision`): autocast over a bf16 copy is the copy, and autocast
@@ -44,7 +44,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bart.utils.errors import UserError
+from bart.errors import UserError
 
 DECODE_PRECISIONS = ("fp32", "bf16", "int8")
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from bart.configuration.configuration_bart import BartConfig
-from bart.utils.checkpoint_io import CheckpointError
+from bart.files.checkpoint_io import CheckpointError
 
 DROPPED = ("encoder.version", "decoder.version", "model.encoder.version", "model.decoder.version",
            "encoder.embed_positions._float_tensor", "decoder.embed_positions._float_tensor", "_float_tensor")

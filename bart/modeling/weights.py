@@ -28,6 +28,9 @@ import tempfile
 import torch
 
 from bart.configuration.configuration_bart import ARCHITECTURE_KEYS, BartConfig
+from bart.files.checkpoint_io import CheckpointError, first_line, read_json_object
+from bart.files.checkpoint_io import safe_load as read_checkpoint_file
+from bart.files.file_modes import give_new_file_mode
 from bart.generation.options import (
     OPTION_BY_NAME,
     TOKEN_IDS,
@@ -37,9 +40,6 @@ from bart.generation.options import (
 )
 from bart.hub import looks_like_hub_id, resolve_model_path
 from bart.modeling.vocab_padding import fit_vocab_rows, unpadded_state_dict
-from bart.utils.checkpoint_io import CheckpointError, first_line, read_json_object
-from bart.utils.checkpoint_io import safe_load as read_checkpoint_file
-from bart.utils.file_modes import give_new_file_mode
 
 TIED_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
              "lm_head.weight")

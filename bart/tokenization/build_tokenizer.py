@@ -18,8 +18,8 @@ import os
 import shutil
 import sys
 
+from bart.files.file_modes import staging_folder
 from bart.hub import TOKENIZER_FILES
-from bart.utils.file_modes import staging_folder
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 MASK = "<mask>"

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from bart.files.checkpoint_io import atomic_copy, atomic_write_text
 from bart.hub import TOKENIZER_FILES
-from bart.utils.checkpoint_io import atomic_copy, atomic_write_text
 
 _SENTENCE_END = (".", "!", "?")
 _CLOSERS = "\"')]}’”»"

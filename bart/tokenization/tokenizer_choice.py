@@ -34,6 +34,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bart.errors import UserError
 from bart.hub import (
     HubResolutionError,
     has_tokenizer_files,
@@ -48,7 +49,6 @@ from bart.tokenization.identity import (
     remember,
     tokenizer_identity,
 )
-from bart.utils.errors import UserError
 
 DEFAULT_ENV = "BART_DEFAULT_TOKENIZER"
 FALLBACK = "facebook/bart-large"
@@ -86,7 +86,7 @@ def _note(text: str) -> None:
 
 def _peek(path: str):
     """The checkpoint's dict with its tensors left on disk where the format allows (zip files: mmap)."""
-    from bart.utils.checkpoint_io import safe_load
+    from bart.files.checkpoint_io import safe_load
     return safe_load(path, mmap=zipfile.is_zipfile(path))
 
 

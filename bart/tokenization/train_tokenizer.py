@@ -26,14 +26,14 @@ import sys
 from collections.abc import Iterable, Iterator
 
 from bart.configuration.shipped import config_file, names_help
+from bart.errors import UserError
+from bart.files.text_lines import iter_lines
 from bart.tokenization.build_tokenizer import (
     MASK,
     SPECIALS,
     check_replaceable,
     write_bart_folder,
 )
-from bart.utils.errors import UserError
-from bart.utils.text_lines import iter_lines
 
 BYTE_SYMBOLS = 256
 MIN_VOCAB_SIZE = len(SPECIALS) + BYTE_SYMBOLS + 1  # specials, every byte, <mask>

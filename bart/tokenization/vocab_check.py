@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from bart.utils.errors import UserError
+from bart.errors import UserError
 
 # Extra rows tolerated without a note: facebook/bart-large's config has 50265 rows for the offline
 # tokenizer's 50262 tokens, and vocabularies are often padded to a multiple of 8 or 64.

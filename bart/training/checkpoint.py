@@ -2,7 +2,7 @@
 (Which file of a folder holds starting weights is :func:`bart.modeling.weights.resolve_weights`.)
 
 Formats (both plain ``torch.save`` dicts, read with ``weights_only=True``; written atomically by
-:func:`bart.utils.checkpoint_io.atomic_save`):
+:func:`bart.files.checkpoint_io.atomic_save`):
 - a training checkpoint (``kind: "bart-training-checkpoint"``): model, optimizer, scheduler, scaler,
   step counters, data position and every rank's RNG state (:func:`capture_rng_state`; work between updates
   that may draw, validation, runs under :func:`rng_untouched`): what an exact resume needs. Names:
@@ -35,8 +35,16 @@ import numpy as np
 import torch
 
 from bart.configuration.configuration_bart import ARCHITECTURE_KEYS
+from bart.files.checkpoint_io import (
+    CheckpointError,
+    atomic_save,
+    atomic_write_text,
+    safe_load,
+)
 from bart.hub import has_tokenizer_files
 from bart.modeling.vocab_padding import unpadded_state_dict
+from bart.runtime.distributed import is_main_process
+from bart.runtime.precision import FLAGS_SAID
 from bart.tokenization.identity import (
     METADATA_KEY,
     RECORD_KEY,
@@ -44,14 +52,6 @@ from bart.tokenization.identity import (
     record,
     tokenizer_identity,
 )
-from bart.utils.checkpoint_io import (
-    CheckpointError,
-    atomic_save,
-    atomic_write_text,
-    safe_load,
-)
-from bart.utils.distributed import is_main_process
-from bart.utils.precision import FLAGS_SAID
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
@@ -406,8 +406,8 @@ def _training_state(path: str) -> dict:
 # (older checkpoints, the Trainer used without an entry script) are not compared.
 # name -> (the flag that sets it, its value in a run's record, whether --allow_resume_change may allow it)
 def _precision_of(args: dict):
-    """The precision a run's flags chose (bart.utils.precision's rule), None where they were not recorded."""
-    from bart.utils.precision import Precision
+    """The precision a run's flags chose (bart.runtime.precision's rule), None where they were not recorded."""
+    from bart.runtime.precision import Precision
 
     precision = Precision.from_record(args)
     return None if precision is None else precision.name

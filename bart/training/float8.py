@@ -1,4 +1,4 @@
-"""``--fp8``: BART's linear layers as torchao's ``Float8Linear`` (the precision itself: bart/utils/precision.py).
+"""``--fp8``: BART's linear layers as torchao's ``Float8Linear`` (the precision itself: bart/runtime/precision.py).
 
 A converted layer computes its three products (forward, gradient of the input, gradient of the weight) in
 float8 with one dynamic scale per tensor (torchao's "tensorwise" recipe: e4m3 activations and weights, e5m2
@@ -33,8 +33,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from bart.configuration.configuration_bart import BartConfig
-from bart.utils.errors import UserError
-from bart.utils.precision import FP8_LIBRARY
+from bart.errors import UserError
+from bart.runtime.precision import FP8_LIBRARY
 
 
 def kept_in_bf16(config: BartConfig) -> tuple[str, ...]:
@@ -87,7 +87,7 @@ def convert_to_float8(model: nn.Module, emulate: bool = False) -> list[str]:
                         f"and the last layer stay in bf16 and float8 products need sizes that are multiples of 16; "
                         f"train it with --bf16")
     try:
-        # torchao's import lines about kernels float8 training does not use: dropped (bart/utils/foreign_noise.py)
+        # torchao's import lines about kernels float8 training does not use: dropped (bart/runtime/foreign_noise.py)
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError as err:
         raise UserError(f"--fp8 needs torchao's float8 training, which does not import ({err}): "

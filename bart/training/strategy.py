@@ -25,7 +25,7 @@ import contextlib
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bart.utils.distributed import outlive_reducer
+from bart.runtime.distributed import outlive_reducer
 
 
 def full_tensor(value: torch.Tensor) -> torch.Tensor:

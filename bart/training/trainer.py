@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from bart.errors import Preempted, RunStopped
+from bart.files.checkpoint_io import CheckpointError, first_line
 from bart.modeling.vocab_padding import (
     fit_optimizer_rows,
     fit_vocab_rows,
@@ -33,6 +35,10 @@ from bart.modeling.vocab_padding import (
     unpad_state,
     vocab_axis,
 )
+from bart.records.dllogger_compat import Logger
+from bart.records.progress import Progress
+from bart.runtime import distributed as dist_utils
+from bart.runtime.signals import StoppedAtBatch, StopRequest, stop_agreed
 from bart.training.checkpoint import (
     SCHEDULE_CHANGES,
     TRAINING_KIND,
@@ -47,12 +53,6 @@ from bart.training.checkpoint import (
 )
 from bart.training.compilation import Compilation, CompiledOrEager
 from bart.training.strategy import Strategy, full_tensor, prepared_strategy
-from bart.utils import distributed as dist_utils
-from bart.utils.checkpoint_io import CheckpointError, first_line
-from bart.utils.dllogger_compat import Logger
-from bart.utils.errors import Preempted, RunStopped
-from bart.utils.progress import Progress
-from bart.utils.signals import StoppedAtBatch, StopRequest, stop_agreed
 
 # The run's record, bart.cli.settings.Settings: the entry scripts parse it and hand it down. bart.cli imports
 # training, never the other way, not even for a type (the trainer reads the record's sections by name).
@@ -139,7 +139,7 @@ class Trainer:
 
     def close(self) -> None:
         """The run is over: the strategy's wrapper goes now (DDP: its Reducer holds the process group), before
-        :func:`bart.utils.distributed.cleanup` ends the group. The bare model, its state and the history stay."""
+        :func:`bart.runtime.distributed.cleanup` ends the group. The bare model, its state and the history stay."""
         self.forward_model = None
 
     def request_stop(self, reason: str) -> None:
@@ -516,7 +516,7 @@ class Trainer:
                            "No checkpoint is left: start the run again"))
 
     def stop_for_signal(self, received: str, validation_abandoned: bool = False) -> None:
-        """Every rank, once all agreed to stop (``bart.utils.signals.stop_agreed``): the checkpoint (rank 0 writes it;
+        """Every rank, once all agreed to stop (``bart.runtime.signals.stop_agreed``): the checkpoint (rank 0 writes it;
         every rank names it), then Preempted (exit 75). Before this process applied an update (a signal during
         start-up or the validation before update 1) there is nothing new to save: it stops without writing.
         ``validation_abandoned``: the signal stopped the validation of this step (nothing of it kept); the

@@ -24,17 +24,17 @@ import torch
 
 from bart.data.summarization import Seq2SeqDataset
 from bart.evaluation import LOSS, generate_texts, lower_is_better, score
+from bart.records.progress import track
+from bart.runtime import distributed as dist_utils
+from bart.runtime.signals import StoppedAtBatch, stop_at_batch_boundary
 from bart.training.checkpoint import BestCheckpoints, rng_untouched
-from bart.utils import distributed as dist_utils
-from bart.utils.progress import track
-from bart.utils.signals import StoppedAtBatch, stop_at_batch_boundary
 
 
 def token_loss(trainer, batches: list[dict], model: torch.nn.Module | None = None) -> float:
     """Mean cross-entropy per target token (nat/token) of ``model`` (default the trainer's) over
     ``batches``, under the run's autocast. Every rank evaluates every batch (the trainer's model under
     FSDP needs the same forwards on all ranks). A stop signal ends it before the next batch, on every rank at
-    once (:class:`bart.utils.signals.StoppedAtBatch`)."""
+    once (:class:`bart.runtime.signals.StoppedAtBatch`)."""
     model = trainer.model if model is None else model
     total, tokens = 0.0, 0
     model.eval()

@@ -61,7 +61,7 @@ def finetuned(tmp_path_factory, small_tokenizer_dir):
 
 
 def _val_rouge(out_dir):
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     return [(r["step"], r["data"]["val_rouge1"]) for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))
             if r["type"] == "LOG" and "val_rouge1" in r["data"]]
 
@@ -146,7 +146,7 @@ def _close_weights(fsdp: dict, ddp: dict) -> None:
 def test_every_validation_logs_the_loss_the_scores_and_the_generated_length(finetuned):
     """What transformers' Seq2SeqTrainer (eval_loss, ROUGE, gen_len) and the reference (val_loss, gen_len, gen_time)
     show at each validation. Was: ROUGE only (or the loss only, with --val_metric loss)."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     base, _, _ = finetuned
     records = [r["data"] for r in read_dllogger(str(base / "out" / "dllogger.json"))
@@ -163,7 +163,7 @@ def test_ranking_by_any_score_a_threshold_and_the_validation_label_length(tmp_pa
     """--metric_for_best_model eval_rougeL (transformers' spelling) ranks by ROUGE-L; an improvement not above
     --early_stopping_threshold does not reset the patience; --val_max_target_length cuts the validation labels
     (the loss changes); a score the task does not give is one line."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     from tests.helpers.corpus import micro_config
 
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
@@ -196,8 +196,8 @@ def test_fsdp_fine_tuning_writes_what_ddp_writes(ddp_and_fsdp):
     """Fine-tuning under FSDP validates (generation + ROUGE), keeps best-k, predicts and writes the final weights
     as under DDP: the same files, the same ROUGE and predictions, the same weights within float tolerance (the
     issue's crash: generation on the sharded model, `aten.embedding.default got mixed torch.Tensor and DTensor`)."""
-    from bart.utils.checkpoint_io import safe_load
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.files.checkpoint_io import safe_load
+    from bart.records.dllogger_compat import read_dllogger
 
     start, ddp, fsdp = ddp_and_fsdp
     assert sorted(os.listdir(fsdp)) == sorted(os.listdir(ddp))
@@ -244,7 +244,7 @@ def test_one_precision_travels_through_the_run(tmp_path, small_tokenizer_dir, mo
     """A run makes its Precision once (at parse time) and every autocast of it, training, validation's generation
     and prediction, is opened by that one object; --no-tf32 reaches the process-wide TF32 switch."""
     import finetune
-    from bart.utils.precision import Precision
+    from bart.runtime.precision import Precision
     from tests.helpers.corpus import micro_config
 
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 8), ("val", 2), ("test", 2)))
@@ -297,8 +297,8 @@ def test_bad_inputs_are_explained(tmp_path, finetuned, capsys):
 def test_an_empty_training_example_is_refused_naming_its_line(tmp_path, small_tokenizer_dir):
     """An empty (or whitespace) source or target line in the training split is refused, naming the file and line,
     as run_eval.py and validation refuse it (was: the pair left out, 31 rows for 32 lines)."""
+    from bart.errors import UserError
     from bart.tokenization.tokenization_bart import BartTokenizer
-    from bart.utils.errors import UserError
 
     tokenizer = BartTokenizer.from_pretrained(small_tokenizer_dir)  # the file's other tests' (no GPT-2 folder to build)
     folder = tmp_path / "data"

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from bart.utils.dllogger_compat import read_dllogger
+from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.entry import run_entry

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bart.utils.checkpoint_io import safe_load
-from bart.utils.precision import Precision
+from bart.files.checkpoint_io import safe_load
+from bart.runtime.precision import Precision
 from tests.helpers import ROOT
 
 FLAGS_DOC = open(os.path.join(ROOT, "docs", "REFERENCE_FLAGS.md"), encoding="utf-8").read()
@@ -500,7 +500,7 @@ def _script(script, *argv):
 def test_reference_finetune_command_line_runs(tiny_run, monkeypatch):
     """The reference's run_summarization.sh and first-release benchmark flags on one command line: epochs,
     a fractional validation interval, -1 = all, 0 beams, weights only, Lightning's precision flags."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     out = tiny_run.base / "ft"
     line = (f"finetune.py --data_dir={tiny_run.data} --config_path={tiny_run.config} --output_dir={out} --gpus 0 "
             f"--learning_rate=1e-3 --do_train --n_val -1 --train_batch_size=8 --gradient_accumulation_steps=2 "
@@ -648,7 +648,7 @@ def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys
     assert _parse(FT, _base(FT, str(tmp_path / "a_file"))).output_dir == str(tmp_path / "a_file")
     from bart.cli.builder import start_run
     from bart.cli.settings import resolved
-    from bart.utils.errors import UserError
+    from bart.errors import UserError
     with pytest.raises(UserError, match="is a file; choose a folder"):  # a shipped config: the folder is what is wrong
         start_run(_parse(FT, _base(FT, str(tmp_path / "a_file")) + ["--config_path", "tiny"]))
     with pytest.raises(FrozenInstanceError):

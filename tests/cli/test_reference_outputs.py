@@ -132,7 +132,7 @@ def test_export_writes_a_model_card_from_the_run(run, tmp_path):
     # run's time (was: the last start's only)
     command = next(line for line in card.splitlines() if line.startswith("- command: "))
     assert "--max_steps 3" in command and "--allow_resume_change max_steps" in command, command
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     times = [r["data"]["total_time_s"] for r in read_dllogger(os.path.join(out, "dllogger.json"))
              if r.get("step") == [] and "total_time_s" in r.get("data", {})]
     assert len(times) == 2 and f"| total_time_s | {round(sum(times), 3)} |" in card, times
@@ -149,7 +149,7 @@ def test_the_model_cards_metadata_and_usage_example(run, tmp_path):
 
     from huggingface_hub import ModelCard
 
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     _, out, _, config = run
     copy = tmp_path / "run"

@@ -80,7 +80,7 @@ def test_the_two_former_disagreements_have_one_default_each(tmp_path):
     """--keep_checkpoints was 3 in the parser and Settings but 0 (keep all) in TrainerConfig; --affinity was
     socket_unique_interleaved in the parser but disabled in Settings. Now each is one field: the parsers' default,
     the record's, and what the trainer keeps (3 step checkpoints of 5, with no flag) are the same."""
-    from bart.utils.affinity import DEFAULT_MODE
+    from bart.runtime.affinity import DEFAULT_MODE
     fields = _fields()
     assert fields["keep_checkpoints"].default == Settings().keep_checkpoints == 3
     assert fields["affinity"].default == Settings().affinity == DEFAULT_MODE == "socket_unique_interleaved"
@@ -109,11 +109,11 @@ def test_the_two_former_disagreements_have_one_default_each(tmp_path):
 
 
 def test_the_precision_flags_read_from_a_record_default_as_the_parser_does():
-    """bart.utils.precision.FLAGS is what a run's record without a precision flag is read with (Precision.from_record,
+    """bart.runtime.precision.FLAGS is what a run's record without a precision flag is read with (Precision.from_record,
     from_args); the precision fields take their defaults from it (old code: a second copy of five defaults), so a
     run's record, its resume and the parsers agree: no flag given is tf32 on every script."""
     from bart.cli.settings import PrecisionSettings
-    from bart.utils.precision import FLAGS, Precision
+    from bart.runtime.precision import FLAGS, Precision
     assert {f.name: f.default for f in dataclasses.fields(PrecisionSettings)} == FLAGS
     for script in SCRIPTS:
         parser = build_parser(script)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bart.data.summarization import read_split
-from bart.utils.dllogger_compat import read_dllogger
+from bart.records.dllogger_compat import read_dllogger
 from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry
 
@@ -71,8 +71,8 @@ def test_the_source_prefix_is_trained_with_kept_by_the_model_and_applied_by_run_
     """--source_prefix: the training and validation sources carry it, the checkpoints' config records it, and
     run_eval.py puts it in front of every source by default (the same generations as --prefix given by hand)."""
     from bart.data.summarization import build_finetuning_loader
+    from bart.files.checkpoint_io import safe_load
     from bart.tokenization.tokenization_bart import BartTokenizer
-    from bart.utils.checkpoint_io import safe_load
 
     loader = build_finetuning_loader(world["data"], BartTokenizer.from_pretrained(world["tokenizer"]), 32, 16, 4,
                                      prefix="summarize: ")
@@ -124,7 +124,7 @@ def test_model_revision_takes_that_revision_of_a_hub_id(world, tmp_path, monkeyp
     for revision in ("main", "v2"):
         out = tmp_path / f"from_{revision}"
         assert run_entry("finetune.py", argv + ["--output_dir", str(out), "--model_revision", revision]) == 0
-        from bart.utils.checkpoint_io import safe_load
+        from bart.files.checkpoint_io import safe_load
         weights = safe_load(str(out / "final_step.ckpt"))
         shared = next(v for k, v in weights.items() if k.endswith("shared.weight"))
         assert torch.equal(shared[: first[revision].shape[0]], first[revision]), revision

@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
+from bart.errors import UserError
 from bart.modeling.weights import CheckpointError
-from bart.utils.errors import UserError
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, micro_config, write_shards
 from tests.helpers.entry import run_entry as _main
@@ -327,7 +327,7 @@ def test_cr_only_split_is_read_line_by_line_by_run_eval(world, tmp_path, capsys)
 def test_run_eval_into_a_training_folder_keeps_its_log(world, tmp_path, capsys):
     """Old code: run_eval.py without --json-summary into a fine-tuning folder wrote its dllogger.json anew, so the
     training run's log was lost. Now the evaluation's record is appended (and said once); twice, two records."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     out = tmp_path / "out"
     out.mkdir()
     training = 'DLLL {"timestamp": "1", "datetime": "x", "elapsedtime": 1.0, "type": "LOG", "step": 3, "data": {"loss": 2.5}}\n'
@@ -413,7 +413,7 @@ def test_a_global_batch_larger_than_the_data_is_one_line(script, world, tmp_path
 
 
 def _first_loss(out: str) -> float:
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     return next(r["data"]["loss"] for r in read_dllogger(os.path.join(out, "dllogger.json"))
                 if r["type"] == "LOG" and r["step"] == 1 and "loss" in r["data"])
 
@@ -475,7 +475,7 @@ def test_out_of_memory_under_a_ulimit_names_the_limit_and_the_size(world, tmp_pa
     this machine has <RAM>", the ulimit that refused it unnamed."""
     import resource
 
-    from bart.utils.memory import host_memory
+    from bart.runtime.memory import host_memory
 
     limit = 6 * 2 ** 30
     if (host_memory()[0] or 0) <= limit:
@@ -544,7 +544,7 @@ def test_out_of_memory_in_a_cgroup_names_its_limit(tmp_path, version):
     """A SLURM job's cgroup (the job's limit on its folder; the step's below says none): the cgroup's limit is the
     one named, with its usage, and a size the allocator gave in MiB reads in MiB. Was: the machine's RAM and
     "asked for 0.1 GiB"."""
-    from bart.utils.memory import out_of_memory
+    from bart.runtime.memory import out_of_memory
 
     gib = 2 ** 30
     if version == "v2":
@@ -570,13 +570,13 @@ def test_out_of_memory_in_a_cgroup_names_its_limit(tmp_path, version):
 
 def test_out_of_memory_of_unknown_size_says_so():
     """Python's MemoryError gives no size: the line says so instead of a size it does not know."""
-    from bart.utils.memory import UNKNOWN_SIZE, out_of_memory
+    from bart.runtime.memory import UNKNOWN_SIZE, out_of_memory
 
     assert out_of_memory(MemoryError()).startswith(f"out of memory: asked for {UNKNOWN_SIZE}; the limit that applies")
 
 
 def test_cuda_out_of_memory_reads_as_one_sentence():
-    from bart.utils.memory import out_of_memory
+    from bart.runtime.memory import out_of_memory
     err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 GiB. GPU 0 has a total capacity of "
                                  "139.80 GiB of which 120.12 GiB is free. Including non-PyTorch memory, ...")
     said = out_of_memory(err)
@@ -641,10 +641,10 @@ def umask():
 @pytest.mark.parametrize("mask", [0o022, 0o077], ids=["umask022", "umask077"])
 def test_what_the_project_writes_gets_the_umasks_permissions(mask, umask, tmp_path):
     """Old code: build_tokenizer/train_tokenizer folders 0700, model.safetensors 0600, whatever the umask."""
+    from bart.files.checkpoint_io import atomic_save
     from bart.modeling.weights import save_pretrained
+    from bart.scoring.nltk_data import ensure_punkt
     from bart.tokenization.train_tokenizer import train_tokenizer
-    from bart.utils.checkpoint_io import atomic_save
-    from bart.utils.nltk_data import ensure_punkt
     from tests.helpers.corpus import write_tokenizer_corpus
     umask(mask)
     folder_mode, file_mode = 0o777 & ~mask, 0o666 & ~mask
@@ -674,7 +674,7 @@ def test_the_memory_ahead_is_the_optimizers_own(tmp_path):
     """What training adds per parameter is the chosen optimizer's (bart.optim.TRAINING_BYTES): under a 1 GiB cgroup
     with 0.5 GiB in use, 50M parameters fit with Adafactor's factored state and not with AdamW's two moments."""
     from bart.optim import TRAINING_BYTES
-    from bart.utils.memory import MemoryAhead, check_training_fits
+    from bart.runtime.memory import MemoryAhead, check_training_fits
 
     gib = 2 ** 30
     root = _fake_root(tmp_path, ["0::/job"], {"sys/fs/cgroup/job/memory.max": f"{gib}\n",

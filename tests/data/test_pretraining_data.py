@@ -11,11 +11,11 @@ import torch
 from bart.data.noise import NoiseConfig
 from bart.data.preprocess import output_complete, preprocess
 from bart.data.pretraining_dataset import build_pretraining_loader, is_blank, split_ids
+from bart.files.checkpoint_io import CheckpointError
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
+from bart.records.dllogger_compat import Logger, read_dllogger
 from bart.training.trainer import Trainer
-from bart.utils.checkpoint_io import CheckpointError
-from bart.utils.dllogger_compat import Logger, read_dllogger
 from tests.helpers import ROOT, loader_rank
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
 from tests.helpers.ports import free_port

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bart.utils.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR
+from bart.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR
 from tests.helpers import ROOT
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.ports import free_port
@@ -155,20 +155,20 @@ def test_a_busy_rank_is_not_taken_for_a_stopped_one(argv):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "restart_driver: rank 1 busy for 6 s after update 1" in out.stdout, out.stdout[-2000:]
     assert "stopped answering" not in out.stderr, out.stderr[-3000:]
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     steps = [r["step"] for r in read_dllogger(str(out_dir / "dllogger.json"))
              if r["type"] == "LOG" and isinstance(r["step"], int) and "loss" in r["data"]]
     assert steps == [1, 2, 3], steps
 
 
 def test_a_heartbeat_names_every_silent_rank_and_not_a_finished_one():
-    """bart.utils.heartbeat.Heartbeat on a real TCPStore, three ranks in threads: rank 2 stops beating (its
+    """bart.runtime.heartbeat.Heartbeat on a real TCPStore, three ranks in threads: rank 2 stops beating (its
     thread ended as a frozen process's would), rank 1 finished (done); rank 0's verdict names rank 2 alone."""
     import datetime
 
     from torch.distributed import PrefixStore, TCPStore
 
-    from bart.utils.heartbeat import Heartbeat
+    from bart.runtime.heartbeat import Heartbeat
 
     server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
 

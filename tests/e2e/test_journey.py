@@ -29,7 +29,7 @@ import pytest
 import torch
 import transformers
 
-from bart.utils.dllogger_compat import read_dllogger
+from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.container import DOUBLES, build_image
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_wikipedia_dump

@@ -230,7 +230,7 @@ DOC_COMMANDS = {
         "pip install --no-deps --no-build-isolation -e .": _PACKAGE,
         "ruff check .": "tests/scripts/test_package.py::test_ruff_passes_with_the_projects_configuration",
         "python -m bart.tokenization.build_tokenizer DIR": _CONTAINER_BUILD,
-        "python -m bart.utils.nltk_data": _CONTAINER_BUILD,
+        "python -m bart.scoring.nltk_data": _CONTAINER_BUILD,
         "CHECK_ONLY=1 bash scripts/...":
             "tests/scripts/test_script_checks.py::test_data_and_setup_scripts_check_every_value_before_downloading",
         "python -m bart.data.preprocess": _JOURNEY,

@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from bart.utils.dllogger_compat import read_dllogger
+from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
 from tests.helpers.summaries import write_summarization_data

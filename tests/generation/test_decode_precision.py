@@ -9,13 +9,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bart.errors import UserError
 from bart.generation.precision import (
     DECODE_PRECISIONS,
     check_decode_precision,
     prepare_for_decoding,
 )
 from bart.modeling.modeling_bart import BartForConditionalGeneration
-from bart.utils.errors import UserError
 from tests.helpers.synthetic import collate, example, tiny_config
 
 SETTINGS = dict(max_new_tokens=14, eos_token_id=2, pad_token_id=1, decoder_start_token_id=2, bos_token_id=0,

@@ -10,8 +10,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bart.data.noise import NoiseConfig  # noqa: E402
 from bart.data.pretraining_dataset import build_pretraining_loader  # noqa: E402
+from bart.runtime import distributed as dist_utils  # noqa: E402
 from bart.tokenization.tokenization_bart import BartTokenizer  # noqa: E402
-from bart.utils import distributed as dist_utils  # noqa: E402
 
 
 def main(argv=None) -> None:

@@ -166,7 +166,7 @@ def wait_for(predicate, proc, what, timeout=180):
 
 def logged_step(out_dir) -> int:
     """The newest update a run in ``out_dir`` logged to its dllogger.json (0: none yet)."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     try:
         return max([r["step"] for r in read_dllogger(os.path.join(out_dir, "dllogger.json"))

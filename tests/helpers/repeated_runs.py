@@ -1,5 +1,5 @@
 """Runs one after another in one pair of processes, each building its process group and ending it
-(``bart.utils.distributed.cleanup``) as a new launch would (tests/utils/test_distributed_teardown.py):
+(``bart.runtime.distributed.cleanup``) as a new launch would (tests/runtime/test_distributed_teardown.py):
 
     torchrun --nproc_per_node 2 -m tests.helpers.repeated_runs OUT_BASE ROUNDS SHORT [finetune.py flags]
 
@@ -29,8 +29,8 @@ STRATEGIES = ("ddp", "fsdp")
 def short_ddp_run(run: int) -> int:
     import torch
 
+    from bart.runtime import distributed as dist_utils
     from bart.training.strategy import build_strategy
-    from bart.utils import distributed as dist_utils
 
     env = dist_utils.init_distributed()
     torch.manual_seed(run)

@@ -132,7 +132,7 @@ def run_cases(base: str, argv: list[str], run, barrier=lambda: None) -> dict:
 
 
 def main() -> None:
-    from bart.utils import distributed as dist_utils
+    from bart.runtime import distributed as dist_utils
     from tests.helpers.entry import run_entry
 
     base, strategies, argv = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]

@@ -17,9 +17,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
 from bart.optim import build_optimizer, build_scheduler  # noqa: E402
+from bart.records.dllogger_compat import Logger  # noqa: E402
+from bart.runtime import distributed as dist_utils  # noqa: E402
 from bart.training.trainer import Trainer, strategy_for  # noqa: E402
-from bart.utils import distributed as dist_utils  # noqa: E402
-from bart.utils.dllogger_compat import Logger  # noqa: E402
 from tests.helpers.synthetic import (  # noqa: E402
     SyntheticBatches,
     run_settings,  # noqa: E402

@@ -15,7 +15,7 @@ import torch
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
 from bart.modeling.weights import ARCHITECTURE_KEYS
-from bart.utils.dllogger_compat import read_dllogger
+from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.summaries import write_summarization_data

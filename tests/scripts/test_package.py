@@ -18,7 +18,7 @@ from tests.helpers import ROOT
 from tests.helpers.summaries import write_summarization_data
 
 IMPORTS = ("from bart.modeling import BartForConditionalGeneration; from bart.configuration import BartConfig; "
-           "import bart, bart.utils, bart.cli.pretrain; print(bart.__file__); print(bart.cli.pretrain.__file__)")
+           "import bart, bart.runtime, bart.cli.pretrain; print(bart.__file__); print(bart.cli.pretrain.__file__)")
 # console script -> its usage line's command: the command typed (argparse's prog), bart.export's own
 SCRIPTS = {"bart-pretrain": "bart-pretrain ", "bart-finetune": "bart-finetune ", "bart-run-eval": "bart-run-eval ",
            "bart-export": "python -m bart.export"}
@@ -135,7 +135,7 @@ def clone(tmp_path_factory):
 @pytest.mark.slow
 @needs_wheels
 def test_a_clones_build_names_its_commit_and_so_does_the_checkout(clone, tmp_path):
-    """The version comes from git (setuptools-scm, bart/utils/versioning.py): a clone's wheel is called
+    """The version comes from git (setuptools-scm, bart/records/versioning.py): a clone's wheel is called
     <version>+g<commit>, its _build.json records the same version and commit, and this checkout's bart.__version__
     (read without importing torch) is that version, with .d<date> where the checkout has changes. Before: every
     build was 1.0.0 and a checkout's version None."""

@@ -401,7 +401,7 @@ def _precision(call: str):
 
     from bart.cli.args import add_flags
     from bart.cli.settings import PrecisionSettings
-    from bart.utils.precision import Precision
+    from bart.runtime.precision import Precision
 
     parser = argparse.ArgumentParser()
     add_flags(parser, [PrecisionSettings], "finetune.py")  # the precision flags, as the scripts' parsers have them

@@ -19,6 +19,7 @@ import torch
 
 from bart.cli import builder
 from bart.configuration import BartConfig
+from bart.errors import UserError
 from bart.hub import resolve_model_path
 from bart.modeling import BartForConditionalGeneration
 from bart.tokenization.identity import read_record, tokenizer_identity
@@ -28,7 +29,6 @@ from bart.training.checkpoint import (
     write_final_weights,
     write_training_checkpoint,
 )
-from bart.utils.errors import UserError
 from tests.helpers import ROOT
 from tests.helpers.fairseq import fairseq_state
 from tests.helpers.hub_cache import add_to_hub_cache

@@ -26,15 +26,15 @@ import torch
 
 from bart.data import DataError
 from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
-from bart.utils import checkpoint_io
-from bart.utils.checkpoint_io import (
+from bart.errors import EXIT_USER_ERROR
+from bart.files import checkpoint_io
+from bart.files.checkpoint_io import (
     StorageError,
     atomic_save,
     atomic_write_text,
     safe_load,
     storage_errno,
 )
-from bart.utils.errors import EXIT_USER_ERROR
 from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config, write_shards
 

@@ -58,7 +58,7 @@ def two_processes(inputs):
 
 def _logged(folder: str) -> dict:
     """{step: {name: value}} of the losses and validation metrics a run's dllogger.json holds."""
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
 
     logged = {}
     for record in read_dllogger(os.path.join(folder, "dllogger.json")):

@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from bart.utils.dllogger_compat import read_dllogger
-from bart.utils.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
+from bart.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
+from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.ports import free_port

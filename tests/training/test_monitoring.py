@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bart.utils.dllogger_compat import Logger, read_dllogger
+from bart.records.dllogger_compat import Logger, read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.doubles import use_doubles
@@ -137,7 +137,7 @@ def test_n_val_mistakes_are_one_line(tiny_config, small_tokenizer_dir, tmp_path,
 def test_flag_mistakes(capsys, monkeypatch, tmp_path):
     import pretrain
     from bart.cli.exits import USER_ERRORS
-    from bart.utils.metric_writers import build_writers
+    from bart.records.metric_writers import build_writers
 
     with pytest.raises(SystemExit):
         pretrain.parse_args(["--config_path", "c", "--data_dir", "d", "--max_steps", "1", "--val_check_interval", "5"])

@@ -27,7 +27,7 @@ def world(tmp_path_factory, small_tokenizer_dir):
 
 
 def _records(out_dir) -> list[dict]:
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     return [r for r in read_dllogger(os.path.join(str(out_dir), "dllogger.json")) if r["type"] == "LOG"]
 
 
@@ -107,7 +107,7 @@ def _store():
 
 
 def _join(store, rank, world_size, timeout_s, results, delay=0.0):
-    from bart.utils.distributed import attempt_store
+    from bart.runtime.distributed import attempt_store
 
     def run():
         time.sleep(delay)
@@ -141,8 +141,8 @@ def test_a_restarted_attempt_gets_a_prefix_no_dead_attempt_wrote_to(capfd):
 
 @pytest.mark.parametrize("present", [0, 1])
 def test_a_process_that_never_joins_is_named_after_rendezvous_timeout(present):
-    from bart.utils.distributed import RendezvousTimeout
-    from bart.utils.errors import EXIT_DIST_TIMEOUT
+    from bart.errors import EXIT_DIST_TIMEOUT
+    from bart.runtime.distributed import RendezvousTimeout
 
     results = {}
     start = time.monotonic()
@@ -347,7 +347,7 @@ def test_a_warmup_ratio_is_recorded_as_updates_and_resumes_as_them(world, capsys
 def test_adafactor_trains_keeps_far_less_state_and_resumes_exactly(world, capsys):
     """--optim adafactor (transformers' name; torch's optimizer): the run learns, its checkpoint's optimizer state is
     a fraction of AdamW's, and a resume ends where the uninterrupted run ends. Was: "not implemented"."""
-    from bart.utils.checkpoint_io import safe_load
+    from bart.files.checkpoint_io import safe_load
 
     def state_bytes(path):
         state = safe_load(str(path))["optimizer"]["state"]

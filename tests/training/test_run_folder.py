@@ -27,7 +27,7 @@ def _error_lines(capsys) -> list[str]:
 
 
 def _log_steps(out) -> list:
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     return [r["step"] for r in read_dllogger(os.path.join(str(out), "dllogger.json"))
             if r["type"] == "LOG" and isinstance(r["step"], int) and "loss" in r["data"]]
 
@@ -126,7 +126,7 @@ def test_a_resume_with_another_max_steps_is_refused_unless_allowed_and_then_said
     assert "max_steps 4 -> 8" in banner["resumed with changes"], banner
     assert "next learning rate 0 -> 0.0005 (the new schedule at update 5)" in banner["resumed with changes"], banner
     assert "resumed with changes: max_steps 4 -> 8" in said
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     rates = {r["step"]: r["data"]["learning_rate"] for r in read_dllogger(str(out / "dllogger.json"))
              if r["type"] == "LOG" and isinstance(r["step"], int) and "learning_rate" in r["data"]}
     assert _log_steps(out) == list(range(1, 9))
@@ -295,7 +295,7 @@ def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
 
 # -- a run that stopped before its first checkpoint starts again --------------------------------------------
 def _attempt_marks(out) -> list:
-    from bart.utils.dllogger_compat import read_dllogger
+    from bart.records.dllogger_compat import read_dllogger
     return [r["data"]["attempt"] for r in read_dllogger(os.path.join(str(out), "dllogger.json"))
             if r["type"] == "LOG" and "attempt" in r["data"]]
 
@@ -339,7 +339,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_and_keeps_its_log
     assert not [n for n in os.listdir(out) if ".partial" in n]
 
     def losses(folder):
-        from bart.utils.dllogger_compat import read_dllogger
+        from bart.records.dllogger_compat import read_dllogger
         records = [r for r in read_dllogger(str(folder / "dllogger.json")) if r["type"] == "LOG"]
         start = max(i for i, r in enumerate(records) if "attempt" in r["data"]) if folder == out else 0
         return [r["data"]["loss"] for r in records[start:] if "loss" in r["data"]]

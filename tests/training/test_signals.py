@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 
-from bart.utils.dllogger_compat import read_dllogger
-from bart.utils.errors import EXIT_PREEMPTED
+from bart.errors import EXIT_PREEMPTED
+from bart.records.dllogger_compat import read_dllogger
 from tests.helpers.corpus import micro_config, pretraining_argv, random_weights
 from tests.helpers.entry import run_entry
 from tests.helpers.ports import free_port
@@ -191,9 +191,9 @@ def test_pretraining_validation_loss_stops_at_the_next_batch():
 
     from bart.configuration import BartConfig
     from bart.modeling import BartForConditionalGeneration
+    from bart.runtime.precision import Precision
+    from bart.runtime.signals import StoppedAtBatch, StopRequest
     from bart.training.validation import PretrainingValidation
-    from bart.utils.precision import Precision
-    from bart.utils.signals import StoppedAtBatch, StopRequest
 
     torch.manual_seed(0)
     model = BartForConditionalGeneration(BartConfig(**micro_config()))
@@ -307,7 +307,7 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
                                     "checkpoint was written"), launch
         said = ours(output, "pretrain.py")
         # the launcher forwards the SIGTERM to each worker in turn: a rank whose own signal arrives after the
-        # ranks agreed to stop (a loaded machine) names the other rank's (bart.utils.signals.stop_agreed), as in
+        # ranks agreed to stop (a loaded machine) names the other rank's (bart.runtime.signals.stop_agreed), as in
         # test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch; at least one rank received it
         lines = [re.fullmatch(r"pretrain\.py: stopped: (SIGTERM|SIGTERM \(on another rank\)) received: stopped "
                               r"after update (\d+) and (rank 0 )?wrote (\S+); run the same command with "

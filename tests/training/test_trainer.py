@@ -10,8 +10,8 @@ import torch
 
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
+from bart.records.dllogger_compat import read_dllogger
 from bart.training.trainer import NonFiniteLossError, Trainer
-from bart.utils.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.inductor import scalar_inductor
 from tests.helpers.ports import free_port
@@ -344,7 +344,7 @@ def test_no_tf32_reaches_the_training_loop(tmp_path, flags, allowed):
     """--no-tf32 keeps the fp32 parts of a bf16/fp16 run strict fp32: the builder hands it to the trainer."""
     import pretrain
     from bart.cli import builder
-    from bart.utils.distributed import read_env
+    from bart.runtime.distributed import read_env
 
     args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path), "--output_dir",
                                 str(tmp_path / "out"), "--max_steps", "1",
@@ -369,7 +369,7 @@ def _built_run(tmp_path, flags, steps):
     import pretrain
     from bart.cli import builder
     from bart.configuration import BartConfig
-    from bart.utils.distributed import read_env
+    from bart.runtime.distributed import read_env
     from tests.helpers.corpus import micro_config
 
     args = pretrain.parse_args(["--config_path", "configs/config_tiny.json", "--data_dir", str(tmp_path),
@@ -465,9 +465,9 @@ def test_an_fp8_model_validates_and_decodes_as_its_weights_in_bf16():
     from types import SimpleNamespace
 
     from bart.configuration import BartConfig
+    from bart.runtime.precision import Precision
     from bart.training.float8 import convert_to_float8
     from bart.training.validation import token_loss
-    from bart.utils.precision import Precision
     from tests.helpers.corpus import micro_config
 
     torch.manual_seed(0)

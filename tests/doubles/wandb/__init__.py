@@ -1,4 +1,4 @@
-"""Stand-in for the ``wandb`` package (tests/doubles/README.md): what bart.utils.metric_writers.WandbWriter uses of
+"""Stand-in for the ``wandb`` package (tests/doubles/README.md): what bart.records.metric_writers.WandbWriter uses of
 wandb 0.17+'s API, with a W&B server kept in this process (``SERVER``: project -> run id -> the run's history), so
 that a second ``init`` (a resumed run) meets the run the first one made.
 

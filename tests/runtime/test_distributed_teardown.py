@@ -6,7 +6,7 @@ Old code (issue 52): a DDP run's process group outlived ``destroy_process_group`
 trainer after the run, the Reducer destroyed the gloo group with the GIL held, joining a gloo worker that waited for
 that GIL to release the tensors of its last collective: the rank sat at 0% CPU, its peer in the next rendezvous,
 until the test's timeout. On 2 cores it hung within the first few runs of :func:`test_runs_one_after_another_end`'s
-launch. Now the group is destroyed by its Python object, with the GIL released (``bart.utils.distributed``'s
+launch. Now the group is destroyed by its Python object, with the GIL released (``bart.runtime.distributed``'s
 ``cleanup`` and ``outlive_reducer``).
 
 The launch is watched (``tests.helpers.processes.run_ranks``): a hang anywhere fails within a minute of the last line

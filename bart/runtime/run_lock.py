@@ -40,8 +40,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from bart.utils.errors import UserError
-from bart.utils.redact import mask_command
+from bart.errors import UserError
+from bart.records.redact import mask_command
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 10.0   # how often the holder refreshes the lock file's modification time

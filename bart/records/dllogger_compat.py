@@ -97,7 +97,7 @@ class Logger:
             print(f"DLL {datetime.now()} - {step_text} {items}", file=sys.stdout, flush=True)
 
     def add_writers(self, writers: list) -> None:
-        """Metric writers (see :mod:`bart.utils.metric_writers`) that receive every record with a step."""
+        """Metric writers (see :mod:`bart.records.metric_writers`) that receive every record with a step."""
         if self.enabled:
             self.writers.extend(writers)
 
@@ -184,7 +184,7 @@ def drop_records_after(path: str, step: int) -> int:
                     continue
             kept.append(line if line.endswith("\n") else line + "\n")
     if dropped:
-        from bart.utils.checkpoint_io import (
+        from bart.files.checkpoint_io import (
             atomic_write_text,  # imports torch: only when there is work
         )
 

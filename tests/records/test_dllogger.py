@@ -13,7 +13,7 @@ from datetime import datetime
 
 import pytest
 
-from bart.utils.dllogger_compat import Logger, read_dllogger
+from bart.records.dllogger_compat import Logger, read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.doubles import DOUBLES, use_doubles, with_doubles
@@ -179,7 +179,7 @@ def test_close_closes_the_file_and_takes_back_the_exit_hooks(dllogger, tmp_path)
 def test_both_writers_give_readers_the_same_lines(dllogger, tmp_path):
     """The package's JSON lines and the fallback writer's mean the same to read_dllogger, drop_records_after
     and utils/benchmark_table.py."""
-    from bart.utils.dllogger_compat import drop_records_after
+    from bart.records.dllogger_compat import drop_records_after
     from utils.benchmark_table import training_row
 
     results = {}

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bart.utils.errors import UserError
+from bart.errors import UserError
 
 MODES = ("socket", "single", "single_unique", "socket_unique_interleaved", "socket_unique_continuous", "disabled")
 DEFAULT_MODE = "socket_unique_interleaved"  # the reference's default (training_base.py)

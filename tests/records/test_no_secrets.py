@@ -17,8 +17,8 @@ import torch
 from bart.configuration import BartConfig
 from bart.export import model_card
 from bart.modeling import BartForConditionalGeneration
-from bart.utils import provenance
-from bart.utils.redact import clean_url, is_secret_name, mask_command, mask_env
+from bart.records import provenance
+from bart.records.redact import clean_url, is_secret_name, mask_command, mask_env
 from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
 from tests.scripts.test_package import needs_wheels

@@ -1,6 +1,6 @@
 """Where a run came from: the code (git commit, dirty or not), the software (Python, torch, CUDA, cuDNN,
 NCCL, the libraries), the hardware (GPU names and count), the container and the full command line. Nothing
-recorded carries a secret (:mod:`bart.utils.redact`): the remote's URL without user info or query, the interpreter
+recorded carries a secret (:mod:`bart.records.redact`): the remote's URL without user info or query, the interpreter
 by its name, the values of secret-looking flags and environment variables masked.
 
     record = collect(repo_dir)               # one start of a run, as a plain JSON dict
@@ -9,7 +9,7 @@ by its name, the values of secret-looking flags and environment variables masked
 An installed copy of a package has no git checkout: ``package_origin`` reads the version and the commit the copy was
 built from (``_build.json`` in the package, written at build time), and ``collect(..., package=...)`` records that
 commit as the run's code. A checkout's version is the one a build of it would get now (setuptools-scm,
-:func:`bart.utils.versioning.checkout_version`), its commit its git state. Importing this module costs no torch
+:func:`bart.records.versioning.checkout_version`), its commit its git state. Importing this module costs no torch
 (``bart.__version__`` reads :func:`package_origin`).
 
 ``git_log.json`` keeps the reference recipe's keys (``repo_id``, ``repo_sha``, ``repo_branch``,
@@ -27,8 +27,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-from bart.utils.redact import clean_url, mask_command, mask_env
-from bart.utils.versioning import checkout_version
+from bart.records.redact import clean_url, mask_command, mask_env
+from bart.records.versioning import checkout_version
 
 FILE_NAME = "git_log.json"
 BUILD_FILE = "_build.json"  # in a built package's folder: {"version", "built", "git": {"commit", ...}}
@@ -52,7 +52,7 @@ def _git(repo_dir: str, *args: str) -> str | None:
 
 def git_state(repo_dir: str) -> dict:
     """The checkout's commit, branch, whether tracked or new files differ from it (``dirty``, with the
-    first changed paths), and its remote (without user info or query: :func:`bart.utils.redact.clean_url`);
+    first changed paths), and its remote (without user info or query: :func:`bart.records.redact.clean_url`);
     ``commit`` None outside a git checkout (a copied tree)."""
     commit = _git(repo_dir, "rev-parse", "HEAD")
     if commit is None:
@@ -152,7 +152,7 @@ def gpus() -> dict:
 def collect(repo_dir: str, argv: list[str] | None = None, extra: dict | None = None,
             package: dict | None = None) -> dict:
     """One start's record: time, host, command line (the interpreter's name and every argument, as typed and as a
-    shell-quoted line; the values of secret-looking flags masked, :func:`bart.utils.redact.mask_command`), working
+    shell-quoted line; the values of secret-looking flags masked, :func:`bart.records.redact.mask_command`), working
     folder, git state of ``repo_dir`` (for a built ``package``, see :func:`package_origin`: the commit it was built
     from, ``repo`` None), the package, versions, GPUs, container; ``extra`` (the caller's own facts, e.g. the world
     size) merged in. No URL keeps its user info or query, no secret-looking environment variable its value."""
@@ -200,7 +200,7 @@ def append_start(folder: str, record: dict) -> str:
     earlier starts are kept as they were. A file that cannot be read is moved aside (never overwritten)
     and a new one started. The write is atomic. Returns the path."""
     # (torch comes with it: imported here, where a record is written, not by bart.__version__)
-    from bart.utils.checkpoint_io import atomic_write_text
+    from bart.files.checkpoint_io import atomic_write_text
 
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, FILE_NAME)

@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from bart.utils import affinity
-from bart.utils.affinity import Gpu, Host, Topology, format_cpulist, parse_cpulist
+from bart.runtime import affinity
+from bart.runtime.affinity import Gpu, Host, Topology, format_cpulist, parse_cpulist
 
 # Two sockets x 8 cores, 2 threads per core, Linux numbering: cores 0-7 (node 0), 8-15 (node 1), their
 # second threads 16-23 and 24-31. Eight GPUs, four per node (a DGX A100's bus ids).
@@ -121,7 +121,7 @@ OLD_MATRIX = (  # older drivers: no NUMA Affinity column, spaces
 
 
 class FakeNvml:
-    """pynvml's calls that bart.utils.affinity makes, answering for the machine above."""
+    """pynvml's calls that bart.runtime.affinity makes, answering for the machine above."""
     NVML_AFFINITY_SCOPE_NODE = 0
 
     def __init__(self, fail=False):
@@ -308,7 +308,7 @@ def test_flag_parses_with_the_reference_default_and_bad_value_is_one_line(script
 def gpu_rank(monkeypatch, machine):
     """setup_distributed as local rank 4 of 8 on a GPU node (the machine above), the process group and
     the pinning itself faked; returns the CPU sets the run asked for."""
-    from bart.utils import distributed as dist_utils
+    from bart.runtime import distributed as dist_utils
     for name, value in (("RANK", "4"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "4"), ("LOCAL_WORLD_SIZE", "8")):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -336,7 +336,7 @@ def test_setup_distributed_pins_as_the_flag_says(gpu_rank, capsys):
 
 def test_cpu_run_leaves_affinity_alone_and_says_so(monkeypatch, capsys):
     from bart.cli import start
-    from bart.utils import distributed as dist_utils
+    from bart.runtime import distributed as dist_utils
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(dist_utils, "set_cpu_affinity", lambda *a: pytest.fail("pinned a CPU run"))
     before = os.sched_getaffinity(0)

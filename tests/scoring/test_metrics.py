@@ -3,7 +3,7 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer, scoring
 
-from bart.utils.metrics import calculate_bleu, calculate_rouge
+from bart.scoring.metrics import calculate_bleu, calculate_rouge
 
 PREDS = ["The cat sat on the mat. It was happy. Then it slept.",
          "Dr. Smith visited the U.S. last year. He liked it."]
@@ -83,7 +83,7 @@ def test_rouge_lsum_keeps_existing_lines_and_splits_sentences_inside_them(punkt_
     assert abs(before["rougeLsum"] - expected["rougeLsum"]) > 1.0
     assert before["rouge1"] == pytest.approx(expected["rouge1"])
     # and the sentences inside a line are split too
-    from bart.utils.metrics import add_sentence_newlines
+    from bart.scoring.metrics import add_sentence_newlines
     assert add_sentence_newlines(MULTILINE_PREDS[0]).split("\n") == [
         "the storm closed the harbor", "the mayor opened the new museum.", "Schools stay shut", "market prices rose"]
     # without bootstrap: the plain mean of rouge-score's F1 over the pairs

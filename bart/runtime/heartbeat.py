@@ -3,7 +3,7 @@ the job within ``--heartbeat_timeout`` seconds (default 60) with one line naming
 rank sitting in its next collective until ``--dist_timeout`` (10 minutes) and then saying only "another rank
 hung or died".
 
-How: :func:`bart.utils.distributed.init_distributed` starts one daemon thread per rank. It adds 1 to the rank's
+How: :func:`bart.runtime.distributed.init_distributed` starts one daemon thread per rank. It adds 1 to the rank's
 counter in the store (``bart_hb/{attempt}/beat/{rank}``) every ``--heartbeat_timeout / 6`` seconds (at most 5 s),
 over a store connection of its own, and watches the counters of others: rank 0 watches every rank, every other
 rank watches rank 0 (O(ranks) store traffic in all). A counter that did not move for ``--heartbeat_timeout``
@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bart.utils.errors import EXIT_DIST_TIMEOUT, one_line
+from bart.errors import EXIT_DIST_TIMEOUT, one_line
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
 _MAX_INTERVAL_S = 5.0
@@ -48,7 +48,7 @@ def _default_end(line: str) -> None:
     sys.stderr.flush()
     sys.stdout.flush()
     try:
-        from bart.utils import run_lock
+        from bart.runtime import run_lock
         run_lock.release_all()
     except Exception:  # noqa: BLE001 - a stale lock is taken over by the next run; the exit matters more
         pass

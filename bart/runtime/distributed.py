@@ -2,7 +2,7 @@
 
 Rank and world size come from torchrun or SLURM. The process group is set up under a store prefix of its own per
 torchrun attempt (so a restart never reads a dead attempt's addresses), within ``--rendezvous_timeout``.
-``set_cpu_affinity`` pins each rank (:mod:`bart.utils.affinity`) and prints one line per rank.
+``set_cpu_affinity`` pins each rank (:mod:`bart.runtime.affinity`) and prints one line per rank.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from bart.utils import affinity
-from bart.utils.errors import DistributedTimeout, UserError, one_line
+from bart.errors import DistributedTimeout, UserError, one_line
+from bart.runtime import affinity
 
 
 @dataclass
@@ -75,7 +75,7 @@ def read_env(environ=None) -> DistributedEnv:
 
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 600.0  # as torchrun's own rendezvous: how long the processes wait for each other
 _RDZV = "bart_rdzv"  # this module's keys in the launcher's store
-_HEARTBEAT_PREFIX = "bart_hb/{token}"  # the heartbeats' (bart.utils.heartbeat), per attempt
+_HEARTBEAT_PREFIX = "bart_hb/{token}"  # the heartbeats' (bart.runtime.heartbeat), per attempt
 _ATTEMPT: list = []  # the token of this process's attempt (attempt_store)
 _POLL_S = 0.05
 
@@ -90,7 +90,7 @@ def init_distributed(env: DistributedEnv | None = None, backend: str | None = No
     ``rendezvous_timeout_s`` (``--rendezvous_timeout``): how long the processes wait for each other at
     start-up; a process that does not come is named in one line (:class:`RendezvousTimeout`).
     ``heartbeat_timeout_s`` (``--heartbeat_timeout``; None: 60 s, 0: off): a rank whose process stops (SIGSTOP,
-    a frozen machine) ends the job that long after, named in one line (:mod:`bart.utils.heartbeat`).
+    a frozen machine) ends the job that long after, named in one line (:mod:`bart.runtime.heartbeat`).
 
     The group is set up under a key prefix of the launcher's store that only this attempt's processes
     share (:func:`attempt_store`): torchrun keeps one store across ``--max_restarts`` restarts (static and
@@ -119,13 +119,13 @@ def init_distributed(env: DistributedEnv | None = None, backend: str | None = No
     return env
 
 
-_HEARTBEAT: list = []  # this process's bart.utils.heartbeat.Heartbeat, stopped by cleanup()
+_HEARTBEAT: list = []  # this process's bart.runtime.heartbeat.Heartbeat, stopped by cleanup()
 
 
 def start_heartbeat(env: DistributedEnv, attempt: dist.PrefixStore, timeout_s: float | None) -> None:
-    """This rank's heartbeat (:mod:`bart.utils.heartbeat`) under this attempt's prefix, over a store connection of
+    """This rank's heartbeat (:mod:`bart.runtime.heartbeat`) under this attempt's prefix, over a store connection of
     its own to MASTER_ADDR:MASTER_PORT (torchrun's agent store, or rank 0's); ``timeout_s`` 0: none."""
-    from bart.utils import heartbeat
+    from bart.runtime import heartbeat
 
     timeout_s = heartbeat.DEFAULT_HEARTBEAT_TIMEOUT_S if timeout_s is None else timeout_s
     if not timeout_s or _HEARTBEAT:
@@ -300,7 +300,7 @@ def all_gather_objects(obj):
 
 
 def set_cpu_affinity(mode: str, env: DistributedEnv) -> list[int] | None:
-    """Pin this GPU process to CPUs near its GPU as ``--affinity MODE`` says (:mod:`bart.utils.affinity`), and
+    """Pin this GPU process to CPUs near its GPU as ``--affinity MODE`` says (:mod:`bart.runtime.affinity`), and
     say so: one line per rank, a ``note:`` line on stderr for anything not as expected (unreadable
     topology, fewer cores than GPUs). Returns the CPUs, or None where affinity was left alone; never
     raises for the machine's sake."""

@@ -21,8 +21,8 @@ import zipfile
 
 import torch
 
-from bart.utils.errors import RunStopped, UserError
-from bart.utils.file_modes import new_file_mode
+from bart.errors import RunStopped, UserError
+from bart.files.file_modes import new_file_mode
 
 
 class CheckpointError(UserError):

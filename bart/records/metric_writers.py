@@ -1,7 +1,7 @@
 """Scalars and text for TensorBoard (the real ``tensorboard`` package through
 ``torch.utils.tensorboard.SummaryWriter``) and, when asked for, Weights & Biases.
 
-:class:`bart.utils.dllogger_compat.Logger` hands every record it logs with a step to these writers, so
+:class:`bart.records.dllogger_compat.Logger` hands every record it logs with a step to these writers, so
 whatever reaches dllogger (training loss, learning rate, validation metrics...) reaches TensorBoard
 too. Tags: ``train/<name>`` for training values, ``val/<name>`` for ``val_<name>`` values; ``/`` in
 a name becomes ``_per_`` (``seq/s`` → ``train/seq_per_s``). The W&B run's id is kept in the run's folder
@@ -80,7 +80,7 @@ class WandbWriter:
         """The id the folder keeps for a resumed run; else a new one, written to the folder first."""
         import secrets
 
-        from bart.utils.checkpoint_io import atomic_write_text
+        from bart.files.checkpoint_io import atomic_write_text
 
         path = os.path.join(run_dir, WANDB_RUN_ID)
         if resume and os.path.isfile(path):

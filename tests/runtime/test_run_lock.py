@@ -1,4 +1,4 @@
-"""One run per output folder (bart/utils/run_lock.py) and a run folder deleted under a running run (issue 29,
+"""One run per output folder (bart/runtime/run_lock.py) and a run folder deleted under a running run (issue 29,
 cases 1 and 7): a second run into a folder in use is refused in one line naming the first, before it writes
 anything there; a lock left by a dead process is reported and taken over; the ranks of a refused torchrun
 job all stop; a run whose folder or run files are deleted stops at its next log or checkpoint write in one
@@ -16,14 +16,14 @@ import time
 
 import pytest
 
-from bart.utils import run_lock
-from bart.utils.dllogger_compat import read_dllogger
-from bart.utils.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
+from bart.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
+from bart.records.dllogger_compat import read_dllogger
+from bart.runtime import run_lock
 from tests.helpers import ROOT
 from tests.helpers.corpus import pretraining_argv
 from tests.helpers.processes import logged_step, wait_for
 
-HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.utils import run_lock; "
+HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.runtime import run_lock; "
           "run_lock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)")
 
 
@@ -166,7 +166,7 @@ def test_the_holder_refreshes_its_lock_and_notices_its_loss(tmp_path):
 
 
 def test_released_at_exit_error_and_sigterm_and_the_empty_folder_it_made_goes(tmp_path):
-    script = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.utils import run_lock; "
+    script = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.runtime import run_lock; "
               "run_lock.acquire(sys.argv[1]); print('held', flush=True); sys.stdin.readline(); {end}")
     for name, end, code in (("normal", "pass", 0), ("error", "raise ValueError('x')", 1),
                             ("sigterm", "pass", -signal.SIGTERM)):  # SIGTERM while it waits at startup

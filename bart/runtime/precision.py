@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bart.utils.errors import UserError
+from bart.errors import UserError
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}

@@ -2,7 +2,7 @@ import os
 import subprocess
 import sys
 
-from bart.utils.nltk_data import ensure_punkt, sent_tokenize
+from bart.scoring.nltk_data import ensure_punkt, sent_tokenize
 
 
 def test_punkt_offline_splits_abbreviations(punkt_dir):

@@ -1,10 +1,10 @@
-"""bart.utils.progress: plain lines (step/total, rate, elapsed, ETA, no control characters) when the stream
+"""bart.records.progress: plain lines (step/total, rate, elapsed, ETA, no control characters) when the stream
 is not a terminal, a tqdm bar when it is; generation reports its progress."""
 import io
 
 import torch
 
-from bart.utils.progress import Progress, format_duration, track
+from bart.records.progress import Progress, format_duration, track
 
 
 class _Terminal(io.StringIO):

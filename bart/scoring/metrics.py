@@ -2,7 +2,7 @@
 
 ROUGE-Lsum (the "RL" of the BART paper) is summary-level LCS over sentences, and rouge-score splits
 summaries into sentences only at newlines. Both predictions and references are therefore split with
-Punkt (offline data, :mod:`bart.utils.nltk_data`) and joined with newlines before scoring; without that,
+Punkt (offline data, :mod:`bart.scoring.nltk_data`) and joined with newlines before scoring; without that,
 Lsum silently equals sentence-less ROUGE-L. Line breaks already in a text (raw CNN/DM highlights,
 multi-line predictions) are kept: each line is split into sentences on its own, as rouge-score is
 used on such texts (``"\\n".join(sent_tokenize(line))`` per line), so unpunctuated lines never merge.
@@ -22,7 +22,7 @@ def _check_lengths(predictions: Sequence[str], references: Sequence[str]) -> Non
 def add_sentence_newlines(text: str) -> str:
     """One sentence per line, as rouge-score's rougeLsum expects: the existing lines are kept and each
     is split into sentences with Punkt (blank lines, which rouge-score ignores, are dropped)."""
-    from bart.utils.nltk_data import sent_tokenize
+    from bart.scoring.nltk_data import sent_tokenize
 
     return "\n".join(sentence for line in text.split("\n") for sentence in sent_tokenize(line))
 
@@ -32,7 +32,7 @@ def calculate_rouge(predictions: Sequence[str], references: Sequence[str], rouge
     """F1 x 100 per ROUGE type (bootstrap mid value when ``bootstrap``), rounded to 4 decimals."""
     import numpy as np
 
-    from bart.utils.lazy_package import defer_package_init
+    from bart.runtime.lazy_package import defer_package_init
     defer_package_init("nltk", "nltk.stem")  # rouge-score needs nltk.stem.porter, not nltk's scipy (~1.4 s)
     from rouge_score import rouge_scorer, scoring
 

@@ -1,5 +1,5 @@
 """Start-up cost: packages whose __init__ imports far more than the recipe uses are not initialised
-(bart.utils.lazy_package), and BART's standard tokenizer folders run without transformers."""
+(bart.runtime.lazy_package), and BART's standard tokenizer folders run without transformers."""
 import importlib
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bart.utils.lazy_package import defer_package_init
+from bart.runtime.lazy_package import defer_package_init
 from tests.helpers import ROOT
 
 
@@ -61,7 +61,7 @@ from bart.data.pretraining_dataset import build_pretraining_loader
 from bart.data.summarization import Seq2SeqDataset
 from bart.evaluation import generate_texts
 from bart.tokenization.tokenization_bart import BartTokenizer
-from bart.utils.metrics import calculate_rouge
+from bart.scoring.metrics import calculate_rouge
 tok = BartTokenizer.from_pretrained({small_tokenizer_dir!r})
 tok.word_start_mask(); tok.sentence_end_mask()
 ids = tok.encode_for_model(["a river city", "b"], 8)["input_ids"]

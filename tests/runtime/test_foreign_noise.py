@@ -2,7 +2,7 @@
 it loads a model), torch's deprecations of torchao's registrations and transformers' progress bars stay out of
 ``python -m bart.export`` (its verify step and ``--ct2``'s conversion), ``from_pretrained`` and run_eval.py, each
 in a fresh process (the lines come once per process, at torchao's first import); every other record of those
-loggers still shows (bart/utils/foreign_noise.py)."""
+loggers still shows (bart/runtime/foreign_noise.py)."""
 import enum
 import importlib.util
 import json
@@ -16,7 +16,7 @@ import torch
 
 from bart.configuration import BartConfig
 from bart.modeling import BartForConditionalGeneration
-from bart.utils.foreign_noise import KNOWN_NOISE, drop_known_noise
+from bart.runtime.foreign_noise import KNOWN_NOISE, drop_known_noise
 from tests.helpers import ROOT
 
 TINY = dict(vocab_size=50265, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,

@@ -8,7 +8,7 @@ of secret-looking names (``HF_TOKEN``).
     mask_env({"HF_TOKEN": "S", "WORLD_SIZE": "8"})                            # {'HF_TOKEN': '***', 'WORLD_SIZE': '8'}
 
 Standard library only, no import of the package: setup.py loads this file by its path at build time
-(bart/_build.json), where torch may not be installed; bart.utils.provenance imports it for git_log.json.
+(bart/_build.json), where torch may not be installed; bart.records.provenance imports it for git_log.json.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ killing), SIGUSR1 (SLURM's ``--signal`` warning before the time limit) and the f
 flag that a loop checks at a safe point (after an update, between two evaluation batches), so it can write a
 checkpoint and exit. A second Ctrl-C interrupts at once, as usual (raises KeyboardInterrupt; the entry scripts end it in one
 line, exit code 130); landing inside a checkpoint write, it removes the partial file and the run ends in
-one line naming the newest complete checkpoint (``bart.utils.checkpoint_io.WriteInterrupted``, exit code 130).
+one line naming the newest complete checkpoint (``bart.files.checkpoint_io.WriteInterrupted``, exit code 130).
 
 The request belongs to the process, not to one loop: the entry scripts hold a :class:`StopRequest` from
 their first line (``bart.cli.exits.run_main``), so a signal that lands while the model is built is not a kill
@@ -15,7 +15,7 @@ request is agreed; the work is abandoned (nothing of it written) and its caller 
 decided by all ranks together (:func:`stop_agreed`, a collective: the one place ranks agree on a stop, at
 an update or a batch boundary), since the checkpoint and the gathering of generations that follow are
 collective. Work with no safe point to stop at (``run_eval.py``'s generation and scoring) takes
-the signals ``at_once``: Ctrl-C interrupts (130), SIGTERM/SIGUSR1 raise :class:`bart.utils.errors.Preempted`
+the signals ``at_once``: Ctrl-C interrupts (130), SIGTERM/SIGUSR1 raise :class:`bart.errors.Preempted`
 (75: run the same command again)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 
-from bart.utils.errors import Preempted
+from bart.errors import Preempted
 
 STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None),
                                  getattr(signal, "SIGINT", None)) if s is not None)
@@ -117,7 +117,7 @@ def stop_agreed(device=None) -> str | None:
     points, so that all stop at the same update or batch, and every rank's line names the signal (a launcher
     forwarding SIGTERM to its workers in turn: the ranks may agree before the signal reaches the last one)."""
     received = _PROCESS["received"] if _PROCESS["depth"] > 0 else None
-    from bart.utils import distributed as dist_utils  # imports torch: only here
+    from bart.runtime import distributed as dist_utils  # imports torch: only here
 
     if dist_utils.world_size() > 1:
         import torch
