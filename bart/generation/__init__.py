@@ -38,7 +38,7 @@ from bart.generation.options import (
 )
 from bart.generation.precision import PackedLinear, decodes_packed, packed_beside
 from bart.generation.processing import logits_processors
-from bart.generation.session import _attention_mask, _Decoder
+from bart.generation.session import Decoder, default_attention_mask
 
 
 def check_generate_options(model, kwargs: dict) -> None:
@@ -87,7 +87,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         raise GenerationOptionError(f"generate: decoder_input_ids has {opts.prompt.shape[0]} rows for "
                                     f"{input_ids.shape[0]} sources")
     if attention_mask is None:
-        attention_mask = _attention_mask(input_ids, opts)
+        attention_mask = default_attention_mask(input_ids, opts)
     attention_mask = attention_mask.to(model.device)
     opts.prepare(model.device, input_ids.shape[0])
     processors = logits_processors(opts, model.config.vocab_size, model.device)
@@ -102,7 +102,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         encoder_hidden = runner.model.encoder(input_ids, attention_mask)
         rows_per_source = opts.num_beams if opts.num_beams > 1 else (opts.num_return_sequences if opts.do_sample else 1)
         if mode is None:
-            decoder = _Decoder(runner, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
+            decoder = Decoder(runner, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
         else:
             decoder = make_decoder(model, encoder_hidden, attention_mask, rows_per_source, opts.max_length, mode)
         search = greedy_search if opts.num_beams == 1 else beam_search

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from bart.generation import logits_processors as lp
 from bart.generation.options import GenerationOptions
 from bart.generation.processing import process
-from bart.generation.session import _Decoder, _drops_finished, _is_eos
+from bart.generation.session import Decoder, drops_finished, is_eos
 
 NEG = -1.0e9
 
@@ -59,7 +59,7 @@ class _BeamState:
         source_beam, token = top_index // vocab, top_index % vocab
         candidates = _gather(self.running, source_beam)
         candidates[:, :, cur_len] = token
-        ended = _is_eos(token, opts)  # by EOS or by the caller's criteria
+        ended = is_eos(token, opts)  # by EOS or by the caller's criteria
         stop = opts.custom_stop(candidates[:, :, :cur_len + 1].reshape(batch * keep, cur_len + 1), scores)
         if stop is not None:
             ended = ended | stop.view(batch, keep)
@@ -128,7 +128,7 @@ class _BeamState:
         return self.improvable.any() & exists_open & ~self.hits_stop.all()
 
 
-def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
+def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
     """Beam search; with ``num_beam_groups`` > 1, diverse (group) beam search: each group of
     num_beams / groups beams runs its own search and is penalised (Hamming diversity) for tokens
     that earlier groups chose at the same step.
@@ -143,7 +143,7 @@ def beam_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.T
     states = [_BeamState(batch, group_size, opts.max_length, opts.prompt,
                          opts.pad_token_id, device) for _ in range(groups)]
     results = [tuple(t.clone() for t in state.results()) for state in states]  # (finished, scores, generated) of every source, by group
-    drop = _drops_finished(opts) and not getattr(decoder, "fixed_rows", False)
+    drop = drops_finished(opts) and not getattr(decoder, "fixed_rows", False)
     live = list(range(batch))  # original indices of the running sources
     all_scores = []
     cur_len = opts.prompt_length

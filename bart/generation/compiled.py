@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from bart.generation.cache import StaticLayerCache, padding_mask_to_bool
-from bart.generation.session import _Decoder
+from bart.generation.session import Decoder
 
 MODES = {True: "default", "default": "default", "reduce-overhead": "reduce-overhead"}
 
@@ -110,8 +110,8 @@ def _compiled(model, mode: str):
 
 
 def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_length: int, mode: str):
-    class CompiledDecoder(_Decoder):
-        """The :class:`~bart.generation.session._Decoder` whose one-token steps run the compiled static step;
+    class CompiledDecoder(Decoder):
+        """The :class:`~bart.generation.session.Decoder` whose one-token steps run the compiled static step;
         its rows stay fixed for the call (``fixed_rows``: the search keeps finished sources)."""
         fixed_rows = True
 
@@ -128,7 +128,7 @@ def make_decoder(model, encoder_hidden, encoder_mask, rows_per_source: int, max_
             self.position = torch.zeros(1, dtype=torch.long, device=encoder_hidden.device)
             self.step = _compiled(model, mode)
             self.mode = mode
-            # on CPU the LM head stays the eager one (_Decoder.lm_head: MKL's fast orientation for few rows, vocabulary
+            # on CPU the LM head stays the eager one (Decoder.lm_head: MKL's fast orientation for few rows, vocabulary
             # slices for many, into the logits buffer); measured faster there than the compiled product
             self.head = encoder_hidden.device.type != "cpu"
 

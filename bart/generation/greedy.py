@@ -12,16 +12,16 @@ import torch.nn.functional as F
 
 from bart.generation.options import GenerationOptions
 from bart.generation.processing import process
-from bart.generation.session import _Decoder, _drops_finished, _is_eos
+from bart.generation.session import Decoder, drops_finished, is_eos
 
 
-def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
+def greedy_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
     """Greedy decoding, or with ``do_sample`` multinomial sampling (num_return_sequences rows per source).
     A finished row stops costing work (greedy only): it leaves the running batch and its tokens wait,
     padded, in the output."""
     rows = encoder_ids.shape[0] * (opts.num_return_sequences if opts.do_sample else 1)
     device = encoder_ids.device
-    drop = _drops_finished(opts) and not getattr(decoder, "fixed_rows", False)
+    drop = drops_finished(opts) and not getattr(decoder, "fixed_rows", False)
     output = torch.full((rows, opts.max_length), opts.pad_token_id, dtype=torch.long, device=device)
     live = list(range(rows))  # output rows of the running rows
     tokens = opts.prompt_rows(rows // encoder_ids.shape[0])
@@ -37,7 +37,7 @@ def greedy_search(decoder: _Decoder, opts: GenerationOptions, encoder_ids: torch
             all_scores.append(scores.clone())  # scores may be the decoder's buffer
         next_tokens = next_tokens.masked_fill_(~unfinished, opts.pad_token_id)
         tokens = torch.cat([tokens, next_tokens[:, None]], dim=1)
-        unfinished &= ~_is_eos(next_tokens, opts)
+        unfinished &= ~is_eos(next_tokens, opts)
         stop = opts.custom_stop(tokens, tuple(all_scores) if opts.output_scores else None)
         if stop is not None:
             unfinished &= ~stop

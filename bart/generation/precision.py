@@ -179,7 +179,7 @@ class PackedLinear(nn.Module):
     and 1.1-2.6x faster than the earlier form that converted the activations to and from oneDNN
     tensors around ``mkldnn_linear`` (the same values bit for bit). No ``weight`` attribute: code that
     reads a plain linear's weight (the training path, the LM head's MKL orientations in
-    ``_Decoder.lm_head``) calls the module instead. Inference only (no autograd through the weight)."""
+    ``Decoder.lm_head``) calls the module instead. Inference only (no autograd through the weight)."""
 
     def __init__(self, linear: nn.Linear, gelu: bool = False) -> None:
         super().__init__()

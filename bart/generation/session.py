@@ -10,7 +10,7 @@ logits and log-probs of a step go to buffers made once per call and the score pr
 place, so a decode step allocates nothing of size rows x vocab or rows x cache (on a machine where
 fresh memory is expensive, e.g. page faults in a VM, those allocations were most of the time).
 Sources that are done leave the running batch: their decoder rows, cache rows and bookkeeping are
-compacted away (:meth:`_Decoder.keep_sources`), so finished rows stop costing work.
+compacted away (:meth:`Decoder.keep_sources`), so finished rows stop costing work.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import torch
 from bart.generation.cache import StaticCache
 from bart.generation.options import GenerationOptions
 
-_LM_HEAD_SLICE = 1024  # vocabulary rows per LM-head product on CPU (see _Decoder.lm_head)
+_LM_HEAD_SLICE = 1024  # vocabulary rows per LM-head product on CPU (see Decoder.lm_head)
 
 
-class _Decoder:
+class Decoder:
     """One incremental decoder over the shared encoder output; the cache lives here.
 
     With ``use_cache`` the cache is a :class:`StaticCache` made once for the whole call: cross
@@ -122,13 +122,13 @@ class _Decoder:
             self.encoder_hidden = self.encoder_hidden.index_select(0, index)
 
 
-def _is_eos(tokens: torch.Tensor, opts: GenerationOptions) -> torch.Tensor:
+def is_eos(tokens: torch.Tensor, opts: GenerationOptions) -> torch.Tensor:
     if opts.eos_token_id is None:
         return torch.zeros_like(tokens, dtype=torch.bool)
     return tokens == opts.eos_token_id
 
 
-def _drops_finished(opts: GenerationOptions) -> bool:
+def drops_finished(opts: GenerationOptions) -> bool:
     """Whether finished sources leave the running batch. Not when sampling (the draws over fewer rows
     would differ from transformers', which draws for every row), with ``output_scores`` (the scores
     of finished rows are part of the output) nor with the caller's processors or criteria (they see
@@ -136,7 +136,7 @@ def _drops_finished(opts: GenerationOptions) -> bool:
     return not (opts.do_sample or opts.output_scores or opts.logits_processor or opts.stopping_criteria)
 
 
-def _attention_mask(input_ids: torch.Tensor, opts: GenerationOptions) -> torch.Tensor:
+def default_attention_mask(input_ids: torch.Tensor, opts: GenerationOptions) -> torch.Tensor:
     """transformers' rule: pad positions are masked when pad occurs in the input and is not EOS."""
     pad_in_input = bool((input_ids == opts.pad_token_id).any())
     if pad_in_input and opts.pad_token_id != opts.eos_token_id:

@@ -244,7 +244,7 @@ def _folder_state(folder: str, files: dict | None = None) -> dict:
                             f"model.safetensors.index.json) nor pytorch_model.bin")
 
 
-def _single_file_in(folder: str) -> str | None:
+def single_checkpoint_in(folder: str) -> str | None:
     """A folder without config.json holding one checkpoint file (a fairseq ``bart.large/`` folder)."""
     names = [n for n in ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt") if os.path.isfile(os.path.join(folder, n))]
     return os.path.join(folder, names[0]) if names else None
@@ -344,8 +344,8 @@ def load_pretrained(cls, path, config: BartConfig | None = None, strict: bool = 
     path = os.path.expanduser(os.fspath(path))
     if looks_like_hub_id(path):  # a hub id (downloaded, or its cache offline) as transformers does
         path = resolve_model_path(path)
-    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")) and _single_file_in(path):
-        path = _single_file_in(path)  # fairseq's extracted bart.large/ holds model.pt, dict.txt, no config
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")) and single_checkpoint_in(path):
+        path = single_checkpoint_in(path)  # fairseq's extracted bart.large/ holds model.pt, dict.txt, no config
     source = "its stored config"
     files: dict[int, str] = {}  # the file each tensor came from (a folder's weights file or shard)
     if os.path.isdir(path):

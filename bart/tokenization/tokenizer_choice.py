@@ -125,8 +125,8 @@ def _public_format(data) -> str | None:
 
 def _weights_file_in(folder: str) -> str | None:
     """The checkpoint a folder without config.json stands for (as the model loaders pick it), quietly."""
-    from bart.modeling.weights import _single_file_in, resolve_weights
-    single = _single_file_in(folder)
+    from bart.modeling.weights import resolve_weights, single_checkpoint_in
+    single = single_checkpoint_in(folder)
     if single:
         return single
     try:

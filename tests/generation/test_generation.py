@@ -325,9 +325,9 @@ def test_attention_mask_inferred_like_transformers(one_thread):
         got, expected = ours.generate(ids, **settings), hf.generate(ids, **settings)
         assert torch.equal(got, expected), settings
     from bart.generation.options import resolve as _options
-    from bart.generation.session import _attention_mask
-    assert torch.equal(_attention_mask(ids, _options(ours.config, {})), (ids != 1).long())
-    assert bool((_attention_mask(ids, _options(ours.config, {"pad_token_id": None})) == 1).all())
+    from bart.generation.session import default_attention_mask
+    assert torch.equal(default_attention_mask(ids, _options(ours.config, {})), (ids != 1).long())
+    assert bool((default_attention_mask(ids, _options(ours.config, {"pad_token_id": None})) == 1).all())
 
 
 # --- options beyond the original grid: repetition_penalty, bad_words_ids, max/min_new_tokens ---------
@@ -567,7 +567,7 @@ def test_static_cache_equals_dynamic_cache(one_thread):
     """Step by step, with a beam reorder and sources leaving in between, the static cache gives the
     logits of the concatenating cache (the same kernels on the same values, the same LM head: equal)
     and those of a full forward without a cache (to tolerance)."""
-    from bart.generation.session import _Decoder
+    from bart.generation.session import Decoder
     from bart.modeling.modeling_bart import StaticCache
     ours, _ = _pair(16, 0.3)
     ids, mask = _ragged_inputs(16)
@@ -575,7 +575,7 @@ def test_static_cache_equals_dynamic_cache(one_thread):
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         encoder_hidden = ours.model.encoder(ids, mask)
-        static = _Decoder(ours, encoder_hidden, mask, True, beams, steps + 1)
+        static = Decoder(ours, encoder_hidden, mask, True, beams, steps + 1)
         assert isinstance(static.cache, StaticCache)
         decoder = ours.model.decoder
         dynamic, live = None, [0, 1, 2]
@@ -605,10 +605,10 @@ def test_static_cache_equals_dynamic_cache(one_thread):
 
 def _count_drops(monkeypatch):
     """How many times finished sources leave the running batch during the calls that follow."""
-    from bart.generation.session import _Decoder
+    from bart.generation.session import Decoder
     calls = []
-    original = _Decoder.keep_sources
-    monkeypatch.setattr(_Decoder, "keep_sources", lambda self, sources, rows: (calls.append(len(sources)),
+    original = Decoder.keep_sources
+    monkeypatch.setattr(Decoder, "keep_sources", lambda self, sources, rows: (calls.append(len(sources)),
                                                                                original(self, sources, rows)))
     return calls
 

@@ -67,8 +67,8 @@ def test_static_step_gives_the_eager_tokens(uncompiled_step, monkeypatch, case, 
     ids, mask = _sources()
     settings = dict(BASE, **CASES[case])
     eager_steps = []
-    lm_head = session._Decoder.lm_head
-    monkeypatch.setattr(session._Decoder, "lm_head", lambda self, h: (eager_steps.append(1), lm_head(self, h))[1])
+    lm_head = session.Decoder.lm_head
+    monkeypatch.setattr(session.Decoder, "lm_head", lambda self, h: (eager_steps.append(1), lm_head(self, h))[1])
     expected = model.generate(ids, attention_mask=mask, **settings)
     steps = len(eager_steps)
     got = model.generate(ids, attention_mask=mask, compile_generation=True, **settings)

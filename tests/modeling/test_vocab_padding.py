@@ -7,7 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bart.configuration import BartConfig
-from bart.generation.session import _Decoder
+from bart.generation.session import Decoder
 from bart.modeling import BartForConditionalGeneration
 from bart.modeling.vocab_padding import padded_vocab_size
 from tests.helpers.synthetic import TINY
@@ -189,7 +189,7 @@ def unaligned_products(model, batch=3, source=7, target=5, beams=3):
                   fused_cross_entropy=fused).loss.backward()
         with torch.no_grad():
             encoded = model.model.encoder(ids, torch.ones_like(ids)).repeat_interleave(beams, 0)
-            decoder = _Decoder(model, encoded, torch.ones(batch * beams, source, device="meta"), True, 1, 8)
+            decoder = Decoder(model, encoded, torch.ones(batch * beams, source, device="meta"), True, 1, 8)
             tokens = torch.full((batch * beams, 2), 2, device="meta")
             decoder.next_logits(tokens[:, :1])
             decoder.next_logits(tokens)  # one cached step: one token per row
