@@ -116,11 +116,12 @@ def latency_stats(latencies: list[float], examples: int, total_seconds: float, p
 
 @dataclass(frozen=True)
 class TaskMetric:
-    """How a task's generations are scored (every score: higher is better)."""
+    """How a task's generations are scored."""
     name: str                                        # the metrics file: {split}_{name}.json
     score: Callable[[list[str], list[str]], dict]   # (predictions, references) -> {metric: value}
     ranked_by: str                                   # what validation ranks checkpoints by (--val_metric's default)
     keys: tuple                                      # the scores ``score`` gives (--val_metric's choices besides loss)
+    higher_is_better: bool = True                    # the scores' direction (best-k, early stopping)
 
 
 # task -> its metric: the one place that decides it (finetune.py's --val_metric default and choices, the files)
@@ -138,8 +139,8 @@ def task_metric(task: str) -> str:
 
 
 def lower_is_better(metric: str) -> bool:
-    """Which way ``metric`` improves: the loss down, every score up."""
-    return metric == LOSS
+    """Which way ``metric`` improves: the loss down, a task's scores as its :class:`TaskMetric` says."""
+    return metric == LOSS or any(metric in task.keys and not task.higher_is_better for task in TASK_METRICS.values())
 
 
 def check_val_metric(task: str, metric: str) -> str | None:

@@ -91,3 +91,14 @@ def test_rouge_lsum_keeps_existing_lines_and_splits_sentences_inside_them(punkt_
     mean = np.mean([scorer.score(per_line(r), per_line(p))["rougeLsum"].fmeasure
                     for p, r in zip(MULTILINE_PREDS, MULTILINE_REFS)]) * 100
     assert calculate_rouge(MULTILINE_PREDS, MULTILINE_REFS, bootstrap=False)["rougeLsum"] == pytest.approx(mean, abs=1e-3)
+
+
+def test_each_validation_metric_ranks_in_its_own_direction(monkeypatch):
+    """The loss improves downwards, the tasks' scores upwards; a task whose scores fall as they improve (an error
+    rate) says so on its TaskMetric and best-k and early stopping follow."""
+    from bart import evaluation
+    assert evaluation.lower_is_better("loss")
+    assert not any(evaluation.lower_is_better(key) for key in ("rouge1", "rouge2", "rougeL", "rougeLsum", "bleu"))
+    error_rate = evaluation.TaskMetric("wer", lambda p, r: {"wer": 0.0}, "wer", ("wer",), higher_is_better=False)
+    monkeypatch.setitem(evaluation.TASK_METRICS, "speech", error_rate)
+    assert evaluation.lower_is_better("wer")
