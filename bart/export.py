@@ -51,6 +51,7 @@ import tempfile
 
 from bart.configuration.shipped import config_file, names_help
 from bart.errors import one_line
+from bart.files.checkpoint_io import read_json
 from bart.files.file_modes import staging_folder
 from bart.hub import TOKENIZER_FILES
 from bart.records.redact import mask_command
@@ -119,14 +120,6 @@ def _write_tokenizer(tokenizer_path: str, folder: str, model) -> list[str]:
     return sorted(set(os.listdir(folder)) - before)
 
 
-def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 # run_config.json keys the card shows, with their labels
 _CARD_SETTINGS = (("data_dir", "data"), ("init_checkpoint", "started from"), ("max_steps", "updates (--max_steps)"),
                   ("train_batch_size", "batch size per process"), ("gradient_accumulation_steps", "accumulation"),
@@ -193,7 +186,7 @@ def _eval_results(folder: str, model_path: str, run: dict, records: list[dict], 
                                          if k.startswith("val_") and k[4:] in _METRIC_NAMES})
     if step == summary.get("steps"):
         for metrics_file in ("test_rouge.json", "test_bleu.json"):
-            values = _read_json(os.path.join(folder, metrics_file))
+            values = read_json(os.path.join(folder, metrics_file), None)
             if isinstance(values, dict):
                 splits["test"].update({k: v for k, v in values.items() if k in _METRIC_NAMES})
     return [EvalResult(task_type=task, dataset_type=dataset or data, dataset_name=data, dataset_split=split,
@@ -227,7 +220,7 @@ def model_card(model, model_path: str, where: str | None = None, license: str = 
     from huggingface_hub import ModelCard, ModelCardData
 
     folder = os.path.dirname(os.path.abspath(model_path)) if os.path.isfile(model_path) else model_path
-    run = _read_json(os.path.join(folder, "run_config.json")) or {}
+    run = read_json(os.path.join(folder, "run_config.json"), None) or {}
     records = _log_records(folder) if os.path.isfile(os.path.join(folder, "dllogger.json")) else []
     summary, start_times = {}, []
     for record in records:
@@ -260,11 +253,11 @@ def model_card(model, model_path: str, where: str | None = None, license: str = 
         lines.append("")
     metrics = {}
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        values = _read_json(os.path.join(folder, name)) if name.endswith(("_rouge.json", "_bleu.json")) else None
+        values = read_json(os.path.join(folder, name), None) if name.endswith(("_rouge.json", "_bleu.json")) else None
         if isinstance(values, dict):
             metrics.update({f"{name[:-5]}: {k}": v for k, v in values.items()
                             if k.startswith(("rouge", "bleu")) and isinstance(v, (int, float))})
-        ranking = _read_json(os.path.join(folder, name)) if name.startswith("best_") and name.endswith(".json") else None
+        ranking = read_json(os.path.join(folder, name), None) if name.startswith("best_") and name.endswith(".json") else None
         if isinstance(ranking, dict) and ranking.get("best"):
             metrics[f"best validation {ranking.get('metric')}"] = f"{ranking['best'][0][0]} ({ranking['best'][0][1]})"
     shown = {k: summary[k] for k in ("steps", "final_loss", "avg_train_throughput", "total_time_s") if k in summary}
@@ -272,7 +265,7 @@ def model_card(model, model_path: str, where: str | None = None, license: str = 
         lines += ["## Results", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in {**shown, **metrics}.items()]
         lines.append("")
-    log = _read_json(os.path.join(folder, "git_log.json"))
+    log = read_json(os.path.join(folder, "git_log.json"), None)
     starts = log.get("starts") if isinstance(log, dict) else None
     if starts:
         trained = [start for start in starts if any(script in _shown_command(start) for script in

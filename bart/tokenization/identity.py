@@ -22,6 +22,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from bart.files.checkpoint_io import read_json
+
 # transformers' BartTokenizerFast defaults: a folder that does not name a special token has these
 SPECIAL_DEFAULTS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
                     "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}
@@ -53,14 +55,6 @@ class TokenizerIdentity:
         return hash(self.fingerprint)
 
 
-def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        raise TokenizerFilesError(f"{path} is not readable JSON ({type(err).__name__}: {err})") from err
-
-
 def _text(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
@@ -72,7 +66,7 @@ def _merge_text(merge) -> str:
 def _vocab_and_merges(folder: str) -> tuple[dict, list]:
     fast = os.path.join(folder, "tokenizer.json")
     if os.path.isfile(fast):
-        spec = _read_json(fast)
+        spec = read_json(fast, TokenizerFilesError)
         model = spec.get("model") if isinstance(spec, dict) else None
         if not isinstance(model, dict) or "vocab" not in model:
             raise TokenizerFilesError(f"{fast} holds no tokenizer model with a vocabulary")
@@ -86,10 +80,10 @@ def _vocab_and_merges(folder: str) -> tuple[dict, list]:
     vocab_path, merges_path = os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt")
     if not (os.path.isfile(vocab_path) and os.path.isfile(merges_path)):
         raise TokenizerFilesError(f"{folder} holds neither tokenizer.json nor vocab.json + merges.txt")
-    vocab = dict(_read_json(vocab_path))
+    vocab = dict(read_json(vocab_path, TokenizerFilesError))
     added = os.path.join(folder, "added_tokens.json")
     if os.path.isfile(added):
-        vocab.update({token: int(i) for token, i in _read_json(added).items()})
+        vocab.update({token: int(i) for token, i in read_json(added, TokenizerFilesError).items()})
     with open(merges_path, encoding="utf-8") as f:
         merges = [line.rstrip("\r\n") for line in f]
     merges = [m for m in merges if m and not m.startswith("#version")]
@@ -103,7 +97,7 @@ def _specials(folder: str) -> dict:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
             continue
-        data = _read_json(path)
+        data = read_json(path, TokenizerFilesError)
         if not isinstance(data, dict):
             continue
         for key in SPECIAL_DEFAULTS:
