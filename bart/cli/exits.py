@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 
+from bart.cli.args import EVAL, FINETUNE, PRETRAIN, TRAINING
 from bart.data import DataError
 from bart.errors import (
     EXIT_DIST_TIMEOUT,
@@ -29,15 +30,14 @@ from bart.records.metric_writers import MetricWriterError
 
 USER_ERRORS = (UserError, HubResolutionError, HubPushError, DataError, MetricWriterError, FileNotFoundError, IsADirectoryError,
                NotADirectoryError, PermissionError)
-_TRAINING_SCRIPTS = ("pretrain.py", "finetune.py")
 # What to lower when a script runs out of memory (the model's size is the config's in every script)
 _TRAINING_LOWER = ("lower --train_batch_size (--gradient_accumulation_steps keeps the global batch) or "
                    "--max_source_length, add --gradient_checkpointing or --bf16, or use a smaller model (the config's "
                    "d_model, layers, ffn dims, vocab_size)")
 LOWER_WHEN_OUT_OF_MEMORY = {
-    "pretrain.py": _TRAINING_LOWER,
-    "finetune.py": _TRAINING_LOWER.replace("--max_source_length", "--max_source_length / --max_target_length"),
-    "run_eval.py": "lower --bs, --max_source_length or --num_beams, or use --decode_precision bf16 / int8",
+    PRETRAIN: _TRAINING_LOWER,
+    FINETUNE: _TRAINING_LOWER.replace("--max_source_length", "--max_source_length / --max_target_length"),
+    EVAL: "lower --bs, --max_source_length or --num_beams, or use --decode_precision bf16 / int8",
 }
 
 
@@ -51,7 +51,7 @@ def _resume_hint(script: str, err: BaseException | None = None) -> str:
     if err is not None and not isinstance(err, (StorageError, WriteInterrupted)):
         return ""
     return ("; then run the same command with --resume_from_checkpoint auto (it resumes from the newest complete "
-            "checkpoint, or starts anew where there is none)" if script in _TRAINING_SCRIPTS else "")
+            "checkpoint, or starts anew where there is none)" if script in TRAINING else "")
 
 
 def _permission_hint(err: BaseException) -> str:
@@ -140,12 +140,12 @@ def _storage_errors_in_threads_as_one_line() -> None:
 # scripts as a request honoured after an update or at a validation's or prediction's next batch (75, a checkpoint
 # where there is something new to save); run_eval.py at once (Ctrl-C: 130, SIGTERM/SIGUSR1: 75), having nothing to
 # save
-STOP_SIGNALS_AT_ONCE = {"pretrain.py": False, "finetune.py": False, "run_eval.py": True}
+STOP_SIGNALS_AT_ONCE = {PRETRAIN: False, FINETUNE: False, EVAL: True}
 
 
 def _interrupted(script: str) -> str:
     """The line after a Ctrl-C that stopped a script at once (exit 130)."""
-    if script not in _TRAINING_SCRIPTS:
+    if script not in TRAINING:
         return f"{script}: interrupted (Ctrl-C): stopped before the work was done; run the same command again"
     from bart.training.checkpoint import latest_checkpoint
 
