@@ -4,7 +4,7 @@
 # own (CUDA) torch is kept untouched.
 # Environment: PYTHON (python3), TORCH_INDEX_URL (a package index URL, or pypi), BART_USE_SYSTEM_MPI (0 or 1),
 # BART_TRANSFORMERS (5, the default: requirements.txt's transformers 5.x; or 4: transformers 4.57 and its
-# tokenizers and huggingface_hub from requirements-transformers4.txt instead).
+# tokenizers and huggingface_hub from requirements-transformers4.txt instead, with optimum-onnx and onnxruntime).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # the checks inline: the image's build copies this file alone (Dockerfile), without scripts/params/common.sh

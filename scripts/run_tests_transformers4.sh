@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# CI's second step: the parity, tokenizer, export, hub and README tests again on transformers 4.57
-# (the default set, requirements.txt, is transformers 5.x; scripts/run_tests.sh runs the whole suite on it).
+# CI's second step: the parity, tokenizer, export, hub and README tests again on transformers 4.57, and the ONNX
+# export's, which needs it (optimum-onnx 0.1.0: transformers<4.58). The default set, requirements.txt, is
+# transformers 5.x; scripts/run_tests.sh runs the whole suite on it.
 # The environment is its own: a virtual environment (TRANSFORMERS4_ENV, default .venv-transformers4) that
 # sees the main one's packages through a .pth file after its own, into which scripts/install.sh with
-# BART_TRANSFORMERS=4 installs transformers 4.57, its tokenizers and huggingface_hub (torch and the rest
-# are the main environment's, not installed twice). Extra arguments go to pytest.
+# BART_TRANSFORMERS=4 installs transformers 4.57, its tokenizers and huggingface_hub, and optimum-onnx with
+# onnxruntime (torch and the rest are the main environment's, not installed twice). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/params/common.sh  # the checks
@@ -13,7 +14,7 @@ checks_done
 source scripts/params/python_env.sh
 TESTS=(tests/generation/test_generation.py tests/modeling/test_modeling_parity.py tests/tokenization/test_tokenizer.py
        tests/tokenization/test_train_tokenizer.py tests/export/test_export.py tests/export/test_hub.py
-       tests/e2e/test_readme.py)
+       tests/export/test_onnx.py tests/e2e/test_readme.py)
 # left to the main step: the tests of these files that transformers takes no part in (file modes, bad input,
 # replacing a folder, the entry scripts' flags and hub ids, the shell scripts' usage)
 NOT_TRANSFORMERS="umasks_mode or bad_inputs_are_one_line or replaces_only_with_overwrite or entry_scripts"

@@ -167,6 +167,7 @@ _EXPORT = "tests/e2e/test_readme.py::test_the_export_example_runs_as_printed"
 _PACKAGE = "tests/scripts/test_package.py::test_editable_install_runs_the_checkout"
 _INSTALLED = "tests/scripts/test_package.py::test_installed_copy_runs_from_anywhere_with_a_shipped_config_by_name"
 _LAUNCH = "tests/training/test_signals.py::test_stop_signals_under_torchrun_end_the_job_with_the_documented_code"
+_ONNX = "tests/export/test_onnx.py::test_the_documented_onnx_export_decodes_as_this_project"
 DOC_COMMANDS = {
     "README.md": {
         # the opening block: CHECK_ONLY=1 here (the demo's parts run in their own tests; CI runs the suite: .ci/run)
@@ -295,17 +296,19 @@ DOC_COMMANDS = {
         "pip install ctranslate2==4.8.5":
             "tests/export/test_ctranslate2.py::test_ct2_without_ctranslate2_is_one_line_naming_the_install",
         "hf auth login": "not run (huggingface_hub's login prompt, quoted; the push test passes HF_TOKEN)",
-        # ONNX: a transformers 4.57 environment of its own (optimum-onnx 0.1.0 requires transformers<4.58)
+        # ONNX: a transformers 4.57 environment of its own (optimum-onnx 0.1.0 requires transformers<4.58); CI's
+        # transformers 4.57 step runs the export and decode lines as printed (skipped under 5.x)
         'python -m venv .venv-onnx && .venv-onnx/bin/pip install "transformers==4.57.6" "optimum-onnx[onnxruntime]==0.1.0"':
-            "not run (downloads optimum-onnx and onnxruntime; untested here: docs/EXPORT.md says so)",
+            "not run (a download); its pins are requirements-transformers4.txt's, which CI's transformers 4.57 step "
+            "installs: tests/export/test_onnx.py::test_the_documented_install_line_names_the_pins_ci_tests",
         ".venv-onnx/bin/optimum-cli export onnx --model results/bart_hf --task text2text-generation-with-past "
-        "results/bart_onnx": "not run (optimum-onnx's exporter, in its own environment)",
+        "results/bart_onnx": _ONNX,
         ".venv-onnx/bin/python -c \"from optimum.onnxruntime import ORTModelForSeq2SeqLM; from transformers import "
-        "AutoTokenizer": "not run (onnxruntime, in its own environment)",
+        "AutoTokenizer": _ONNX,
         "t = AutoTokenizer.from_pretrained('results/bart_onnx'); m = ORTModelForSeq2SeqLM.from_pretrained("
-        "'results/bart_onnx')": "not run (the python -c above, continued)",
+        "'results/bart_onnx')": _ONNX,
         "print(t.batch_decode(m.generate(**t(['Some long text ...'], return_tensors='pt')), skip_special_tokens=True))\"":
-            "not run (the python -c above, continued)",
+            _ONNX,
     },
     "docs/ARCHITECTURE.md": {
         "python -m bart.export CKPT OUT_DIR": _EXPORT,
