@@ -286,10 +286,7 @@ DOC_COMMANDS = {
         "python -m utils.launch": _LAUNCH,
     },
     "docs/INFERENCE.md": {
-        "python -m bart.export CKPT OUT_DIR --ct2 CT2_DIR": "tests/export/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
         "python block: import json": "tests/e2e/test_readme.py::test_the_references_python_form_runs_as_printed",
-    },
-    "docs/EXPORT.md": {
         "python -m bart.export results/finetune/final_step.ckpt results/bart_hf --ct2 results/bart_ct2": "tests/export/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
         "python block: import ctranslate2, transformers": "tests/export/test_ctranslate2.py::test_the_options_file_makes_ctranslate2_decode_as_run_eval",
         "python -m bart.export CKPT OUT_DIR": _EXPORT,

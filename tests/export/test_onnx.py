@@ -1,4 +1,4 @@
-"""docs/EXPORT.md's ONNX commands, run as printed on a folder ``python -m bart.export`` writes (post-LN BART and
+"""docs/INFERENCE.md's ONNX commands, run as printed on a folder ``python -m bart.export`` writes (post-LN BART and
 Pre-LN as mBART): optimum-onnx's exporter, then onnxruntime's ``ORTModelForSeq2SeqLM.generate``, decode token for
 token as this project's ``generate`` (greedy and beam search). optimum-onnx 0.1.0 requires transformers<4.58: it is
 installed in CI's transformers 4.57 step only (requirements-transformers4.txt, scripts/run_tests_transformers4.sh);
@@ -34,12 +34,12 @@ EOS_BIAS = 3.0  # on EOS's logit: rows end at different steps, some at max_lengt
 
 
 def _onnx_section():
-    text = open(os.path.join(ROOT, "docs", "EXPORT.md"), encoding="utf-8").read()
-    return text.split("\n## ONNX")[1].split("\n## ")[0]
+    text = open(os.path.join(ROOT, "docs", "INFERENCE.md"), encoding="utf-8").read()
+    return text.split("\n### ONNX")[1].split("\n## ")[0].split("\n### ")[0]
 
 
 def _onnx_block():
-    """docs/EXPORT.md's ONNX section's commands: the install line, then the export and decode lines."""
+    """docs/INFERENCE.md's ONNX section's commands: the install line, then the export and decode lines."""
     block = _onnx_section().split("```bash\n")[1].split("```")[0]
     install, rest = block.split("\n", 1)
     return install, rest
@@ -110,7 +110,7 @@ def test_the_documented_onnx_export_decodes_as_this_project(pre_ln, tmp_path, sm
     assert (python, flag) == (".venv-onnx/bin/python", "-c")
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
-    exec(compile(code, "docs/EXPORT.md (ONNX decode)", "exec"), {"__name__": "__main__"})
+    exec(compile(code, "docs/INFERENCE.md (ONNX decode)", "exec"), {"__name__": "__main__"})
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("['")]
     batch = tokenizer(["Some long text ..."], return_tensors="pt")
     summary = tokenizer.batch_decode(model.generate(batch["input_ids"], attention_mask=batch["attention_mask"]),
