@@ -1,0 +1,177 @@
+"""``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``, ``python -c CODE``) in a process forked from the test's own,
+which has torch, transformers and the package imported already: a real process (its own pid, exit code, stdout and
+stderr, environment, working folder, signals, files) without the 3-4 CPU-seconds of an interpreter's start-up.
+
+    result = run_python([sys.executable, "finetune.py", "--data_dir", ...], env=env, cwd=tmp_path, timeout=300)
+    result.returncode, result.stdout, result.stderr      # as subprocess.run(..., capture_output=True, text=True)
+
+Use it where the test is about what a script does (its files, its exit code, its lines), not about the start of an
+interpreter: what a fresh process imports, prints at import or finds on ``sys.path`` (an installed copy, a clean
+environment) needs :func:`subprocess.run`, and so do launchers (torchrun) and processes a test signals while they run.
+
+The child starts as a new interpreter would for what it runs: the given environment (``os.environ`` replaced, torch's
+thread count from its OMP_NUM_THREADS), working folder, ``sys.argv`` and ``sys.path[0]``, standard streams on files,
+default signal handlers, Python's own warning filters and no logging handlers, no exit handlers of the test's
+process (its temporary folders are never removed by the child). It ends as the interpreter does: ``sys.exit``'s
+code, 1 and the traceback for an exception, its own exit handlers run. Where this process holds a torch.distributed
+process group (which a fork cannot share), or fork is not available, the command runs as a subprocess instead.
+"""
+import atexit
+import logging
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+_PYTHON_WARNING_FILTERS = list(warnings.filters)  # as this module is imported: before any test changes them
+_SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM,
+                        signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE) if s is not None]
+
+
+def _forkable() -> bool:
+    if not hasattr(os, "fork"):
+        return False
+    dist = sys.modules.get("torch.distributed")
+    return not (dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_path: str, err_path: str) -> None:
+    """In the forked child: become ``argv``'s process, run it, and end (never returns)."""
+    code = 1
+    try:
+        for fd, path, flags in ((0, stdin_path or os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY),
+                                (2, err_path, os.O_WRONLY)):
+            opened = os.open(path, flags)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.stdin = sys.__stdin__ = open(0, closefd=False, encoding="utf-8")
+        sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False, encoding="utf-8")
+        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False, encoding="utf-8",
+                                           errors="backslashreplace")
+        for sig in _SIGNALS:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        signal.alarm(0)
+        atexit._clear()
+        logging.root.handlers.clear()
+        logging.root.setLevel(logging.WARNING)
+        for logger in list(logging.Logger.manager.loggerDict.values()):  # a library's handler (transformers')
+            for handler in getattr(logger, "handlers", ()):               # writes to this process's stderr
+                if type(handler) is logging.StreamHandler:
+                    handler.setStream(sys.stderr)
+        warnings.filters[:] = _PYTHON_WARNING_FILTERS
+        warnings._filters_mutated()
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))
+        code = _run(argv[1:])
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except KeyboardInterrupt as err:
+        _print_traceback(err)
+        code = 130
+    except BaseException as err:  # noqa: BLE001 (as the interpreter ends on any exception)
+        _print_traceback(err)
+        code = 1
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _print_traceback(err: BaseException) -> None:
+    """The traceback as the interpreter prints it: from the command's own first frame (not this module's or runpy's)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+        tb = tb.tb_next
+    traceback.print_exception(type(err), err, tb)
+
+
+def _run(args: list[str]) -> int:
+    """``python ARGS`` after the interpreter's own flags (none are taken here)."""
+    if args[0] == "-m":
+        sys.argv = [args[1], *args[2:]]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    elif args[0] == "-c":
+        sys.argv = ["-c", *args[2:]]
+        sys.path[0] = os.getcwd()
+        exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    else:
+        script = os.path.abspath(args[0])
+        sys.argv = [args[0], *args[1:]]
+        sys.path[0] = os.path.dirname(script)
+        runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_python(argv: list[str], env: dict | None = None, cwd=None, timeout: float | None = None,
+               input: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True)`` for
+    a Python command (``argv[0]`` is an interpreter), forked from this process (see the module's docstring)."""
+    if not _forkable():
+        return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True,
+                              check=check)
+    with tempfile.TemporaryDirectory(prefix="forked-") as folder:
+        out_path, err_path = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        for path in (out_path, err_path):
+            open(path, "wb").close()
+        stdin_path = None
+        if input is not None:
+            stdin_path = os.path.join(folder, "stdin")
+            with open(stdin_path, "w", encoding="utf-8") as f:
+                f.write(input)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(list(argv), env, cwd, stdin_path, out_path, err_path)
+        status = _wait(pid, timeout, argv)
+        with open(out_path, encoding="utf-8", errors="replace") as f:
+            stdout = f.read()
+        with open(err_path, encoding="utf-8", errors="replace") as f:
+            stderr = f.read()
+    returncode = os.waitstatus_to_exitcode(status)
+    result = subprocess.CompletedProcess(argv, returncode, stdout, stderr)
+    if check:
+        result.check_returncode()
+    return result
+
+
+def _wait(pid: int, timeout: float | None, argv) -> int:
+    if timeout is None:
+        return os.waitpid(pid, 0)[1]
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(argv, timeout)
+        time.sleep(0.02)
+
+
+
