@@ -166,7 +166,7 @@ class Trainer:
         tokens = torch.stack([(b["labels"] != -100).sum() for b in batches]).sum().float()
         global_tokens = dist_utils.all_reduce_sum(tokens.clone())
         loss_scale = self.world_size / global_tokens.clamp(min=1)
-        sequences = sum(b["labels"].shape[0] for b in batches)
+        sequences = sum(int((b["labels"] != -100).any(-1).sum()) for b in micro_batches)  # a filler row is none
         if self.compilation is None:
             loss_sum = self._accumulate(batches, loss_scale)
         else:
