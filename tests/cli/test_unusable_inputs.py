@@ -613,6 +613,10 @@ def test_train_split_smaller_than_the_processes_is_one_line(world):
         assert len(dealt[0]) == len(dealt[1]) == 2
         examples, fillers = [i for i in dealt[0] + dealt[1] if i < 3], [i - 3 for i in dealt[0] + dealt[1] if i >= 3]
         assert sorted(examples) == [0, 1, 2] and len(fillers) == 1 and fillers[0] in examples
+    dataset = build_finetuning_loader(world["data_one"], tokenizer, 32, 16, 4).dataset
+    batch = dataset.collate([dataset[0], dataset[len(dataset)]])  # example 0, and example 0 as a filler
+    assert batch["input_ids"][0].tolist() == batch["input_ids"][1].tolist()
+    assert (batch["labels"][0] != -100).any() and (batch["labels"][1] == -100).all()  # no loss, no gradient
 
 
 def test_one_line_train_split_under_torchrun_is_one_line_per_rank(world, tmp_path):
