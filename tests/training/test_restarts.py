@@ -284,7 +284,8 @@ def test_a_resume_on_another_training_split_of_the_same_size_is_refused_and_writ
     moved = [other if a == world["data"] else a for a in argv]
     capsys.readouterr()
     for changed, said in ((moved, "training_data: 48 examples, "), (argv + ["--train_batch_size", "8"],
-                                                                     "train_batch_size: 4 in the checkpoint, 8 now")):
+                                                                     "global_batch: 4 sequences in the checkpoint, 8 "
+                                                                     "sequences now")):
         assert _main("finetune.py", changed + ["--max_steps", "2", "--resume_from_checkpoint", "True",
                                                "--allow_resume_change", "max_steps"]) == 2
         line = _one_line_error(capsys)
