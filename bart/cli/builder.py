@@ -199,7 +199,7 @@ def finetuning_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv)
                                    args.train_batch_size, world_size=env.world_size, rank=env.rank, seed=args.seed,
                                    n_obs=args.n_train, sortish=args.sortish_sampler,
                                    max_tokens=args.max_tokens_per_batch, num_workers=args.num_workers,
-                                   prefix=args.prefix or "")
+                                   prefix=args.prefix or "", accumulation=args.gradient_accumulation_steps)
 
 
 def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):

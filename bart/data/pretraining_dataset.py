@@ -176,6 +176,10 @@ class PretrainingLoader:
     """Batches for the training loop: ``set_epoch``, iteration, and ``position`` / ``seek`` (where
     the batches taken so far leave the epoch; iterations of the epoch then start there)."""
 
+    # why a checkpoint resumes only on the processes that wrote it (the trainer's refusal says it)
+    position_per_process = ("pretraining's data position is each process's own (the LDDL shards and their shuffled "
+                            "windows are dealt to the processes and their loader workers)")
+
     def __init__(self, dataset: BartPretrainingDataset, collator: DenoisingCollator, batch_size: int,
                  num_workers: int, seed: int) -> None:
         self.dataset, self.collator = dataset, collator

@@ -2,9 +2,10 @@
 
 One example per line (lines end in \\n, \\r\\n or a lone \\r, as Python's text mode reads them), UTF-8. Bad input stops with a message naming the file: a missing split, line
 counts that differ, a line that is not UTF-8, an empty line. Batches are tokenized in the collator
-(truncated to the max lengths); the samplers group examples of similar length and split every
-epoch over the ranks with each example exactly once. An epoch's batches are a pure function of
-(seed, epoch), so a resumed run starts at its batch (``EpochLoader.seek``) without going through
+(truncated to the max lengths); the sampler groups examples of similar length and splits every
+epoch's global batches (an update's, over all ranks) among the ranks with each example exactly once. An epoch's
+global batches are a pure function of (seed, epoch, global batch), whatever the ranks, so a resumed run starts at
+its update (``EpochLoader.seek``), on any number of processes that keeps the global batch, without going through
 the batches before it. The loader draws nothing from torch's global generator (the dropout stream a checkpoint
 carries): its iterator's seed comes from a generator of its own, seeded from (seed, epoch).
 """
@@ -101,73 +102,108 @@ class Seq2SeqDataset(torch.utils.data.Dataset):
         return len(self.sources)
 
     def __getitem__(self, index: int) -> dict:
-        return {"source": self.prefix + self.sources[index], "target": self.targets[index], "index": index}
+        """Example ``index``; ``len(self) + i``: example i as a filler (:class:`SortishSampler`), its labels ignored."""
+        filler = index >= len(self.sources)
+        index -= len(self.sources) if filler else 0
+        return {"source": self.prefix + self.sources[index], "target": self.targets[index], "index": index,
+                "filler": filler}
 
     def collate(self, items: list[dict]) -> dict:
         tok = self.tokenizer
         source = model_inputs(tok, [i["source"] for i in items], self.max_source_length)
         target = model_inputs(tok, [i["target"] for i in items], self.max_target_length)
         labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
+        labels[torch.tensor([bool(i.get("filler")) for i in items])] = -100  # a filler: no loss, no gradient
         return {"input_ids": source["input_ids"], "attention_mask": source["attention_mask"], "labels": labels,
                 "decoder_input_ids": shift_tokens_right(labels, tok.pad_token_id, 2),
                 "index": torch.tensor([i["index"] for i in items])}
 
 
 class SortishSampler:
-    """Length-grouped, shuffled batches of indices for one rank (a ``batch_sampler``).
+    """One rank's micro-batches of indices (a ``batch_sampler``), dealt from an order of the epoch that does not
+    depend on the number of ranks.
 
-    Each epoch: a seeded shuffle, chunks of 50 batches sorted by length inside, batches formed,
-    batch order shuffled, batches dealt to ranks. All ranks get the same number of batches (the largest
-    batches are split in two where needed, so a rank may get smaller batches), and every example appears
-    exactly once per epoch over all ranks, except where every batch already holds one example and their
-    count is not a multiple of the ranks (batch size 1, or ``max_tokens`` batches of one long example
-    each): then the last ``count % ranks`` batches of the epoch's shuffled order are left out (others each
-    epoch; ``dropped`` says how many). With ``max_tokens`` a batch holds as many examples as fit
-    ``max_tokens`` counting padding (longest x count)."""
+    Each epoch (a pure function of seed and epoch): a seeded shuffle of the examples, cut into chunks of about 50
+    updates sorted by length inside, then
+    - sequence batches: the chunks cut into global batches (an update's examples over all ranks: ``batch_size`` x
+      ranks x ``accumulation``), their order shuffled; each global batch is split into ranks x accumulation
+      micro-batches of ``batch_size`` (the epoch's one shorter global batch as evenly as it goes);
+    - token-budget batches (``max_tokens``): chunks of about 50 updates' tokens, cut into micro-batches of as many
+      examples as fit ``max_tokens`` counting padding (longest x count), their order shuffled; each update takes
+      ranks x accumulation of them (the epoch's last update, short of micro-batches, splits its largest in two).
+    Micro-batch ``a`` of rank ``r`` is part ``a x ranks + r`` of its update. So the epoch's updates hold the same
+    examples in the same order on any number of ranks that keeps the global batch (``update_size``): a run resumes
+    on other processes where it stopped (``start``: the units of the epoch taken, :meth:`taken`; ``order``: the
+    global batch the epoch was ordered with, another one's when a resume changed it: its order goes on, cut into
+    this run's updates). Every example appears exactly once per epoch, and every rank gets ``accumulation``
+    micro-batches per update. A part an update cannot fill (fewer examples than ranks x accumulation) holds a filler:
+    the update's last example as index ``len(lengths) + i``, whose labels :meth:`Seq2SeqDataset.collate` ignores (no
+    loss, no gradient)."""
 
     def __init__(self, lengths: list[int], batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0,
-                 shuffle: bool = True, max_tokens: int | None = None, group_by_length: bool = True) -> None:
+                 shuffle: bool = True, max_tokens: int | None = None, group_by_length: bool = True,
+                 accumulation: int = 1) -> None:
         if len(lengths) < num_replicas:
             raise ValueError(f"{len(lengths)} examples cannot feed {num_replicas} ranks")
         if not group_by_length and max_tokens:
             raise ValueError("token-budget batches (max_tokens) need length grouping")
         # without length grouping every example counts as equally long: plain shuffled batches
+        self.group_by_length = group_by_length
         lengths = lengths if group_by_length else [0] * len(lengths)
         self.lengths, self.batch_size, self.max_tokens = lengths, batch_size, max_tokens
         self.num_replicas, self.rank, self.seed, self.shuffle = num_replicas, rank, seed, shuffle
+        self.accumulation = accumulation
+        self.parts = num_replicas * accumulation  # micro-batches per update, over all ranks
         self.epoch = 0
-        self.start = 0  # this rank's first batch of the epoch (a resumed run's position)
-        self.dropped = 0  # examples the last epoch dealt left out (see the class docstring)
+        self.start = 0  # the epoch's units taken before this iteration (a resumed run's position)
+        self.order = self.update_size  # the global batch this epoch is ordered with
+        self._sizes: list[int] = []  # units per update of the iteration under way
+
+    @property
+    def update_size(self) -> int:
+        """An update's units over all ranks: examples (batch size x ranks x accumulation), or with ``max_tokens``
+        micro-batches (ranks x accumulation)."""
+        return self.parts if self.max_tokens else self.batch_size * self.parts
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.start = 0
+        self.epoch, self.start, self.order = epoch, 0, self.update_size
 
-    def _batches(self) -> list[list[int]]:
+    def _groups(self, per_update: int) -> list[list]:
+        """The epoch's units (examples, or with max_tokens micro-batches) in order, one group per update of
+        ``per_update`` units."""
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         order = list(range(len(self.lengths)))
         if self.shuffle:
             rng.shuffle(order)
-        chunk = self.batch_size * 50
-        batches = []
-        for start in range(0, len(order), chunk):
-            part = sorted(order[start:start + chunk], key=lambda i: -self.lengths[i])
-            batches.extend(self._split(part))
+        if self.max_tokens:
+            batches = []
+            for chunk in self._token_chunks(order, 50 * per_update * self.max_tokens):
+                batches.extend(self._split(sorted(chunk, key=lambda i: -self.lengths[i])))
+            units = batches
+        else:
+            units = []
+            chunk = per_update * 50
+            for start in range(0, len(order), chunk):
+                part = sorted(order[start:start + chunk], key=lambda i: -self.lengths[i])
+                units.extend(part[i:i + per_update] for i in range(0, len(part), per_update))
         if self.shuffle:
-            rng.shuffle(batches)
-        while len(batches) % self.num_replicas:
-            largest = max(range(len(batches)), key=lambda b: len(batches[b]))
-            if len(batches[largest]) < 2:  # single examples only: the ranks' last round stays incomplete
-                self.dropped = len(batches) % self.num_replicas
-                return batches[:len(batches) - self.dropped]
-            batch = batches.pop(largest)
-            batches[largest:largest] = [batch[: len(batch) // 2], batch[len(batch) // 2:]]
-        self.dropped = 0
-        return batches
+            rng.shuffle(units)
+        if self.max_tokens:  # micro-batches: per_update of them to an update
+            return [units[i:i + per_update] for i in range(0, len(units), per_update)]
+        return units  # global batches
+
+    def _token_chunks(self, order: list[int], tokens: int):
+        chunk, total = [], 0
+        for index in order:
+            if chunk and total + self.lengths[index] > tokens:
+                yield chunk
+                chunk, total = [], 0
+            chunk.append(index)
+            total += self.lengths[index]
+        if chunk:
+            yield chunk
 
     def _split(self, part: list[int]) -> list[list[int]]:
-        if not self.max_tokens:
-            return [part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size)]
         batches, current, longest = [], [], 0
         for index in part:
             longest_if_added = max(longest, self.lengths[index])
@@ -178,12 +214,57 @@ class SortishSampler:
             longest = longest_if_added
         return batches + ([current] if current else [])
 
+    def _updates(self) -> list[list]:
+        """The updates of this iteration, from ``start``: each a group of units."""
+        groups = self._groups(self.order)
+        if self.order != self.update_size:  # ordered for another global batch: its order, cut into this run's
+            rest = [unit for group in groups for unit in group][self.start:]
+            return [rest[i:i + self.update_size] for i in range(0, len(rest), self.update_size)]
+        taken, skip = 0, 0
+        while skip < len(groups) and taken < self.start:
+            taken, skip = taken + len(groups[skip]), skip + 1
+        if taken != self.start:
+            unit = "micro-batches" if self.max_tokens else "examples"
+            raise ValueError(f"the saved data position ({self.start} {unit} of epoch {self.epoch}) is not between two "
+                             f"updates of this run's epoch of {sum(map(len, groups))} {unit}")
+        return groups[skip:]
+
+    def _parts(self, group: list) -> list[list[int]]:
+        """One update's units as its ranks x accumulation micro-batches."""
+        if self.max_tokens:
+            parts = [list(batch) for batch in group]
+            while len(parts) < self.parts:
+                largest = max(range(len(parts)), key=lambda b: len(parts[b]))
+                if len(parts[largest]) < 2:
+                    break
+                batch = parts.pop(largest)
+                parts[largest:largest] = [batch[: len(batch) // 2], batch[len(batch) // 2:]]
+        else:
+            each, more = divmod(len(group), self.parts)
+            bounds = [0]
+            for k in range(self.parts):
+                bounds.append(bounds[-1] + each + (k < more))
+            parts = [group[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+        filler = [len(self.lengths) + parts[-1][-1]]
+        return parts + [filler] * (self.parts - len(parts))
+
+    def check_start(self) -> None:
+        """ValueError when ``start`` is not between two updates of the epoch's order."""
+        self._updates()
+
+    def taken(self, batches: int) -> int:
+        """The epoch's units taken once this rank took ``batches`` micro-batches of the iteration under way."""
+        return self.start + sum(self._sizes[: batches // self.accumulation])
+
     def __iter__(self):
-        return iter(self._batches()[self.rank::self.num_replicas][self.start:])
+        updates = self._updates()
+        self._sizes = [len(group) for group in updates]
+        mine = range(self.rank, self.parts, self.num_replicas)  # micro-batch a of this rank: part a x ranks + rank
+        return iter([parts[k] for parts in map(self._parts, updates) for k in mine])
 
     def __len__(self) -> int:
-        return len(self._batches()) // self.num_replicas
-
+        """This rank's micro-batches in a whole epoch."""
+        return len(self._groups(self.update_size)) * self.accumulation
 
 
 def rows_identity(sources: list[str], targets: list[str], first: int = 1000) -> str:
@@ -198,12 +279,15 @@ def rows_identity(sources: list[str], targets: list[str], first: int = 1000) -> 
 
 
 class EpochLoader:
-    """DataLoader over a batch sampler whose epoch follows the training loop (``set_epoch``);
-    ``position`` (batches taken this epoch) and ``seek`` (start there) resume an epoch."""
+    """DataLoader over a batch sampler whose epoch follows the training loop (``set_epoch``); ``position`` (the
+    epoch's examples taken over all ranks, or with token budgets its micro-batches) and ``seek`` (start there) resume
+    an epoch, on any number of processes (the sampler's order does not depend on them)."""
+
+    position_per_process = None  # the position is global (a loader whose position is each rank's own says why)
 
     def __init__(self, dataset: Seq2SeqDataset, sampler: SortishSampler, num_workers: int = 0) -> None:
         self.dataset, self.sampler, self.num_workers = dataset, sampler, num_workers
-        self.batches = 0  # taken this epoch
+        self.batches = 0  # this rank's micro-batches taken in the iteration under way
         self._dataloader = None
         # empty examples left out, logged as skipped_rows: the trainer sums ranks, and every rank read the whole
         # split, so rank 0 carries the count
@@ -215,11 +299,14 @@ class EpochLoader:
 
     def _layout(self) -> dict:
         sampler = self.sampler
-        return {"examples": len(sampler.lengths), "batch_size": sampler.batch_size, "max_tokens": sampler.max_tokens,
-                "processes": sampler.num_replicas}
+        return {"examples": len(sampler.lengths), "max_tokens": sampler.max_tokens,
+                "length_grouped": sampler.group_by_length}
 
     def position(self) -> dict:
-        return {"epoch": self.sampler.epoch, "batches": self.batches, "layout": self._layout()}
+        """Where the batches taken leave the epoch: ``taken`` units of the order of a global batch of ``order``."""
+        sampler = self.sampler
+        return {"epoch": sampler.epoch, "taken": sampler.taken(self.batches), "order": sampler.order,
+                "layout": self._layout()}
 
     def identity(self) -> str:
         """What the training rows are, for a resume to compare: their count, characters and a hash of the first
@@ -227,16 +314,22 @@ class EpochLoader:
         return rows_identity(self.dataset.sources, self.dataset.targets)
 
     def seek(self, position: dict) -> None:
-        layout, batches = position.get("layout"), int(position["batches"])
+        if "taken" not in position:
+            raise ValueError("the saved data position counts each process's batches, not the epoch's examples; "
+                             "resume with the version of this recipe that wrote it, or start a new run from its weights "
+                             "with --init_checkpoint")
+        layout = position.get("layout")
         if layout != self._layout():
             changed = ", ".join(f"{k} {layout.get(k)} → {v}" for k, v in self._layout().items()
                                 if not layout or layout.get(k) != v)
             raise ValueError(f"the saved data position does not fit this run's data ({changed}): resume with the "
-                             f"same training split, --n_train, batch sizes and processes")
-        if position.get("epoch") != self.sampler.epoch or batches > len(self.sampler):
-            raise ValueError(f"the saved data position (epoch {position.get('epoch')}, batch {batches}) is not in "
-                             f"this run's epoch {self.sampler.epoch} of {len(self.sampler)} batches")
-        self.sampler.start = self.batches = batches
+                             f"same training split, --n_train, --sortish_sampler and --max_tokens_per_batch")
+        if position.get("epoch") != self.sampler.epoch:
+            raise ValueError(f"the saved data position is in epoch {position.get('epoch')}, the loader in "
+                             f"{self.sampler.epoch}")
+        self.sampler.start, self.sampler.order = int(position["taken"]), int(position["order"])
+        self.sampler.check_start()
+        self.batches = 0
 
     def _loader(self) -> torch.utils.data.DataLoader:
         """One DataLoader for the run: its workers (if any) stay up across epochs; the batch sampler,
@@ -256,7 +349,7 @@ class EpochLoader:
         return self._dataloader
 
     def __iter__(self):
-        self.batches = self.sampler.start
+        self.batches = 0
         for batch in self._loader():
             batch.pop("index")
             self.batches += 1
@@ -266,9 +359,11 @@ class EpochLoader:
 def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, max_target_length: int,
                             batch_size: int, *, world_size: int = 1, rank: int = 0, seed: int = 0,
                             n_obs: int | None = None, sortish: bool = False,
-                            max_tokens: int | None = None, num_workers: int = 0, prefix: str = "") -> EpochLoader:
+                            max_tokens: int | None = None, num_workers: int = 0, prefix: str = "",
+                            accumulation: int = 1) -> EpochLoader:
     """The training split as shuffled batches: plain, length-grouped (``sortish``) or token-budget
-    (``max_tokens``, lengths in tokens rather than words); ``prefix`` put in front of every source."""
+    (``max_tokens``, lengths in tokens rather than words); ``prefix`` put in front of every source; ``accumulation``
+    micro-batches per update (the global batch: :class:`SortishSampler`)."""
     # an empty source or target line is refused, naming the file and line, as run_eval.py and validation refuse it:
     # a pair left out would make the split's rows fewer than its lines without the user's say
     train = Seq2SeqDataset(data_dir, "train", tokenizer, max_source_length, max_target_length, n_obs=n_obs,
@@ -283,10 +378,5 @@ def build_finetuning_loader(data_dir: str, tokenizer, max_source_length: int, ma
         lengths = [min(len(ids), max_source_length)
                    for ids in tokenizer.encode_batch_fast([prefix + s for s in train.sources])]
     sampler = SortishSampler(lengths, batch_size, world_size, rank, seed, shuffle=True, max_tokens=max_tokens,
-                             group_by_length=bool(sortish or max_tokens))
-    len(sampler)  # deals the first epoch: ``dropped``
-    if sampler.dropped and rank == 0:
-        print(f"[data] {os.path.join(data_dir, 'train')}.source: {len(train)} single-example batches do not divide "
-              f"among {world_size} processes: each epoch leaves {sampler.dropped} example(s) out (others each "
-              f"epoch); --train_batch_size 2 or more (or a larger --max_tokens_per_batch) keeps every one", flush=True)
+                             group_by_length=bool(sortish or max_tokens), accumulation=accumulation)
     return EpochLoader(train, sampler, num_workers)

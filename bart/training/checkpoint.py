@@ -449,6 +449,27 @@ def _optimizer_of(record: dict):
     return None if "lamb" not in args else "LAMB" if args["lamb"] else "AdamW"
 
 
+def _global_batch(record: dict):
+    """An update's batch over all processes: processes x --train_batch_size x --gradient_accumulation_steps
+    sequences; with --max_tokens_per_batch, processes x accumulation token-budget micro-batches."""
+    args = record["args"]
+    if "train_batch_size" not in args or "gradient_accumulation_steps" not in args:
+        return None
+    if args.get("max_tokens_per_batch"):
+        return f"{record['world_size'] * int(args['gradient_accumulation_steps'])} token-budget micro-batches"
+    return f"{record['world_size'] * int(args['train_batch_size']) * int(args['gradient_accumulation_steps'])} sequences"
+
+
+# how the global batch is dealt: any of these may change on resume where the global batch stays (--allow_resume_change
+# global_batch for one that changes it)
+_LAYOUT = {"processes": lambda r: r["world_size"], "train_batch_size": _arg("train_batch_size", int),
+           "gradient_accumulation_steps": _arg("gradient_accumulation_steps", int)}
+# what an allowed change goes on with, said after it
+_CHANGE_SAYS = {"global_batch": "the learning-rate schedule goes on by updates from the checkpoint's, each update now "
+                                "of the new global batch; the epoch under way keeps its order of examples, cut into "
+                                "the new global batches, and the epochs after it are ordered for them"}
+
+
 def _resume_checks() -> dict:
     checks = {
         "optimizer": ("--optim / --lamb", _optimizer_of, False),
@@ -462,11 +483,11 @@ def _resume_checks() -> dict:
         "warmup_steps": ("--warmup_steps", _arg("warmup_steps", int), True),
         "lr_end": ("--lr_end", _arg("lr_end", float), True),
         "max_steps": ("--max_steps / --max_epochs", _schedule_length, True),
-        "train_batch_size": ("--train_batch_size", _arg("train_batch_size", int), False),
-        "gradient_accumulation_steps": ("--gradient_accumulation_steps", _arg("gradient_accumulation_steps", int),
-                                        False),
-        "max_tokens_per_batch": ("--max_tokens_per_batch", _arg("max_tokens_per_batch"), False),
-        "processes": ("processes", lambda r: r["world_size"], False),
+        # the processes, batch size and accumulation may change where the global batch does not (_LAYOUT)
+        "global_batch": ("processes x --train_batch_size x --gradient_accumulation_steps", _global_batch, True),
+        "max_tokens_per_batch": ("--max_tokens_per_batch: the global batch is processes x "
+                                 "--gradient_accumulation_steps micro-batches of it", _arg("max_tokens_per_batch"),
+                                 False),
         # what the run computes from here on: the data order and noise (the seed), the loss, the validation, the rows
         "seed": ("--seed", _arg("seed", int), True),
         "label_smoothing": ("--label_smoothing", _arg("label_smoothing", float), True),
@@ -502,14 +523,14 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
         raise CheckpointError(f"{path} is {kinds[written]}, not a {running} run's to resume: start {running} from its "
                               f"weights with --init_checkpoint {path} (without --resume_from_checkpoint)")
     differences = list(_differences(saved, current))
-    if any(name == "processes" for name, *_ in differences):  # one process or several: the strategy follows from it
+    if saved["world_size"] != current["world_size"]:  # one process or several: the strategy follows from it
         differences = [d for d in differences if d[0] != "distributed_strategy" or "single process" not in d[2:4]]
     for name, flag, before, now, may_change in differences:
-        said = f"{name}: {_shown(before)} in the checkpoint, {_shown(now)} now" + (
-            f" ({flag})" if flag != "processes" else "")
+        said = f"{name}: {_shown(before)} in the checkpoint, {_shown(now)} now ({flag})"
         if may_change and name in allowed:
             notes.append(f"[checkpoint] resuming {path} with {name} {_shown(now)} instead of the checkpoint's "
-                         f"{_shown(before)}, as --allow_resume_change {name} asks")
+                         f"{_shown(before)}, as --allow_resume_change {name} asks"
+                         + (f": {_CHANGE_SAYS[name]}" if name in _CHANGE_SAYS else ""))
         else:
             refused.append(said + (f" (--allow_resume_change {name} resumes with the change)" if may_change else ""))
     if refused:
@@ -530,7 +551,16 @@ def _differences(saved: dict, current: dict):
 def resume_changes(saved: dict, current: dict) -> dict:
     """name -> "checkpoint's value -> this run's" of the differences a resume goes on with (what
     :func:`check_resume` allowed): the start banner says them."""
-    return {name: f"{_shown(before)} -> {_shown(now)}" for name, _, before, now, _ in _differences(saved, current)}
+    changes = {name: f"{_shown(before)} -> {_shown(now)}" for name, _, before, now, _ in _differences(saved, current)}
+    return {**layout_changes(saved, current), **changes}
+
+
+def layout_changes(saved: dict, current: dict) -> dict:
+    """name -> "checkpoint's value -> this run's" of how the global batch is dealt (processes, batch size,
+    accumulation), where a resume changes it."""
+    found = {name: (read(saved), read(current)) for name, read in _LAYOUT.items()}
+    return {name: f"{before} -> {now}" for name, (before, now) in found.items()
+            if before is not None and now is not None and before != now}
 
 
 def _shown(value) -> str:
@@ -562,6 +592,14 @@ def restore_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_rng_state(key: str) -> None:
+    """Python, numpy and torch (CPU and CUDA) generators seeded from ``key``: a rank a checkpoint holds no state for."""
+    seed = random.Random(key).getrandbits(32)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 @contextlib.contextmanager

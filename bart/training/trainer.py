@@ -45,10 +45,12 @@ from bart.training.checkpoint import (
     capture_rng_state,
     check_resume,
     latest_checkpoint,
+    layout_changes,
     read_training_checkpoint,
     restore_rng_state,
     resume_changes,
     rng_untouched,
+    seed_rng_state,
     write_training_checkpoint,
 )
 from bart.training.compilation import Compilation, CompiledOrEager
@@ -166,7 +168,7 @@ class Trainer:
         tokens = torch.stack([(b["labels"] != -100).sum() for b in batches]).sum().float()
         global_tokens = dist_utils.all_reduce_sum(tokens.clone())
         loss_scale = self.world_size / global_tokens.clamp(min=1)
-        sequences = sum(b["labels"].shape[0] for b in batches)
+        sequences = sum(int((b["labels"] != -100).any(-1).sum()) for b in micro_batches)  # a filler row is none
         if self.compilation is None:
             loss_sum = self._accumulate(batches, loss_scale)
         else:
@@ -361,6 +363,7 @@ class Trainer:
             if self.rank == 0:
                 print(note, file=sys.stderr, flush=True)
         self.resume_changes = resume_changes(saved, current)  # allowed (check_resume refused the rest): the banner says them
+        self._check_data_position(state, saved["world_size"], path)
         from bart.modeling.weights import (
             check_weight_values,  # the rule every weight file meets
         )
@@ -388,19 +391,62 @@ class Trainer:
             raise CheckpointError(f"{path} is at step {state['global_step']}, before --phase1_end_step "
                              f"{self.settings.checkpoints.phase1_end_step}")
         self.epoch, self.batches_in_epoch = int(state["epoch"]), int(state["batches_in_epoch"])
-        restore_rng_state(state["rng"][self.rank])
+        accumulation = self.settings.optimization.gradient_accumulation_steps
+        written = int(saved["args"].get("gradient_accumulation_steps") or accumulation)
+        if written != accumulation:  # the epoch's updates so far, in this run's micro-batches
+            self.batches_in_epoch = self.batches_in_epoch // written * accumulation
+        rng = state["rng"]
+        if self.rank < len(rng):
+            restore_rng_state(rng[self.rank])
+        else:  # a rank the checkpoint's run did not have: streams of its own, the same at every resume of this checkpoint
+            seed_rng_state(f"{self.settings.checkpoints.seed}/{state['global_step']}/{self.rank}")
         if state.get("eval_hook") is not None and hasattr(self.eval_hook, "load_state_dict"):
             self.eval_hook.load_state_dict(state["eval_hook"])
         self._validation_due, self._finished = bool(state.get("validation_due")), bool(state.get("finished"))
         self._validated_at = None if self._validation_due else self.global_step
         positions = state.get("data_position")  # absent from older checkpoints: replayed instead
-        if positions and hasattr(self.train_data, "seek"):
-            self._data_position = positions[self.rank]
+        if positions and hasattr(self.train_data, "seek"):  # a global position is every rank's: rank 0's is taken
+            self._data_position = positions[0 if len(positions) != self.world_size else self.rank]
             try:  # checked now, used when the epoch starts
                 self.train_data.set_epoch(self.epoch)
                 self.train_data.seek(self._data_position)
             except ValueError as err:
                 raise CheckpointError(f"{path}: {err}") from err
+        layout = layout_changes(saved, current)
+        if layout and self.rank == 0:
+            print(self._layout_said(path, layout, saved["world_size"], state["global_step"]), flush=True)
+
+    def _check_data_position(self, state: dict, written_by: int, path: str) -> None:
+        """A checkpoint written by another number of processes resumes only where the data position is global."""
+        per_process = getattr(self.train_data, "position_per_process", "this run's data keeps no position that other "
+                                                                     "processes can take up")
+        if written_by == self.world_size or per_process is None:
+            return
+        raise CheckpointError(
+            f"{path} was written by {_processes(written_by)} and this run has {self.world_size}: {per_process}, so it "
+            f"resumes only on {written_by}; resume with {_processes(written_by)}, or start a new run from its weights "
+            f"with --init_checkpoint {path} (fine-tuning checkpoints resume on any number of processes that keeps the "
+            f"global batch)")
+
+    def _layout_said(self, path: str, layout: dict, written_by: int, step: int) -> str:
+        """The line a resume prints when the processes, batch size or accumulation changed."""
+        said = [f"[checkpoint] resuming {path}, written by {_processes(written_by)}, on {self.world_size}: "
+                + ", ".join(f"{name} {change}" for name, change in layout.items())]
+        position = self._data_position
+        if position is not None and "taken" in position:
+            unit = "micro-batches" if position["layout"].get("max_tokens") else "examples"
+            said.append(f"the data position (epoch {position['epoch']}, {position['taken']} {unit} in) carries over: "
+                        f"the same next examples in the same order")
+        if "global_batch" not in self.resume_changes:
+            said.append("the global batch, schedule, optimizer state (full tensors"
+                        + (", resharded" if self.strategy.name == "fsdp" else "") + ") and loss scale too")
+        if written_by != self.world_size:
+            kept = min(written_by, self.world_size)
+            new = f"{_ranks(written_by, self.world_size - 1)} start{'s' if self.world_size - written_by == 1 else ''}"
+            said.append(f"random streams: {_ranks(0, kept - 1)} {'keeps its' if kept == 1 else 'keep their'} own, "
+                        + (f"{new} from seeds of (--seed, update {step}, rank)" if self.world_size > written_by else
+                           f"those of {_ranks(self.world_size, written_by - 1)} are dropped"))
+        return "; ".join(said)
 
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
@@ -571,6 +617,14 @@ class Trainer:
         if metrics:
             self._write_log(self.global_step, {f"val_{k}" if not k.startswith("val") else k: v
                                                           for k, v in metrics.items()})
+
+
+def _processes(count: int) -> str:
+    return f"{count} process{'es' if count != 1 else ''}"
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first}-{last}"
 
 
 def _rate(rates) -> str:

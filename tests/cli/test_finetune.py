@@ -318,7 +318,8 @@ def test_an_empty_training_example_is_refused_naming_its_line(tmp_path, small_to
 def test_finetuning_loader_seeks_to_its_position(tmp_path, small_tokenizer_dir, mode):
     """Each fine-tuning loader (random batches, sortish, token budget), two ranks of it, with and
     without loader workers: started at the position saved after k batches it yields the rest of the
-    epoch exactly, and never collates (tokenizes) a batch it skips."""
+    epoch exactly, and never collates (tokenizes) a batch it skips; one process of the same global batch started
+    there yields the same updates."""
     from bart.tokenization.tokenization_bart import BartTokenizer
 
     data = write_summarization_data(str(tmp_path), sizes=(("train", 90),))
@@ -348,8 +349,23 @@ def test_finetuning_loader_seeks_to_its_position(tmp_path, small_tokenizer_dir, 
             assert [b["input_ids"].tolist() for b in resumed] == straight[k + 1:]
             if not workers:
                 assert len(collated) == len(straight) - k - 1
-    with pytest.raises(ValueError, match="batch_size 8 → 4"):
-        build_finetuning_loader(data, tokenizer, 64, 24, 4, world_size=2, rank=0, seed=3, **options).seek(positions[1])
+    # the position is global: one process with the same global batch (2 x 8 sequences: 1 x 8 x accumulation 2,
+    # or 1 x 16; with a token budget, 2 micro-batches per update) takes up the same updates in the same order
+    ranks = [list(loader(rank).sampler) for rank in (0, 1)]
+    shapes = {"accumulation": 2} if mode == "max_tokens" else {"batch_size": 16}
+    for layout in ({"batch_size": 8, "accumulation": 2}, shapes):
+        one = build_finetuning_loader(data, tokenizer, 64, 24, world_size=1, seed=3, **{"batch_size": 8, **layout},
+                                      **options)
+        one.set_epoch(1)
+        one.seek(positions[1])  # after 2 batches of each rank: 2 updates
+        if layout.get("accumulation") == 2:
+            assert list(one.sampler) == [batch for pair in list(zip(*ranks))[2:] for batch in pair]
+        else:
+            assert list(one.sampler) == [a + b for a, b in list(zip(*ranks))[2:]]
+    with pytest.raises(ValueError, match=r"does not fit this run's data \(examples 90 → 80\)"):
+        made = build_finetuning_loader(data, tokenizer, 64, 24, 8, world_size=2, rank=0, seed=3, n_obs=80, **options)
+        made.set_epoch(1)
+        made.seek(positions[1])
 
 
 def test_sortish_sampler_covers_every_example_once():
@@ -370,3 +386,33 @@ def test_sortish_sampler_covers_every_example_once():
     b = SortishSampler(lengths, 8, seed=1)
     b.set_epoch(1)
     assert a != list(b) and a == list(SortishSampler(lengths, 8, seed=1))
+
+
+def _updates(lengths, ranks, accumulation, batch_size, **options):
+    """An epoch's updates as a SortishSampler deals them: per update, its micro-batches (a x ranks + rank)."""
+    dealt = []
+    for rank in range(ranks):
+        sampler = SortishSampler(lengths, batch_size, ranks, rank, seed=1, accumulation=accumulation, **options)
+        sampler.set_epoch(2)
+        dealt.append(list(sampler))
+    assert len({len(batches) for batches in dealt}) == 1 and len(dealt[0]) % accumulation == 0
+    return [[dealt[rank][u * accumulation + a] for a in range(accumulation) for rank in range(ranks)]
+            for u in range(len(dealt[0]) // accumulation)]
+
+
+@pytest.mark.parametrize("options", [{}, {"max_tokens": 60}])
+def test_an_epochs_updates_do_not_depend_on_the_processes_that_share_them(options):
+    """The same global batch (2 x 4, 1 x 4 x accumulation 2, 1 x 8; with a token budget, 2 micro-batches per update)
+    deals the same examples to each update, in the same order; an update short of examples (the epoch's last chunk
+    holds 103 = 12 x 8 + 7; 4 ranks x 2 micro-batches of 1 need 8) fills its empty micro-batch with a filler index
+    (len + i: the update's last example, its labels ignored) and every example appears once."""
+    lengths = [(i * 7) % 23 for i in range(103)]
+    flat = [[i for batch in update for i in batch] for update in _updates(lengths, 2, 1, 4, **options)]
+    shapes = ((1, 2, 4), (1, 2, 8)) if options else ((1, 2, 4), (1, 1, 8), (4, 2, 1))
+    for ranks, accumulation, batch_size in shapes:
+        updates = _updates(lengths, ranks, accumulation, batch_size, **options)
+        fillers = [i for update in updates for batch in update for i in batch if i >= len(lengths)]
+        assert [[i for batch in update for i in batch if i < len(lengths)] for update in updates] == flat
+        short = [update for update in flat if len(update) < 8]
+        assert fillers == ([len(lengths) + short[0][-1]] if (ranks, batch_size) == (4, 1) else [])
+    assert sorted(i for update in flat for i in update) == list(range(103))

@@ -602,17 +602,21 @@ def test_train_split_smaller_than_the_processes_is_one_line(world):
     tokenizer = BartTokenizer.from_pretrained(world["tok"])
     with pytest.raises(UserError, match=r"train.source has 1 usable example\(s\), fewer than the 2 processes"):
         build_finetuning_loader(world["data_one"], tokenizer, 32, 16, 4, world_size=2, rank=0)
-    # batches of one example that do not divide among the ranks: the remainder is left out, not a ValueError
-    seen = set()
+    # batches of one example that do not divide among the ranks: not a ValueError; the update short of an example
+    # fills it with a filler (index 3 + i: example i, its labels ignored), and every example is trained on each epoch
     for epoch in range(4):
-        per_rank = []
+        dealt = []
         for rank in range(2):
             sampler = SortishSampler([5, 6, 7], batch_size=1, num_replicas=2, rank=rank, seed=0)
             sampler.set_epoch(epoch)
-            per_rank.append([i for batch in sampler for i in batch])
-        assert len(per_rank[0]) == len(per_rank[1]) == 1 and per_rank[0] != per_rank[1] and sampler.dropped == 1
-        seen.update(per_rank[0] + per_rank[1])
-    assert seen == {0, 1, 2}  # another example left out each epoch
+            dealt += [[i for batch in sampler for i in batch]]
+        assert len(dealt[0]) == len(dealt[1]) == 2
+        examples, fillers = [i for i in dealt[0] + dealt[1] if i < 3], [i - 3 for i in dealt[0] + dealt[1] if i >= 3]
+        assert sorted(examples) == [0, 1, 2] and len(fillers) == 1 and fillers[0] in examples
+    dataset = build_finetuning_loader(world["data_one"], tokenizer, 32, 16, 4).dataset
+    batch = dataset.collate([dataset[0], dataset[len(dataset)]])  # example 0, and example 0 as a filler
+    assert batch["input_ids"][0].tolist() == batch["input_ids"][1].tolist()
+    assert (batch["labels"][0] != -100).any() and (batch["labels"][1] == -100).all()  # no loss, no gradient
 
 
 def test_one_line_train_split_under_torchrun_is_one_line_per_rank(world, tmp_path):

@@ -284,7 +284,8 @@ def test_a_resume_on_another_training_split_of_the_same_size_is_refused_and_writ
     moved = [other if a == world["data"] else a for a in argv]
     capsys.readouterr()
     for changed, said in ((moved, "training_data: 48 examples, "), (argv + ["--train_batch_size", "8"],
-                                                                     "train_batch_size: 4 in the checkpoint, 8 now")):
+                                                                     "global_batch: 4 sequences in the checkpoint, 8 "
+                                                                     "sequences now")):
         assert _main("finetune.py", changed + ["--max_steps", "2", "--resume_from_checkpoint", "True",
                                                "--allow_resume_change", "max_steps"]) == 2
         line = _one_line_error(capsys)
@@ -316,17 +317,22 @@ def test_a_pretraining_checkpoint_resumed_by_finetuning_is_named_and_its_advice_
 
 
 def test_a_resume_onto_more_processes_is_one_refusal_that_offers_nothing_it_cannot_do():
-    """Was: the first refusal offered --allow_resume_change distributed_strategy; following it gave a second
-    refusal, on the process count."""
-    from bart.training.checkpoint import CheckpointError, check_resume
+    """Other processes that keep the global batch resume (the banner says the change); ones that change it are one
+    refusal naming the global batch, never the strategy that follows from the process count."""
+    from bart.training.checkpoint import CheckpointError, check_resume, resume_changes
 
-    args = {"distributed_strategy": None, "train_batch_size": 4}
+    args = {"distributed_strategy": None, "train_batch_size": 4, "gradient_accumulation_steps": 1}
     saved = {"args": args, "config": {}, "world_size": 1}
     current = {"args": dict(args, train_batch_size=2), "config": {}, "world_size": 2}
+    assert check_resume(saved, current, "c.ckpt") == []
+    assert resume_changes(saved, current) == {"processes": "1 -> 2", "train_batch_size": "4 -> 2",
+                                              "distributed_strategy": "single process -> ddp"}
+    current = {"args": args, "config": {}, "world_size": 2}
     with pytest.raises(CheckpointError) as refused:
         check_resume(saved, current, "c.ckpt", allowed=("distributed_strategy",))
     said = str(refused.value)
-    assert "processes: 1 in the checkpoint, 2 now" in said and "train_batch_size: 4 in the checkpoint, 2 now" in said
+    assert "global_batch: 4 sequences in the checkpoint, 8 sequences now (processes x --train_batch_size x " \
+           "--gradient_accumulation_steps) (--allow_resume_change global_batch resumes with the change)" in said, said
     assert "distributed_strategy" not in said, said
 
 
