@@ -315,9 +315,7 @@ class EpochLoader:
 
     def seek(self, position: dict) -> None:
         if "taken" not in position:
-            raise ValueError("the saved data position counts each process's batches, not the epoch's examples; "
-                             "resume with the version of this recipe that wrote it, or start a new run from its weights "
-                             "with --init_checkpoint")
+            position = self._from_batches(position)
         layout = position.get("layout")
         if layout != self._layout():
             changed = ", ".join(f"{k} {layout.get(k)} → {v}" for k, v in self._layout().items()
@@ -330,6 +328,28 @@ class EpochLoader:
         self.sampler.start, self.sampler.order = int(position["taken"]), int(position["order"])
         self.sampler.check_start()
         self.batches = 0
+
+    def _from_batches(self, position: dict) -> dict:
+        """A position that counts one process's batches (``{"epoch", "batches", "layout"}``, as checkpoints of this
+        recipe's per-process dealing hold it), in the epoch's examples taken. One process without accumulation or
+        token budgets dealt the order this sampler deals, so the position carries over exactly; other layouts dealt
+        other orders, and are refused in one line."""
+        sampler, layout = self.sampler, position.get("layout") or {}
+        same_order = (layout.get("processes") == 1 and not layout.get("max_tokens") and sampler.parts == 1
+                      and not sampler.max_tokens and layout.get("batch_size") == sampler.batch_size)
+        if not same_order:
+            raise ValueError("the saved data position counts the batches of each of "
+                             f"{layout.get('processes', 'its')} processes (batch size {layout.get('batch_size')}"
+                             f"{', token budgets' if layout.get('max_tokens') else ''}), an order this version deals "
+                             "only for one process without accumulation or token budgets; start a new run from its "
+                             "weights with --init_checkpoint (the optimizer state and schedule start anew)")
+        groups = sampler._groups(sampler.update_size)
+        batches = int(position["batches"])
+        if position.get("epoch") != sampler.epoch or batches > len(groups):
+            raise ValueError(f"the saved data position (epoch {position.get('epoch')}, batch {batches}) is not in "
+                             f"this run's epoch {sampler.epoch} of {len(groups)} batches")
+        return {"epoch": sampler.epoch, "taken": sum(map(len, groups[:batches])), "order": sampler.update_size,
+                "layout": {**self._layout(), "examples": layout.get("examples")}}
 
     def _loader(self) -> torch.utils.data.DataLoader:
         """One DataLoader for the run: its workers (if any) stay up across epochs; the batch sampler,

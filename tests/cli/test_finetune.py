@@ -416,3 +416,32 @@ def test_an_epochs_updates_do_not_depend_on_the_processes_that_share_them(option
         short = [update for update in flat if len(update) < 8]
         assert fillers == ([len(lengths) + short[0][-1]] if (ranks, batch_size) == (4, 1) else [])
     assert sorted(i for update in flat for i in update) == list(range(103))
+
+
+@pytest.mark.parametrize("sortish", [False, True])
+def test_a_position_counted_in_one_process_batches_resumes_exactly(tmp_path, small_tokenizer_dir, sortish):
+    """A checkpoint whose data position counts one process's batches (``{"epoch", "batches", "layout"}``: checkpoints
+    written before positions counted the epoch's examples) resumes where it stopped: one process without accumulation
+    is dealt the same order either way, so the rest of the epoch is the batches after the k-th. A position of several
+    processes, or of token budgets, dealt another order: one line naming --init_checkpoint."""
+    from bart.tokenization.tokenization_bart import BartTokenizer
+
+    data = write_summarization_data(str(tmp_path), sizes=(("train", 90),))
+    tokenizer = BartTokenizer.from_pretrained(small_tokenizer_dir)
+
+    def loader(**extra):
+        made = build_finetuning_loader(data, tokenizer, 64, 24, 8, seed=3, sortish=sortish, **extra)
+        made.set_epoch(1)
+        return made
+
+    straight = [batch["input_ids"].tolist() for batch in loader()]
+    for k in (0, 3, len(straight) - 1):
+        resumed = loader()
+        resumed.seek({"epoch": 1, "batches": k, "layout": {"examples": 90, "batch_size": 8, "max_tokens": None,
+                                                            "processes": 1}})
+        assert [b["input_ids"].tolist() for b in resumed] == straight[k:]
+    for layout, extra in (({"processes": 2, "batch_size": 8, "max_tokens": None}, {}),
+                          ({"processes": 1, "batch_size": 8, "max_tokens": 160}, {"max_tokens": 160}),
+                          ({"processes": 1, "batch_size": 4, "max_tokens": None}, {})):
+        with pytest.raises(ValueError, match="start a new run from its weights with --init_checkpoint"):
+            loader(**extra).seek({"epoch": 1, "batches": 2, "layout": {"examples": 90, **layout}})
