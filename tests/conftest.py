@@ -1,9 +1,12 @@
 """Session fixtures shared by the test modules: offline tokenizer folders (GPT-2's 50k vocabulary and a
 small trained one) and Punkt data."""
+import atexit
 import collections
 import inspect
 import os
+import shutil
 import sys
+import tempfile
 import types
 
 import pytest
@@ -11,6 +14,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+# Inductor's compiled kernels in a folder of this test process's own (and of the processes its tests start): a
+# kernel another test run or worker writes into the shared default folder (/tmp/torchinductor_USER) meanwhile was
+# loaded half-built or for other settings ("SystemError: <built-in function kernel> returned a result with an
+# exception set"). One per pytest process (each xdist worker: not the controller's, which they inherit); removed
+# when the session ends.
+_INDUCTOR_PREFIX = os.path.join(tempfile.gettempdir(), "bart-tests-inductor-")
+if os.environ.get("TORCHINDUCTOR_CACHE_DIR", _INDUCTOR_PREFIX).startswith(_INDUCTOR_PREFIX):
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=os.path.basename(_INDUCTOR_PREFIX))
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
