@@ -51,8 +51,8 @@ import tempfile
 
 from bart.configuration.shipped import config_file, names_help
 from bart.errors import one_line
-from bart.files.checkpoint_io import read_json
 from bart.files.file_modes import staging_folder
+from bart.files.json_files import read_json
 from bart.hub import TOKENIZER_FILES
 from bart.records.redact import mask_command
 from bart.runtime.foreign_noise import no_transformers_progress_bars

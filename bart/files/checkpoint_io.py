@@ -172,18 +172,6 @@ def remove_stale_partials(folder: str) -> list[tuple[str, int]]:
     return removed
 
 
-def read_json(path: str, error: type[Exception] | None = CheckpointError):
-    """A JSON file's value. A file missing or unreadable raises ``error`` naming the file, or gives None where
-    ``error`` is None (a record that may be absent or damaged: what reads it goes on without)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        if error is None:
-            return None
-        raise error(f"{path} is not readable JSON ({type(err).__name__}: {err})") from err
-
-
 def read_json_object(path: str) -> dict:
     """A JSON file holding one object (a config.json, an index of shards), with errors naming the file."""
     try:

@@ -22,7 +22,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from bart.files.checkpoint_io import read_json
+from bart.files.json_files import read_json
 
 # transformers' BartTokenizerFast defaults: a folder that does not name a special token has these
 SPECIAL_DEFAULTS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
