@@ -405,7 +405,7 @@ def short_help(parser: argparse.ArgumentParser) -> str:
 
 
 # -- a run from a file: --config_file FILE / @FILE ---------------------------------------------------------
-CONFIG_EXTRAS = ("script", "precision", "world_size", "model_config", "run_banner")  # run_config.json's other keys
+CONFIG_EXTRAS = ("script", "precision", "world_size", "model_config", "run_banner", "data_source")  # run_config.json's other keys
 
 
 def _config_files(parser: argparse.ArgumentParser, argv: list) -> tuple:

@@ -5,6 +5,7 @@ strategy (built and prepared once, before the optimizer), optimizer, schedule an
 when the flags are parsed (``settings.precision``)."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -31,7 +32,12 @@ from bart.cli.start import (
 )
 from bart.configuration.configuration_bart import BartConfig
 from bart.errors import UserError
-from bart.files.checkpoint_io import CheckpointError, remove_stale_partials
+from bart.files.checkpoint_io import (
+    CheckpointError,
+    atomic_write_text,
+    remove_stale_partials,
+)
+from bart.files.json_files import read_json
 from bart.modeling.modeling_bart import BartForConditionalGeneration
 from bart.optim import (
     TRAINING_BYTES,
@@ -129,25 +135,38 @@ def _attempts(json_path: str) -> int:
     return max([1] + [m for m in marks if isinstance(m, int)])
 
 
+DATA_SOURCE = "source.json"  # in OUTPUT_DIR/data: what --train_file ... / --dataset_name read (run_config.json's data_source)
+
+
 def table_files_as_data_dir(args: Settings, env: dist_utils.DistributedEnv) -> Settings:
-    """--train_file/--validation_file/--test_file (transformers' flags): their rows written once (rank 0) as
-    OUTPUT_DIR/data/{train,val,test}.source/.target, through the same checks as the recipe's own files; that folder
-    is the run's --data_dir from then on (run_config.json records it)."""
+    """--train_file/--validation_file/--test_file or --dataset_name (transformers' flags): their rows written once
+    (rank 0) as OUTPUT_DIR/data/{train,val,test}.source/.target, through the same checks as the recipe's own files,
+    with what was read in OUTPUT_DIR/data/source.json (run_config.json's ``data_source``); that folder is the run's
+    --data_dir from then on (run_config.json records it)."""
     files = {split: path for split, path in (("train", args.train_file), ("val", args.validation_file),
                                              ("test", args.test_file)) if path}
-    if not files:
+    if not files and not args.dataset_name:
         return args
-    from bart.data.prepare_summarization import convert_files
+    from bart.data.prepare_summarization import convert_dataset, convert_files
 
     folder = table_files_folder(args.output_dir)
+    splits = ("train",) + ("val",) * (args.n_val != 0) + ("test",) * bool(args.do_predict)
 
     def convert():
         try:
-            counts = convert_files(files, folder, args.text_column, args.summary_column)
+            if args.dataset_name:
+                counts, read = convert_dataset(args.dataset_name, args.dataset_config_name, splits, folder,
+                                               args.text_column, args.summary_column)
+                config = read["dataset_config_name"]
+                origin = args.dataset_name + (f" ({config})" if config not in (None, "default") else "")
+            else:
+                counts = convert_files(files, folder, args.text_column, args.summary_column)
+                read, origin = {"files": files}, ", ".join(files.values())
         except ValueError as err:
             raise UserError(str(err)) from None
-        print(f"[data] {', '.join(f'{split} {n}' for split, n in counts.items())} examples from "
-              f"{', '.join(files.values())}, as {folder}", flush=True)
+        atomic_write_text(os.path.join(folder, DATA_SOURCE), json.dumps(read, indent=1, sort_keys=True))
+        print(f"[data] {', '.join(f'{split} {n}' for split, n in counts.items())} examples from {origin}, as {folder}",
+              flush=True)
 
     rank_zero_decides(env, convert, errors=(UserError, OSError))
     return resolved(args, data_dir=folder)
@@ -292,8 +311,11 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     if env.is_main:
         banner = run_banner(args, trainer, env.world_size, data_rows(train_data, eval_hook))
         print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)
+        source = read_json(os.path.join(args.data_dir, DATA_SOURCE), None) if args.data_dir == table_files_folder(
+            args.output_dir) else None
         resolved = write_run_config(args.as_dict(), args.output_dir, {"world_size": env.world_size, "run_banner": banner,
-                                                             "model_config": model.config.to_dict()})
+                                                             "model_config": model.config.to_dict(),
+                                                             **({"data_source": source} if source else {})})
         tensorboard_dir = None if args.no_tensorboard else args.tensorboard_dir or os.path.join(args.output_dir,
                                                                                                   "tensorboard")
         logger.add_writers(build_writers(tensorboard_dir, args.wandb_project, args.output_dir, resolved, resume_step))

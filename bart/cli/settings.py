@@ -179,12 +179,20 @@ class DataSettings:
                                        metavar="FILE")
     test_file: str | None = flag(None, "the same for the test examples (--do_predict)", scripts=(FINETUNE,),
                                  metavar="FILE")
-    text_column: str | None = flag(
-        None, "those files' column of texts (default: found, as article, document or source)", scripts=(FINETUNE,),
-        metavar="NAME")
-    summary_column: str | None = flag(
-        None, "those files' column of summaries (default: found, as highlights, summary or target)",
+    dataset_name: str | None = flag(
+        None, "a Hugging Face dataset instead of --data_dir (transformers' --dataset_name; needs the datasets package: "
+              "pip install datasets): a hub id (offline, HF_HUB_OFFLINE=1: read from the datasets cache) or a local "
+              "folder of .csv/.json/.jsonl/.parquet files named by split; its train, validation and test splits "
+              "written as OUTPUT_DIR/data/{train,val,test}.source/.target, the run's --data_dir",
         scripts=(FINETUNE,), metavar="NAME")
+    dataset_config_name: str | None = flag(
+        None, "--dataset_name's configuration (cnn_dailymail: 3.0.0)", scripts=(FINETUNE,), metavar="NAME")
+    text_column: str | None = flag(
+        None, "those files' or that dataset's column of texts (default: transformers' for a known dataset, else "
+              "found, as article, document or source)", scripts=(FINETUNE,), metavar="NAME")
+    summary_column: str | None = flag(
+        None, "their column of summaries (default: transformers' for a known dataset, else found, as highlights, "
+              "summary or target)", scripts=(FINETUNE,), metavar="NAME")
     max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=TRAINING,
                                   per_script={PRETRAIN: dict(default=128)})
     max_target_length: int | None = flag(None, "decoder length in tokens (pretraining: = max_source_length)",
@@ -564,12 +572,16 @@ def table_files_folder(output_dir: str) -> str:
 def _finetuning_data(s: Settings):
     if s.script != FINETUNE:
         return None
-    files = [f"--{name}" for name in ("train_file", "validation_file", "test_file") if getattr(s, name)]
+    files = [f"--{name}" for name in ("train_file", "validation_file", "test_file", "dataset_name") if getattr(s, name)]
     if s.data_dir and files and s.data_dir != table_files_folder(s.output_dir):  # (not the folder they became)
         return f"--data_dir and {files[0]}: the data comes from one place; give one"
-    if not s.data_dir and not s.train_file:
-        return ("the following arguments are required: --data_dir (train/val/test.source and .target) or "
-                "--train_file FILE")
+    if s.dataset_name and len(files) > 1:
+        return f"{files[0]} and --dataset_name: the data comes from one place; give one"
+    if s.dataset_config_name and not s.dataset_name:
+        return "--dataset_config_name names a configuration of --dataset_name NAME: add --dataset_name, or drop it"
+    if not s.data_dir and not s.train_file and not s.dataset_name:
+        return ("the following arguments are required: --data_dir (train/val/test.source and .target), "
+                "--train_file FILE or --dataset_name NAME")
     if s.train_file and not s.validation_file and s.n_val != 0 and not s.data_dir:
         return "--train_file without --validation_file: add --validation_file FILE, or --n_val 0 (no validation)"
     if s.train_file and s.do_predict and not s.test_file:

@@ -117,6 +117,137 @@ def convert_files(files: dict[str, str], out_dir: str, source_column: str | None
     return counts
 
 
+# transformers' run_summarization.py (summarization_name_mapping): the text and summary columns of the hub's
+# summarization datasets, by name (a hub id's part after its owner: abisee/cnn_dailymail is cnn_dailymail)
+DATASET_COLUMNS = {
+    "amazon_reviews_multi": ("review_body", "review_title"),
+    "big_patent": ("description", "abstract"),
+    "cnn_dailymail": ("article", "highlights"),
+    "orange_sum": ("text", "summary"),
+    "pn_summary": ("article", "summary"),
+    "psc": ("extract_text", "summary_text"),
+    "samsum": ("dialogue", "summary"),
+    "thaisum": ("body", "summary"),
+    "xglue": ("news_body", "news_title"),
+    "xsum": ("document", "summary"),
+    "wiki_summary": ("article", "highlights"),
+    "multi_news": ("document", "summary"),
+}
+SPLIT_SPELLINGS = {"train": ("train",), "val": ("validation", "val", "valid", "dev"), "test": ("test",)}
+
+
+def _datasets_cache() -> str:
+    import datasets
+    return str(datasets.config.HF_DATASETS_CACHE)
+
+
+def _load_dataset_error(err: Exception, name: str, config: str | None) -> str:
+    """datasets' failure to load ``name`` as one line naming the flag and the fix."""
+    import re
+
+    import datasets
+
+    said = " ".join(str(err).split())
+    asked = f"--dataset_name {name}" + (f" --dataset_config_name {config}" if config else "")
+    configs = re.search(r"Available(?: configs in the cache)?: (\[[^]]*\])", str(err))
+    if isinstance(err, ConnectionError):
+        hub = ("the hub is off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)" if datasets.config.HF_HUB_OFFLINE
+               else "the hub cannot be reached")
+        load = f"datasets.load_dataset({name!r}" + (f", {config!r}" if config else "") + ")"
+        return (f"{asked}: no local folder of that name, {hub}, and the datasets cache {_datasets_cache()} holds no "
+                f"copy of it; run {load} once where the hub is reachable, with this HF_DATASETS_CACHE (or HF_HOME), "
+                f"or give a local folder of its files")
+    if configs and config:
+        where = "the datasets cache holds" if "in the cache" in str(err) else "it has"
+        return (f"{asked}: {name} has no configuration {config!r} ({where} {configs.group(1)}); give one of those "
+                f"to --dataset_config_name")
+    if "Config name is missing" in said:
+        return f"{asked}: {name} has several configurations ({said.split(': ', 1)[-1]}); name one with --dataset_config_name"
+    if "Couldn't find any data file" in said or "No (supported) data files found" in said:
+        return (f"{asked}: {said} (it reads a folder of .csv, .json, .jsonl or .parquet files named by split: train, "
+                f"validation, test; a folder of .source/.target files is --data_dir, a single file --train_file)")
+    return f"{asked}: datasets cannot load it: {said}"
+
+
+def load_named_dataset(name: str, config: str | None = None):
+    """``datasets.load_dataset(name, config)`` (a hub id, read from the datasets cache when offline, or a local
+    folder): its DatasetDict. Every failure is a ValueError of one line naming the flag and the fix, the datasets
+    package missing too (an optional dependency: ``pip install datasets``)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(f"--dataset_name reads through the datasets package, which is not installed in this Python "
+                         f"({sys.executable}); install it: pip install datasets (or pip install "
+                         f"'bart-recipe[datasets]')") from None
+    verbosity = datasets.logging.get_verbosity()
+    bars = datasets.utils.are_progress_bars_disabled()
+    datasets.logging.set_verbosity_error()  # its notes ("using the latest cached version") and bars: not ours
+    datasets.disable_progress_bars()
+    try:
+        return datasets.load_dataset(name, config)
+    except (OSError, ValueError, datasets.exceptions.DatasetsError) as err:
+        raise ValueError(_load_dataset_error(err, name, config)) from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if not bars:
+            datasets.enable_progress_bars()
+
+
+def _dataset_revision(split) -> str | None:
+    """The hub commit a dataset split was read at: the hash folder of its cache files
+    (``<cache>/<owner>___<name>/<config>/<version>/<commit>/``), None where it has none."""
+    files = [f["filename"] for f in getattr(split, "cache_files", []) if "filename" in f]
+    return os.path.basename(os.path.dirname(files[0])) if files else None
+
+
+def convert_dataset(name: str, config: str | None, splits: tuple, out_dir: str, source_column: str | None = None,
+                    target_column: str | None = None) -> tuple[dict, dict]:
+    """A Hugging Face dataset's ``splits`` (train/val/test; its own names train/validation/test) as
+    ``out_dir``/{split}.source/.target, through the same checks as the recipe's own files (an empty text or summary
+    is an error naming the split and row). The columns: those given, else transformers' for the dataset's name
+    (:data:`DATASET_COLUMNS`), else a known pair. Returns (examples per split, what was read: the name, the
+    configuration, each split's rows and fingerprint, the hub commit where known). Failures are ValueErrors of
+    one line."""
+    loaded = load_named_dataset(name, config)
+    asked = f"--dataset_name {name}"
+    counts, read = {}, {"dataset_name": name, "dataset_config_name": config, "splits": {}}
+    for split in splits:
+        found = next((spelling for spelling in SPLIT_SPELLINGS[split] if spelling in loaded), None)
+        if found is None:
+            fix = {"val": "add --n_val 0 (no validation during training)",
+                   "test": "drop --do_predict"}.get(split, "give a dataset with a train split")
+            raise ValueError(f"{asked} has no {SPLIT_SPELLINGS[split][0]} split (its splits: "
+                             f"{', '.join(loaded) or 'none'}); {fix}")
+        rows = loaded[found]
+        columns = list(rows.column_names)
+        known = DATASET_COLUMNS.get(name.rstrip("/").split("/")[-1], (None, None))
+        pair = next(((a, b) for a, b in COLUMN_PAIRS if {a, b} <= set(columns)), (None, None))
+        src = source_column or (known[0] if known[0] in columns else pair[0])
+        tgt = target_column or (known[1] if known[1] in columns else pair[1])
+        for flag, column in (("--text_column", src), ("--summary_column", tgt)):
+            if column is None:
+                raise ValueError(f"{asked} {found}: its columns are {', '.join(columns)}; name the text and summary "
+                                 f"columns (--text_column and --summary_column)")
+            if column not in columns:
+                raise ValueError(f"{asked} {found} has no column {column!r} ({flag}); its columns: "
+                                 f"{', '.join(columns)}")
+        sources, targets = [], []
+        for column, side in ((src, sources), (tgt, targets)):
+            for row, value in enumerate(rows[column]):
+                if value is not None and not isinstance(value, str):
+                    raise ValueError(f"{asked} {found} row {row + 1}: column {column!r} holds {type(value).__name__}, "
+                                     f"not text; name a text column (--text_column / --summary_column)")
+                side.append(_clean(value or ""))
+        write_split(out_dir, split, sources, targets, where=f"{name} {found}", columns=(src, tgt))
+        counts[split] = len(sources)
+        read["dataset_config_name"] = getattr(rows.info, "config_name", None) or config
+        read["splits"][split] = {"split": found, "rows": len(sources), "columns": [src, tgt],
+                                 "fingerprint": getattr(rows, "_fingerprint", None)}
+        if not os.path.exists(name):  # a hub id: the commit its cache was read at
+            read["revision"] = _dataset_revision(rows)
+    return counts, read
+
+
 def convert_hf(input_path: str, out_dir: str, source_column: str | None, target_column: str | None) -> None:
     files = [input_path] if os.path.isfile(input_path) else sorted(
         path for suffix in TABLE_SUFFIXES for path in glob.glob(os.path.join(input_path, "*" + suffix)))
