@@ -74,7 +74,27 @@ def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
                                                                     announce=env.is_main))
     if not args.resume_from_checkpoint:
         claim_new_run_folder(args, env)
+    elif args.auto_find_batch_size:
+        args = batch_found_before(args, env)
     return args, env
+
+
+def batch_found_before(args: Settings, env: dist_utils.DistributedEnv) -> Settings:
+    """A resume under --auto_find_batch_size goes on with the batch its run found (run_config.json beside the
+    checkpoint records it): a smaller per-process batch with the same global batch, where the command asks for
+    the larger one it started from."""
+    resume = args.resume_from_checkpoint
+    folder = args.output_dir if resume is True else os.path.dirname(os.path.abspath(resume))
+    found = read_json(os.path.join(folder, "run_config.json"), None) or {}
+    batch, accumulation = found.get("train_batch_size"), found.get("gradient_accumulation_steps")
+    if not (found.get("auto_find_batch_size") and isinstance(batch, int) and isinstance(accumulation, int)):
+        return args
+    if batch >= args.train_batch_size or batch * accumulation != args.train_batch_size * args.gradient_accumulation_steps:
+        return args
+    if env.is_main:
+        print(f"[auto_find_batch_size] resuming with batch {batch} x {accumulation} accumulation, the batch the run "
+              f"found ({os.path.join(folder, 'run_config.json')})", flush=True)
+    return resolved(args, train_batch_size=batch, gradient_accumulation_steps=accumulation)
 
 
 def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None:
@@ -274,12 +294,17 @@ def compile_default(args: Settings, device: torch.device) -> bool:
 
 
 def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval_hook=None,
-                  final_checkpoint_name: str | None = None, varying_lengths: bool = False, tokenizer=None) -> Trainer:
+                  final_checkpoint_name: str | None = None, varying_lengths: bool = False, tokenizer=None,
+                  loader_for=None) -> Trainer:
     """The trainer over the run's settings, its strategy (built and prepared here, once, before the optimizer),
     optimizer and schedule, its dllogger log and metric writers (TensorBoard, W&B; rank 0), and the start-of-run
     banner (printed, in run_config.json, in TensorBoard). The run's files (``tokenizer``'s copy, the start's
     record, the log, run_config.json) are written once the resume, if any, was accepted: a refused one writes
-    nothing."""
+    nothing. ``loader_for``: the training loader of a settings' batch (--auto_find_batch_size rebuilds it; the
+    batch it finds is written to run_config.json again)."""
+    if args.auto_find_batch_size and args.max_tokens_per_batch:
+        raise UserError("--auto_find_batch_size halves --train_batch_size, but --max_tokens_per_batch sizes the "
+                        "batches by tokens: lower --max_tokens_per_batch instead, or drop one of them")
     args = resolve_warmup(args, total_steps)  # --warmup_ratio / a fraction: updates, as the record keeps them
     device = device_for(env)
     model.to(device)
@@ -301,7 +326,8 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     trainer = Trainer(model, optimizer, scheduler, train_data, args, strategy=strategy, clips_internally=clips_internally,
                       logger=Logger(None, rank=env.rank, stdout=False), eval_hook=eval_hook, device=device,
                       compile=compile_default(args, device), varying_lengths=varying_lengths,
-                      final_checkpoint_name=final_checkpoint_name)
+                      final_checkpoint_name=final_checkpoint_name,
+                      loader_for=loader_for if args.auto_find_batch_size else None)
     resumed_from = trainer.resume(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
     if env.is_main:
         save_run_files(args, tokenizer, env.world_size)
@@ -313,9 +339,15 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
         print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)
         source = read_json(os.path.join(args.data_dir, DATA_SOURCE), None) if args.data_dir == table_files_folder(
             args.output_dir) else None
-        resolved = write_run_config(args.as_dict(), args.output_dir, {"world_size": env.world_size, "run_banner": banner,
-                                                             "model_config": model.config.to_dict(),
-                                                             **({"data_source": source} if source else {})})
+
+        def record(settings: Settings, banner: dict) -> dict:
+            return write_run_config(settings.as_dict(), settings.output_dir, {
+                "world_size": env.world_size, "run_banner": banner, "model_config": model.config.to_dict(),
+                **({"data_source": source} if source else {})})
+
+        resolved = record(args, banner)
+        trainer.batch_found = lambda found: record(found, run_banner(found, trainer, env.world_size,
+                                                                     data_rows(trainer.train_data, eval_hook)))
         tensorboard_dir = None if args.no_tensorboard else args.tensorboard_dir or os.path.join(args.output_dir,
                                                                                                   "tensorboard")
         logger.add_writers(build_writers(tensorboard_dir, args.wandb_project, args.output_dir, resolved, resume_step))

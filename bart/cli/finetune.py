@@ -48,7 +48,7 @@ def main(argv=None) -> dict:
     batch_size = args.eval_batch_size or 8
     validation = builder.finetuning_validation(args, tokenizer, gen_kwargs)
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,
-                                    tokenizer=tokenizer,
+                                    tokenizer=tokenizer, loader_for=lambda s: builder.finetuning_loader(s, tokenizer, env),
                                     final_checkpoint_name="_epoch{epoch}_step{step}.ckpt", varying_lengths=True)
     if validation is not None:  # the interrupted run's top-k goes on; a validation at step 0 when asked for
         validation.begin(trainer, bool(args.resume_from_checkpoint), validate_before_training(args))

@@ -27,7 +27,7 @@ def main(argv=None) -> dict:
     builder.check_global_batch(args, loader, env.world_size)
     validation = PretrainingValidation.from_loader(loader, args.eval_batch_size or args.train_batch_size)
     trainer = builder.build_trainer(args, model, loader, env, total_steps=args.max_steps, eval_hook=validation,
-                                    tokenizer=tokenizer)
+                                    tokenizer=tokenizer, loader_for=lambda s: builder.pretraining_loader(s, tokenizer, env))
     summary = trainer.fit()
     if env.is_main:
         print(f"pretraining done: {summary}")

@@ -199,6 +199,10 @@ class DataSettings:
                                             type=POSITIVE, quick=(FINETUNE,), per_script={FINETUNE: dict(default=56)})
     num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
     train_batch_size: int = flag(32, "sequences per micro-batch per process", type=POSITIVE, quick=TRAINING)
+    auto_find_batch_size: bool = flag(
+        False, "out of memory before the run's first log record, validation or checkpoint: halve --train_batch_size, "
+               "double --gradient_accumulation_steps (the same global batch) and start the updates again (transformers' "
+               "flag); the run's records say the batch that ran", action="store_true")
     noise: NoiseConfig | None = setting(
         None, "pretrain.py: BART's denoising noise (--mlm_probability, --permute_sentence_ratio, ...: "
               "bart.data.noise.add_noise_args)")

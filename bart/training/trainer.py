@@ -13,11 +13,20 @@ abandoned, recorded in the checkpoint and done first by the resumed run); either
 nothing. ``state_dict`` holds each rank's data position: loaders with ``seek`` start there, others are replayed.
 The trainer reads its sections of the run's ``Settings`` and holds its ``Precision`` (``settings.precision``);
 validation takes it from there.
+
+``--auto_find_batch_size`` (a new run, given ``loader_for``): an update that runs out of memory before the run's
+first log record, validation or checkpoint starts the run again from update 1 with the per-process batch halved
+and the accumulation doubled (the same global batch): the weights, optimizer, schedule, loss scale and random
+streams as they were at the start (kept on the host), the loader rebuilt for the new batch from the start of its
+epoch, so that the run is the one started with that batch (``[auto_find_batch_size]`` says so in one line). At
+batch 1 the out-of-memory error ends the run as any other.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
+import gc
 import resource
 import sys
 import time
@@ -38,6 +47,7 @@ from bart.modeling.vocab_padding import (
 from bart.records.dllogger_compat import Logger
 from bart.records.progress import Progress
 from bart.runtime import distributed as dist_utils
+from bart.runtime.memory import out_of_memory
 from bart.runtime.signals import StoppedAtBatch, StopRequest, stop_agreed
 from bart.training.checkpoint import (
     SCHEDULE_CHANGES,
@@ -77,6 +87,22 @@ class NonFiniteLossError(RunStopped):
     """The loss stayed NaN/inf (bf16/fp32), or the fp16 loss scale fell below its floor."""
 
 
+class _BatchTooLarge(Exception):
+    """An update ran out of memory where --auto_find_batch_size may start again with a smaller batch (raised outside
+    the out-of-memory error's handler, so that its frames, holding the update's activations, are gone)."""
+
+
+def smaller_batch(batch: int) -> int:
+    """The next per-process batch --auto_find_batch_size tries after ``batch``: its largest divisor at most half of
+    it (the accumulation grows by the same factor: the global batch stays whole)."""
+    return max(d for d in range(1, batch // 2 + 1) if batch % d == 0)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A state tensor's storage on this rank (a DTensor's local shard)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 class Trainer:
     """The loop over ``settings``, the run's record (:class:`bart.cli.settings.Settings`): it reads its sections
     (optimization, checkpoints, precision, fine-tuning's loss and validation interval); ``strategy`` is the run's,
@@ -88,7 +114,8 @@ class Trainer:
                  strategy: Strategy, clips_internally: bool = False, logger: Logger | None = None,
                  eval_hook: Callable[[Trainer], dict] | None = None, device: torch.device | None = None,
                  compile: bool = False, compile_backend: object = None, varying_lengths: bool = False,
-                 progress_bar: bool = True, final_checkpoint_name: str | None = None):
+                 progress_bar: bool = True, final_checkpoint_name: str | None = None,
+                 loader_for: Callable[[Settings], Iterable] | None = None):
         if not settings.optimization.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
                              f"{settings.max_steps} and {settings.gradient_accumulation_steps}")
@@ -103,6 +130,11 @@ class Trainer:
         self.eval_hook = eval_hook
         self.progress_bar = progress_bar
         self.final_checkpoint_name = final_checkpoint_name  # default _step{N}.ckpt; may use {epoch} and {step}
+        # --auto_find_batch_size: the loader of a settings' batch, and what is told of the batch found (the builder
+        # rewrites run_config.json); the state a smaller batch starts again from, until the run's first record
+        self.loader_for = loader_for
+        self.batch_found: Callable[[Settings], None] | None = None
+        self._start_state: dict | None = None
         self.step = 0            # optimizer updates applied in this run's phase
         self.epoch = 0
         self.batches_in_epoch = 0
@@ -239,6 +271,54 @@ class Trainer:
             self.scheduler.step()
         return applied, grad_norm
 
+    # -- --auto_find_batch_size ----------------------------------------------------------------
+    def _new_window(self) -> dict:
+        return {"loss_sum": torch.zeros((), device=self.device), "tokens": torch.zeros((), device=self.device),
+                "sequences": 0, "start": time.perf_counter(), "steps": 0}
+
+    def _state_to_start_again(self) -> dict | None:
+        """What a smaller batch starts the run again from (on the host): a new run's, before its first update (its
+        optimizer holds no state yet), under --auto_find_batch_size with a loader to rebuild; None otherwise."""
+        if not self.settings.auto_find_batch_size or self.loader_for is None or self.step or self.optimizer.state:
+            return None
+        return {"model": {k: _local(v).detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()},
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler else None, "rng": capture_rng_state(),
+                "epoch": self.epoch, "batches_in_epoch": self.batches_in_epoch}
+
+    def _start_again_smaller(self):
+        """After an update ran out of memory: the batch made smaller (:func:`smaller_batch`, the accumulation
+        larger by the same factor), the loader rebuilt for it, everything else as at the run's start; the new
+        micro-batches."""
+        cfg, start = self.settings, self._start_state
+        batch, accumulation = cfg.train_batch_size, cfg.gradient_accumulation_steps
+        smaller = smaller_batch(batch)
+        self.settings = cfg.replace(train_batch_size=smaller, gradient_accumulation_steps=accumulation * batch // smaller)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.train_data = None  # the old loader (its workers, its batches) goes before the new one is made
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        with torch.no_grad():
+            for name, tensor in self.model.state_dict().items():
+                _local(tensor).copy_(start["model"][name])
+        self.optimizer.load_state_dict(copy.deepcopy(start["optimizer"]))
+        self.scheduler.load_state_dict(start["scheduler"])
+        if self.scaler is not None:
+            self.scaler.load_state_dict(start["scaler"])
+        restore_rng_state(start["rng"])
+        self.step, self._sequences_seen, self._bad_steps, self._data_position = 0, 0, 0, None
+        self.epoch, self.batches_in_epoch = start["epoch"], start["batches_in_epoch"]
+        self.train_data = self.loader_for(self.settings)
+        said = (f"[auto_find_batch_size] out of memory at batch {batch}: retrying with {smaller} x "
+                f"{self.settings.gradient_accumulation_steps} accumulation")
+        if self.rank == 0:
+            print(said, flush=True)
+        self._write_log(self.global_step, {"auto_find_batch_size": f"{smaller} x {self.settings.gradient_accumulation_steps}"})
+        if self.batch_found is not None:
+            self.batch_found(self.settings)
+        return self._batches()
+
     # -- data ---------------------------------------------------------------------------------
     def _batches(self):
         """Endless micro-batches; epochs advance when the data runs out. Resumes mid-epoch: a loader
@@ -331,6 +411,7 @@ class Trainer:
 
     def save(self, name: str | None = None) -> str | None:
         """A training checkpoint (see :mod:`bart.training.checkpoint` for names and retention)."""
+        self._start_state = None
         self._check_run_folder()
         state = self.state_dict()  # collective: every rank takes part
         path = None
@@ -457,9 +538,9 @@ class Trainer:
                       flush=True)
             return {"steps": self.step, "stopped_early": False, "already_finished": True}
         self._finished = False  # a finished run resumed for more updates: its checkpoints are not final
+        self._start_state = self._state_to_start_again()
         batches = self._batches()
-        window = {"loss_sum": torch.zeros((), device=self.device), "tokens": torch.zeros((), device=self.device),
-                  "sequences": 0, "start": time.perf_counter(), "steps": 0}
+        window = self._new_window()
         run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
         progress = Progress(cfg.max_steps, "train", unit="step", initial=self.step,
                             enabled=self.progress_bar and self.rank == 0)
@@ -471,7 +552,16 @@ class Trainer:
                     if (received := stop_agreed(self.device)) is not None:
                         progress.close()
                         self.stop_for_signal(received)
-                    loss = self._one_update(batches, window, progress)
+                    try:
+                        loss = self._one_update(batches, window, progress)
+                    except _BatchTooLarge:
+                        loss = batches = None  # the loader's iterator goes with the old batch
+                    if batches is None:
+                        batches, window = self._start_again_smaller(), self._new_window()
+                        progress.close()
+                        progress = Progress(cfg.max_steps, "train", unit="step", enabled=self.progress_bar and
+                                            self.rank == 0)
+                        continue
                     if loss is not None:
                         final_loss = loss
                 total_sequences = self._sequences_seen
@@ -500,7 +590,15 @@ class Trainer:
         logged loss when this update logged."""
         cfg, logged = self.settings, None  # its sections' settings, read flat
         micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
-        out = self.train_step(micro)
+        too_large = False
+        try:
+            out = self.train_step(micro)
+        except Exception as err:  # noqa: BLE001 - out of memory (CUDA's, the CPU allocator's, MemoryError) only
+            if self._start_state is None or cfg.train_batch_size == 1 or out_of_memory(err) is None:
+                raise
+            too_large = True
+        if too_large:
+            raise _BatchTooLarge()
         if not out["applied"]:
             return None
         self.step += 1
@@ -589,6 +687,7 @@ class Trainer:
                            f"first)" if validation_abandoned else ""))
 
     def _log(self, window: dict, last: dict) -> float:
+        self._start_state = None  # the run's first record: its batch stays from here on
         lost = self._run_folder_lost()  # its finding rides on the reduction the log makes anyway
         stats = torch.stack([window["loss_sum"], window["tokens"],
                              torch.tensor(float(window["sequences"]), device=self.device),
@@ -610,6 +709,7 @@ class Trainer:
         return loss
 
     def _evaluate(self) -> None:
+        self._start_state = None
         self._check_run_folder()
         with rng_untouched():  # the training's random streams go on as if no validation had run (exact resume)
             metrics = self.eval_hook(self) or {}
