@@ -274,6 +274,8 @@ DOC_COMMANDS = {
         "pip install torchao==0.18.0": "not run (a download); its pin is requirements.txt's: " + _HERE,
         "tensorboard --logdir OUTPUT_DIR/tensorboard": "tests/training/test_monitoring.py::test_tensorboard_events_read_back",
         "pip install wandb": "not run (a download); without it: tests/training/test_monitoring.py::test_flag_mistakes",
+        "pip install datasets": "not run (a download); without it: "
+                                "tests/cli/test_dataset_name.py::test_without_the_datasets_package_the_line_says_how_to_install_it",
         "python -m utils.plot_logs LOG.json ... --labels ... --out DIR":
             "tests/training/test_monitoring.py::test_plot_has_a_row_per_phase",
         "srun --cpu-bind": "not run (SLURM's srun flag, quoted)",
