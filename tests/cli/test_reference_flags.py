@@ -107,7 +107,8 @@ def _base(script: str, out: str) -> list[str]:
 def _restore_globals(monkeypatch):
     """Flags that set process state (HF_HUB_CACHE, PROGRESS, cudnn) leave it as it was; no launcher."""
     for name in ("HF_HUB_CACHE", "PROGRESS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # noted, so that the test's end removes what a flag set (delenv alone notes
+        monkeypatch.delenv(name)      # nothing where the variable was absent)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", torch.backends.cudnn.deterministic)
 
