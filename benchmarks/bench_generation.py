@@ -292,7 +292,7 @@ def _convert_ct2(ours, config_values: dict, tokenizer_dir: str, folder: str) -> 
     return out
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/config_base.json")
     parser.add_argument("--batch_sizes", type=int, nargs="+", help="default: the workload's")
@@ -325,7 +325,7 @@ def main() -> None:
                              "document a line)")
     parser.add_argument("--tokenizer", help="tokenizer folder for text sources, CTranslate2 and ROUGE (default: "
                                             "GPT-2's BPE as BART's, assembled offline)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.compile_backend != "inductor":  # compile_generation calls torch.compile(..., mode=...)
         import functools
         torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
