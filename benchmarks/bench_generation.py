@@ -56,6 +56,7 @@ import argparse
 import atexit
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import json
 import os
@@ -292,7 +293,7 @@ def _convert_ct2(ours, config_values: dict, tokenizer_dir: str, folder: str) -> 
     return out
 
 
-def main(argv=None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/config_base.json")
     parser.add_argument("--batch_sizes", type=int, nargs="+", help="default: the workload's")
@@ -325,7 +326,12 @@ def main(argv=None) -> None:
                              "document a line)")
     parser.add_argument("--tokenizer", help="tokenizer folder for text sources, CTranslate2 and ROUGE (default: "
                                             "GPT-2's BPE as BART's, assembled offline)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None):
+    """The flags, the workload's defaults filled in; and the contenders' names (one not known: one line)."""
+    args = _parser().parse_args(argv)
     if args.compile_backend != "inductor":  # compile_generation calls torch.compile(..., mode=...)
         import functools
         torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
@@ -339,6 +345,35 @@ def main(argv=None) -> None:
         raise SystemExit(f"bench_generation: --contenders {args.contenders!r}: "
                          + (f"unknown {unknown}" if unknown else "'ours' (the reference of the agreement) is missing")
                          + f"; choose from {','.join(CONTENDERS)} or all")
+    return args, names
+
+
+@dataclasses.dataclass
+class Bench:
+    """What every batch size shares: the flags, the two models (the same weights), generate's settings, the
+    tokenizer (text sources, CTranslate2, ROUGE) and, once made, the contenders' runners."""
+    args: argparse.Namespace
+    values: dict  # the model's configuration
+    hf: torch.nn.Module
+    ours: torch.nn.Module
+    dtype: torch.dtype
+    bandwidth: float  # bytes/s, or None: no bandwidth column
+    settings: dict
+    pad: int
+    versions: list
+    tokenizer: object = None
+    tokenizer_dir: str = None
+    text_path: str = None
+    runners: dict = dataclasses.field(default_factory=dict)  # name -> (label, runner)
+    skipped: dict = dataclasses.field(default_factory=dict)  # name -> why it is not available
+
+    def decode(self, sequences):
+        return [t.strip() for t in self.tokenizer.batch_decode(sequences.cpu(), skip_special_tokens=True)]
+
+
+def build(args, names) -> Bench:
+    """transformers' BART with random weights (seed 0) and this project's with the same ones, on the device in the
+    dtype; generate's settings for the workload; the tokenizer and the text sources where they are needed."""
     import transformers  # here: the GPU suite's peaks part uses _copy_bandwidth alone
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -361,268 +396,351 @@ def main(argv=None) -> None:
     settings = dict(num_beams=args.num_beams, max_length=args.new_tokens + 1,
                     min_length=args.new_tokens if args.workload in ("full", "short") else RAGGED_MIN_LENGTH,
                     no_repeat_ngram_size=3, length_penalty=1.0, early_stopping=True)
-    pad = values.get("pad_token_id", 1)
-
-    # the contenders: name -> (label, generate(ids) -> (sequences, seconds)); those not available say why
-    tokenizer = tokenizer_dir = None
-    wants_text = args.sources != "random" or any(n.startswith("ct2") or n in REDUCED for n in names)
-    if wants_text:
+    bench = Bench(args, values, hf, ours, dtype, bandwidth, settings, values.get("pad_token_id", 1),
+                  [f"torch {torch.__version__}", f"transformers {transformers.__version__}"])
+    if args.sources != "random" or any(n.startswith("ct2") or n in REDUCED for n in names):
         from bart.tokenization.tokenization_bart import BartTokenizer
-        tokenizer_dir = args.tokenizer
-        if tokenizer_dir is None:
+        bench.tokenizer_dir = args.tokenizer
+        if bench.tokenizer_dir is None:
             from bart.tokenization.build_tokenizer import build_tokenizer_folder
-            tokenizer_dir = build_tokenizer_folder(os.path.join(_cache_dir(), "gpt2_bart_tokenizer"))
-        tokenizer = BartTokenizer.from_pretrained(tokenizer_dir)
-    text_path = None if args.sources == "random" else (lee_corpus() if args.sources == "lee" else args.sources)
-    runners, skipped, versions = {}, {}, [f"torch {torch.__version__}", f"transformers {transformers.__version__}"]
+            bench.tokenizer_dir = build_tokenizer_folder(os.path.join(_cache_dir(), "gpt2_bart_tokenizer"))
+        bench.tokenizer = BartTokenizer.from_pretrained(bench.tokenizer_dir)
+    bench.text_path = None if args.sources == "random" else (lee_corpus() if args.sources == "lee" else args.sources)
+    return bench
+
+
+# a runner: (ids, mask, meter) -> (output, seconds), the call timed and measured (meter: a context manager,
+# PeakMemory or nullcontext) without what it needs before (loading, conversion of the inputs)
+def generate_runner(bench: Bench, model, **extra):
+    """A runner of ``model.generate`` (this project's or transformers') with the benchmark's settings."""
+    def run(ids, mask, meter):
+        with meter:
+            start = time.perf_counter()
+            out = model.generate(ids, attention_mask=mask, **bench.settings, **extra)
+            if bench.args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+        return out, seconds
+    return run
+
+
+def ct2_contender(bench: Bench, name: str, ct2_dir: list):
+    """(label, runner) of ct2_fp32 or ct2_int8: this project's weights converted once (into ``ct2_dir``, shared by
+    both), translate_batch with generate's settings as bart.ct2 maps them."""
+    import tempfile
+
+    import ctranslate2
+    args = bench.args
+    if not bench.versions[-1].startswith("ctranslate2"):
+        bench.versions.append(f"ctranslate2 {ctranslate2.__version__}")
+    if not ct2_dir:
+        folder = tempfile.mkdtemp(prefix="bench_ct2_")
+        atexit.register(shutil.rmtree, folder, True)
+        ct2_dir.append(_convert_ct2(bench.ours.float().cpu(), bench.values, bench.tokenizer_dir, folder))
+        bench.ours.to(args.device, bench.dtype)
+    compute = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
+    vocabulary = ct2_vocabulary(ct2_dir[0])  # the converter's tokenizer: placeholders included
+    index = {token: i for i, token in enumerate(vocabulary)}
+
+    def run(ids, mask, meter):
+        # A Translator lives for one call (its loading untimed): once it has translated, its idle
+        # thread pool slowed torch's small parallel kernels in the same process by up to 1.7x on
+        # the 2-core test machine (a decode step at batch 1: 1.4 s -> 2.0 s) until it was deleted.
+        translator = ctranslate2.Translator(ct2_dir[0], device="cuda" if args.device.startswith("cuda")
+                                            else "cpu", compute_type=compute, intra_threads=args.threads)
+        source = [[vocabulary[i] for i in row[m.bool()].tolist()] for row, m in zip(ids.cpu(), mask.cpu())]
+        options = ct2_options(bench.settings, vocabulary, len(source))
+        with meter:
+            start = time.perf_counter()
+            results = translator.translate_batch(source, **options)
+            seconds = time.perf_counter() - start
+        del translator
+        rows = [[bench.values["decoder_start_token_id"]] + [index[t] for t in r.hypotheses[0]] for r in results]
+        width = max(map(len, rows))
+        return torch.tensor([r + [bench.pad] * (width - len(r)) for r in rows]), seconds
+    return f"CTranslate2 {ctranslate2.__version__} {compute}", run
+
+
+def contender(bench: Bench, name: str, ct2_dir: list):
+    """(label, runner) of one contender; ImportError, TypeError, ValueError or RuntimeError: not available."""
+    args, ours = bench.args, bench.ours
+    if name == "ours":
+        return ("this project fp32, model.generate" if args.dtype == "fp32" else f"this project {args.dtype}",
+                generate_runner(bench, ours))
+    if name == "ours_unpacked":
+        return f"this project {args.dtype}, generate(packed=False)", generate_runner(bench, ours, packed=False)
+    if name == "hf":
+        import transformers
+        return f"transformers {transformers.__version__} generate", generate_runner(bench, bench.hf)
+    if name == "ours_packed":  # run_eval.py's fp32 on CPU: a decoding copy, packed as its policy says
+        from bart.generation.precision import (
+            can_pack,
+            decodes_packed,
+            prepare_for_decoding,
+        )
+        if not can_pack(ours):
+            raise RuntimeError("packed linear layers are for an fp32 model on CPU with oneDNN")
+        return ("this project fp32, run_eval's decoding copy (packed)",
+                generate_runner(bench, prepare_for_decoding(ours, "fp32", packed=decodes_packed())))
+    if name == "ours_compiled":
+        probe = torch.tensor([[0, 5, 6, 2]], device=args.device)
+        ours.generate(probe, max_length=3, num_beams=2, compile_generation=False)  # the option exists
+        return f"this project {args.dtype}, compile_generation", generate_runner(bench, ours, compile_generation=True)
+    if name in ("ours_bf16", "ours_int8"):
+        from bart.generation.precision import prepare_for_decoding
+        # as run_eval.py --decode_precision decodes: bf16 with packed linear layers where oneDNN can
+        return (f"this project {REDUCED[name]}",
+                generate_runner(bench, prepare_for_decoding(ours, REDUCED[name], packed=True)))
+    return ct2_contender(bench, name, ct2_dir)
+
+
+def make_runners(bench: Bench, names: list) -> list:
+    """Every contender's runner into bench.runners; one not available (not installed, an option generate does
+    not have) is named with the reason in bench.skipped and left out. Returns the names of those that run."""
     ct2_dir = []  # the converted model, made once for both CTranslate2 contenders
-
-    # a runner: (ids, mask, meter) -> (output, seconds), the call timed and measured (meter: a context
-    # manager, PeakMemory or nullcontext) without what it needs before (loading, conversion of the inputs)
-    def ours_runner(model, **extra):
-        def run(ids, mask, meter):
-            with meter:
-                start = time.perf_counter()
-                out = model.generate(ids, attention_mask=mask, **settings, **extra)
-                if args.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                seconds = time.perf_counter() - start
-            return out, seconds
-        return run
-
     for name in names:
         try:
-            if name == "ours":
-                runners[name] = ("this project fp32, model.generate" if args.dtype == "fp32" else
-                                 f"this project {args.dtype}", ours_runner(ours))
-            elif name == "ours_unpacked":
-                runners[name] = (f"this project {args.dtype}, generate(packed=False)", ours_runner(ours, packed=False))
-            elif name == "hf":
-                runners[name] = (f"transformers {transformers.__version__} generate", ours_runner(hf))
-            elif name == "ours_packed":  # run_eval.py's fp32 on CPU: a decoding copy, packed as its policy says
-                from bart.generation.precision import (
-                    can_pack,
-                    decodes_packed,
-                    prepare_for_decoding,
-                )
-                if not can_pack(ours):
-                    raise RuntimeError("packed linear layers are for an fp32 model on CPU with oneDNN")
-                runners[name] = ("this project fp32, run_eval's decoding copy (packed)",
-                                 ours_runner(prepare_for_decoding(ours, "fp32", packed=decodes_packed())))
-            elif name == "ours_compiled":
-                probe = torch.tensor([[0, 5, 6, 2]], device=args.device)
-                ours.generate(probe, max_length=3, num_beams=2, compile_generation=False)  # the option exists
-                runners[name] = (f"this project {args.dtype}, compile_generation",
-                                 ours_runner(ours, compile_generation=True))
-            elif name in ("ours_bf16", "ours_int8"):
-                from bart.generation.precision import prepare_for_decoding
-                # as run_eval.py --decode_precision decodes: bf16 with packed linear layers where oneDNN can
-                runners[name] = (f"this project {REDUCED[name]}",
-                                 ours_runner(prepare_for_decoding(ours, REDUCED[name], packed=True)))
-            else:
-                import tempfile
-
-                import ctranslate2
-                if not versions[-1].startswith("ctranslate2"):
-                    versions.append(f"ctranslate2 {ctranslate2.__version__}")
-                if not ct2_dir:
-                    folder = tempfile.mkdtemp(prefix="bench_ct2_")
-                    atexit.register(shutil.rmtree, folder, True)
-                    ct2_dir.append(_convert_ct2(ours.float().cpu(), values, tokenizer_dir, folder))
-                    ours.to(args.device, dtype)
-                compute = {"ct2_fp32": "float32", "ct2_int8": "int8"}[name]
-                vocabulary = ct2_vocabulary(ct2_dir[0])  # the converter's tokenizer: placeholders included
-                index = {token: i for i, token in enumerate(vocabulary)}
-
-                def run(ids, mask, meter, compute=compute, vocabulary=vocabulary, index=index):
-                    # A Translator lives for one call (its loading untimed): once it has translated, its idle
-                    # thread pool slowed torch's small parallel kernels in the same process by up to 1.7x on
-                    # the 2-core test machine (a decode step at batch 1: 1.4 s -> 2.0 s) until it was deleted.
-                    translator = ctranslate2.Translator(ct2_dir[0], device="cuda" if args.device.startswith("cuda")
-                                                        else "cpu", compute_type=compute, intra_threads=args.threads)
-                    source = [[vocabulary[i] for i in row[m.bool()].tolist()] for row, m in zip(ids.cpu(), mask.cpu())]
-                    options = ct2_options(settings, vocabulary, len(source))
-                    with meter:
-                        start = time.perf_counter()
-                        results = translator.translate_batch(source, **options)
-                        seconds = time.perf_counter() - start
-                    del translator
-                    rows = [[values["decoder_start_token_id"]] + [index[t] for t in r.hypotheses[0]] for r in results]
-                    width = max(map(len, rows))
-                    return torch.tensor([r + [pad] * (width - len(r)) for r in rows]), seconds
-                runners[name] = (f"CTranslate2 {ctranslate2.__version__} {compute}", run)
+            bench.runners[name] = contender(bench, name, ct2_dir)
         except (ImportError, TypeError, ValueError, RuntimeError) as err:
-            skipped[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}" if str(err) else type(err).__name__
-            print(f"{name}: not available, left out ({skipped[name]})", flush=True)
-    names = [n for n in names if n in runners]
-    rows, identical_rows, results = [], [], []
+            bench.skipped[name] = (f"{type(err).__name__}: {str(err).splitlines()[0][:160]}" if str(err)
+                                   else type(err).__name__)
+            print(f"{name}: not available, left out ({bench.skipped[name]})", flush=True)
+    return [n for n in names if n in bench.runners]
 
-    def write_json():
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU",
-                           "dtype": args.dtype, "num_beams": args.num_beams, "source_length": args.source_length,
-                           "new_tokens": args.new_tokens, "workload": args.workload, "sources": args.sources,
-                           "settings": settings, "eos_bias": args.eos_bias if args.workload == "ragged" else None,
-                           "versions": versions, "skipped": skipped, "load_average": os.getloadavg(),
-                           "bandwidth_bytes_s": bandwidth, "rows": results}, f, indent=1)
 
-    def decode(sequences):
-        return [t.strip() for t in tokenizer.batch_decode(sequences.cpu(), skip_special_tokens=True)]
+@dataclasses.dataclass
+class BatchRun:
+    """One batch size's sources and what its contenders gave: the checked run's outputs and peaks, those out of
+    memory or failed, the comparisons with ours and the timed runs."""
+    batch: int
+    names: list  # the contenders at this batch size
+    ids: torch.Tensor
+    mask: torch.Tensor
+    outputs: dict = dataclasses.field(default_factory=dict)
+    peaks: dict = dataclasses.field(default_factory=dict)
+    out_of_memory: list = dataclasses.field(default_factory=list)
+    failed: dict = dataclasses.field(default_factory=dict)  # name -> why
+    identical: int = None  # rows of transformers token-identical to ours (None: transformers did not run)
+    agreement: float = None
+    compared: dict = dataclasses.field(default_factory=dict)  # every other contender against ours
+    timings: dict = dataclasses.field(default_factory=dict)
+    median: dict = dataclasses.field(default_factory=dict)
 
-    gc.freeze()  # the modules and models live to the end: each run's gc.collect walks only what runs make
-    for batch in args.batch_sizes:
-        if text_path:
-            ids = text_sources(tokenizer, text_path, batch, args.source_length).to(args.device)
-        else:
-            ids = torch.randint(4, values["vocab_size"] - 1, (batch, args.source_length), device=args.device)
-            ids[:, 0], ids[:, -1] = 0, 2
-        mask = torch.ones_like(ids)
-        batch_names = [n for n in names if not (n == "hf" and args.hf_max_batch and batch > args.hf_max_batch)]
 
-        def run(name, ids=ids, mask=mask):
-            """The checked run: outputs and peak memory (a sampler thread, after malloc_trim)."""
-            memory = PeakMemory(args.device)
+def batch_sources(bench: Bench, batch: int, names: list) -> BatchRun:
+    """The batch's sources (real text or random ids between <s> and </s>) and the contenders that run at its size."""
+    args = bench.args
+    if bench.text_path:
+        ids = text_sources(bench.tokenizer, bench.text_path, batch, args.source_length).to(args.device)
+    else:
+        ids = torch.randint(4, bench.values["vocab_size"] - 1, (batch, args.source_length), device=args.device)
+        ids[:, 0], ids[:, -1] = 0, 2
+    batch_names = [n for n in names if not (n == "hf" and args.hf_max_batch and batch > args.hf_max_batch)]
+    return BatchRun(batch, batch_names, ids, torch.ones_like(ids))
+
+
+def checked_runs(bench: Bench, run: BatchRun) -> None:
+    """Every contender once (the warm-up, whose outputs are compared): outputs and peak memory (a sampler thread,
+    after malloc_trim). One out of memory is reported (ours: the batch stops there); another contender's failure
+    is reported and the rest run (ours' and transformers' stop the benchmark)."""
+    for name in run.names:
+        memory = PeakMemory(bench.args.device)
+        try:
             with torch.no_grad():
-                out, seconds = runners[name][1](ids, mask, memory)
-            return out, seconds, memory.peak
+                run.outputs[name] = bench.runners[name][1](run.ids, run.mask, memory)[0]
+            run.peaks[name] = memory.peak
+        except torch.OutOfMemoryError as err:
+            print(f"batch {run.batch}: {name} ran out of memory ({str(err).splitlines()[0][:200]})", flush=True)
+            run.out_of_memory.append(name)
+            if name == "ours":
+                break
+        except Exception as err:  # noqa: BLE001 - another contender's failure is reported, the rest run
+            if name in ("ours", "hf"):
+                raise
+            run.failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+            print(f"batch {run.batch}: {name} failed ({run.failed[name]})", flush=True)
+    gc.collect()
+    if bench.args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
-        def timed_run(name, ids=ids, mask=mask):
-            """A timed run: nothing else running in the process (on 2 cores a sampler thread preempts one of
-            torch's OpenMP threads every 5 ms, which cost this project's many small kernels up to 30%)."""
+
+def compare(bench: Bench, run: BatchRun) -> None:
+    """transformers' rows against ours (they must be the same tokens, unless --allow_mismatch); every other
+    contender against ours: rows, token agreement, why they differ, ROUGE-L of the reduced precisions."""
+    ours_out, hf_out, batch, pad = run.outputs["ours"], run.outputs.get("hf"), run.batch, bench.pad
+    if hf_out is not None:
+        run.identical = _identical_rows(ours_out.cpu(), hf_out.cpu(), pad)
+        run.agreement = _token_agreement(ours_out.cpu(), hf_out.cpu(), pad)
+        if run.identical < batch and not bench.args.allow_mismatch:
+            raise SystemExit(f"batch {batch}: outputs differ ({run.identical}/{batch} rows identical): the comparison "
+                             f"would be meaningless (--allow_mismatch to report it anyway)")
+    renormalized = None
+    ours_text = bench.decode(ours_out) if bench.tokenizer is not None else None
+    for name in run.outputs:
+        if name in ("ours", "hf"):
+            continue
+        out = run.outputs[name].to(ours_out.device)
+        entry = dict(identical_rows=_identical_rows(ours_out, out, pad), token_agreement=_token_agreement(ours_out, out, pad))
+        if entry["identical_rows"] < batch:
+            if name.startswith("ct2") and renormalized is None:
+                with torch.no_grad():
+                    renormalized = bench.ours.generate(run.ids, attention_mask=run.mask, renormalize_logits=True,
+                                                       **bench.settings)
+            reference = ours_out
+            if name.startswith("ct2"):  # CTranslate2's settings are ours with renormalize_logits=True
+                entry["identical_rows_renormalized"] = _identical_rows(renormalized, out, pad)
+                reference = renormalized
+            same = name.startswith("ct2") and entry["identical_rows_renormalized"] == batch
+            entry["reason"] = _gap_reason(None if same else first_difference(bench.ours, reference, out, run.ids, pad),
+                                          same, name in REDUCED)
+            if name.startswith("ct2") and not same:
+                entry["reason"] += (f" (against ours with renormalize_logits=True, which "
+                                    f"{entry['identical_rows_renormalized']}/{batch} rows equal)")
+        if name in REDUCED and ours_text is not None:
+            entry["rougeL_vs_fp32"] = rouge_l(bench.decode(out), ours_text)
+        run.compared[name] = entry
+
+
+def timed_repeats(bench: Bench, run: BatchRun) -> None:
+    """--repeats timed runs of every contender that gave an output, in turn (ours, transformers, ..., ours, ...), and
+    their medians. Nothing else runs in the process (on 2 cores a sampler thread preempts one of torch's OpenMP
+    threads every 5 ms, which cost this project's many small kernels up to 30%)."""
+    timed = [n for n in run.names if n in run.outputs]
+    run.timings = {name: [] for name in timed}
+    for _ in range(bench.args.repeats):
+        for name in timed:
             gc.collect()
             with torch.no_grad():
-                return runners[name][1](ids, mask, contextlib.nullcontext())[1]
+                run.timings[name].append(bench.runners[name][1](run.ids, run.mask, contextlib.nullcontext())[1])
+    run.median = {name: statistics.median(t) for name, t in run.timings.items()}
 
-        outputs, out_of_memory, failed = {}, [], {}  # warm-up runs, and the outputs compared; one that runs out of memory is reported
-        peaks = {}
-        for name in batch_names:
-            try:
-                outputs[name], _, peaks[name] = run(name)
-            except torch.OutOfMemoryError as err:
-                print(f"batch {batch}: {name} ran out of memory ({str(err).splitlines()[0][:200]})", flush=True)
-                out_of_memory.append(name)
-                if name == "ours":
-                    break
-            except Exception as err:  # noqa: BLE001 - another contender's failure is reported, the rest run
-                if name in ("ours", "hf"):
-                    raise
-                failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
-                print(f"batch {batch}: {name} failed ({failed[name]})", flush=True)
-        gc.collect()
-        if args.device.startswith("cuda"):
-            torch.cuda.empty_cache()
-        if "ours" not in outputs:
-            rows.append(f"| {batch} | this project: out of memory | | | | | |" + (" |" if bandwidth else ""))
-            results.append(dict(batch=batch, out_of_memory="this project"))
-            write_json()
+
+def table_rows(bench: Bench, run: BatchRun, new_tokens: int, least) -> list:
+    """The batch's rows of the table: transformers first, then the other contenders in the order asked."""
+    batch, bandwidth, median = run.batch, bench.bandwidth, run.median
+    hf_s, ours_s = median.get("hf"), median["ours"]
+    rows = []
+    for name in ["hf"] + [n for n in run.names if n != "hf"]:
+        if name not in run.names:
             continue
-        ours_out, hf_out = outputs["ours"], outputs.get("hf")
-        identical = agreement = None
-        if hf_out is not None:
-            identical = _identical_rows(ours_out.cpu(), hf_out.cpu(), pad)
-            agreement = _token_agreement(ours_out.cpu(), hf_out.cpu(), pad)
-            if identical < batch and not args.allow_mismatch:
-                raise SystemExit(f"batch {batch}: outputs differ ({identical}/{batch} rows identical): the comparison "
-                                 f"would be meaningless (--allow_mismatch to report it anyway)")
-        identical_rows.append((identical, batch))
-        # every other contender against this project's fp32 output: rows, tokens, why they differ, ROUGE-L
-        compared, renormalized = {}, None
-        ours_text = decode(ours_out) if tokenizer is not None else None
-        for name in outputs:
-            if name in ("ours", "hf"):
-                continue
-            out = outputs[name].to(ours_out.device)
-            entry = dict(identical_rows=_identical_rows(ours_out, out, pad), token_agreement=_token_agreement(ours_out, out, pad))
-            if entry["identical_rows"] < batch:
-                if name.startswith("ct2") and renormalized is None:
-                    with torch.no_grad():
-                        renormalized = ours.generate(ids, attention_mask=mask, renormalize_logits=True, **settings)
-                reference = ours_out
-                if name.startswith("ct2"):  # CTranslate2's settings are ours with renormalize_logits=True
-                    entry["identical_rows_renormalized"] = _identical_rows(renormalized, out, pad)
-                    reference = renormalized
-                same = name.startswith("ct2") and entry["identical_rows_renormalized"] == batch
-                entry["reason"] = _gap_reason(None if same else first_difference(ours, reference, out, ids, pad), same,
-                                              name in REDUCED)
-                if name.startswith("ct2") and not same:
-                    entry["reason"] += (f" (against ours with renormalize_logits=True, which "
-                                        f"{entry['identical_rows_renormalized']}/{batch} rows equal)")
-            if name in REDUCED and ours_text is not None:
-                entry["rougeL_vs_fp32"] = rouge_l(decode(out), ours_text)
-            compared[name] = entry
-        new_tokens = int((ours_out[:, 1:] != pad).sum())
-        timed = [n for n in batch_names if n in outputs]
-        timings = {name: [] for name in timed}
-        for _ in range(args.repeats):
-            for name in timed:
-                timings[name].append(timed_run(name))
-        median = {name: statistics.median(t) for name, t in timings.items()}
-        hf_s, ours_s = median.get("hf"), median["ours"]
-        least = _least_bytes(ours, ours_out, args.source_length, pad, args.num_beams) if bandwidth else None
-        for name in ["hf"] + [n for n in batch_names if n != "hf"]:
-            if name not in batch_names:
-                continue
-            label = runners[name][0]
-            if name in failed:
-                rows.append(f"| {batch} | {label}: failed ({failed[name]}) | | | | | | | | |" + (" |" if bandwidth else ""))
-                continue
-            if name not in median:
-                rows.append(f"| {batch} | {label}: out of memory | | | | | | | | |" + (" |" if bandwidth else ""))
-                continue
-            seconds = median[name]
-            share = f" {least / bandwidth / seconds:.1%} |" if bandwidth else ""
-            speedup = f"{hf_s / seconds:.2f}x" if hf_s else "-"
-            if name == "ours":
-                same, note = "-", ""
-            elif name == "hf":
-                same, note = (f"{identical}/{batch}", f"token agreement {agreement:.1%}")
-            else:
-                entry = compared[name]
-                same = f"{entry['identical_rows']}/{batch}"
-                note = "; ".join(x for x in (f"token agreement {entry['token_agreement']:.1%}", entry.get("reason", ""),
-                                             f"ROUGE-L vs fp32 {entry['rougeL_vs_fp32']:.2f}"
-                                             if "rougeL_vs_fp32" in entry else "") if x)
-            rows.append(f"| {batch} | {label} | {seconds:.3f} | {batch / seconds:.2f} | {new_tokens / seconds:.0f} | "
-                        f"{peaks[name] / 2**20:.0f} | {speedup} | {ours_s / seconds:.2f}x | {same} | {note} |{share}")
-        line = ", ".join(f"{n} {median[n]:.2f} s" for n in timed)
-        print(f"batch {batch}: {line}, {new_tokens} new tokens" + (
-            f", {identical}/{batch} rows token-identical to transformers, token agreement {agreement:.1%}" if hf_s
-            else "") + "".join(f", {n} {c['identical_rows']}/{batch} rows as ours" for n, c in compared.items()),
-            flush=True)
-        result = dict(batch=batch, new_tokens=new_tokens, identical_rows=identical, token_agreement=agreement,
-                      speedup=hf_s / ours_s if hf_s else None,
-                      out_of_memory=None if hf_s or "hf" not in batch_names else "transformers")
-        for name in ("ours", "hf"):
-            seconds = median.get(name)
-            result.update({f"{name}_seconds": seconds, f"{name}_summaries_s": batch / seconds if seconds else None,
-                           f"{name}_peak_mib": peaks[name] / 2**20 if seconds else None,
-                           f"{name}_bandwidth_share": least / bandwidth / seconds if least and seconds else None})
-        result["contenders"] = {n: dict(compared.get(n, {}), label=runners[n][0], seconds=median.get(n),
-                                        times=timings.get(n), vs_ours=ours_s / median[n] if n in median else None,
-                                        out_of_memory=n in out_of_memory, failed=failed.get(n)) for n in batch_names}
-        results.append(result)
-        write_json()
+        label = bench.runners[name][0]
+        if name in run.failed:
+            rows.append(f"| {batch} | {label}: failed ({run.failed[name]}) | | | | | | | | |" + (" |" if bandwidth else ""))
+            continue
+        if name not in median:
+            rows.append(f"| {batch} | {label}: out of memory | | | | | | | | |" + (" |" if bandwidth else ""))
+            continue
+        seconds = median[name]
+        share = f" {least / bandwidth / seconds:.1%} |" if bandwidth else ""
+        speedup = f"{hf_s / seconds:.2f}x" if hf_s else "-"
+        if name == "ours":
+            same, note = "-", ""
+        elif name == "hf":
+            same, note = (f"{run.identical}/{batch}", f"token agreement {run.agreement:.1%}")
+        else:
+            entry = run.compared[name]
+            same = f"{entry['identical_rows']}/{batch}"
+            note = "; ".join(x for x in (f"token agreement {entry['token_agreement']:.1%}", entry.get("reason", ""),
+                                         f"ROUGE-L vs fp32 {entry['rougeL_vs_fp32']:.2f}"
+                                         if "rougeL_vs_fp32" in entry else "") if x)
+        rows.append(f"| {batch} | {label} | {seconds:.3f} | {batch / seconds:.2f} | {new_tokens / seconds:.0f} | "
+                    f"{run.peaks[name] / 2**20:.0f} | {speedup} | {ours_s / seconds:.2f}x | {same} | {note} |{share}")
+    return rows
+
+
+def batch_result(bench: Bench, run: BatchRun, new_tokens: int, least) -> dict:
+    """The batch's entry of the JSON's rows: ours' and transformers' figures and, under "contenders", every
+    contender's figures and comparison."""
+    batch, median = run.batch, run.median
+    hf_s, ours_s = median.get("hf"), median["ours"]
+    result = dict(batch=batch, new_tokens=new_tokens, identical_rows=run.identical, token_agreement=run.agreement,
+                  speedup=hf_s / ours_s if hf_s else None,
+                  out_of_memory=None if hf_s or "hf" not in run.names else "transformers")
+    for name in ("ours", "hf"):
+        seconds = median.get(name)
+        result.update({f"{name}_seconds": seconds, f"{name}_summaries_s": batch / seconds if seconds else None,
+                       f"{name}_peak_mib": run.peaks[name] / 2**20 if seconds else None,
+                       f"{name}_bandwidth_share": least / bench.bandwidth / seconds if least and seconds else None})
+    result["contenders"] = {n: dict(run.compared.get(n, {}), label=bench.runners[n][0], seconds=median.get(n),
+                                    times=run.timings.get(n), vs_ours=ours_s / median[n] if n in median else None,
+                                    out_of_memory=n in run.out_of_memory, failed=run.failed.get(n)) for n in run.names}
+    return result
+
+
+def bench_batch(bench: Bench, batch: int, names: list):
+    """One batch size: the checked run, the comparisons, the timed repeats; its table rows and JSON entry."""
+    run = batch_sources(bench, batch, names)
+    checked_runs(bench, run)
+    if "ours" not in run.outputs:
+        return ([f"| {batch} | this project: out of memory | | | | | |" + (" |" if bench.bandwidth else "")],
+                dict(batch=batch, out_of_memory="this project"))
+    compare(bench, run)
+    ours_out = run.outputs["ours"]
+    new_tokens = int((ours_out[:, 1:] != bench.pad).sum())
+    timed_repeats(bench, run)
+    args = bench.args
+    least = _least_bytes(bench.ours, ours_out, args.source_length, bench.pad, args.num_beams) if bench.bandwidth else None
+    rows = table_rows(bench, run, new_tokens, least)
+    line = ", ".join(f"{n} {run.median[n]:.2f} s" for n in run.timings)
+    print(f"batch {batch}: {line}, {new_tokens} new tokens" + (
+        f", {run.identical}/{batch} rows token-identical to transformers, token agreement {run.agreement:.1%}"
+        if run.median.get("hf") else "")
+        + "".join(f", {n} {c['identical_rows']}/{batch} rows as ours" for n, c in run.compared.items()), flush=True)
+    return rows, batch_result(bench, run, new_tokens, least)
+
+
+def write_json(bench: Bench, results: list) -> None:
+    """--json: the settings, versions, contenders left out and every batch size's entry so far."""
+    args = bench.args
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU",
+                       "dtype": args.dtype, "num_beams": args.num_beams, "source_length": args.source_length,
+                       "new_tokens": args.new_tokens, "workload": args.workload, "sources": args.sources,
+                       "settings": bench.settings, "eos_bias": args.eos_bias if args.workload == "ragged" else None,
+                       "versions": bench.versions, "skipped": bench.skipped, "load_average": os.getloadavg(),
+                       "bandwidth_bytes_s": bench.bandwidth, "rows": results}, f, indent=1)
+
+
+def print_report(bench: Bench, rows: list, results: list) -> None:
+    """The summary line (device, versions, settings, token-identical rows, load average), the contenders left
+    out, the bandwidth limit's basis, and the table."""
+    args = bench.args
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
     shape = os.path.splitext(os.path.basename(args.config))[0].replace("config_", "bart-")
-    same = ", ".join(f"{'-' if n is None else n}/{b}" for n, b in identical_rows)
+    same = ", ".join(f"{'-' if r['identical_rows'] is None else r['identical_rows']}/{r['batch']}"
+                     for r in results if "identical_rows" in r)  # the batch sizes ours ran at
     sources = {"random": "random token ids", "lee": "Lee news corpus (real English)"}.get(args.sources, args.sources)
-    print(f"\nbeam search, {device}, {', '.join(versions)}: {shape} geometry, {args.dtype}, beams {args.num_beams}, "
+    print(f"\nbeam search, {device}, {', '.join(bench.versions)}: {shape} geometry, {args.dtype}, beams {args.num_beams}, "
           f"source {args.source_length} ({sources}), up to {args.new_tokens} new tokens, no-repeat 3, workload "
           f"{args.workload}, batch sizes {args.batch_sizes}, medians of {args.repeats}, contenders interleaved, "
           f"token-identical rows (ours vs transformers): {same}; load average {os.getloadavg()[0]:.2f}")
-    if skipped:
-        print("left out: " + "; ".join(f"{n} ({why})" for n, why in skipped.items()))
-    if bandwidth:
+    if bench.skipped:
+        print("left out: " + "; ".join(f"{n} ({why})" for n, why in bench.skipped.items()))
+    if bench.bandwidth:
         measured = "given by --bandwidth" if args.bandwidth else "device-to-device copy measured in this run"
         print(f"memory-bandwidth limit: the least bytes a run must read (weights of the encoder once and of the decoder "
               f"and LM head per step, cross K/V of the live sources and the self K/V cache per step) at "
-              f"{bandwidth / 1e12:.2f} TB/s ({measured}, read + write)")
-    extra = (" share of bandwidth limit |", "---|") if bandwidth else ("", "")
+              f"{bench.bandwidth / 1e12:.2f} TB/s ({measured}, read + write)")
+    extra = (" share of bandwidth limit |", "---|") if bench.bandwidth else ("", "")
     print("| batch | implementation | median s | summaries/s | new tokens/s | peak memory MiB | speedup | vs this project "
           "fp32 | rows as this project fp32 | agreement, why different, ROUGE-L |" + extra[0])
     print("|---|---|---|---|---|---|---|---|---|---|" + extra[1])
     print("\n".join(rows))
+
+
+def main(argv=None) -> None:
+    args, names = parse_args(argv)
+    bench = build(args, names)
+    names = make_runners(bench, names)
+    rows, results = [], []
+    gc.freeze()  # the modules and models live to the end: each run's gc.collect walks only what runs make
+    for batch in args.batch_sizes:
+        batch_rows, result = bench_batch(bench, batch, names)
+        rows += batch_rows
+        results.append(result)
+        write_json(bench, results)
+    print_report(bench, rows, results)
 
 
 if __name__ == "__main__":
