@@ -1,6 +1,6 @@
 """Cluster faults named in one line, through the launcher the scripts run (``python -m utils.launch``) and real gloo
 processes: a rendezvous port already taken, a rank that stopped (SIGSTOP) while another is merely busy, a user error
-under ``--max_restarts``. (Memory limits: tests/cli/test_unusable_inputs.py.)"""
+under ``--max_restarts``. (Memory limits: tests/runtime/test_out_of_memory.py.)"""
 import os
 import signal
 import socket

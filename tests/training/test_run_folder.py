@@ -13,6 +13,8 @@ import pytest
 from tests.helpers import ROOT
 from tests.helpers.corpus import finetuning_world, micro_config
 from tests.helpers.entry import run_entry
+from tests.helpers.user_inputs import EV, write_user_inputs
+from tests.helpers.user_inputs import argv as _argv
 
 CONFIG = micro_config(dropout=0.0)
 
@@ -20,6 +22,11 @@ CONFIG = micro_config(dropout=0.0)
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, small_tokenizer_dir):
     return finetuning_world(tmp_path_factory.mktemp("run_folder"), small_tokenizer_dir, CONFIG, train_rows=32)
+
+
+@pytest.fixture(scope="module")
+def user_inputs(tmp_path_factory, small_tokenizer_dir):
+    return write_user_inputs(tmp_path_factory.mktemp("unusable"), small_tokenizer_dir)
 
 
 def _error_lines(capsys) -> list[str]:
@@ -177,6 +184,24 @@ def test_run_eval_over_an_earlier_evaluation_is_refused_unless_overwrite(world, 
     assert run_entry("run_eval.py", argv + ["--type_path", "val"]) == 0  # another split: nothing to replace
     assert run_entry("run_eval.py", argv + ["--overwrite"]) == 0
     assert (save / "test_generations.txt").read_text() != "the first evaluation\n"
+
+
+def test_run_eval_into_a_training_folder_keeps_its_log(user_inputs, tmp_path, capsys):
+    """Old code: run_eval.py without --json-summary into a fine-tuning folder wrote its dllogger.json anew, so the
+    training run's log was lost. Now the evaluation's record is appended (and said once); twice, two records."""
+    from bart.records.dllogger_compat import read_dllogger
+    out = tmp_path / "out"
+    out.mkdir()
+    training = 'DLLL {"timestamp": "1", "datetime": "x", "elapsedtime": 1.0, "type": "LOG", "step": 3, "data": {"loss": 2.5}}\n'
+    (out / "dllogger.json").write_text(training)
+    for again in ([], ["--overwrite"]):  # the second replaces the first's generations (refused without --overwrite)
+        code = run_entry("run_eval.py", _argv(EV, user_inputs, str(out), model=user_inputs["weights"], data=user_inputs["data"]) + again)
+        assert code == 0, capsys.readouterr().err[-3000:]
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[run_eval]") and "appended" in line]
+    assert len(said) == 2 and str(out / "dllogger.json") in said[0], said
+    records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG"]
+    assert records[0]["step"] == 3 and records[0]["data"] == {"loss": 2.5}  # the training log, kept
+    assert len([r for r in records if r["step"] == [] and "rouge1" in r["data"]]) == 2
 
 
 # -- issue #45's table: each one clear line ---------------------------------------------------------------
