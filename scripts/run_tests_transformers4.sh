@@ -12,7 +12,9 @@ source scripts/params/common.sh  # the checks
 check_env count TEST_WORKERS
 checks_done
 source scripts/params/python_env.sh
-TESTS=(tests/generation/test_generation.py tests/modeling/test_modeling_parity.py tests/tokenization/test_tokenizer.py
+TESTS=(tests/generation/test_generate_like_transformers.py tests/generation/test_generation_arguments.py
+       tests/generation/test_generation_options.py tests/generation/test_sampling.py tests/generation/test_group_beam_search.py
+       tests/generation/test_decoding_machinery.py tests/modeling/test_modeling_parity.py tests/tokenization/test_tokenizer.py
        tests/tokenization/test_train_tokenizer.py tests/export/test_export.py tests/export/test_hub.py
        tests/export/test_onnx.py tests/e2e/test_readme.py)
 # left to the main step: the tests of these files that transformers takes no part in (file modes, bad input,

@@ -1,0 +1,140 @@
+"""The decoding machinery: the static cache against the dynamic one and a full forward, rows that finish
+leaving the batch, a batch of one equal to the batch, a beam step's cache reorder moving only what it must."""
+
+import pytest
+import torch
+
+from tests.helpers.generation_parity import difference, report, run_both
+from tests.helpers.generation_parity import pad_to as _pad_to
+from tests.helpers.generation_parity import ragged_inputs as _ragged_inputs
+from tests.helpers.generation_parity import tiny_model as _tiny_model
+from tests.helpers.generation_parity import tiny_pair as _pair
+
+# --- the decoding machinery: static cache, finished rows leaving the batch, batch independence ----------
+
+
+def test_static_cache_equals_dynamic_cache(one_thread):
+    """Step by step, with a beam reorder and sources leaving in between, the static cache gives the
+    logits of the concatenating cache (the same kernels on the same values, the same LM head: equal)
+    and those of a full forward without a cache (to tolerance)."""
+    from bart.generation.session import Decoder
+    from bart.modeling.modeling_bart import StaticCache
+    ours, _ = _pair(16, 0.3)
+    ids, mask = _ragged_inputs(16)
+    beams, steps = 3, 7
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        encoder_hidden = ours.model.encoder(ids, mask)
+        static = Decoder(ours, encoder_hidden, mask, True, beams, steps + 1)
+        assert isinstance(static.cache, StaticCache)
+        decoder = ours.model.decoder
+        dynamic, live = None, [0, 1, 2]
+        tokens = torch.full((3 * beams, 1), 2, dtype=torch.long)
+        for step in range(steps):
+            got = static.next_logits(tokens).clone()
+            hidden, dynamic = decoder(tokens[:, -1:] if dynamic else tokens, encoder_hidden[live], mask[live],
+                                      past_key_values=dynamic, use_cache=True)
+            assert torch.equal(got, static.lm_head(hidden[:, -1]))
+            full, _ = decoder(tokens, encoder_hidden[live], mask[live])
+            torch.testing.assert_close(got, ours.lm_logits(full[:, -1]), atol=1e-5, rtol=1e-5)
+            # a beam takes the history of a beam of its own source (as in beam search)
+            rows = (torch.randint(0, beams, (tokens.shape[0],), generator=generator)
+                    + torch.arange(tokens.shape[0]) // beams * beams)
+            if step == 3:  # the middle source leaves
+                keep = [0, 2]
+                rows = torch.cat([rows[:beams], rows[-beams:]])
+                static.keep_sources(keep, rows)
+                live = [live[i] for i in keep]
+            else:
+                static.reorder(rows)
+            dynamic = [(k[rows], v[rows], ck, cv) for k, v, ck, cv in dynamic]
+            if step == 3:
+                dynamic = [(k, v, ck[keep], cv[keep]) for k, v, ck, cv in dynamic]
+            tokens = torch.cat([tokens[rows], torch.randint(4, 99, (rows.shape[0], 1), generator=generator)], 1)
+
+
+def _count_drops(monkeypatch):
+    """How many times finished sources leave the running batch during the calls that follow."""
+    from bart.generation.session import Decoder
+    calls = []
+    original = Decoder.keep_sources
+    monkeypatch.setattr(Decoder, "keep_sources", lambda self, sources, rows: (calls.append(len(sources)),
+                                                                               original(self, sources, rows)))
+    return calls
+
+
+@pytest.mark.parametrize("seed,eos_bias", [(17, 4.5), (5, 3.0)])
+def test_rows_finishing_at_different_steps_match_transformers(one_thread, monkeypatch, seed, eos_bias):
+    """EOS made likely: sources finish at different steps, leave the running batch, and the outputs
+    (with the cache and without) are still transformers' tokens."""
+    ours, hf = _pair(seed, 0.3)
+    with torch.no_grad():
+        for model in (ours, hf):
+            model.final_logits_bias[0, 2] = eos_bias
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 99, (6, 14), generator=generator)
+    ids[:, 0], ids[:, -1] = 0, 2
+    ids[1, 9:], ids[1, 8], ids[4, 6:], ids[4, 5] = 1, 2, 1, 2
+    mask = (ids != 1).long()
+    drops = _count_drops(monkeypatch)
+    problems, total, lengths, dropped = [], 0, set(), 0
+    for settings in (dict(num_beams=1), dict(num_beams=1, no_repeat_ngram_size=3, min_length=4),
+                     dict(num_beams=4), dict(num_beams=4, early_stopping=True),
+                     dict(num_beams=3, length_penalty=2.0, num_return_sequences=2),
+                     dict(num_beams=4, no_repeat_ngram_size=2, encoder_no_repeat_ngram_size=2, early_stopping=True),
+                     dict(num_beams=4, use_cache=False), dict(num_beams=1, use_cache=False)):
+        settings = dict(dict(no_repeat_ngram_size=2), **settings, max_length=20)  # no loops on one token
+        before = len(drops)
+        got, expected = run_both(ours, hf, ids, mask, settings)
+        dropped += len(drops) > before
+        total += 1
+        problems += [p for p in [difference(got, expected, settings)] if p]
+        lengths |= {int((row[1:] != 1).sum()) for row in expected}
+    assert not problems, report(problems, total)
+    assert dropped >= total - 1 and len(lengths) >= 5  # sources did leave early, at different lengths
+
+
+def test_batch_of_one_equals_batched(one_thread):
+    """Each source alone gives the tokens it gets in a batch (finished neighbours leaving the batch
+    change nothing for the others)."""
+    ours, _ = _pair(18, 0.3)
+    with torch.no_grad():
+        ours.final_logits_bias[0, 2] = 3.0
+    ids, mask = _ragged_inputs(18, lengths=(12, 8, 5, 10))
+    for settings in (dict(num_beams=1), dict(num_beams=4), dict(num_beams=4, early_stopping=True, length_penalty=2.0),
+                     dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0, num_return_sequences=2)):
+        settings = dict(settings, max_length=20, no_repeat_ngram_size=3)
+        batched = ours.generate(ids, attention_mask=mask, **settings)
+        count = settings.get("num_return_sequences", 1)
+        for row in range(ids.shape[0]):
+            alone = ours.generate(ids[row:row + 1], attention_mask=mask[row:row + 1], **settings)
+            expected = batched[row * count:(row + 1) * count]
+            width = max(alone.shape[1], expected.shape[1])
+            assert torch.equal(_pad_to(alone, width), _pad_to(expected, width)), (settings, row)
+
+
+@pytest.mark.parametrize("settings", [dict(num_beams=4, no_repeat_ngram_size=2),
+                                      dict(num_beams=6, num_beam_groups=3, diversity_penalty=0.5)])
+def test_beam_reorder_moves_only_what_it_must(one_thread, monkeypatch, settings):
+    """A beam step reorders the cache by moving only each parent's further children into the slots of parents
+    without children (StaticCache.reorder, mapped): the same tokens as moving every row's history every step,
+    with fewer histories copied."""
+    from bart.generation import cache as cache_module
+    made = []
+    original = cache_module.StaticCache.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(cache_module.StaticCache, "__init__", recording)
+    model = _tiny_model(1, 0.0)
+    ids, mask = _ragged_inputs(1)
+    kwargs = dict(settings, max_length=12, min_length=11, attention_mask=mask)
+    mapped = model.generate(ids, **kwargs)
+    moved = made[-1].moved_rows
+    monkeypatch.setattr(cache_module.StaticCache, "mapped", property(lambda self: False, lambda self, value: None),
+                        raising=False)
+    every = model.generate(ids, **kwargs)
+    assert torch.equal(mapped, every)
+    assert moved < made[-1].moved_rows
