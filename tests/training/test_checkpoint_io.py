@@ -1,4 +1,5 @@
-"""Checkpoint files: a killed writer never leaves a loadable half file; RNG round trip; pruning."""
+"""Checkpoint files: a killed writer never leaves a loadable half file; RNG round trip; pruning; the best-k
+checkpoints across a resume and on ties."""
 import os
 import random
 import signal
@@ -65,3 +66,41 @@ def test_prune_keeps_newest(tmp_path):
         save_checkpoint(str(tmp_path / f"_step{step}.ckpt"), {"step": step})
     prune_checkpoints(str(tmp_path), keep=2)
     assert sorted(os.listdir(tmp_path)) == ["_step15.ckpt", "_step20.ckpt"]
+
+
+def test_best_checkpoints_survive_a_resume(tmp_path):
+    from bart.modeling import BartForConditionalGeneration
+    from bart.training.checkpoint import BestCheckpoints
+    from tests.helpers.synthetic import tiny_config
+
+    model = BartForConditionalGeneration(tiny_config())
+    best = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=False)
+    best.consider(10.0, 2, model, {"rouge2": 10.0})
+    best.consider(12.0, 4, model, {"rouge2": 12.0})
+    (tmp_path / "best_rouge2_step6.ckpt").write_bytes(b"killed before it was ranked")
+    again = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=False)  # the resumed run
+    assert [v for v, _ in again.restore()] == [12.0]
+    assert again.consider(11.0, 6, model, {"rouge2": 11.0}) is None  # worse than the kept best: not written
+    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step4.ckpt"]
+    again.consider(13.0, 8, model, {"rouge2": 13.0})
+    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step8.ckpt"]
+
+
+@pytest.mark.parametrize("lower_is_better", [False, True])
+def test_a_tie_keeps_the_later_trained_weights_not_the_step_0_ones(tmp_path, lower_is_better):
+    """Was: every ROUGE-2 0 on a small run kept best_rouge2_step0.ckpt (the untrained weights of the step-0
+    validation) as the best, and EVAL_CHECKPOINT=best evaluated the untrained model."""
+    from bart.modeling import BartForConditionalGeneration
+    from bart.training.checkpoint import BestCheckpoints, best_checkpoint
+    from tests.helpers.synthetic import tiny_config
+
+    model = BartForConditionalGeneration(tiny_config())
+    best = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=lower_is_better)
+    for step in (0, 2, 4):
+        best.consider(0.0, step, model, {"rouge2": 0.0})
+    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step4.ckpt"]
+    assert best_checkpoint(str(tmp_path)).endswith("best_rouge2_step4.ckpt")
+    again = BestCheckpoints(str(tmp_path), "rouge2", 2, lower_is_better=lower_is_better)  # resumed with k 2
+    again.restore()
+    again.consider(0.0, 6, model, {"rouge2": 0.0})
+    assert [os.path.basename(p) for _, p in again.best] == ["best_rouge2_step6.ckpt", "best_rouge2_step4.ckpt"]

@@ -3,7 +3,7 @@ periodic: stopped at the next generation batch) and its --do_predict prediction,
 run_eval.py generates, and under torchrun (``python -m utils.launch``, what the scripts start): SIGTERM once, to one
 rank during a validation, Ctrl-C twice, the second Ctrl-C to one rank only. Each ends with one
 line per process and the documented exit code (75: stopped, a checkpoint where there was something to save;
-130: stopped at once). A file of its own so that these multi-process tests run beside tests/training/test_faults.py."""
+130: stopped at once). A file of its own so that these multi-process tests run beside tests/training/test_interrupted_runs.py."""
 import json
 import os
 import re

@@ -1,4 +1,5 @@
-"""The training loop: accumulation and data-parallel invariance, exact resume after SIGKILL, NaN handling."""
+"""The training loop: accumulation and data-parallel invariance, exact resume after SIGKILL, NaN handling, the fp16
+loss-scale floor."""
 import os
 import signal
 import subprocess
@@ -188,6 +189,33 @@ def _in_process(out_dir, *extra):
 
 def _steps(log_path):
     return {r["step"]: r["data"] for r in read_dllogger(log_path) if r["type"] == "LOG" and isinstance(r["step"], int)}
+
+
+def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
+    from bart.modeling import BartForConditionalGeneration
+    from bart.optim import build_optimizer, build_scheduler
+    from bart.training.trainer import NonFiniteLossError, Trainer
+    from tests.helpers.synthetic import (
+        SyntheticBatches,
+        one_process,
+        run_settings,
+        tiny_config,
+    )
+
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(dropout=0.0))
+    optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)
+    settings = run_settings("fp16", output_dir=str(tmp_path), max_steps=50,
+                            min_loss_scale=2.0 ** 12)  # 65536 halves to 4096 after 4 skipped updates
+    trainer = Trainer(model, optimizer, build_scheduler(optimizer, "linear", 0, 50), SyntheticBatches(4, 4), settings,
+                      strategy=one_process(model), clips_internally=clips, progress_bar=False)
+    with torch.no_grad():
+        model.lm_head.weight.fill_(float("nan"))
+    with pytest.raises(NonFiniteLossError, match="--min_loss_scale"):
+        trainer.fit()
+    assert trainer.step == 0  # no skipped update was counted as applied
+    assert not list(tmp_path.glob("*.ckpt"))  # and no checkpoint of a broken run
+
 
 
 @pytest.mark.slow

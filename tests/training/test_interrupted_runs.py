@@ -1,22 +1,21 @@
-"""Faults a long run meets, injected into the real entry point: SIGTERM (pre-emption), SIGKILL during a
-checkpoint write, a damaged newest checkpoint, a hung rank; and the fp16 loss-scale floor. After each,
-the run either stops with one line and its exit code, or resumes and ends exactly where an
-uninterrupted run ends."""
+"""A pretraining run interrupted through the real entry point: SIGTERM (pre-emption; to the process, to its
+process group with loader workers, during a checkpoint write), SIGKILL during a checkpoint write, its newest
+checkpoint damaged. It stops with one line and its exit code, and the resumed run ends exactly where an
+uninterrupted run ends. (A stopped rank: tests/e2e/test_cluster_faults.py; stop signals during validation,
+prediction and under torchrun: test_signals.py; a full disk: test_full_disk.py.)"""
 import os
 import signal
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
-from bart.errors import EXIT_DIST_TIMEOUT, EXIT_PREEMPTED
+from bart.errors import EXIT_PREEMPTED
 from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import pretraining_argv
-from tests.helpers.ports import free_port
 from tests.helpers.processes import Watched as _Watched
 from tests.helpers.processes import logged_step, wait_for
 from tests.helpers.processes import ours as _ours
@@ -50,14 +49,6 @@ def _losses(out_dir) -> dict:
     assert steps == sorted(set(steps)), f"steps logged twice or out of order: {steps}"
     return {r["step"]: r["data"]["loss"] for r in records}
 
-
-def _exited(pid: int) -> bool:
-    """The process has ended (gone, or a zombie its parent has not reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _assert_same_run(setup, out_dir):
@@ -153,102 +144,6 @@ def _umask() -> int:
     os.umask(mask)
     return mask
 
-
-@pytest.mark.slow
-def test_a_hung_rank_ends_the_job_within_dist_timeout(setup):
-    """Two gloo processes; one is frozen (SIGSTOP) mid-run. The other stops after --dist_timeout with one
-    line naming itself and the cause, exit code 4, instead of waiting for torch's 30 minutes."""
-    out = setup["base"] / "hung"
-    argv = _with_steps(setup["argv"], 400)[1:] + ["--output_dir", str(out), "--dist_timeout", "0.1"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-           "pretrain.py", *argv]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: logged_step(out) >= 2, proc, "update 2")
-        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        assert len(workers) == 2, workers
-        os.kill(int(workers[1]), signal.SIGSTOP)
-        stopped = time.time()
-        # rank 0 gives up after --dist_timeout and exits; torchrun then sends the frozen rank SIGTERM and,
-        # on a failed worker group, waits a fixed 30 s before SIGKILL (torch 2.13 passes no shutdown
-        # timeout on that path): the test sends that SIGKILL itself once rank 0 is gone
-        wait_for(lambda: _exited(int(workers[0])), proc, "rank 0 to exit", timeout=120)
-        waited = time.time() - stopped
-        os.kill(int(workers[1]), signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
-            os.kill(int(pid), signal.SIGKILL)
-        proc.kill()
-    assert f"exitcode  : {EXIT_DIST_TIMEOUT}" in err or f"exit code {EXIT_DIST_TIMEOUT}" in err or \
-        "pretrain.py: stopped: rank" in err, err[-3000:]
-    assert "pretrain.py: stopped: rank" in err and "--dist_timeout" in err, err[-3000:]
-    assert waited < 90, waited
-
-
-def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
-    from bart.modeling import BartForConditionalGeneration
-    from bart.optim import build_optimizer, build_scheduler
-    from bart.training.trainer import NonFiniteLossError, Trainer
-    from tests.helpers.synthetic import (
-        SyntheticBatches,
-        one_process,
-        run_settings,
-        tiny_config,
-    )
-
-    torch.manual_seed(0)
-    model = BartForConditionalGeneration(tiny_config(dropout=0.0))
-    optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)
-    settings = run_settings("fp16", output_dir=str(tmp_path), max_steps=50,
-                            min_loss_scale=2.0 ** 12)  # 65536 halves to 4096 after 4 skipped updates
-    trainer = Trainer(model, optimizer, build_scheduler(optimizer, "linear", 0, 50), SyntheticBatches(4, 4), settings,
-                      strategy=one_process(model), clips_internally=clips, progress_bar=False)
-    with torch.no_grad():
-        model.lm_head.weight.fill_(float("nan"))
-    with pytest.raises(NonFiniteLossError, match="--min_loss_scale"):
-        trainer.fit()
-    assert trainer.step == 0  # no skipped update was counted as applied
-    assert not list(tmp_path.glob("*.ckpt"))  # and no checkpoint of a broken run
-
-
-def test_best_checkpoints_survive_a_resume(tmp_path):
-    from bart.modeling import BartForConditionalGeneration
-    from bart.training.checkpoint import BestCheckpoints
-    from tests.helpers.synthetic import tiny_config
-
-    model = BartForConditionalGeneration(tiny_config())
-    best = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=False)
-    best.consider(10.0, 2, model, {"rouge2": 10.0})
-    best.consider(12.0, 4, model, {"rouge2": 12.0})
-    (tmp_path / "best_rouge2_step6.ckpt").write_bytes(b"killed before it was ranked")
-    again = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=False)  # the resumed run
-    assert [v for v, _ in again.restore()] == [12.0]
-    assert again.consider(11.0, 6, model, {"rouge2": 11.0}) is None  # worse than the kept best: not written
-    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step4.ckpt"]
-    again.consider(13.0, 8, model, {"rouge2": 13.0})
-    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step8.ckpt"]
-
-
-@pytest.mark.parametrize("lower_is_better", [False, True])
-def test_a_tie_keeps_the_later_trained_weights_not_the_step_0_ones(tmp_path, lower_is_better):
-    """Was: every ROUGE-2 0 on a small run kept best_rouge2_step0.ckpt (the untrained weights of the step-0
-    validation) as the best, and EVAL_CHECKPOINT=best evaluated the untrained model."""
-    from bart.modeling import BartForConditionalGeneration
-    from bart.training.checkpoint import BestCheckpoints, best_checkpoint
-    from tests.helpers.synthetic import tiny_config
-
-    model = BartForConditionalGeneration(tiny_config())
-    best = BestCheckpoints(str(tmp_path), "rouge2", 1, lower_is_better=lower_is_better)
-    for step in (0, 2, 4):
-        best.consider(0.0, step, model, {"rouge2": 0.0})
-    assert sorted(p.name for p in tmp_path.glob("best_*.ckpt")) == ["best_rouge2_step4.ckpt"]
-    assert best_checkpoint(str(tmp_path)).endswith("best_rouge2_step4.ckpt")
-    again = BestCheckpoints(str(tmp_path), "rouge2", 2, lower_is_better=lower_is_better)  # resumed with k 2
-    again.restore()
-    again.consider(0.0, 6, model, {"rouge2": 0.0})
-    assert [os.path.basename(p) for _, p in again.best] == ["best_rouge2_step6.ckpt", "best_rouge2_step4.ckpt"]
 
 
 def test_sigterm_during_a_checkpoint_write_keeps_that_checkpoint_and_stops_with_75(setup):
