@@ -204,7 +204,7 @@ def _exited(pid: int) -> bool:
 def test_a_hung_rank_ends_the_job_within_dist_timeout(argv):
     """Two gloo processes; one is frozen (SIGSTOP) mid-run. The other stops after --dist_timeout with one
     line naming itself and the cause, exit code 4, instead of waiting for torch's 30 minutes."""
-    out = argv["base"] / "hung"
+    out = argv["base"] / "hung_dist_timeout"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
            *argv["argv"], "--max_steps", "400", "--output_dir", str(out), "--dist_timeout", "0.1"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
