@@ -1,5 +1,5 @@
 """Session fixtures shared by the test modules: offline tokenizer folders (GPT-2's 50k vocabulary and a
-small trained one) and Punkt data."""
+small trained one), the tests' inputs (one builder, tests/helpers/inputs.py), Punkt data and the container image."""
 import atexit
 import collections
 import inspect
@@ -24,6 +24,9 @@ _INDUCTOR_PREFIX = os.path.join(tempfile.gettempdir(), "bart-tests-inductor-")
 if os.environ.get("TORCHINDUCTOR_CACHE_DIR", _INDUCTOR_PREFIX).startswith(_INDUCTOR_PREFIX):
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=os.path.basename(_INDUCTOR_PREFIX))
     atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+
+# at module level, so that --quick's rule (below) sees that plain_loss runs an entry script
+from tests.helpers.user_inputs import one_update_first_loss, write_user_inputs  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +56,29 @@ def small_tokenizer_dir(tmp_path_factory) -> str:
     summary = train_tokenizer([write_tokenizer_corpus(str(base / "corpus"))], str(base / "tokenizer"), SMALL_VOCAB_SIZE)
     assert summary["vocab_size"] == SMALL_VOCAB_SIZE, summary
     return summary["folder"]
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory, small_tokenizer_dir):
+    """The tests' micro configs, weights, summarization splits and LDDL shards, each written once per session (per
+    xdist worker) when first asked for (tests/helpers/inputs.py). Shared read-only: copy before changing a file."""
+    from tests.helpers.inputs import Inputs
+
+    return Inputs(tmp_path_factory.mktemp("inputs"), small_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def user_inputs(inputs, tmp_path_factory) -> dict:
+    """Inputs a user gives the entry scripts, usable and not, by name (tests/helpers/user_inputs.py): shared
+    read-only."""
+    return write_user_inputs(inputs, tmp_path_factory.mktemp("user_inputs"))
+
+
+@pytest.fixture(scope="session")
+def plain_loss(user_inputs, tmp_path_factory) -> float:
+    """The first loss of one fine-tuning update on ``user_inputs``' plain files (the peer of the tests that change a
+    file and expect the same run)."""
+    return one_update_first_loss(user_inputs, str(tmp_path_factory.mktemp("plain") / "out"))
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers.corpus import micro_config, write_shards
+from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry as _main
 from tests.helpers.summaries import write_summarization_data
 
@@ -15,17 +15,17 @@ CONFIG = micro_config()
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    """Inputs laid out as users have them, good and bad."""
+def world(tmp_path_factory, inputs):
+    """Inputs laid out as users have them, good (the shared ones: tests/helpers/inputs.py) and bad."""
     base = tmp_path_factory.mktemp("bad_input")
-    w = {"tok": small_tokenizer_dir, "base": str(base)}
+    w = {"tok": inputs.tokenizer, "base": str(base)}
 
     def config(name, **changes):
         path = base / f"{name}.json"
         path.write_text(json.dumps({**CONFIG, **changes}))
         return str(path)
 
-    w["cfg"] = config("config")
+    w["cfg"] = inputs.config()
     w["cfg_typo"] = str(base / "typo.json")
     (base / "typo.json").write_text(json.dumps({**CONFIG, "d_modle": 64}))
     w["cfg_type"] = config("wrong_type", d_model="big")
@@ -37,7 +37,7 @@ def world(tmp_path_factory, small_tokenizer_dir):
     w["cfg_not_json"] = str(base / "not_json.json")
     (base / "list.json").write_text("[1, 2]")
     w["cfg_list"] = str(base / "list.json")
-    w["data"] = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    w["data"] = inputs.summaries(16, 4, 4)
     w["data_no_test"] = write_summarization_data(str(base / "no_test"), sizes=(("train", 16), ("val", 4)))
     w["data_empty_test"] = write_summarization_data(str(base / "empty_test"), sizes=(("train", 16), ("val", 4), ("test", 0)))
     w["data_blank_line"] = write_summarization_data(str(base / "blank"), sizes=(("train", 16), ("val", 4), ("test", 4)))
@@ -45,7 +45,7 @@ def world(tmp_path_factory, small_tokenizer_dir):
         f.write("\n")
     with open(os.path.join(w["data_blank_line"], "val.target"), "a") as f:
         f.write("Something.\n")
-    w["shards"] = os.path.dirname(write_shards(str(base / "shards"), [8, 8])[0])
+    w["shards"] = inputs.shards((8, 8))
     os.makedirs(base / "no_shards")
     w["no_shards"] = str(base / "no_shards")
     (base / "empty.ckpt").write_bytes(b"")
@@ -57,12 +57,7 @@ def world(tmp_path_factory, small_tokenizer_dir):
     os.makedirs(base / "empty_folder")
     w["empty_folder"] = str(base / "empty_folder")
     # a real weights checkpoint and a real training checkpoint of the tiny model
-    from bart.configuration import BartConfig
-    from bart.modeling import BartForConditionalGeneration
-    torch.manual_seed(0)
-    model = BartForConditionalGeneration(BartConfig.from_json_file(w["cfg"]))
-    w["weights"] = str(base / "weights.ckpt")
-    torch.save(model.state_dict(), w["weights"])
+    w["weights"] = inputs.weights()
     run = base / "run"
     _main("finetune.py", ["--config_path", w["cfg"], "--data_dir", w["data"], "--tokenizer", w["tok"],
                           "--init_checkpoint", w["weights"], "--max_steps", "1", "--train_batch_size", "4",

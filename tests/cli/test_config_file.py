@@ -11,45 +11,31 @@ from tests.helpers.user_inputs import (
     EV,
     FT,
     PT,
-    one_update_first_loss,
-    write_user_inputs,
 )
 from tests.helpers.user_inputs import argv as _argv
 from tests.helpers.user_inputs import first_loss as _first_loss
 from tests.helpers.user_inputs import one_line as _one_line
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    return write_user_inputs(tmp_path_factory.mktemp("unusable"), small_tokenizer_dir)
-
-
 @pytest.mark.parametrize("script", ["finetune.py", "pretrain.py", "run_eval.py"])
-def test_config_vocab_size_below_the_tokenizer_exits_2(script, world, tmp_path, capsys):
+def test_config_vocab_size_below_the_tokenizer_exits_2(script, user_inputs, tmp_path, capsys):
     """Old code: SystemExit("error: ...") - one line, but exit 1, as a crash."""
     out = str(tmp_path / "out")
     if script == "run_eval.py":  # the checkpoint decides the architecture there
-        argv = _argv(EV, world, out, model=world["small_vocab_ckpt"])
+        argv = _argv(EV, user_inputs, out, model=user_inputs["small_vocab_ckpt"])
     else:
-        argv = _argv(FT + ["--from_scratch"] if script == "finetune.py" else PT, world, out, cfg=world["cfg_small_vocab"])
+        argv = _argv(FT + ["--from_scratch"] if script == "finetune.py" else PT, user_inputs, out, cfg=user_inputs["cfg_small_vocab"])
     line = _one_line(capsys, _main(script, argv), script)
     assert f"has {SMALL_VOCAB_SIZE} tokens but" in line and f"vocab_size {SMALL_VOCAB_SIZE - 10}" in line, line
 
 
-
-@pytest.fixture(scope="module")
-def plain_loss(world, tmp_path_factory):
-    """The first loss of one fine-tuning update on the plain files (the peer of the tests that change a file)."""
-    return one_update_first_loss(world, str(tmp_path_factory.mktemp("plain") / "out"))
-
-
-def test_a_config_key_nothing_reads_is_named_in_one_line(world, plain_loss, tmp_path, capsys):
+def test_a_config_key_nothing_reads_is_named_in_one_line(user_inputs, plain_loss, tmp_path, capsys):
     """Old code: exit 0, no note, the key copied into run_config.json as if it meant something."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**CONFIG, "foo_bar": 1, "dropuot_prob": 0.3}))
     out = str(tmp_path / "out")
     capsys.readouterr()
-    assert _main("finetune.py", _argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], world, out,
+    assert _main("finetune.py", _argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], user_inputs, out,
                                       cfg=str(config))) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if "read by no part" in line]
     assert said == [f"note: BartConfig: key 'foo_bar' (in {config}) is read by no part of this project: it changes "

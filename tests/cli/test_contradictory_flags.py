@@ -5,15 +5,9 @@ import os
 import pytest
 
 from tests.helpers.entry import run_entry as _main
-from tests.helpers.user_inputs import FT, PT, write_user_inputs
+from tests.helpers.user_inputs import FT, PT
 from tests.helpers.user_inputs import argv as _argv
 from tests.helpers.user_inputs import one_line as _one_line
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    return write_user_inputs(tmp_path_factory.mktemp("unusable"), small_tokenizer_dir)
-
 
 # -- case 3: contradictory flags -------------------------------------------------------------------------------
 # (id, script, extra flags, words the one line must contain). Old code: each ran, one flag silently winning.
@@ -40,10 +34,10 @@ CONTRADICTIONS = [
 
 
 @pytest.mark.parametrize("case", CONTRADICTIONS, ids=[c[0] for c in CONTRADICTIONS])
-def test_contradictory_flags_are_one_line(case, world, tmp_path, capsys):
+def test_contradictory_flags_are_one_line(case, user_inputs, tmp_path, capsys):
     name, script, extra, words = case
     out = str(tmp_path / "out")
-    code = _main(script, _argv((FT if script == "finetune.py" else PT) + extra, world, out))
+    code = _main(script, _argv((FT if script == "finetune.py" else PT) + extra, user_inputs, out))
     line = _one_line(capsys, code, script)
     for word in words:
         assert word in line, (word, line)
@@ -59,7 +53,7 @@ def test_contradictory_flags_are_one_line(case, world, tmp_path, capsys):
     ["--init_checkpoint", "{weights}", "--lamb", "--use_nvlamb", "--no_tensorboard"],
     ["--init_checkpoint", "{weights}", "--val_check_interval", "0"],  # run_summarization.sh with N_VAL=0
 ], ids=["auto", "true", "scratch-auto", "same-weights", "reference-weights-only", "nvlamb", "script-n_val-0"])
-def test_compatible_flags_still_parse(extra, world, tmp_path):
+def test_compatible_flags_still_parse(extra, user_inputs, tmp_path):
     import finetune
-    args = finetune.parse_args(_argv(FT + extra, world, str(tmp_path / "out")))
-    assert args.init_checkpoint in (None, world["weights"])
+    args = finetune.parse_args(_argv(FT + extra, user_inputs, str(tmp_path / "out")))
+    assert args.init_checkpoint in (None, user_inputs["weights"])

@@ -14,22 +14,19 @@ from tests.helpers.entry import run_entry
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    from benchmarks.corpora import write_summarization_data
-
+def world(tmp_path_factory, inputs):
     base = tmp_path_factory.mktemp("habits")
-    (base / "config.json").write_text(json.dumps(micro_config(dropout=0.0)))
-    data = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
+    config, data, small_tokenizer_dir = inputs.config(dropout=0.0), inputs.summaries(16, 4, 4), inputs.tokenizer
     for split, name in (("train", "train.csv"), ("val", "validation.csv"), ("test", "test.csv")):
         sources, targets = read_split(data, split)
         with open(base / name, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(["document", "summary"])
             writer.writerows(zip(sources, targets))
-    argv = ["--config_path", str(base / "config.json"), "--tokenizer", small_tokenizer_dir, "--from_scratch",
+    argv = ["--config_path", config, "--tokenizer", small_tokenizer_dir, "--from_scratch",
             "--max_steps", "2", "--train_batch_size", "4", "--max_source_length", "32", "--max_target_length", "16",
             "--eval_max_gen_length", "8", "--eval_beams", "1", "--num_workers", "0", "--no_tensorboard"]
-    return {"base": base, "data": data, "argv": argv, "tokenizer": small_tokenizer_dir}
+    return {"base": base, "config": config, "data": data, "argv": argv, "tokenizer": small_tokenizer_dir}
 
 
 def _errors(capsys) -> list[str]:
@@ -83,7 +80,7 @@ def test_the_source_prefix_is_trained_with_kept_by_the_model_and_applied_by_run_
     assert safe_load(str(out / "_epoch0_step2.ckpt"))["config"]["prefix"] == "summarize: "
     assert json.loads((out / "best_tfmr" / "config.json").read_text())["prefix"] == "summarize: "  # the export
     capsys.readouterr()
-    evaluate = [str(out / "final_step.ckpt"), str(world["base"] / "config.json"), world["data"]]
+    evaluate = [str(out / "final_step.ckpt"), world["config"], world["data"]]
     assert run_entry("run_eval.py", evaluate + [str(world["base"] / "eval_default"), "--n_obs", "2"]) == 0
     assert "[eval] the model's source prefix 'summarize: '" in capsys.readouterr().out
     assert run_entry("run_eval.py", evaluate + [str(world["base"] / "eval_given"), "--n_obs", "2", "--prefix",

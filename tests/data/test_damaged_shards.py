@@ -1,6 +1,5 @@
 """A damaged LDDL shard (cut short, garbage in its first page, bad snappy data further in): one line naming the
 shard (and the row group), exit 2, also with --num_workers 2; loader workers end when the epoch fails."""
-import json
 import multiprocessing
 import os
 import random
@@ -17,22 +16,18 @@ from bart.data import DataError
 from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
 from bart.errors import EXIT_USER_ERROR
 from tests.helpers import ROOT
-from tests.helpers.corpus import micro_config, write_shards
+from tests.helpers.corpus import write_shards
 
 EXIT_INTERRUPTED = 130
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, small_tokenizer_dir):
-    base = tmp_path_factory.mktemp("disk_and_shards")
-    values = micro_config()
-    (base / "config.json").write_text(json.dumps(values))
-    write_shards(str(base / "raw"), [40, 40])
-    balance_shards(str(base / "raw"), str(base / "shards"), 4)  # written as LDDL's balancer writes them
-    argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--tokenizer", small_tokenizer_dir,
+def setup(inputs):
+    """The command line of a micro pretraining run, no --data_dir (each test gives its damaged copy)."""
+    argv = ["pretrain.py", "--config_path", inputs.config(), "--tokenizer", inputs.tokenizer,
             "--max_steps", "8", "--train_batch_size", "4", "--max_source_length", "48", "--num_workers", "0",
             "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7"]
-    return {"base": base, "argv": argv, "shards": str(base / "shards")}
+    return {"argv": argv}
 
 
 def _env():

@@ -12,7 +12,6 @@ import pytest
 
 from bart.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR
 from tests.helpers import ROOT
-from tests.helpers.corpus import pretraining_argv
 from tests.helpers.ports import free_port
 from tests.helpers.processes import logged_step, wait_for
 
@@ -34,9 +33,8 @@ def _lines(err: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def argv(tmp_path_factory, small_tokenizer_dir):
-    base = tmp_path_factory.mktemp("cluster")
-    return {"argv": pretraining_argv(str(base), small_tokenizer_dir), "base": base}
+def argv(tmp_path_factory, inputs):
+    return {"argv": inputs.pretraining_argv(), "base": tmp_path_factory.mktemp("cluster")}
 
 
 @pytest.fixture

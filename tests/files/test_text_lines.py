@@ -11,37 +11,29 @@ from tests.helpers.entry import run_entry as _main
 from tests.helpers.user_inputs import (
     EV,
     FT,
-    one_update_first_loss,
-    write_user_inputs,
 )
 from tests.helpers.user_inputs import argv as _argv
 from tests.helpers.user_inputs import first_loss as _first_loss
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    return write_user_inputs(tmp_path_factory.mktemp("unusable"), small_tokenizer_dir)
-
-
-def test_cr_only_split_is_read_line_by_line_by_run_eval(world, tmp_path, capsys):
+def test_cr_only_split_is_read_line_by_line_by_run_eval(user_inputs, tmp_path, capsys):
     """Old code: the CR-only test split was one example (run_eval wrote one generation for four sources)."""
     out = str(tmp_path / "out")
-    code = _main("run_eval.py", _argv(EV, world, out, model=world["weights"], data=world["data_cr"]))
+    code = _main("run_eval.py", _argv(EV, user_inputs, out, model=user_inputs["weights"], data=user_inputs["data_cr"]))
     assert code == 0, capsys.readouterr().err[-3000:]
     with open(os.path.join(out, "test_generations.txt"), encoding="utf-8") as f:
         assert len(f.read().splitlines()) == 4
 
 
-
-def test_line_ends_of_every_kind_read_the_same(world, tmp_path):
+def test_line_ends_of_every_kind_read_the_same(user_inputs, tmp_path):
     from bart.data.summarization import read_split
-    expected = read_split(world["data"], "train")
+    expected = read_split(user_inputs["data"], "train")
     assert len(expected[0]) == 16
     for name, end in (("crlf", b"\r\n"), ("cr", b"\r")):
         folder = tmp_path / name
         folder.mkdir()
         for side in ("source", "target"):
-            data = open(os.path.join(world["data"], f"train.{side}"), "rb").read()
+            data = open(os.path.join(user_inputs["data"], f"train.{side}"), "rb").read()
             (folder / f"train.{side}").write_bytes(data.replace(b"\n", end).rstrip(end))  # no final line end too
         assert read_split(str(folder), "train") == expected, name
 
@@ -80,22 +72,15 @@ def test_tokenizer_corpus_and_xsum_read_cr_only_lines(tmp_path):
     assert (tmp_path / "out" / "train.source").read_text().splitlines() == ["Article one continued.", "Article two."]
 
 
-
-@pytest.fixture(scope="module")
-def plain_loss(world, tmp_path_factory):
-    """The first loss of one fine-tuning update on the plain files (the peer of the tests that change a file)."""
-    return one_update_first_loss(world, str(tmp_path_factory.mktemp("plain") / "out"))
-
-
-def test_a_byte_order_mark_is_removed_and_said_once(world, plain_loss, tmp_path, capsys):
+def test_a_byte_order_mark_is_removed_and_said_once(user_inputs, plain_loss, tmp_path, capsys):
     """Old code: the mark reached the tokenizer as text of the first line, and the loss differed."""
     data = tmp_path / "bom"
     data.mkdir()
-    for name in os.listdir(world["data"]):
-        (data / name).write_bytes(b"\xef\xbb\xbf" + open(os.path.join(world["data"], name), "rb").read())
+    for name in os.listdir(user_inputs["data"]):
+        (data / name).write_bytes(b"\xef\xbb\xbf" + open(os.path.join(user_inputs["data"], name), "rb").read())
     out = str(tmp_path / "out")
     capsys.readouterr()
-    assert _main("finetune.py", _argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], world, out,
+    assert _main("finetune.py", _argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], user_inputs, out,
                                       data=str(data))) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if "byte-order mark" in line]
     assert sorted(said) == [f"note: {data / n} starts with a UTF-8 byte-order mark: removed (it is not part of the "

@@ -37,19 +37,6 @@ def micro_config(**changes) -> dict:
     return dict(values, **dict(micro, **changes))
 
 
-def pretraining_argv(base, tokenizer_dir: str, rows=(24, 24), **changes) -> list:
-    """A micro pretraining run's command line (``pretrain.py`` first, no --output_dir): ``base``/config.json
-    (:func:`micro_config` with ``changes``) and LDDL shards of ``rows`` rows in ``base``/shards, written here."""
-    import json
-
-    with open(os.path.join(base, "config.json"), "w") as f:
-        json.dump(micro_config(**changes), f)
-    shards = os.path.dirname(write_shards(os.path.join(base, "shards"), list(rows))[0])
-    return ["pretrain.py", "--config_path", os.path.join(base, "config.json"), "--data_dir", shards, "--tokenizer",
-            tokenizer_dir, "--train_batch_size", "4", "--max_source_length", "48", "--num_workers", "0", "--log_freq",
-            "1", "--learning_rate", "1e-3", "--seed", "7"]
-
-
 def random_weights(config_path: str, weights_path: str) -> str:
     """The seed-0 random weights of ``config_path``'s model saved at ``weights_path`` (a run's --init_checkpoint)."""
     import torch
@@ -60,26 +47,6 @@ def random_weights(config_path: str, weights_path: str) -> str:
     torch.manual_seed(0)
     torch.save(BartForConditionalGeneration(BartConfig.from_json_file(config_path)).state_dict(), weights_path)
     return weights_path
-
-
-def finetuning_world(base, tokenizer_dir: str, config: dict, train_rows: int) -> dict:
-    """A micro fine-tuning job's inputs in ``base``: config.json (``config``), its :func:`random_weights` and
-    summarization splits of ``train_rows``/4/4 rows; ``argv``: the flags of a short CPU run from those weights
-    (no --output_dir, no --max_steps)."""
-    import json
-
-    from benchmarks.corpora import write_summarization_data
-
-    path = os.path.join(base, "config.json")
-    with open(path, "w") as f:
-        json.dump(config, f)
-    weights = random_weights(path, os.path.join(base, "weights.ckpt"))
-    data = write_summarization_data(os.path.join(base, "data"), sizes=(("train", train_rows), ("val", 4), ("test", 4)))
-    argv = ["--config_path", path, "--data_dir", data, "--tokenizer", tokenizer_dir,
-            "--init_checkpoint", weights, "--train_batch_size", "4", "--n_val", "0", "--num_workers", "0",
-            "--max_source_length", "32", "--max_target_length", "16", "--learning_rate", "1e-3",
-            "--log_freq", "1", "--keep_checkpoints", "0", "--no_tensorboard"]
-    return {"base": base, "argv": argv, "config": path, "data": data, "tokenizer": tokenizer_dir}
 
 
 SYLLABLES = ("ka lo mi ne su ta ri vo ze pa do gu le ni so fa mu te ro bi ya ke lu "

@@ -1,5 +1,5 @@
 """Inputs a user gives the entry scripts, usable and not, for the tests of what a run refuses in one line:
-``write_user_inputs`` writes them (the micro config and one with a smaller vocabulary, summarization splits, LDDL shards,
+``write_user_inputs`` gathers them (the micro config and one with a smaller vocabulary, summarization splits, LDDL shards,
 seed-0 weights; weight files holding int32, int8 or NaN tensors, a checkpoint of a smaller vocabulary, splits with
 CR-only line ends, a one-example train split); ``FT``, ``EV`` and ``PT`` are short fine-tuning, evaluation and
 pretraining command lines over them (``argv`` fills them in); ``one_line`` checks that a refused run printed one
@@ -10,9 +10,8 @@ import re
 
 import torch
 
-from tests.helpers.corpus import SMALL_VOCAB_SIZE, micro_config, write_shards
+from tests.helpers.corpus import SMALL_VOCAB_SIZE, micro_config
 from tests.helpers.entry import run_entry
-from tests.helpers.summaries import write_summarization_data
 
 CONFIG = micro_config()
 TIED = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
@@ -40,26 +39,25 @@ def state(**changes) -> dict:
     return {k: v.clone() for k, v in model(**changes).state_dict().items() if k not in TIED}
 
 
-def write_user_inputs(base, small_tokenizer_dir) -> dict:
-    """The inputs written into ``base`` (a pathlib.Path), by name."""
-    w = {"tok": small_tokenizer_dir, "base": str(base)}
-    for name, changes in (("cfg", {}), ("cfg_small_vocab", {"vocab_size": SMALL_VOCAB_SIZE - 10})):
-        (base / f"{name}.json").write_text(json.dumps({**CONFIG, **changes}))
-        w[name] = str(base / f"{name}.json")
-    w["data"] = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 4), ("test", 4)))
-    w["shards"] = os.path.dirname(write_shards(str(base / "shards"), [8, 8])[0])
-    w["weights"] = str(base / "weights.ckpt")
-    torch.save(model().state_dict(), w["weights"])
-    # case 2: an int32 safetensors folder (the issue's: fine-tuning went on with loss ln(vocab)), an int8 .ckpt,
-    # a NaN in a float table
+def write_user_inputs(inputs, base) -> dict:
+    """The inputs by name: the usable ones from ``inputs`` (tests/helpers/inputs.py, shared), the others written into
+    ``base`` (a pathlib.Path)."""
+    w = {"tok": inputs.tokenizer, "base": str(base), "cfg": inputs.config()}
+    (base / "cfg_small_vocab.json").write_text(json.dumps({**CONFIG, "vocab_size": SMALL_VOCAB_SIZE - 10}))
+    w["cfg_small_vocab"] = str(base / "cfg_small_vocab.json")
+    w["data"] = inputs.summaries(16, 4, 4)
+    w["shards"] = inputs.shards((8, 8))
+    w["weights"] = inputs.weights()  # model()'s: the seed-0 weights of CONFIG
+    # weight files the model cannot use: an int32 safetensors folder (fine-tuning from it would train whole-number
+    # weights to loss ln(vocab)), an int8 .ckpt, a NaN in a float table
     w["hf_int32"] = hf_folder(str(base / "hf_int32"), {k: v.to(torch.int32) for k, v in state().items()})
     w["int8_ckpt"] = str(base / "int8.ckpt")
     torch.save({k: v.to(torch.int8) for k, v in model().state_dict().items()}, w["int8_ckpt"])
     nan = state()
     nan["model.encoder.layers.0.fc1.weight"][3, 5] = float("nan")
     w["hf_nan"] = hf_folder(str(base / "hf_nan"), nan)
-    # case 8: a checkpoint whose vocabulary is smaller than the tokenizer's (run_eval.py takes the architecture
-    # from the checkpoint), CR-only split files, a one-example train split
+    # a checkpoint whose vocabulary is smaller than the tokenizer's (run_eval.py takes the architecture from the
+    # checkpoint), CR-only split files, a one-example train split
     small = model(vocab_size=SMALL_VOCAB_SIZE - 10)
     w["small_vocab_ckpt"] = str(base / "small_vocab.ckpt")
     torch.save({"model": small.state_dict(), "config": small.config.to_dict()}, w["small_vocab_ckpt"])
@@ -70,7 +68,7 @@ def write_user_inputs(base, small_tokenizer_dir) -> dict:
             data = f.read()
         with open(os.path.join(w["data_cr"], name), "wb") as f:
             f.write(data.replace(b"\n", b"\r"))
-    w["data_one"] = write_summarization_data(str(base / "data_one"), sizes=(("train", 1), ("val", 4), ("test", 4)))
+    w["data_one"] = inputs.summaries(1, 4, 4)
     return w
 
 
@@ -112,6 +110,6 @@ def first_loss(out: str) -> float:
 
 def one_update_first_loss(world: dict, out: str) -> float:
     """The first loss of one fine-tuning update from ``world``'s seed-0 weights on its plain files, run into
-    ``out``."""
+    ``out`` (conftest.py's ``plain_loss``: the peer of the tests that change a file and expect the same run)."""
     assert run_entry("finetune.py", argv(FT + ["--init_checkpoint", "{weights}", "--log_freq", "1"], world, out)) == 0
     return first_loss(out)

@@ -14,19 +14,12 @@ from tests.helpers.user_inputs import (
     EV,
     FT,
     TIED,
-    write_user_inputs,
 )
 from tests.helpers.user_inputs import argv as _argv
 from tests.helpers.user_inputs import model as _model
 from tests.helpers.user_inputs import one_line as _one_line
 from tests.helpers.user_inputs import state as _state
 from tests.helpers.user_inputs import written as _written
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    return write_user_inputs(tmp_path_factory.mktemp("unusable"), small_tokenizer_dir)
-
 
 # -- case 2: weights the model cannot use ---------------------------------------------------------------------
 # (entry point, argv, the file and the tensor the line must name). Old code: finetune.py exit 0 with loss
@@ -46,21 +39,21 @@ ENTRY_CASES = [
 
 
 @pytest.mark.parametrize("case", ENTRY_CASES, ids=[c[0] for c in ENTRY_CASES])
-def test_unusable_weights_are_refused_by_each_entry_point(case, world, tmp_path, capsys):
+def test_unusable_weights_are_refused_by_each_entry_point(case, user_inputs, tmp_path, capsys):
     name, script, template, words = case
     out = str(tmp_path / "out")
-    code = _main(script, _argv(template, world, out, model=world["int8_ckpt"]))
+    code = _main(script, _argv(template, user_inputs, out, model=user_inputs["int8_ckpt"]))
     line = _one_line(capsys, code, script)
     for word in words:
         assert word in line, (word, line)
     assert not [f for f in _written(out) if f.endswith((".ckpt", ".safetensors", ".txt", ".json"))], _written(out)
 
 
-def test_a_resumed_training_checkpoint_with_nan_weights_is_refused_naming_the_tensor(world, tmp_path, capsys):
+def test_a_resumed_training_checkpoint_with_nan_weights_is_refused_naming_the_tensor(user_inputs, tmp_path, capsys):
     """A run's own _step{N}.ckpt whose weights went bad on disk (old code: resumed and trained on NaN until
     --max_consecutive_nonfinite stopped it, exit 3, naming no tensor)."""
     out = tmp_path / "out"
-    argv = _argv(FT, world, str(out)) + ["--init_checkpoint", world["weights"]]
+    argv = _argv(FT, user_inputs, str(out)) + ["--init_checkpoint", user_inputs["weights"]]
     assert _main("finetune.py", argv) == 0
     path = out / "_epoch0_step1.ckpt"
     state = torch.load(path, weights_only=True)
@@ -179,7 +172,6 @@ def test_floating_weights_of_any_width_still_load_unchanged(dtype, tmp_path):
     model = BartForConditionalGeneration.from_pretrained(_save(tmp_path / "w.ckpt", state), config=_model().config)
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, state[key].float(), atol=0, rtol=0)
-
 
 
 def test_value_check_counts_only_real_nan_and_inf():

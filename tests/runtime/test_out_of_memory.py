@@ -15,30 +15,24 @@ from tests.helpers.user_inputs import (
     CONFIG,
     FT,
     PT,
-    write_user_inputs,
 )
 from tests.helpers.user_inputs import argv as _argv
 from tests.helpers.user_inputs import one_line as _one_line
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    return write_user_inputs(tmp_path_factory.mktemp("unusable"), small_tokenizer_dir)
-
-
 @pytest.mark.parametrize("script", ["pretrain.py", "finetune.py"])
-def test_a_model_too_big_for_the_memory_is_one_line(script, world, tmp_path, capsys):
+def test_a_model_too_big_for_the_memory_is_one_line(script, user_inputs, tmp_path, capsys):
     """Old code: a traceback from model construction ending in "DefaultCPUAllocator: can't allocate memory"."""
     config = tmp_path / "huge.json"
     config.write_text(json.dumps({**CONFIG, "encoder_ffn_dim": 2 ** 38}))  # fc1 alone: 32 TiB
     out = str(tmp_path / "out")
-    argv = _argv(PT if script == "pretrain.py" else FT + ["--from_scratch"], world, out, cfg=str(config))
+    argv = _argv(PT if script == "pretrain.py" else FT + ["--from_scratch"], user_inputs, out, cfg=str(config))
     line = _one_line(capsys, _main(script, argv), script)
     assert "out of memory: asked for 32.0 TiB; the limit that applies is " in line, line
     assert "--train_batch_size" in line and "d_model, layers, ffn dims" in line, line
 
 
-def test_out_of_memory_under_a_ulimit_names_the_limit_and_the_size(world, tmp_path):
+def test_out_of_memory_under_a_ulimit_names_the_limit_and_the_size(user_inputs, tmp_path):
     """pretrain.py under a real RLIMIT_AS (``ulimit -v``) smaller than the machine's RAM. Was: "asked for 32768.0 GiB;
     this machine has <RAM>", the ulimit that refused it unnamed."""
     import resource
@@ -50,7 +44,7 @@ def test_out_of_memory_under_a_ulimit_names_the_limit_and_the_size(world, tmp_pa
         pytest.skip("the machine's RAM is below the ulimit this test sets")
     config = tmp_path / "huge.json"
     config.write_text(json.dumps({**CONFIG, "encoder_ffn_dim": 2 ** 38}))  # fc1 alone: 32 TiB
-    argv = _argv(PT, world, str(tmp_path / "out"), cfg=str(config))
+    argv = _argv(PT, user_inputs, str(tmp_path / "out"), cfg=str(config))
     out = subprocess.run([sys.executable, "pretrain.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT),
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
@@ -82,13 +76,13 @@ def _in_a_memory_cgroup(limit: int, command: list[str]):
         os.rmdir(folder)
 
 
-def test_out_of_memory_in_a_real_cgroup_is_one_line_before_the_kernel_kills(world, tmp_path):
+def test_out_of_memory_in_a_real_cgroup_is_one_line_before_the_kernel_kills(user_inputs, tmp_path):
     """finetune.py in a real memory cgroup whose limit holds the model (51M parameters, 0.2 GiB) but not its
     gradients and optimizer state. Was: the kernel's kill (exit 137, no line) at the optimizer's first step."""
     config = tmp_path / "wide.json"
     config.write_text(json.dumps({**CONFIG, "d_model": 768, "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072,
                                   "encoder_layers": 3, "decoder_layers": 3}))
-    argv = _argv(FT + ["--from_scratch"], world, str(tmp_path / "out"), cfg=str(config))
+    argv = _argv(FT + ["--from_scratch"], user_inputs, str(tmp_path / "out"), cfg=str(config))
     out = _in_a_memory_cgroup(900 * 2 ** 20, [sys.executable, "finetune.py", *argv])
     if out is None:
         pytest.skip("this machine does not let the test make a memory cgroup (cgroup v1, root)")
@@ -153,16 +147,15 @@ def test_cuda_out_of_memory_reads_as_one_sentence():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_a_batch_too_big_for_the_gpu_is_one_line(world, tmp_path, capsys):
+def test_a_batch_too_big_for_the_gpu_is_one_line(user_inputs, tmp_path, capsys):
     """Logits of 256 rows x 32 tokens x a 4M-token vocabulary: 128 GiB asked of the GPU at the first update."""
     from tests.helpers.summaries import write_summarization_data
     config = tmp_path / "wide.json"
     config.write_text(json.dumps({**CONFIG, "vocab_size": 2 ** 22}))
     data = write_summarization_data(str(tmp_path / "data"), sizes=(("train", 256), ("val", 4), ("test", 4)))
-    argv = _argv(FT + ["--from_scratch"], world, str(tmp_path / "out"), cfg=str(config), data=data)
+    argv = _argv(FT + ["--from_scratch"], user_inputs, str(tmp_path / "out"), cfg=str(config), data=data)
     line = _one_line(capsys, _main("finetune.py", argv + ["--train_batch_size", "256"]), "finetune.py")
     assert line.startswith("finetune.py: error: out of GPU memory: asked for ") and " GiB free now)" in line, line
-
 
 
 def test_the_memory_ahead_is_the_optimizers_own(tmp_path):

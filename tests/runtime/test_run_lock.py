@@ -20,7 +20,6 @@ from bart.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
 from bart.records.dllogger_compat import read_dllogger
 from bart.runtime import run_lock
 from tests.helpers import ROOT
-from tests.helpers.corpus import pretraining_argv
 from tests.helpers.processes import logged_step, wait_for
 
 HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.runtime import run_lock; "
@@ -205,9 +204,8 @@ def test_run_folder_watch_names_what_went(tmp_path):
 
 # -- through the entry scripts --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def pretraining(tmp_path_factory, small_tokenizer_dir):
-    base = tmp_path_factory.mktemp("run_lock")
-    return {"argv": pretraining_argv(str(base), small_tokenizer_dir) + ["--no_tensorboard"], "base": base}
+def pretraining(tmp_path_factory, inputs):
+    return {"argv": inputs.pretraining_argv() + ["--no_tensorboard"], "base": tmp_path_factory.mktemp("run_lock")}
 
 
 def _start(argv, **kwargs) -> subprocess.Popen:

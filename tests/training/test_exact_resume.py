@@ -5,7 +5,6 @@ bit: one process, DDP and FSDP (2 gloo processes, one launch; tests/helpers/resu
 Dropout is on (0.1): a random stream a checkpoint loses shows in every later loss (with dropout 0 it would
 not). Old code: every loss after the resume differed (the fine-tuning DataLoader took its iterator's seed from
 torch's global generator, the dropout stream, once more in the resumed run than in the uninterrupted one)."""
-import json
 import os
 import sys
 
@@ -17,20 +16,19 @@ from tests.helpers.entry import run_entry
 from tests.helpers.ports import free_port
 from tests.helpers.processes import run_ranks
 from tests.helpers.resume_runs import CASES, STEPS, STOPPED_AT, run_cases
-from tests.helpers.summaries import write_summarization_data
 
-CONFIG = micro_config(do_sample=True)  # validation samples: it draws from torch's generator too
-assert CONFIG["dropout"] == 0.1, "a lost random stream is invisible without dropout"
+# the config: micro_config(do_sample=True) (validation samples: it draws from torch's generator too)
+assert micro_config(do_sample=True)["dropout"] == 0.1, "a lost random stream is invisible without dropout"
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, small_tokenizer_dir):
+def job(tmp_path_factory, inputs):
+    """The runs' folder and the flags they share."""
     base = tmp_path_factory.mktemp("exact_resume")
-    (base / "config.json").write_text(json.dumps(CONFIG))
     # 24 examples: an epoch of 6 updates (4 sequences each); validation: 8 examples in 2 batches per process (BLEU:
     # scored in milliseconds, ROUGE's bootstrap takes a second)
-    data = write_summarization_data(str(base / "data"), sizes=(("train", 24), ("val", 8), ("test", 4)))
-    argv = ["--config_path", str(base / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+    data = inputs.summaries(24, 8, 4)
+    argv = ["--config_path", inputs.config(do_sample=True), "--data_dir", data, "--tokenizer", inputs.tokenizer,
             "--from_scratch", "--learning_rate", "1e-3", "--max_source_length", "32", "--max_target_length", "16",
             "--n_val", "8", "--eval_batch_size", "2", "--eval_beams", "1", "--eval_max_gen_length", "8",
             "--task", "translation", "--num_sanity_val_steps", "0", "--num_workers", "0", "--no_tensorboard"]
@@ -38,15 +36,15 @@ def inputs(tmp_path_factory, small_tokenizer_dir):
 
 
 @pytest.fixture(scope="module")
-def one_process(inputs):
-    base, argv = inputs
+def one_process(job):
+    base, argv = job
     return run_cases(str(base / "one"), argv + ["--train_batch_size", "4"], lambda args: run_entry("finetune.py", args))
 
 
 @pytest.fixture(scope="module")
-def two_processes(inputs):
+def two_processes(job):
     """DDP and FSDP, two gloo processes each, in one launch."""
-    base, argv = inputs
+    base, argv = job
     # watched: a hang (issue 52: one between two runs) fails within a minute with every rank's stacks
     code, out = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                            f"--master_port={free_port()}", "-m", "tests.helpers.resume_runs", str(base / "two"),

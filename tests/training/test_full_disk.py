@@ -5,7 +5,6 @@ not written and the newest complete one), exit 2 / 130, nothing half-written lef
 script (pretrain.py, tiny, in a subprocess) and at the layer that raises them."""
 import errno
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -15,7 +14,6 @@ import time
 import pytest
 import torch
 
-from bart.data.lddl_compat import balance_shards
 from bart.errors import EXIT_USER_ERROR
 from bart.files import checkpoint_io
 from bart.files.checkpoint_io import (
@@ -26,22 +24,17 @@ from bart.files.checkpoint_io import (
     storage_errno,
 )
 from tests.helpers import ROOT
-from tests.helpers.corpus import micro_config, write_shards
 
 EXIT_INTERRUPTED = 130
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, small_tokenizer_dir):
-    base = tmp_path_factory.mktemp("disk_and_shards")
-    values = micro_config()
-    (base / "config.json").write_text(json.dumps(values))
-    write_shards(str(base / "raw"), [40, 40])
-    balance_shards(str(base / "raw"), str(base / "shards"), 4)  # written as LDDL's balancer writes them
-    argv = ["pretrain.py", "--config_path", str(base / "config.json"), "--tokenizer", small_tokenizer_dir,
+def setup(tmp_path_factory, inputs):
+    argv = ["pretrain.py", "--config_path", inputs.config(), "--tokenizer", inputs.tokenizer,
             "--max_steps", "8", "--train_batch_size", "4", "--max_source_length", "48", "--num_workers", "0",
             "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7"]
-    return {"base": base, "argv": argv, "shards": str(base / "shards")}
+    # the shards written as LDDL's balancer writes them
+    return {"base": tmp_path_factory.mktemp("full_disk"), "argv": argv, "shards": inputs.balanced_shards((40, 40), 4)}
 
 
 def _env():

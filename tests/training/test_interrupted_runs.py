@@ -15,7 +15,6 @@ import torch
 from bart.errors import EXIT_PREEMPTED
 from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
-from tests.helpers.corpus import pretraining_argv
 from tests.helpers.processes import Watched as _Watched
 from tests.helpers.processes import logged_step, wait_for
 from tests.helpers.processes import ours as _ours
@@ -24,9 +23,9 @@ STEPS = 8
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, small_tokenizer_dir):
+def setup(tmp_path_factory, inputs):
     base = tmp_path_factory.mktemp("faults")
-    argv = pretraining_argv(str(base), small_tokenizer_dir) + ["--max_steps", str(STEPS)]
+    argv = inputs.pretraining_argv() + ["--max_steps", str(STEPS)]
     straight = base / "straight"
     done = _run(argv + ["--output_dir", str(straight)])
     assert done.returncode == 0, done.stderr[-2000:]
@@ -48,7 +47,6 @@ def _losses(out_dir) -> dict:
     steps = [r["step"] for r in records]
     assert steps == sorted(set(steps)), f"steps logged twice or out of order: {steps}"
     return {r["step"]: r["data"]["loss"] for r in records}
-
 
 
 def _assert_same_run(setup, out_dir):
@@ -143,7 +141,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
 
 
 def test_sigterm_during_a_checkpoint_write_keeps_that_checkpoint_and_stops_with_75(setup):

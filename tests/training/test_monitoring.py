@@ -86,16 +86,14 @@ def test_tensorboard_events_read_back(pretrained):
     assert "run_config/text_summary" in events.Tags()["tensors"]
 
 
-def test_tensorboard_keeps_the_resume_steps_scalars_once(tmp_path, small_tokenizer_dir, capsys):
+def test_tensorboard_keeps_the_resume_steps_scalars_once(tmp_path, inputs, capsys):
     """A fine-tuning run to step 4, then resumed in its folder from its step-2 checkpoint (as after a crash at step
     4): TensorBoard, read back with its own reader, holds every step's scalars once, step 2's (the checkpoint's:
     training loss and validation) from the first run and steps 3-4 from the resumed one, not both runs' 3-4.
     Before: purge_step was the resume step, so step 2's train/* and val/* were dropped."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from tests.helpers.corpus import finetuning_world, micro_config
-
-    world = finetuning_world(tmp_path, small_tokenizer_dir, micro_config(), train_rows=16)
+    world = dict(inputs.finetuning(16), base=tmp_path)
     argv = [a for a in world["argv"] if a != "--no_tensorboard"]
     argv[argv.index("--n_val") + 1] = "4"
     out = tmp_path / "out"

@@ -13,17 +13,17 @@ import pytest
 import torch
 
 from tests.helpers import ROOT
-from tests.helpers.corpus import finetuning_world, micro_config
+from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry as _main
 from tests.helpers.ports import free_port
 
-CONFIG = micro_config()  # dropout 0.1: a random stream a resume loses shows in the losses (with 0 it would not)
-assert CONFIG["dropout"] == 0.1
+# the micro config's dropout 0.1: a random stream a resume loses shows in the losses (with 0 it would not)
+assert micro_config()["dropout"] == 0.1
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    return finetuning_world(tmp_path_factory.mktemp("restarts"), small_tokenizer_dir, CONFIG, train_rows=48)
+def world(tmp_path_factory, inputs):
+    return dict(inputs.finetuning(48), base=tmp_path_factory.mktemp("restarts"))
 
 
 def _records(out_dir) -> list[dict]:
@@ -296,13 +296,11 @@ def test_a_resume_on_another_training_split_of_the_same_size_is_refused_and_writ
     assert "resuming" in capsys.readouterr().err
 
 
-def test_a_pretraining_checkpoint_resumed_by_finetuning_is_named_and_its_advice_works(world, tmp_path, capsys):
+def test_a_pretraining_checkpoint_resumed_by_finetuning_is_named_and_its_advice_works(world, inputs, tmp_path, capsys):
     """Was: a KeyError 'batches' traceback (the data position of another loader) where the schedule matched."""
-    from tests.helpers.corpus import pretraining_argv
-
     pre = tmp_path / "pre"
-    argv = pretraining_argv(tmp_path, world["tokenizer"])[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
-                                                               "--output_dir", str(pre)]
+    argv = inputs.pretraining_argv()[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
+                                            "--output_dir", str(pre)]
     assert _main("pretrain.py", argv) == 0
     ckpt = str(pre / "_step2.ckpt")
     capsys.readouterr()

@@ -11,22 +11,17 @@ import os
 import pytest
 
 from tests.helpers import ROOT
-from tests.helpers.corpus import finetuning_world, micro_config
+from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry
-from tests.helpers.user_inputs import EV, write_user_inputs
+from tests.helpers.user_inputs import EV
 from tests.helpers.user_inputs import argv as _argv
 
 CONFIG = micro_config(dropout=0.0)
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, small_tokenizer_dir):
-    return finetuning_world(tmp_path_factory.mktemp("run_folder"), small_tokenizer_dir, CONFIG, train_rows=32)
-
-
-@pytest.fixture(scope="module")
-def user_inputs(tmp_path_factory, small_tokenizer_dir):
-    return write_user_inputs(tmp_path_factory.mktemp("unusable"), small_tokenizer_dir)
+def world(tmp_path_factory, inputs):
+    return dict(inputs.finetuning(32, dropout=0.0), base=tmp_path_factory.mktemp("run_folder"))
 
 
 def _error_lines(capsys) -> list[str]:
@@ -85,13 +80,11 @@ def test_overwrite_output_dir_with_a_resume_is_refused_at_parse_time(world, caps
     assert not (world["base"] / "both").exists()
 
 
-def test_a_stopped_pretraining_run_typed_again_is_refused(tmp_path, small_tokenizer_dir, capsys):
+def test_a_stopped_pretraining_run_typed_again_is_refused(tmp_path, inputs, capsys):
     """Was: exit 0, a new run from update 1 over the stopped one (its log and stop record gone)."""
-    from tests.helpers.corpus import pretraining_argv
-
     out = str(tmp_path / "run")
-    argv = pretraining_argv(tmp_path, small_tokenizer_dir)[1:] + ["--max_steps", "4", "--save_checkpoint_steps", "2",
-                                                            "--output_dir", out, "--no_tensorboard"]
+    argv = inputs.pretraining_argv()[1:] + ["--max_steps", "4", "--save_checkpoint_steps", "2", "--output_dir", out,
+                                            "--no_tensorboard"]
     assert run_entry("pretrain.py", argv) == 0
     log = open(os.path.join(out, "dllogger.json"), "rb").read()
     capsys.readouterr()
@@ -257,10 +250,11 @@ def test_a_shard_whose_sentences_are_int64_names_the_type(tmp_path, small_tokeni
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tests.helpers.corpus import pretraining_argv
+    from tests.helpers.inputs import Inputs
 
-    argv = pretraining_argv(tmp_path, small_tokenizer_dir)[1:] + ["--max_steps", "1", "--output_dir",
-                                                                  str(tmp_path / "out"), "--no_tensorboard"]
+    # its own inputs (in tmp_path): it rewrites a shard
+    argv = Inputs(tmp_path, small_tokenizer_dir).pretraining_argv()[1:] + ["--max_steps", "1", "--output_dir",
+                                                                          str(tmp_path / "out"), "--no_tensorboard"]
     shard = sorted(glob.glob(os.path.join(argv[argv.index("--data_dir") + 1], "**", "*.parquet"), recursive=True))[0]
     rows = pq.read_table(shard).num_rows
     pq.write_table(pa.table({"sentences": pa.array(range(rows), pa.int64())}), shard)
@@ -373,15 +367,14 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_and_keeps_its_log
         assert run_entry("finetune.py", argv + ["--output_dir", str(out)]) == 2
 
 
-def test_a_run_config_replayed_never_removes_its_run(tmp_path, small_tokenizer_dir, capsys):
+def test_a_run_config_replayed_never_removes_its_run(tmp_path, inputs, capsys):
     """Was: --config_file RUN/run_config.json of a run started with --overwrite_output_dir replayed it: RUN's files
     (its checkpoints, log and the very file given) were removed and a new run started; adding
     --resume_from_checkpoint auto was refused ("give one"). Now the file's one-shot actions are not replayed."""
-    from tests.helpers.corpus import pretraining_argv
 
     out = tmp_path / "run"
-    argv = pretraining_argv(tmp_path, small_tokenizer_dir)[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
-                                                            "--output_dir", str(out), "--no_tensorboard"]
+    argv = inputs.pretraining_argv()[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
+                                            "--output_dir", str(out), "--no_tensorboard"]
     assert run_entry("pretrain.py", argv + ["--overwrite_output_dir"]) == 0
     assert json.loads((out / "run_config.json").read_text())["overwrite_output_dir"] is True  # what that start did
     files = {name: (out / name).read_bytes() for name in os.listdir(out)}

@@ -17,36 +17,32 @@ import torch
 
 from bart.errors import EXIT_PREEMPTED
 from bart.records.dllogger_compat import read_dllogger
-from tests.helpers.corpus import micro_config, pretraining_argv, random_weights
+from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry
 from tests.helpers.ports import free_port
 from tests.helpers.processes import Watched, logged_step, ours, wait_for
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, small_tokenizer_dir):
+def setup(tmp_path_factory, inputs):
     """Pretraining inputs for the torchrun cases: 48 rows, a model a little larger than the micro one, so that an
     update and a checkpoint take long enough (a tenth of a second or more) for a second signal to land in them."""
-    base = tmp_path_factory.mktemp("signals_pt")
-    argv = pretraining_argv(str(base), small_tokenizer_dir, d_model=128, encoder_ffn_dim=512, decoder_ffn_dim=512,
-                            encoder_layers=2, decoder_layers=2) + ["--max_steps", "400"]
-    return {"argv": argv, "base": base}
+    argv = inputs.pretraining_argv(d_model=128, encoder_ffn_dim=512, decoder_ffn_dim=512, encoder_layers=2,
+                                   decoder_layers=2) + ["--max_steps", "400"]
+    return {"argv": argv, "base": tmp_path_factory.mktemp("signals_pt")}
 
 
 # -- stop signals wherever they land (one line and the documented code: 75 stop, 130 Ctrl-C) -------------------
 @pytest.fixture(scope="module")
-def summaries(tmp_path_factory, small_tokenizer_dir):
+def summaries(tmp_path_factory, inputs):
     """Fine-tuning and evaluation inputs: the micro model's weights, and splits whose validation and test take
     seconds (long generations, beams), so that a signal sent once they start lands inside them."""
-    from tests.helpers.summaries import write_summarization_data
-
-    base = tmp_path_factory.mktemp("signals")
-    (base / "config.json").write_text(json.dumps(micro_config(min_length=40, max_length=48)))
-    weights = random_weights(str(base / "config.json"), str(base / "weights.ckpt"))
-    data = write_summarization_data(str(base / "data"), sizes=(("train", 16), ("val", 400), ("test", 400)))
-    common = ["--config_path", str(base / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
-              "--max_source_length", "32", "--num_workers", "0"]
-    return {"base": base, "weights": weights, "data": data, "tok": small_tokenizer_dir, "common": common}
+    config, weights = inputs.config(min_length=40, max_length=48), inputs.weights(min_length=40, max_length=48)
+    data = inputs.summaries(16, 400, 400)
+    common = ["--config_path", config, "--data_dir", data, "--tokenizer", inputs.tokenizer, "--max_source_length", "32",
+              "--num_workers", "0"]
+    return {"base": tmp_path_factory.mktemp("signals"), "config": config, "weights": weights, "data": data,
+            "tok": inputs.tokenizer, "common": common}
 
 
 EVAL_BATCH = 8  # the generation batch of the validation and prediction cases (the progress counts go by it)
@@ -221,7 +217,7 @@ def test_pretraining_validation_loss_stops_at_the_next_batch():
 def test_a_signal_while_run_eval_generates_is_one_line(summaries, sig, code, said):
     """Old code: Ctrl-C was exit 130 with a full KeyboardInterrupt traceback; SIGTERM exit 143, no message."""
     out = summaries["base"] / f"eval_{sig.name}"
-    run = Watched([sys.executable, "run_eval.py", summaries["weights"], str(summaries["base"] / "config.json"),
+    run = Watched([sys.executable, "run_eval.py", summaries["weights"], summaries["config"],
                     summaries["data"], str(out), "--tokenizer", summaries["tok"], "--max_source_length", "32",
                     "--bs", "4", "--num_beams", "4"])
     run.wait_for("[generate]")
