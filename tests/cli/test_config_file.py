@@ -19,7 +19,7 @@ from tests.helpers.user_inputs import one_line as _one_line
 
 @pytest.mark.parametrize("script", ["finetune.py", "pretrain.py", "run_eval.py"])
 def test_config_vocab_size_below_the_tokenizer_exits_2(script, user_inputs, tmp_path, capsys):
-    """Old code: SystemExit("error: ...") - one line, but exit 1, as a crash."""
+    """One line and exit 2 (a user's mistake), not exit 1 (a crash)."""
     out = str(tmp_path / "out")
     if script == "run_eval.py":  # the checkpoint decides the architecture there
         argv = _argv(EV, user_inputs, out, model=user_inputs["small_vocab_ckpt"])
@@ -30,7 +30,7 @@ def test_config_vocab_size_below_the_tokenizer_exits_2(script, user_inputs, tmp_
 
 
 def test_a_config_key_nothing_reads_is_named_in_one_line(user_inputs, plain_loss, tmp_path, capsys):
-    """Old code: exit 0, no note, the key copied into run_config.json as if it meant something."""
+    """Each unread key is named in one note (with the keys it might mean), and the run is the plain one."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**CONFIG, "foo_bar": 1, "dropuot_prob": 0.3}))
     out = str(tmp_path / "out")

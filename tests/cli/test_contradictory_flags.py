@@ -10,7 +10,7 @@ from tests.helpers.user_inputs import argv as _argv
 from tests.helpers.user_inputs import one_line as _one_line
 
 # -- case 3: contradictory flags -------------------------------------------------------------------------------
-# (id, script, extra flags, words the one line must contain). Old code: each ran, one flag silently winning.
+# (id, script, extra flags, words the one line must contain): refused, not run with one flag silently winning.
 CONTRADICTIONS = [
     ("scratch-init", "finetune.py", ["--from_scratch", "--init_checkpoint", "{weights}"],
      ["--from_scratch", "--init_checkpoint"]),

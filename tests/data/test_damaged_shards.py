@@ -88,9 +88,8 @@ def _damaged_copy(shards: str, folder, how: str) -> str:
 
 @pytest.mark.parametrize("how", ["truncated", "first page"])
 def test_a_shard_damaged_from_its_start_stops_before_training_in_one_line(setup, big_shards, tmp_path, how):
-    """Old code: a traceback around a good message (plain ValueError) for a cut shard; for garbage in the first
-    page the metadata check passed and pyarrow's 'OSError: Corrupt snappy compressed data' came mid-run,
-    a traceback naming no shard."""
+    """A cut shard, or garbage in its first page (which the metadata alone does not show): one line naming the shard
+    at start-up, exit 2, before the first update; no traceback, no pyarrow error mid-run."""
     bad = _damaged_copy(big_shards, tmp_path / "shards", how)
     done = _run(setup["argv"] + ["--data_dir", str(tmp_path / "shards"), "--output_dir", str(tmp_path / "run")])
     assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
@@ -104,8 +103,7 @@ def test_a_shard_damaged_from_its_start_stops_before_training_in_one_line(setup,
 def test_a_shard_damaged_further_in_stops_in_one_line_naming_the_row_group(setup, big_shards, tmp_path, workers):
     """The start-up check passes (the first page is whole); the loader (in its workers with --num_workers 2)
     meets the damage and the run stops in one line naming the shard and the row group, within seconds.
-    Old code: a worker's traceback with pyarrow's 'Corrupt snappy compressed data' naming no shard, and with
-    --num_workers 2 the process never ended (the exit waited on workers that ignore SIGTERM)."""
+    The process ends with --num_workers 2 too (its exit waits on no worker)."""
     bad = _damaged_copy(big_shards, tmp_path / "shards", "further in")
     assert check_shard(bad) == 3000  # precondition: the damage is past the first page
     with pytest.raises(OSError, match="Corrupt snappy"):
@@ -119,7 +117,8 @@ def test_a_shard_damaged_further_in_stops_in_one_line_naming_the_row_group(setup
 
 
 def test_start_up_check_reads_a_page_and_the_reader_names_the_row_group(tmp_path):
-    """In-process: garbage in the first data page is caught by check_shard (old: only the footer was read);
+    """In-process: garbage in the first data page is caught by check_shard (it reads a page, not only the
+    footer);
     damage in the second of two row groups is named as row group 1 by the reader."""
     texts = [f"Row {i} " + "words of a sentence " * (i % 7 + 3) for i in range(400)]
     path = str(tmp_path / "two_groups.parquet")
@@ -147,8 +146,8 @@ def _failing_decode(texts):
 
 
 def test_loader_workers_end_when_the_epoch_fails(tmp_path, small_tokenizer_dir):
-    """Whatever a worker raises, the workers are gone when the error reaches the training loop (old code:
-    alive as long as the traceback was, and the interpreter's exit waited on them for ever)."""
+    """Whatever a worker raises, the workers are gone when the error reaches the training loop (the interpreter's
+    exit waits on none)."""
     from bart.data.noise import NoiseConfig
     from bart.data.pretraining_dataset import (
         BartPretrainingDataset,

@@ -16,7 +16,8 @@ from tests.helpers.user_inputs import one_line as _one_line
 
 @pytest.mark.parametrize("script", ["pretrain.py", "finetune.py"])
 def test_a_global_batch_larger_than_the_data_is_one_line(script, user_inputs, tmp_path, capsys):
-    """Old code: exit 0; the banner said 1000 sequences per update, each held the 16 rows there are."""
+    """Refused before anything is written, naming the largest batch the data allows (not a run whose banner says 1000
+    sequences per update where each holds the 16 rows there are)."""
     out = str(tmp_path / "out")
     argv = _argv(PT if script == "pretrain.py" else FT + ["--init_checkpoint", "{weights}"], user_inputs, out)
     line = _one_line(capsys, _main(script, argv + ["--train_batch_size", "1000"]), script)
@@ -49,7 +50,7 @@ def test_train_split_smaller_than_the_processes_is_one_line(user_inputs):
 
 
 def test_one_line_train_split_under_torchrun_is_one_line_per_rank(user_inputs, tmp_path):
-    """Old code: ValueError "1 examples cannot feed 2 ranks" with a traceback from each rank."""
+    """Each rank says the same one line naming --nproc_per_node, exit 2, no ValueError traceback."""
     out = str(tmp_path / "out")
     argv = _argv(FT + ["--init_checkpoint", "{weights}"], user_inputs, out, data=user_inputs["data_one"])
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")

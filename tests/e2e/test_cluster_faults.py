@@ -47,7 +47,7 @@ def taken_port():
 
 # -- a rendezvous port already in use ---------------------------------------------------------------------------
 def test_a_taken_master_port_is_one_line_under_the_launcher(argv, taken_port):
-    """Was: a 44-line traceback of torchrun's TCPStore ending in EADDRINUSE, exit 1."""
+    """One line naming the port and a free one to use, exit 2; no traceback of torchrun's TCPStore."""
     out = subprocess.run(_launch(*argv["argv"], "--max_steps", "1", "--output_dir", str(argv["base"] / "port"),
                                  port=taken_port), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
     lines = _lines(out.stderr)
@@ -58,8 +58,8 @@ def test_a_taken_master_port_is_one_line_under_the_launcher(argv, taken_port):
 
 
 def test_a_taken_master_port_without_torchrun_is_one_line_from_rank_0(argv, taken_port):
-    """srun (or RANK/WORLD_SIZE by hand): rank 0 serves the store itself. Was: "could not reach the rendezvous store
-    ... within --rendezvous_timeout 600 s", exit 4 (a timeout it never waited for)."""
+    """srun (or RANK/WORLD_SIZE by hand): rank 0 serves the store itself: the taken port is
+    named in one line at once (not a rendezvous timeout it never waited for)."""
     env = _env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(taken_port))
     out = subprocess.run([sys.executable, *argv["argv"], "--max_steps", "1", "--output_dir",
                           str(argv["base"] / "port_srun")], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -72,8 +72,8 @@ def test_a_taken_master_port_without_torchrun_is_one_line_from_rank_0(argv, take
 
 # -- a user error is not restarted ------------------------------------------------------------------------------
 def test_a_user_error_is_not_restarted_by_max_restarts(argv):
-    """Was: torchrun restarted the job on exit 2 as often as --max_restarts allowed, printing the same error each
-    time (here 3 x 2 lines)."""
+    """Exit 2 (a user's mistake) is not restarted however many --max_restarts are allowed: the error is said once
+    per process, not once per attempt."""
     out = subprocess.run(_launch(*argv["argv"], "--max_steps", "1", "--output_dir", str(argv["base"] / "user"),
                                  "--lr_scheduler", "cosine_with_typo", restarts=2),
                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
@@ -106,9 +106,8 @@ def _workers(launcher_pid: int) -> dict:
 def test_a_stopped_rank_ends_the_job_named_within_the_heartbeat_timeout(argv):
     """Two gloo ranks under the launcher (--dist_timeout 10 minutes, its default; --heartbeat_timeout 10 s, a sixth
     of its default 60 s, which test_the_default_heartbeat_ends_a_hang_within_two_minutes holds); rank 1 is frozen
-    with SIGSTOP after update 2. Was: rank 0 waited --dist_timeout (about 10.5 minutes) and said "another rank hung
-    or died: see its log", naming none. Now rank 0 names rank 1, its host and pid, and the job ends (exit 4) after
-    the heartbeat timeout; the test's own timeout (240 s) is far below 10 minutes."""
+    with SIGSTOP after update 2: rank 0 names rank 1, its host and pid, and the job ends (exit 4) after the
+    heartbeat timeout, not after --dist_timeout (about 10.5 minutes); the test's own timeout (240 s) is far below 10 minutes."""
     out_dir = argv["base"] / "hung"
     cmd = _launch(*argv["argv"], "--max_steps", "100000", "--output_dir", str(out_dir), "--no_tensorboard",
                   "--heartbeat_timeout", "10")

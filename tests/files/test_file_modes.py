@@ -19,7 +19,7 @@ def umask():
 
 @pytest.mark.parametrize("mask", [0o022, 0o077], ids=["umask022", "umask077"])
 def test_what_the_project_writes_gets_the_umasks_permissions(mask, umask, tmp_path):
-    """Old code: build_tokenizer/train_tokenizer folders 0700, model.safetensors 0600, whatever the umask."""
+    """Tokenizer folders, model.safetensors, checkpoints and Punkt data get the umask's modes (not 0700 / 0600)."""
     from bart.files.checkpoint_io import atomic_save
     from bart.modeling.weights import save_pretrained
     from bart.scoring.nltk_data import ensure_punkt

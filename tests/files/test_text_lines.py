@@ -17,7 +17,7 @@ from tests.helpers.user_inputs import first_loss as _first_loss
 
 
 def test_cr_only_split_is_read_line_by_line_by_run_eval(user_inputs, tmp_path, capsys):
-    """Old code: the CR-only test split was one example (run_eval wrote one generation for four sources)."""
+    """A CR-only test split of four sources is four examples: four generations, not one."""
     out = str(tmp_path / "out")
     code = _main("run_eval.py", _argv(EV, user_inputs, out, model=user_inputs["weights"], data=user_inputs["data_cr"]))
     assert code == 0, capsys.readouterr().err[-3000:]
@@ -57,7 +57,7 @@ def test_tokenizer_corpus_and_xsum_read_cr_only_lines(tmp_path):
     from bart.tokenization.train_tokenizer import iter_corpus
     corpus = tmp_path / "old_mac.txt"
     corpus.write_bytes(b"one line\rtwo line\r\rthree\r")
-    assert list(iter_corpus([str(corpus)])) == ["one line", "two line", "three"]  # old code: one text
+    assert list(iter_corpus([str(corpus)])) == ["one line", "two line", "three"]  # three lines, not one text
     tarball = tmp_path / "xsum.tar"
     with tarfile.open(tarball, "w") as tar:
         for split in ("train", "val", "test"):
@@ -73,7 +73,7 @@ def test_tokenizer_corpus_and_xsum_read_cr_only_lines(tmp_path):
 
 
 def test_a_byte_order_mark_is_removed_and_said_once(user_inputs, plain_loss, tmp_path, capsys):
-    """Old code: the mark reached the tokenizer as text of the first line, and the loss differed."""
+    """The mark does not reach the tokenizer as text of the first line: the first loss is the plain files'."""
     data = tmp_path / "bom"
     data.mkdir()
     for name in os.listdir(user_inputs["data"]):

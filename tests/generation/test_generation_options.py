@@ -25,7 +25,7 @@ from tests.helpers.generation_parity import (
 from tests.helpers.generation_parity import tiny_inputs as _inputs
 from tests.helpers.generation_parity import tiny_pair as _pair
 
-# --- options beyond the original grid: repetition_penalty, bad_words_ids, max/min_new_tokens ---------
+# --- repetition_penalty, bad_words_ids, max/min_new_tokens against a grid built from the baseline -----------
 
 
 def _option_grid(baseline: torch.Tensor, num_beams: int):

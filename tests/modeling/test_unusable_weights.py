@@ -22,9 +22,9 @@ from tests.helpers.user_inputs import state as _state
 from tests.helpers.user_inputs import written as _written
 
 # -- case 2: weights the model cannot use ---------------------------------------------------------------------
-# (entry point, argv, the file and the tensor the line must name). Old code: finetune.py exit 0 with loss
-# ln(1024) = 6.931 (whole-number weights), run_eval.py exit 0 writing "!!!", bart.export exit 0 writing the
-# folder; NaN: finetune.py ran and stopped after 5 NaN updates (exit 3), naming no tensor.
+# (entry point, argv, the file and the tensor the line must name). Refused before anything runs: not a
+# fine-tuning run on whole-number weights (loss ln(1024) = 6.931), a run_eval.py writing "!!!", a bart.export
+# folder, or a run stopped after 5 NaN updates (exit 3) naming no tensor.
 ENTRY_CASES = [
     ("finetune-int32-safetensors", "finetune.py", FT + ["--init_checkpoint", "{hf_int32}"],
      ["hf_int32/model.safetensors", "final_logits_bias", "int32"]),
@@ -50,8 +50,8 @@ def test_unusable_weights_are_refused_by_each_entry_point(case, user_inputs, tmp
 
 
 def test_a_resumed_training_checkpoint_with_nan_weights_is_refused_naming_the_tensor(user_inputs, tmp_path, capsys):
-    """A run's own _step{N}.ckpt whose weights went bad on disk (old code: resumed and trained on NaN until
-    --max_consecutive_nonfinite stopped it, exit 3, naming no tensor)."""
+    """A run's own _step{N}.ckpt whose weights went bad on disk: refused naming the file and the tensor, not resumed
+    to train on NaN until --max_consecutive_nonfinite stops it (exit 3)."""
     out = tmp_path / "out"
     argv = _argv(FT, user_inputs, str(out)) + ["--init_checkpoint", user_inputs["weights"]]
     assert _main("finetune.py", argv) == 0
@@ -159,7 +159,7 @@ def test_every_weight_file_kind_refuses_unusable_tensors_naming_file_and_tensor(
 def test_fairseq_table_of_the_wrong_rank_is_one_line(tmp_path):
     from bart.modeling import BartForConditionalGeneration
     state = _changed("model.shared.weight", lambda v: v[:, 0].contiguous())
-    path = _fairseq(tmp_path / "model.pt", state)  # old code: ValueError (not enough values to unpack), a traceback
+    path = _fairseq(tmp_path / "model.pt", state)  # one line, not a ValueError's traceback
     with pytest.raises(CheckpointError, match=rf"model.pt: tensor encoder.embed_tokens.weight has shape \({SMALL_VOCAB_SIZE},\)"):
         BartForConditionalGeneration.from_pretrained(path)
 

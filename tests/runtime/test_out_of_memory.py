@@ -22,7 +22,7 @@ from tests.helpers.user_inputs import one_line as _one_line
 
 @pytest.mark.parametrize("script", ["pretrain.py", "finetune.py"])
 def test_a_model_too_big_for_the_memory_is_one_line(script, user_inputs, tmp_path, capsys):
-    """Old code: a traceback from model construction ending in "DefaultCPUAllocator: can't allocate memory"."""
+    """One line naming the size asked for, the limit and what to reduce; no allocator traceback."""
     config = tmp_path / "huge.json"
     config.write_text(json.dumps({**CONFIG, "encoder_ffn_dim": 2 ** 38}))  # fc1 alone: 32 TiB
     out = str(tmp_path / "out")
@@ -33,8 +33,8 @@ def test_a_model_too_big_for_the_memory_is_one_line(script, user_inputs, tmp_pat
 
 
 def test_out_of_memory_under_a_ulimit_names_the_limit_and_the_size(user_inputs, tmp_path):
-    """pretrain.py under a real RLIMIT_AS (``ulimit -v``) smaller than the machine's RAM. Was: "asked for 32768.0 GiB;
-    this machine has <RAM>", the ulimit that refused it unnamed."""
+    """pretrain.py under a real RLIMIT_AS (``ulimit -v``) smaller than the machine's RAM: the line names the
+    ulimit that refuses the size, not the machine's RAM."""
     import resource
 
     from bart.runtime.memory import host_memory
@@ -78,7 +78,7 @@ def _in_a_memory_cgroup(limit: int, command: list[str]):
 
 def test_out_of_memory_in_a_real_cgroup_is_one_line_before_the_kernel_kills(user_inputs, tmp_path):
     """finetune.py in a real memory cgroup whose limit holds the model (51M parameters, 0.2 GiB) but not its
-    gradients and optimizer state. Was: the kernel's kill (exit 137, no line) at the optimizer's first step."""
+    gradients and optimizer state: one line before training starts, not the kernel's kill (exit 137, no line)."""
     config = tmp_path / "wide.json"
     config.write_text(json.dumps({**CONFIG, "d_model": 768, "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072,
                                   "encoder_layers": 3, "decoder_layers": 3}))
@@ -104,8 +104,8 @@ def _fake_root(tmp_path, cgroup_lines, files):
 @pytest.mark.parametrize("version", ["v2", "v1"])
 def test_out_of_memory_in_a_cgroup_names_its_limit(tmp_path, version):
     """A SLURM job's cgroup (the job's limit on its folder; the step's below says none): the cgroup's limit is the
-    one named, with its usage, and a size the allocator gave in MiB reads in MiB. Was: the machine's RAM and
-    "asked for 0.1 GiB"."""
+    one named, with its usage, and a size the allocator gave in MiB reads in MiB (not the machine's RAM, not
+    "asked for 0.1 GiB")."""
     from bart.runtime.memory import out_of_memory
 
     gib = 2 ** 30

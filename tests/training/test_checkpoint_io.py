@@ -88,8 +88,8 @@ def test_best_checkpoints_survive_a_resume(tmp_path):
 
 @pytest.mark.parametrize("lower_is_better", [False, True])
 def test_a_tie_keeps_the_later_trained_weights_not_the_step_0_ones(tmp_path, lower_is_better):
-    """Was: every ROUGE-2 0 on a small run kept best_rouge2_step0.ckpt (the untrained weights of the step-0
-    validation) as the best, and EVAL_CHECKPOINT=best evaluated the untrained model."""
+    """Tied scores (every ROUGE-2 0 on a small run) keep the later trained weights, not the step-0 validation's
+    untrained ones, so EVAL_CHECKPOINT=best evaluates a trained model."""
     from bart.modeling import BartForConditionalGeneration
     from bart.training.checkpoint import BestCheckpoints, best_checkpoint
     from tests.helpers.synthetic import tiny_config

@@ -66,7 +66,7 @@ def _faulty(mode: str, argv: list) -> list:
 @pytest.mark.parametrize("kind, words", [("enospc", "no space left on device"), ("edquot", "disk quota exceeded")])
 def test_full_disk_inside_torch_save_is_one_line_and_loses_nothing(setup, tmp_path, kind, words):
     """The file object torch.save writes the second checkpoint through fails after 64 KiB (torch's zip writer
-    then raises RuntimeError 'unexpected pos' over the OSError). Old code: two tracebacks, exit 1."""
+    then raises RuntimeError 'unexpected pos' over the OSError): one line, exit 2, no traceback."""
     out = tmp_path / "run"
     done = _run(_faulty(f"{kind}:65536:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
                                                             "--save_checkpoint_steps", "2"]))
@@ -81,8 +81,8 @@ def test_full_disk_inside_torch_save_is_one_line_and_loses_nothing(setup, tmp_pa
 
 
 def test_full_disk_at_the_first_checkpoint_then_the_advised_command_finishes(setup, tmp_path):
-    """Was: the line advised "run the same command with --resume_from_checkpoint auto", and that command was
-    refused: the log alone made the folder "another run's" (no checkpoint to resume, no new run on top of it)."""
+    """The line advises "run the same command with --resume_from_checkpoint auto", and that command, run verbatim,
+    finishes the run (a folder holding only the stopped run's log is that run starting again)."""
     out = tmp_path / "run"
     argv = setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out), "--save_checkpoint_steps", "2"]
     done = _run(_faulty("enospc:65536:1", argv))
@@ -128,9 +128,8 @@ def sizes(setup):
 def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, sizes, tmp_path, filled_by):
     """A real ENOSPC: the output folder on a tmpfs with room for the run's files and one checkpoint and a half
     (filled by the second checkpoint), or for the run's files and 48 KiB (filled by dllogger.json and
-    TensorBoard's event file, whose writer thread meets it first). Old code: two tracebacks (OSError ENOSPC,
-    then RuntimeError 'unexpected pos'), exit 1; for the logs a TensorBoard thread's traceback, then a line
-    naming neither the folder nor its free space."""
+    TensorBoard's event file, whose writer thread meets it first): one line naming the folder and its
+    free space, exit 2, no traceback of the OSError, torch's RuntimeError over it, or TensorBoard's thread."""
     checkpoint, files = sizes
     mount, copy = tmp_path / "mnt", tmp_path / "copy"
     mount.mkdir()
@@ -231,8 +230,7 @@ def test_atomic_writes_of_text_and_checkpoints_on_a_full_disk(tmp_path, monkeypa
 
 def test_the_entry_scripts_name_the_folder_and_its_free_space_whatever_layer_fails(tmp_path, capsys, monkeypatch):
     """A full disk met outside the atomic writes (a log line, torch.save of another library): one line with
-    the folder and its free space, exit 2. Old code: 'free space or write access is needed' without either
-    for an OSError, and a traceback for torch's RuntimeError raised over the OSError."""
+    the folder and its free space, exit 2, for an OSError and for torch's RuntimeError raised over it alike."""
     from bart.cli.exits import run_main
 
     def log_line():

@@ -180,8 +180,8 @@ def test_run_eval_over_an_earlier_evaluation_is_refused_unless_overwrite(world, 
 
 
 def test_run_eval_into_a_training_folder_keeps_its_log(user_inputs, tmp_path, capsys):
-    """Old code: run_eval.py without --json-summary into a fine-tuning folder wrote its dllogger.json anew, so the
-    training run's log was lost. Now the evaluation's record is appended (and said once); twice, two records."""
+    """run_eval.py without --json-summary into a fine-tuning folder appends its record to the training run's
+    dllogger.json (and says so once), the training log kept; twice, two records."""
     from bart.records.dllogger_compat import read_dllogger
     out = tmp_path / "out"
     out.mkdir()
@@ -197,7 +197,7 @@ def test_run_eval_into_a_training_folder_keeps_its_log(user_inputs, tmp_path, ca
     assert len([r for r in records if r["step"] == [] and "rouge1" in r["data"]]) == 2
 
 
-# -- issue #45's table: each one clear line ---------------------------------------------------------------
+# -- inputs a run cannot use as given: each one clear line ------------------------------------------------
 def test_finetuning_refuses_an_empty_line_as_run_eval_does(world, tmp_path, capsys):
     """Was: exit 0, the pair dropped (data_rows 31 for 32 lines)."""
     import shutil
