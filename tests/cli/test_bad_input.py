@@ -187,7 +187,7 @@ def test_bad_input_is_one_line(case, world, tmp_path, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"{script}: error:"), err[-3000:]
     for word in words:
         assert word.format(**values) in lines[0], (word, lines[0])
-    out = tmp_path / "out"  # nothing half-made: no checkpoint, no log, no record of a start (was: run_eval's)
+    out = tmp_path / "out"  # nothing half-made: no checkpoint, no log, no record of a start (not: run_eval's)
     assert not out.exists() or not [f for f in os.listdir(out) if f.endswith((".ckpt", ".partial")) or f == "git_log.json"]
 
 

@@ -145,7 +145,7 @@ def _close_weights(fsdp: dict, ddp: dict) -> None:
 @pytest.mark.slow
 def test_every_validation_logs_the_loss_the_scores_and_the_generated_length(finetuned):
     """What transformers' Seq2SeqTrainer (eval_loss, ROUGE, gen_len) and the reference (val_loss, gen_len, gen_time)
-    show at each validation. Was: ROUGE only (or the loss only, with --val_metric loss)."""
+    show at each validation. Rules out: ROUGE only (or the loss only, with --val_metric loss)."""
     from bart.records.dllogger_compat import read_dllogger
 
     base, _, _ = finetuned
@@ -194,8 +194,8 @@ def test_ranking_by_any_score_a_threshold_and_the_validation_label_length(tmp_pa
 
 def test_fsdp_fine_tuning_writes_what_ddp_writes(ddp_and_fsdp):
     """Fine-tuning under FSDP validates (generation + ROUGE), keeps best-k, predicts and writes the final weights
-    as under DDP: the same files, the same ROUGE and predictions, the same weights within float tolerance (the
-    issue's crash: generation on the sharded model, `aten.embedding.default got mixed torch.Tensor and DTensor`)."""
+    as under DDP: the same files, the same ROUGE and predictions, the same weights within float tolerance (no
+    crash of generation on the sharded model: `aten.embedding.default got mixed torch.Tensor and DTensor`)."""
     from bart.files.checkpoint_io import safe_load
     from bart.records.dllogger_compat import read_dllogger
 
@@ -296,7 +296,7 @@ def test_bad_inputs_are_explained(tmp_path, finetuned, capsys):
 
 def test_an_empty_training_example_is_refused_naming_its_line(tmp_path, small_tokenizer_dir):
     """An empty (or whitespace) source or target line in the training split is refused, naming the file and line,
-    as run_eval.py and validation refuse it (was: the pair left out, 31 rows for 32 lines)."""
+    as run_eval.py and validation refuse it (not: the pair left out, 31 rows for 32 lines)."""
     from bart.errors import UserError
     from bart.tokenization.tokenization_bart import BartTokenizer
 

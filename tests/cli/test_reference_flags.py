@@ -638,7 +638,7 @@ def test_every_settings_field_says_what_it_is():
 
 
 def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys):
-    """Old code: parse_args resolved --resume_from_checkpoint auto against the folder (True here) and refused an
+    """Rules out: parse_args resolved --resume_from_checkpoint auto against the folder (True here) and refused an
     output folder that is a file; both now wait for the run's start, after the process group and the lock."""
     out = tmp_path / "out"
     out.mkdir()
@@ -658,7 +658,7 @@ def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys
 
 
 def test_run_eval_and_export_load_no_training_module():
-    """Inference imports no training code (old code: run_eval.py and bart.export imported bart.training.checkpoint)."""
+    """Inference imports no training code (not: run_eval.py and bart.export imported bart.training.checkpoint)."""
     code = ("import sys, run_eval, bart.export; run_eval.parse_args(['m', 'c.json', 'd', 'out']); "
             "print(sorted(m for m in sys.modules if m.startswith('bart.training')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),

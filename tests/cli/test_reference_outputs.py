@@ -55,7 +55,7 @@ def run(tmp_path_factory, small_tokenizer_dir):
 
 
 def test_provenance_is_recorded_and_a_resume_appends(run):
-    """Before: no record of where a run came from (the reference wrote git_log.json)."""
+    """Rules out: no record of where a run came from (the reference wrote git_log.json)."""
     _, out, _, _ = run
     log = json.load(open(os.path.join(out, "git_log.json")))
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -76,7 +76,7 @@ def test_provenance_is_recorded_and_a_resume_appends(run):
 
 
 def test_rouge_json_carries_the_reference_latency_keys(run):
-    """Before: inference_latency_* / inference_throughput_mean / n_gpus only in the dllogger log."""
+    """Rules out: inference_latency_* / inference_throughput_mean / n_gpus only in the dllogger log."""
     _, out, _, _ = run
     metrics = json.load(open(os.path.join(out, "test_rouge.json")))
     missing = [k for k in REFERENCE_LATENCY_KEYS if k not in metrics]
@@ -86,7 +86,7 @@ def test_rouge_json_carries_the_reference_latency_keys(run):
 
 
 def test_several_return_sequences_write_pseudolabel_results(run):
-    """Before: tab-joined candidates in test_generations.txt, scored as one summary."""
+    """Rules out: tab-joined candidates in test_generations.txt, scored as one summary."""
     base, out, _, _ = run
     labels = json.load(open(base / "pl" / "pseudolabel_results.json"))
     assert len(labels) == 4 and all(isinstance(c, list) and len(c) == 2 and all(isinstance(t, str) for t in c)
@@ -116,7 +116,7 @@ def test_best_checkpoint_is_the_top_of_the_ranking(run, tmp_path, capsys, monkey
 
 
 def test_export_writes_a_model_card_from_the_run(run, tmp_path):
-    """Before: the exported folder had no README.md. (``python -m bart.export`` in this process.)"""
+    """Rules out: the exported folder had no README.md. (``python -m bart.export`` in this process.)"""
     _, out, data, config = run
     assert run_entry("bart.export", [os.path.join(out, "final_step.ckpt"), str(tmp_path / "hf"), "--config", config]) == 0
     card = (tmp_path / "hf" / "README.md").read_text()
@@ -128,8 +128,8 @@ def test_export_writes_a_model_card_from_the_run(run, tmp_path):
                  f"commit `{log['starts'][1]['git']['commit']}`", f"torch {torch.__version__}",
                  "3 start(s) of the run", "finetune.py"):
         assert text in card, text
-    # the command that wrote these weights (the resume's; was: the first start's, --max_steps 2) and the whole
-    # run's time (was: the last start's only)
+    # the command that wrote these weights (the resume's, not the first start's with --max_steps 2) and the whole
+    # run's time (not: the last start's only)
     command = next(line for line in card.splitlines() if line.startswith("- command: "))
     assert "--max_steps 3" in command and "--allow_resume_change max_steps" in command, command
     from bart.records.dllogger_compat import read_dllogger
@@ -142,7 +142,7 @@ def test_the_model_cards_metadata_and_usage_example(run, tmp_path):
     """The card of the run's best checkpoint (a copy of the run whose run_config.json names a hub model as its start):
     huggingface_hub reads its license, base_model, datasets and model-index: the validation ROUGE at that checkpoint's
     step (dllogger.json), and the test split's (test_rouge.json) only where the weights are the run's final ones;
-    its Python example runs as printed, from another folder, offline. Before: no license, no model-index, no
+    its Python example runs as printed, from another folder, offline. Rules out: no license, no model-index, no
     usage example."""
     import re
     import shutil
@@ -194,7 +194,7 @@ def test_the_model_cards_metadata_and_usage_example(run, tmp_path):
 def test_the_best_checkpoint_is_handed_off_as_a_hugging_face_folder(run):
     """finetune.py ends by writing its best validation checkpoint (the top of best_rouge2.json) as OUTPUT_DIR/best_tfmr,
     as the NVIDIA reference does: the same weights, transformers' Auto classes load it with the run's tokenizer, and
-    its model card names the checkpoint. The resumed start wrote it again over the first start's. Before: no folder
+    its model card names the checkpoint. The resumed start wrote it again over the first start's. Rules out: no folder
     (bart.export by hand)."""
     import transformers
 

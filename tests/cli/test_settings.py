@@ -1,5 +1,5 @@
 """The flags the trainer reads reach it in the run's one record: the Trainer reads its sections of the Settings
-the command line made (old code: ``builder.trainer_config`` copied every same-named flag into a ``TrainerConfig``)."""
+the command line made (not: ``builder.trainer_config`` copied every same-named flag into a ``TrainerConfig``)."""
 import pytest
 import torch
 
@@ -40,7 +40,7 @@ def test_the_trainer_reads_the_flags_as_given_from_the_one_record(tmp_path, scri
 
 def test_the_trainer_takes_a_strategy_prepared_for_its_model():
     """The strategy is built and prepared once, by the builder, before the optimizer: a Trainer given one prepared
-    for another model (or none at all) refuses, instead of preparing it again (old code: three times)."""
+    for another model (or none at all) refuses, instead of preparing it again (not: three times)."""
     model, other = BartForConditionalGeneration(tiny_config()), BartForConditionalGeneration(tiny_config())
     settings = parse_command_line(PRETRAIN, ["--config_path", "c.json", "--data_dir", ".", "--max_steps", "1"])
     optimizer, _ = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)

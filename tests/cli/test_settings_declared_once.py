@@ -67,7 +67,7 @@ def test_every_flag_is_one_field_with_one_default_and_one_help(script):
 
 
 def test_no_flag_is_written_outside_its_declaration():
-    """The parser is generated: bart/cli/args.py and settings.py spell no setting's flag outside its field (old code: an add_argument per
+    """The parser is generated: bart/cli/args.py and settings.py spell no setting's flag outside its field (not: an add_argument per
     flag there, its default again in Settings and the trainer's in TrainerConfig), and TrainerConfig is gone."""
     source = "".join(open(os.path.join(ROOT, "bart", "cli", name)).read() for name in ("args.py", "settings.py"))
     assert set(re.findall(r'add_argument\("(--?[\w-]+)"', source)) == {"-h", "--help-all", "--config_file"}
@@ -76,10 +76,9 @@ def test_no_flag_is_written_outside_its_declaration():
         os.path.join(ROOT, "bart", "cli", "builder.py")).read()
 
 
-def test_the_two_former_disagreements_have_one_default_each(tmp_path):
-    """--keep_checkpoints was 3 in the parser and Settings but 0 (keep all) in TrainerConfig; --affinity was
-    socket_unique_interleaved in the parser but disabled in Settings. Now each is one field: the parsers' default,
-    the record's, and what the trainer keeps (3 step checkpoints of 5, with no flag) are the same."""
+def test_keep_checkpoints_and_affinity_have_one_default_each(tmp_path):
+    """--keep_checkpoints and --affinity are one field each: the parsers' default, the record's, and what the trainer
+    keeps (3 step checkpoints of 5, with no flag) are the same."""
     from bart.runtime.affinity import DEFAULT_MODE
     fields = _fields()
     assert fields["keep_checkpoints"].default == Settings().keep_checkpoints == 3
@@ -110,7 +109,7 @@ def test_the_two_former_disagreements_have_one_default_each(tmp_path):
 
 def test_the_precision_flags_read_from_a_record_default_as_the_parser_does():
     """bart.runtime.precision.FLAGS is what a run's record without a precision flag is read with (Precision.from_record,
-    from_args); the precision fields take their defaults from it (old code: a second copy of five defaults), so a
+    from_args); the precision fields take their defaults from it (not: a second copy of five defaults), so a
     run's record, its resume and the parsers agree: no flag given is tf32 on every script."""
     from bart.cli.settings import PrecisionSettings
     from bart.runtime.precision import FLAGS, Precision
@@ -203,7 +202,7 @@ def test_a_hand_written_file_and_the_command_line(tmp_path):
     ({"fp16": "yes"}, ["key 'fp16'", "expected true or false"]),
     ({"keep_checkpoints": None}, ["key 'keep_checkpoints'", "null is not a value"]),
     ({"model_path": "x.ckpt"}, ["unknown key 'model_path' for pretrain.py (a setting of another script)"]),
-    # every unknown key in one line (was: one per rerun)
+    # every unknown key in one line (not: one per rerun)
     ({"max_step": 3, "lerning_rate": 1.0}, ["unknown keys for pretrain.py: 'max_step': did you mean 'max_steps'?; "
                                             "'lerning_rate': did you mean 'learning_rate'? Remove or rename them"]),
     ([1, 2], ["a JSON object of settings is expected"]),
@@ -220,7 +219,7 @@ def test_a_bad_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, va
 
 def test_transformers_spellings_set_the_same_settings(tmp_path, capsys):
     """run_summarization.py's spellings (Seq2SeqTrainingArguments) give the recipe's own record; where the meaning
-    differs the answer is one line (was: "unrecognized arguments" for each)."""
+    differs the answer is one line (not: "unrecognized arguments" for each)."""
     base = ["--config_path", "c.json", "--data_dir", "d", "--from_scratch"]
     theirs = parse_command_line(FINETUNE, base + [
         "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "4", "--max_train_samples", "100",

@@ -34,7 +34,7 @@ def _errors(capsys) -> list[str]:
 
 
 def test_a_fine_tuning_run_from_csv_files_validates_and_predicts(world, capsys):
-    """Was: --train_file unrecognized; fine-tuning read only {split}.source/.target."""
+    """Rules out: --train_file unrecognized; fine-tuning read only {split}.source/.target."""
     base, out = world["base"], world["base"] / "from_csv"
     files = ["--train_file", str(base / "train.csv"), "--validation_file", str(base / "validation.csv"),
              "--test_file", str(base / "test.csv")]
@@ -96,7 +96,7 @@ def test_the_source_prefix_is_trained_with_kept_by_the_model_and_applied_by_run_
 
 def test_model_revision_takes_that_revision_of_a_hub_id(world, tmp_path, monkeypatch, capsys):
     """Two revisions of one repository in the hub cache (offline): --model_revision picks the weights fine-tuning
-    starts from (was: no flag; the hub id's main only)."""
+    starts from (not: no flag; the hub id's main only)."""
     from bart.configuration import BartConfig
     from bart.modeling import BartForConditionalGeneration
     from bart.tokenization.tokenization_bart import BartTokenizer

@@ -145,7 +145,7 @@ def test_hf_export_errors(tmp_path):
 
 def test_table_files_of_every_kind_read_the_same(tmp_path):
     """transformers' --train_file formats: CSV (a header row, quoted newlines), JSON Lines, a JSON array; columns
-    named or found (was: a folder of .csv refused, "no .jsonl/.json/.parquet files")."""
+    named or found (not: a folder of .csv refused, "no .jsonl/.json/.parquet files")."""
     import csv
 
     from bart.data.prepare_summarization import convert_files

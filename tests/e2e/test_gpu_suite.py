@@ -323,7 +323,7 @@ def test_report_keeps_the_rows_of_a_part_stopped_part_way(tmp_path):
 
 
 def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp_path):
-    """The commands a GPU run gives its parts (the dry run only shows the tiny ones): issue 28's shapes,
+    """The commands a GPU run gives its parts (the dry run only shows the tiny ones): the shapes it measures,
     the peaks the peaks part measured, the datasheet peak of the GPU's name, apex's LAMB and the
     project's own when apex can run, the profile at the batch pretraining could run."""
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "apex_fused_lamb": True}))

@@ -58,7 +58,7 @@ def test_flags_named_in_the_readme_are_accepted():
 
 def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
     """The "Exporting to Hugging Face" block, each line run as printed in a folder laid out as Quick Start step 5
-    leaves it (a fine-tuning run's results/cnn_dm, its tokenizer saved beside its checkpoints). Old code: exit 2 on
+    leaves it (a fine-tuning run's results/cnn_dm, its tokenizer saved beside its checkpoints). Rules out: exit 2 on
     final_step.ckpt, asking for --config, which the README does not print; before that, the README's command named a
     data/tokenizer folder no step makes."""
     import json
@@ -154,7 +154,7 @@ def _code_blocks_in(text, language):
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
-# -- every command the README and docs/*.md print, and the test that runs it as printed (issue 37) -------------------
+# -- every command the README and docs/*.md print, and the test that runs it as printed -------------------------------
 # Commands of the ```bash blocks (one a line, comments dropped), the ```python blocks, and the commands quoted inline
 # (`bash ...`, `python ...`, `pip ...`, ...), per file. Each maps to the test that runs it, as printed where it can run
 # here. A template (with `...`, `N`, `DIR`) maps to the test that runs an instance of it; what cannot run on this
@@ -438,7 +438,7 @@ def test_the_quick_start_python_example_runs_as_printed(tmp_path, monkeypatch, c
     """Quick Start step 7, the Python block as printed, in a folder laid out as step 5 leaves it: the fine-tuned
     results/cnn_dm/final_step.ckpt (a raw state dict, as fine-tuning writes it), the run's run_config.json (its model
     config: Pre-LN or post-LN) and tokenizer files beside it. It prints one summary, the one the model's own
-    generation settings give. (Before: 15 lines hard-coding pre_ln = True, wrong for post-LN weights.)"""
+    generation settings give. (Rules out: 15 lines hard-coding pre_ln = True, wrong for post-LN weights.)"""
     import json
     import shutil
     import textwrap

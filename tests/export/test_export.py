@@ -204,7 +204,7 @@ def test_bad_inputs_are_one_line_exit_2_and_leave_nothing(tmp_path, tokenizer_di
 
 
 def test_the_exported_folder_gets_the_umasks_mode(tmp_path, tokenizer_dir, monkeypatch, capsys):
-    """Old code: the folder was 0755 whatever the umask (shared under 077, not group-writable under 002).
+    """Rules out: the folder was 0755 whatever the umask (shared under 077, not group-writable under 002).
     The export runs in this process under each umask (the mode comes from the process's umask)."""
     _checkpoint(tmp_path / "m.ckpt", False, 2)
     for mask in (0o022, 0o077, 0o002):

@@ -255,9 +255,9 @@ def test_entry_scripts_refuse_an_uncached_hub_id_in_one_line(hub_50k):
 
 def test_the_readmes_download_command_runs_as_printed(tmp_path, tokenizer_dir):
     """README, "Starting from public weights": `hf download facebook/bart-large`, typed as printed, here offline
-    from a cache that holds it (the command resolves the cached snapshot and prints its folder). Before, the
-    README and bart.hub's messages printed `huggingface-cli download`, which huggingface_hub 1.x and later no
-    longer install (only `hf`, which 0.34 and later have: transformers 4.57's huggingface_hub 0.36 too)."""
+    from a cache that holds it (the command resolves the cached snapshot and prints its folder). Not `huggingface-cli download`,
+    which huggingface_hub 1.x and later do not install (only `hf`, which 0.34 and later have: transformers 4.57's
+    huggingface_hub 0.36 too)."""
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     [line] = [line for line in readme.splitlines() if line.startswith("hf download ")]
     command = line.split("#")[0].strip()
@@ -324,7 +324,7 @@ def test_export_pushes_to_the_hub_through_huggingface_hub(tmp_path, tokenizer_di
 def test_finetuning_pushes_its_best_model_folder_once_at_the_end(tmp_path, small_tokenizer_dir):
     """finetune.py --push_to_hub REPO (--hub_model_id, transformers' name): best_tfmr/, verified in transformers,
     uploaded byte for byte in one commit after training; without a token it is one line before anything runs
-    (was: no flag; the user exported and pushed by hand)."""
+    (not: no flag; the user exported and pushed by hand)."""
     import json as json_
 
     from benchmarks.corpora import write_summarization_data
@@ -359,7 +359,7 @@ def test_finetuning_pushes_its_best_model_folder_once_at_the_end(tmp_path, small
 def test_an_unreachable_hub_is_one_line_naming_the_upload_that_finishes_the_push(tmp_path, tokenizer_dir):
     """--push_to_hub with a token and no hub to reach (HF_ENDPOINT on a port nothing listens on): exit 2 and one
     line naming the endpoint, the export kept and the command that uploads it; that command, run once the hub is
-    there, finishes the push. Before: exit 1 and a 40-70 line traceback of httpx2.ConnectError under
+    there, finishes the push. Rules out: exit 1 and a 40-70 line traceback of httpx2.ConnectError under
     huggingface_hub 2.x (the handler knew httpx's errors only)."""
     config = BartConfig(**dict(TINY, vocab_size=50265))
     torch.manual_seed(0)

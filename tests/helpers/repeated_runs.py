@@ -7,7 +7,7 @@
   ``bart.cli.exits.run_entry`` as notebooks, the configuration matrix and the tests run them;
 - SHORT short DDP runs: the recipe's process group and DDP wrapper (``DDPStrategy``) round a one-layer model, one
   update, an ``all_gather_objects`` (as a checkpoint's), ``cleanup()``, and only then the wrapper freed (as a
-  caller holding the trainer frees it): the order in which the old code deadlocked within a few runs (issue 52).
+  caller holding the trainer frees it): the order in which a group that outlives its destruction in the Reducer deadlocks within a few runs.
 
 After each fine-tuning run a garbage collection, as the interpreter may start one at any moment: the run's trainer
 and model wrapper (a reference cycle with the validation) are freed then, milliseconds after the run ended its
@@ -39,7 +39,7 @@ def short_ddp_run(run: int) -> int:
     wrapper(torch.randn(4, 8)).sum().backward()
     dist_utils.all_gather_objects({"rank": env.rank, "run": run})
     dist_utils.cleanup()
-    del wrapper  # the Reducer goes after the group's end (old code: destroyed it holding the GIL)
+    del wrapper  # the Reducer goes after the group's end (not: destroyed it holding the GIL)
     return 0
 
 

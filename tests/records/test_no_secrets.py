@@ -73,7 +73,7 @@ def _files_holding(secret, *folders):
 
 @needs_wheels
 def test_a_ci_token_in_the_remote_reaches_no_wheel_record_or_model_card(tmp_path, tokenizer_dir, monkeypatch):
-    """Before: the wheel's bart/_build.json and every run's git_log.json held the remote with the token
+    """Rules out: the wheel's bart/_build.json and every run's git_log.json held the remote with the token
     (``https://gitlab-ci-token:TOKEN@host/...``), the command line the interpreter's path and ``--hub_token TOKEN``,
     and the model card (pushed with --push_to_hub) that command line."""
     clone = _ci_clone(tmp_path)

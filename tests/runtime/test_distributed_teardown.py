@@ -2,12 +2,12 @@
 (notebooks, the configuration matrix and the tests run scripts so, through ``bart.cli.exits.run_entry``) never hang
 between two runs.
 
-Old code (issue 52): a DDP run's process group outlived ``destroy_process_group`` in its Reducer; freed with the
-trainer after the run, the Reducer destroyed the gloo group with the GIL held, joining a gloo worker that waited for
-that GIL to release the tensors of its last collective: the rank sat at 0% CPU, its peer in the next rendezvous,
-until the test's timeout. On 2 cores it hung within the first few runs of :func:`test_runs_one_after_another_end`'s
-launch. Now the group is destroyed by its Python object, with the GIL released (``bart.runtime.distributed``'s
-``cleanup`` and ``outlive_reducer``).
+The order held: the group is destroyed by its Python object, with the GIL released (``bart.runtime.distributed``'s
+``cleanup`` and ``outlive_reducer``). A DDP run's process group that outlives ``destroy_process_group`` in its
+Reducer, freed with the trainer after the run, has the Reducer destroy the gloo group with the GIL held, joining a
+gloo worker that waits for that GIL to release the tensors of its last collective: the rank sits at 0% CPU, its peer
+in the next rendezvous, until the test's timeout (on 2 cores within the first few runs of
+:func:`test_runs_one_after_another_end`'s launch).
 
 The launch is watched (``tests.helpers.processes.run_ranks``): a hang anywhere fails within a minute of the last line
 printed, with every process's Python stacks, and no process is left behind."""
@@ -24,7 +24,7 @@ from tests.helpers.repeated_runs import STRATEGIES
 from tests.helpers.summaries import write_summarization_data
 
 ROUNDS = 4  # rounds of one DDP and one FSDP fine-tuning run: 8 runs, each ending its process group
-SHORT = 20  # short DDP runs (tests/helpers/repeated_runs.py): old code hung within the first few
+SHORT = 20  # short DDP runs (tests/helpers/repeated_runs.py): the deadlock above shows within the first few
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,4 @@
-"""One run per output folder (bart/runtime/run_lock.py) and a run folder deleted under a running run (issue 29,
-cases 1 and 7): a second run into a folder in use is refused in one line naming the first, before it writes
+"""One run per output folder (bart/runtime/run_lock.py) and a run folder deleted under a running run: a second run into a folder in use is refused in one line naming the first, before it writes
 anything there; a lock left by a dead process is reported and taken over; the ranks of a refused torchrun
 job all stop; a run whose folder or run files are deleted stops at its next log or checkpoint write in one
 line instead of re-creating a folder holding only checkpoints."""
@@ -229,8 +228,8 @@ def _logged_steps(out) -> list[int]:
 
 def test_an_entry_script_run_in_process_frees_its_folder_when_it_ends(pretraining):
     """A caller that goes on after ``run_main`` (a notebook, a test's worker) holds no lock on the folder of a run
-    that ended: old code kept run.lock and its heartbeat until the interpreter exited, so any later process into
-    that folder was refused as 'in use by another run' (the clean-clone suite failed on it)."""
+    that ended: run.lock and its heartbeat go with the run, not with the interpreter, so a later process into that
+    folder is not refused as 'in use by another run'."""
     from tests.helpers.entry import run_entry
 
     out = pretraining["base"] / "in_process"
@@ -370,7 +369,7 @@ def test_deleted_run_files_stop_the_run_and_the_resume_writes_them_again(pretrai
 
 def test_an_output_folder_replaced_by_a_file_stops_the_run_in_one_line(pretraining, monkeypatch, capfd):
     """TensorBoard on; the folder is replaced by a file just after the run's check at update 3 found it there
-    (the race a user meets: the check, then the writes). Old code: TensorBoard's writer-thread traceback, then
+    (the race a user meets: the check, then the writes). Rules out: TensorBoard's writer-thread traceback, then
     exit 2 (NotADirectoryError as a user's mistake) where the documented code is 3."""
     from tests.helpers.entry import run_entry
 

@@ -115,8 +115,8 @@ def test_the_build_steps_run_on_cpu(container_image):
 def test_the_seed_readmes_printed_commands_in_the_container(container_image, tmp_path):
     """The reference README's printed commands, typed inside the container: the fine-tuning command that
     gives 15 of the 16 values, and the evaluation example without NUM_GPU whose checkpoint does not exist,
-    each get one line and exit 2 before anything is launched (on the old code the first ran the whole
-    fine-tuning, then stopped at `run_eval.py --bs true`)."""
+    each get one line and exit 2 before anything is launched (the first does not run the whole
+    fine-tuning, then stop at `run_eval.py --bs true`)."""
     from tests.helpers.summaries import write_summarization_data
 
     data = write_summarization_data(str(tmp_path / "cnn_dm"), sizes=(("train", 2), ("val", 1), ("test", 1)))

@@ -137,7 +137,7 @@ def clone(tmp_path_factory):
 def test_a_clones_build_names_its_commit_and_so_does_the_checkout(clone, tmp_path):
     """The version comes from git (setuptools-scm, bart/records/versioning.py): a clone's wheel is called
     <version>+g<commit>, its _build.json records the same version and commit, and this checkout's bart.__version__
-    (read without importing torch) is that version, with .d<date> where the checkout has changes. Before: every
+    (read without importing torch) is that version, with .d<date> where the checkout has changes. Rules out: every
     build was 1.0.0 and a checkout's version None."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -161,7 +161,7 @@ def test_a_clones_build_names_its_commit_and_so_does_the_checkout(clone, tmp_pat
 def test_an_archives_build_names_and_records_its_commit(clone, tmp_path):
     """`git archive HEAD` output (.git_archival.txt filled in by export-subst) builds offline into a wheel whose
     version and _build.json name the commit; installed, `import bart; bart.__version__` says that version, a run's
-    record (git_log.json) the version and commit, and the model card both. Before: version 1.0.0, commit null
+    record (git_log.json) the version and commit, and the model card both. Rules out: version 1.0.0, commit null
     (the record's and _build.json's), and the model card said commit `None`."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -340,7 +340,7 @@ def _declared_torch():
 def test_torch_floor_is_the_oldest_torch_a_run_of_record_used():
     """pyproject.toml's torch floor is the oldest torch anything was run on: CI's (scripts/install.sh's pin), the
     container's (Dockerfile) and each GPU suite's record (docs/results: its `| torch | VERSION |` row), and the
-    README says the same (was: torch>=2.4, which FSDP2's fully_shard, torch 2.6, alone rules out)."""
+    README says the same (not: torch>=2.4, which FSDP2's fully_shard, torch 2.6, alone rules out)."""
     from packaging.version import Version
 
     (floor,) = [s.version for s in _declared_torch().specifier if s.operator == ">="]

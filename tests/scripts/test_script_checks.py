@@ -470,7 +470,7 @@ def _presets(file):
 
 
 def test_the_seeds_and_the_references_presets_exist_and_pass_the_scripts_checks(sandbox):
-    """Before: xsum_params.sh had no dgxa100_8gpu_tf32_eval (the seed's Quick Start: "command not found"), no
+    """Rules out: xsum_params.sh had no dgxa100_8gpu_tf32_eval (the seed's Quick Start: "command not found"), no
     1-GPU presets (the seed's XSum table: 1 GPU, batch 24/40), no DGX-1 V100 presets for either dataset."""
     wanted = {"xsum_params.sh": {"dgxa100_8gpu_tf32_eval", "dgxa100_1gpu_bf16", "dgxa100_1gpu_tf32",
                                  "dgxa100_1gpu_bf16_eval", "dgxa100_1gpu_tf32_eval", "dgx1_8gpu_fp16", "dgx1_8gpu_fp32",
@@ -505,7 +505,7 @@ def test_the_seeds_and_the_references_presets_exist_and_pass_the_scripts_checks(
 
 
 def test_scripts_take_a_leading_part_of_their_values_and_the_references_defaults(sandbox):
-    """Before: `run_pretraining.sh 200 32` was refused (15 or nothing), the benchmark scripts wanted all their
+    """Rules out: `run_pretraining.sh 200 32` was refused (15 or nothing), the benchmark scripts wanted all their
     values, and the inference benchmark stopped at 1,000 examples and refused N_OBS=-1."""
     _with_xsum(sandbox)
     run = sandbox.run(["scripts/run_pretraining.sh", "200", "32"])
@@ -565,7 +565,7 @@ def test_scripts_take_a_leading_part_of_their_values_and_the_references_defaults
 
 
 def test_fp32_evaluation_is_fp32(sandbox):
-    """Before: PREC/PRECISION fp32 passed no precision flag to run_eval.py, which then ran TF32 products."""
+    """Rules out: PREC/PRECISION fp32 passed no precision flag to run_eval.py, which then ran TF32 products."""
     for script, args in (("run_summarization.sh", _at(SUMMARIZATION, 8, "fp32")),
                          ("run_eval_summarization.sh", _at(EVALUATION, 4, "fp32"))):
         run = sandbox.run([f"scripts/{script}", *args])
@@ -632,7 +632,7 @@ def test_new_benchmark_scripts_check_every_value_before_starting(sandbox):
 
 def test_the_training_scripts_check_their_extra_flags_before_training(sandbox):
     """EXTRA_ARGS (and the flags after the values) are checked as the script's own values, before anything starts.
-    Was: EVAL_CHECKPOINT=best with --save_top_k 0 ran the whole fine-tuning, then the evaluation was refused."""
+    Rules out: EVAL_CHECKPOINT=best with --save_top_k 0 ran the whole fine-tuning, then the evaluation was refused."""
     out = str(sandbox.tmp / "elsewhere")
     assert _refusals(sandbox, "run_summarization.sh", [
         (SUMMARIZATION, {"EVAL_CHECKPOINT": "best", "EXTRA_ARGS": "--save_top_k 0"},
@@ -662,7 +662,7 @@ def test_run_summarization_resumes_or_starts_over_and_evaluates_again(sandbox):
 
 
 def test_phase_2_says_which_phase_1_checkpoint_it_looked_for(sandbox):
-    """Was: exit 2 with nothing said after phase 1's banner (ls's status under pipefail ended the script)."""
+    """Rules out: exit 2 with nothing said after phase 1's banner (ls's status under pipefail ended the script)."""
     res = sandbox.tmp / "res"
     (res / "phase_1").mkdir(parents=True)
     (res / "phase_1" / "dllogger.json").write_text("")
@@ -680,7 +680,7 @@ def test_phase_2_says_which_phase_1_checkpoint_it_looked_for(sandbox):
 
 def test_the_resume_command_a_stopped_script_names(sandbox):
     """The scripts' stop line: the command that resumes, with the run's OUTPUT_DIR (a default one is dated: the
-    same command alone would start another run), every environment value the run was started with (was: EXTRA_ARGS,
+    same command alone would start another run), every environment value the run was started with (not: EXTRA_ARGS,
     N_VAL, SEED, VAL_CHECK_INTERVAL, TOKENIZER, CPU_PROCESSES dropped: the resume silently ran with other settings)
     and without --overwrite_output_dir."""
     env = {"OUTPUT_DIR": "results/bart_pyt_1", "EXTRA_ARGS": "--overwrite_output_dir --seed 3", "SEED": "5",

@@ -221,8 +221,8 @@ def _hashes(folder):
 def test_folders_are_the_same_bytes_under_either_transformers_major(tokenizer_dir, tmp_path):
     """build_tokenizer and train_tokenizer write the bytes recorded under transformers 4.57 whichever
     major is installed, and the installed transformers reads them as 4.57 does: BART's class, <mask>
-    with lstrip, the same ids as the project's native path (on, for these folders). On the old code
-    under transformers 5.x: another tokenizer_class, no special_tokens_map.json, <mask> without lstrip."""
+    with lstrip, the same ids as the project's native path (on, for these folders). Under transformers 5.x
+    too: not another tokenizer_class, not without special_tokens_map.json, not <mask> without lstrip."""
     import transformers
     from transformers import AutoTokenizer
 

@@ -1,11 +1,11 @@
 """The tokenizer a model was trained with wins (bart/tokenization/tokenizer_choice.py).
 
 An offline hub cache holds a "facebook/bart-large" whose tokenizer (the small trained one) has other ids
-than the offline GPT-2+4 folder that ``$TOKENIZER`` names, as the image used to set it. Starting from
+than the offline GPT-2+4 folder that ``$TOKENIZER`` names, as an image may set it. Starting from
 (a) the hub id, (b) a folder with its tokenizer, (c) a training checkpoint, (d) NGC reference-format
 checkpoints and (e) a fairseq model.pt, fine-tuning, evaluation and export use the model's own tokenizer,
 or stop with one line naming both; ``--allow_tokenizer_mismatch`` overrides; pretraining from scratch
-uses the default. The old code silently used ``$TOKENIZER`` in every one of these cases."""
+uses the default. ``$TOKENIZER`` is never used silently in any of these cases."""
 import argparse
 import json
 import os
@@ -137,7 +137,7 @@ def test_the_models_own_tokenizer_wins_over_TOKENIZER(world, env, kind):
     start, names = STARTS[kind]
     model_path = start(world)
     small, gpt = world["ids"]["small"], world["ids"]["gpt"]
-    # $TOKENIZER with another vocabulary: one line naming both and the fix (the old code used it silently)
+    # $TOKENIZER with another vocabulary: one line naming both and the fix, not used silently
     with pytest.raises(UserError) as err:
         builder.load_tokenizer(_args(), model_path)
     message = str(err.value)
@@ -165,7 +165,7 @@ def test_from_scratch_the_default_is_the_lowest_choice(world, env):
     env.delenv("TOKENIZER")
     assert _ids(builder.load_tokenizer(_args())) == small  # facebook/bart-large, from the hub cache
     env.setenv("BART_DEFAULT_TOKENIZER", world["gpt"])
-    assert _ids(builder.load_tokenizer(_args())) == gpt  # the old code ignored it (facebook/bart-large)
+    assert _ids(builder.load_tokenizer(_args())) == gpt  # taken, not facebook/bart-large
     env.setenv("TOKENIZER", world["small"])
     assert _ids(builder.load_tokenizer(_args())) == small
     assert _ids(builder.load_tokenizer(_args(tokenizer=world["gpt"]))) == gpt
@@ -186,8 +186,8 @@ def test_a_resumed_run_keeps_its_tokenizer(world, env):
 
 
 def test_weights_without_a_tokenizer_need_one_named(world, env, tmp_path):
-    """A checkpoint of unknown vocabulary with no tokenizer beside it and none recorded: the old code took
-    $TOKENIZER or facebook/bart-large unasked; now --tokenizer / $TOKENIZER names it, else one line says so."""
+    """A checkpoint of unknown vocabulary with no tokenizer beside it and none recorded: --tokenizer / $TOKENIZER
+    names it, else one line says so (facebook/bart-large is not taken unasked)."""
     torch.save({"model": world["model"].state_dict(), "config": world["model"].config.to_dict()}, tmp_path / "w.ckpt")
     assert _ids(builder.load_tokenizer(_args(), str(tmp_path / "w.ckpt"))) == world["ids"]["gpt"]
     env.delenv("TOKENIZER")
@@ -216,8 +216,8 @@ def test_checkpoints_record_their_tokenizer(world, env, tmp_path):
     fresh = BartForConditionalGeneration(BartConfig(**TINY))
     fresh.load_state_dict(torch.load(final, weights_only=True))  # strict: the reference's raw state dict
     assert torch.equal(fresh.model.shared.weight, model.model.shared.weight)
-    # a later run saved another tokenizer into the folder: the checkpoints still name theirs (the old code
-    # took the folder's)
+    # a later run saved another tokenizer into the folder: the checkpoints still name theirs (not the
+    # folder's)
     _save_tokenizer(world["gpt"], run)
     env.delenv("TOKENIZER")
     small = world["ids"]["small"]
@@ -325,7 +325,7 @@ def test_the_image_bakes_a_default_for_scratch_and_bart_large_for_public_weights
 ])
 def test_scripts_leave_the_tokenizer_to_the_python_rule(script, args, world, tmp_path):
     """The scripts pass no --tokenizer of their own: $TOKENIZER, when the user sets it, reaches the process, and
-    without it pretraining from scratch takes $BART_DEFAULT_TOKENIZER (they used to pass facebook/bart-large)."""
+    without it pretraining from scratch takes $BART_DEFAULT_TOKENIZER (not facebook/bart-large)."""
     log = tmp_path / "calls.txt"
     stub = tmp_path / "python"
     stub.write_text(f"#!/usr/bin/env bash\n"

@@ -112,7 +112,7 @@ def test_lddl_shards_and_folders_are_corpora(tmp_path):
 
 
 def test_cli_trains_and_writes_the_config(corpus, tmp_path):
-    """--config takes a shipped config's name, as --config_path does (was: the whole tokenizer trained and written,
+    """--config takes a shipped config's name, as --config_path does (not: the whole tokenizer trained and written,
     then exit 2 'cannot read the model config tiny')."""
     out = _cli(corpus, "--vocab_size", "512", "--out", str(tmp_path / "tok"), "--config", "tiny",
                "--config_out", str(tmp_path / "config.json"))
@@ -127,7 +127,7 @@ def test_cli_trains_and_writes_the_config(corpus, tmp_path):
 @pytest.mark.parametrize("case", ["unknown_name", "unknown_key", "config_out_folder"])
 def test_a_bad_config_is_one_line_before_training(corpus, tmp_path, case):
     """A --config that a run would refuse, or a --config_out that cannot be written, is one line and exit 2 before
-    any training: neither the tokenizer folder nor the config copy is written (was: the tokenizer trained and
+    any training: neither the tokenizer folder nor the config copy is written (not: the tokenizer trained and
     written, then the refusal, or for a bad key a config copy no run can read)."""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_modle=64)))
@@ -158,7 +158,7 @@ def test_main_notes_a_short_vocabulary(corpus, tmp_path, capsys):
 
 
 def test_out_replaces_an_earlier_tokenizer_and_never_other_files(corpus, tmp_path, capsys):
-    """Was: --out data removed the whole folder (the user's files with it) to put the tokenizer there."""
+    """Rules out: --out data removed the whole folder (the user's files with it) to put the tokenizer there."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "notes.txt").write_text("the user's")
     with pytest.raises(SystemExit) as stop:

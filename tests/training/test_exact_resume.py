@@ -3,7 +3,7 @@ boundary), by SIGTERM between updates or during a validation, and resumed with `
 logs the per-update losses and validation metrics of the uninterrupted run and ends with its weights, bit for
 bit: one process, DDP and FSDP (2 gloo processes, one launch; tests/helpers/resume_runs.py runs the cases).
 Dropout is on (0.1): a random stream a checkpoint loses shows in every later loss (with dropout 0 it would
-not). Old code: every loss after the resume differed (the fine-tuning DataLoader took its iterator's seed from
+not). Rules out: every loss after the resume differed (the fine-tuning DataLoader took its iterator's seed from
 torch's global generator, the dropout stream, once more in the resumed run than in the uninterrupted one)."""
 import os
 import sys
@@ -45,7 +45,7 @@ def one_process(job):
 def two_processes(job):
     """DDP and FSDP, two gloo processes each, in one launch."""
     base, argv = job
-    # watched: a hang (issue 52: one between two runs) fails within a minute with every rank's stacks
+    # watched: a hang (one between two runs: tests/runtime/test_distributed_teardown.py) fails within a minute with every rank's stacks
     code, out = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                            f"--master_port={free_port()}", "-m", "tests.helpers.resume_runs", str(base / "two"),
                            "ddp,fsdp", *argv, "--train_batch_size", "2"])

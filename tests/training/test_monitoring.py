@@ -90,7 +90,7 @@ def test_tensorboard_keeps_the_resume_steps_scalars_once(tmp_path, inputs, capsy
     """A fine-tuning run to step 4, then resumed in its folder from its step-2 checkpoint (as after a crash at step
     4): TensorBoard, read back with its own reader, holds every step's scalars once, step 2's (the checkpoint's:
     training loss and validation) from the first run and steps 3-4 from the resumed one, not both runs' 3-4.
-    Before: purge_step was the resume step, so step 2's train/* and val/* were dropped."""
+    Rules out: purge_step was the resume step, so step 2's train/* and val/* were dropped."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     world = dict(inputs.finetuning(16), base=tmp_path)
@@ -248,7 +248,7 @@ def test_plot_has_a_row_per_phase(tmp_path, pretrained):
 
 def test_the_plotted_curve_of_a_run_started_again_is_its_last_attempt(tmp_path):
     """A log holding an attempt that stopped before its first checkpoint, then the run started again: the curve is
-    the second attempt's (was: both attempts' updates 1-3 drawn as one zigzag)."""
+    the second attempt's (not: both attempts' updates 1-3 drawn as one zigzag)."""
     import json
 
     from utils.plot_logs import TRAIN_LOSS, read_log, series

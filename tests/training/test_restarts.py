@@ -60,7 +60,7 @@ def test_auto_starts_a_new_run_then_resumes_from_its_newest_checkpoint(world, ca
 
 def test_resume_true_with_no_checkpoint_starts_a_new_run_with_a_note(world, capsys):
     """The reference's phase-1 line as printed (--resume_from_checkpoint=True on a first start) starts the run, as
-    the reference does, saying so in one line (was: refused, "use auto"); its restart then resumes."""
+    the reference does, saying so in one line (not: refused, "use auto"); its restart then resumes."""
     out = world["base"] / "true_none"
     argv = world["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "1", "--resume_from_checkpoint=True"]
     assert _main("finetune.py", argv + ["--max_steps", "1"]) == 0
@@ -209,8 +209,8 @@ def _ends_as_the_uninterrupted_run(world, restarted) -> None:
 
 @pytest.mark.slow
 def test_torchrun_restart_before_the_first_checkpoint_starts_again_and_ends_as_an_uninterrupted_run(world):
-    """Was: the restarted processes joined, then exit 2: "--output_dir holds another run's files (dllogger.json) ...
-    no training checkpoint to go on from: add --overwrite_output_dir" (a regression: it had finished before). Rank 1
+    """Rules out: the restarted processes join, then exit 2: "--output_dir holds another run's files (dllogger.json) ...
+    no training checkpoint to go on from: add --overwrite_output_dir". Rank 1
     is SIGKILLed after update 3 with no checkpoint written (saved at the end only); the restart starts the run
     again from update 1, its log kept, and ends bit-equal to the uninterrupted run."""
     argv = world["argv"] + ["--max_steps", "6", "--resume_from_checkpoint", "auto", "--dist_timeout", "1",
@@ -236,12 +236,12 @@ def _one_line_error(capsys, script="finetune.py"):
 
 
 @pytest.mark.parametrize("written, resumed, said", [
-    (["--lamb"], [], "optimizer: LAMB in the checkpoint, AdamW now (--optim / --lamb)"),            # was: exit 0, LAMB state in AdamW
-    ([], ["--lamb"], "optimizer: AdamW in the checkpoint, LAMB now (--optim / --lamb)"),            # was: KeyError 'bias_correction'
+    (["--lamb"], [], "optimizer: LAMB in the checkpoint, AdamW now (--optim / --lamb)"),            # not: exit 0, LAMB state in AdamW
+    ([], ["--lamb"], "optimizer: AdamW in the checkpoint, LAMB now (--optim / --lamb)"),            # not: KeyError 'bias_correction'
     (["--bf16"], [], "precision: bf16 in the checkpoint, tf32 now (--fp16/--bf16/--fp8/--no-tf32)"),
     ([], ["--weight_decay", "0.1"], "weight_decay: 0.0 in the checkpoint, 0.1 now (--weight_decay)"),
     ([], ["--lr_scheduler", "constant"], "lr_scheduler: linear in the checkpoint, constant now (--lr_scheduler)"),
-    # was: exit 0 and no word, the losses diverging from the next update
+    # not: exit 0 and no word, the losses diverging from the next update
     ([], ["--seed", "3"], "seed: 42 in the checkpoint, 3 now (--seed) (--allow_resume_change seed resumes with"),
     ([], ["--label_smoothing", "0.1"], "label_smoothing: 0.0 in the checkpoint, 0.1 now (--label_smoothing)"),
     ([], ["--n_val", "2"], "n_val: 0 in the checkpoint, 2 now (--n_val)"),
@@ -271,7 +271,7 @@ def test_an_allowed_change_resumes_and_says_so(world, capsys):
 
 
 def test_a_resume_on_another_training_split_of_the_same_size_is_refused_and_writes_nothing(world, capsys):
-    """Was: exit 0 and no word (the checks covered the schedule and batch, not the data's identity); and a refused
+    """Rules out: exit 0 and no word (the checks covered the schedule and batch, not the data's identity); and a refused
     resume rewrote run_config.json with the refused settings, so --config_file of it started the refused run."""
     from benchmarks.corpora import write_summarization_data
 
@@ -297,7 +297,7 @@ def test_a_resume_on_another_training_split_of_the_same_size_is_refused_and_writ
 
 
 def test_a_pretraining_checkpoint_resumed_by_finetuning_is_named_and_its_advice_works(world, inputs, tmp_path, capsys):
-    """Was: a KeyError 'batches' traceback (the data position of another loader) where the schedule matched."""
+    """Rules out: a KeyError 'batches' traceback (the data position of another loader) where the schedule matched."""
     pre = tmp_path / "pre"
     argv = inputs.pretraining_argv()[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
                                             "--output_dir", str(pre)]
@@ -350,7 +350,7 @@ def test_a_warmup_ratio_is_recorded_as_updates_and_resumes_as_them(world, capsys
 
 def test_adafactor_trains_keeps_far_less_state_and_resumes_exactly(world, capsys):
     """--optim adafactor (transformers' name; torch's optimizer): the run learns, its checkpoint's optimizer state is
-    a fraction of AdamW's, and a resume ends where the uninterrupted run ends. Was: "not implemented"."""
+    a fraction of AdamW's, and a resume ends where the uninterrupted run ends. Rules out: "not implemented"."""
     from bart.files.checkpoint_io import safe_load
 
     def state_bytes(path):

@@ -35,7 +35,7 @@ def _log_steps(out) -> list:
 
 
 def test_a_finished_runs_command_again_is_refused_and_overwrite_starts_over_cleanly(world, capsys):
-    """Was: exit 0, final_step.ckpt and dllogger.json replaced, the first run's checkpoints left beside the new ones."""
+    """Rules out: exit 0, final_step.ckpt and dllogger.json replaced, the first run's checkpoints left beside the new ones."""
     out = world["base"] / "finished"
     argv = world["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "2"]
     assert run_entry("finetune.py", argv + ["--max_steps", "4"]) == 0
@@ -81,7 +81,7 @@ def test_overwrite_output_dir_with_a_resume_is_refused_at_parse_time(world, caps
 
 
 def test_a_stopped_pretraining_run_typed_again_is_refused(tmp_path, inputs, capsys):
-    """Was: exit 0, a new run from update 1 over the stopped one (its log and stop record gone)."""
+    """Rules out: exit 0, a new run from update 1 over the stopped one (its log and stop record gone)."""
     out = str(tmp_path / "run")
     argv = inputs.pretraining_argv()[1:] + ["--max_steps", "4", "--save_checkpoint_steps", "2", "--output_dir", out,
                                             "--no_tensorboard"]
@@ -110,7 +110,7 @@ def test_auto_with_only_a_finished_runs_weights_is_refused(world, capsys):
 
 # -- a resume that reshapes the learning-rate schedule --------------------------------------------------
 def test_a_resume_with_another_max_steps_is_refused_unless_allowed_and_then_said(world, capsys):
-    """Was: exit 0 and the linear decay restarted silently (1e-07 at update 8, 2.5e-04 at update 9)."""
+    """Rules out: exit 0 and the linear decay restarted silently (1e-07 at update 8, 2.5e-04 at update 9)."""
     out = world["base"] / "longer"
     argv = world["argv"] + ["--output_dir", str(out), "--resume_from_checkpoint", "auto"]
     assert run_entry("finetune.py", argv + ["--max_steps", "4"]) == 0
@@ -161,7 +161,7 @@ def test_a_constant_schedule_resumes_with_more_steps(world, capsys):
 
 # -- run_eval.py into a folder with an earlier evaluation ----------------------------------------------
 def test_run_eval_over_an_earlier_evaluation_is_refused_unless_overwrite(world, capsys):
-    """Was: test_generations.txt and test_rouge.json replaced without a word (bart.export refuses the same case)."""
+    """Rules out: test_generations.txt and test_rouge.json replaced without a word (bart.export refuses the same case)."""
     save = world["base"] / "evaluated"
     weights = world["argv"][world["argv"].index("--init_checkpoint") + 1]
     argv = [weights, world["config"], world["data"], str(save), "--tokenizer", world["tokenizer"], "--bs", "4",
@@ -199,7 +199,7 @@ def test_run_eval_into_a_training_folder_keeps_its_log(user_inputs, tmp_path, ca
 
 # -- inputs a run cannot use as given: each one clear line ------------------------------------------------
 def test_finetuning_refuses_an_empty_line_as_run_eval_does(world, tmp_path, capsys):
-    """Was: exit 0, the pair dropped (data_rows 31 for 32 lines)."""
+    """Rules out: exit 0, the pair dropped (data_rows 31 for 32 lines)."""
     import shutil
 
     data = tmp_path / "data"
@@ -217,7 +217,7 @@ def test_finetuning_refuses_an_empty_line_as_run_eval_does(world, tmp_path, caps
 
 
 def test_a_huge_pad_vocab_multiple_is_refused_in_one_line(world, tmp_path, capsys):
-    """Was: accepted silently, the vocabulary padded to 1,000,000 rows and the run 145x slower."""
+    """Rules out: accepted silently, the vocabulary padded to 1,000,000 rows and the run 145x slower."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(dict(CONFIG, pad_vocab_to_multiple_of=1000000)))
     argv = world["argv"] + ["--output_dir", str(tmp_path / "out"), "--max_steps", "1"]
@@ -229,7 +229,7 @@ def test_a_huge_pad_vocab_multiple_is_refused_in_one_line(world, tmp_path, capsy
 
 
 def test_a_tokenizer_json_file_names_its_folder(world, tmp_path, capsys):
-    """Was: a tokenizer.json file failed, and the fix suggested building a folder named tokenizer.json."""
+    """Rules out: a tokenizer.json file failed, and the fix suggested building a folder named tokenizer.json."""
     argv = world["argv"] + ["--output_dir", str(tmp_path / "out"), "--max_steps", "1"]
     at = argv.index("--tokenizer") + 1
     argv[at] = os.path.join(world["tokenizer"], "tokenizer.json")
@@ -244,7 +244,7 @@ def test_a_tokenizer_json_file_names_its_folder(world, tmp_path, capsys):
 
 
 def test_a_shard_whose_sentences_are_int64_names_the_type(tmp_path, small_tokenizer_dir, capsys):
-    """Was: the line named the columns, not the type that is wrong."""
+    """Rules out: the line named the columns, not the type that is wrong."""
     import glob
 
     import pyarrow as pa
@@ -264,7 +264,7 @@ def test_a_shard_whose_sentences_are_int64_names_the_type(tmp_path, small_tokeni
 
 
 def test_preprocessing_an_empty_corpus_folder_is_one_line_exit_2_and_leaves_nothing(tmp_path):
-    """Was: exit 1 (2 is documented) and an empty data folder left behind."""
+    """Rules out: exit 1 (2 is documented) and an empty data folder left behind."""
     import subprocess
     import sys
 
@@ -283,7 +283,7 @@ def test_preprocessing_an_empty_corpus_folder_is_one_line_exit_2_and_leaves_noth
 
 
 def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
-    """Was: "run the same command again to resume", which a new run into the folder would now be refused for."""
+    """Rules out: "run the same command again to resume", which a new run into the folder would now be refused for."""
     import shlex
     import signal
 
@@ -296,7 +296,7 @@ def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
     head = "launch: SIGTERM received: the processes stopped (exit codes 75, 75): "
     assert _said(signal.SIGTERM, [75, 75], 75, argv, since=0.0) == (
         f"{head}no checkpoint was written (it stopped before the first): to start the run again, run "
-        f"{resume_command(argv)}")  # was: "a checkpoint was written", where none was
+        f"{resume_command(argv)}")  # not: "a checkpoint was written", where none was
     folder.mkdir()
     (folder / "_step2.ckpt").write_bytes(b"")
     (folder / "_step10.ckpt").write_bytes(b"")
@@ -320,7 +320,7 @@ def _attempt_marks(out) -> list:
 
 
 def test_the_advised_command_after_a_failure_before_the_first_checkpoint_starts_the_run_again(world, capsys):
-    """Was: the line advised leaving --wandb_project out, and that command was refused ("holds another run's files
+    """Rules out: the line advised leaving --wandb_project out, and that command was refused ("holds another run's files
     (dllogger.json)"): a log with no checkpoint made the folder another run's."""
     out = world["base"] / "no_wandb"
     argv = world["argv"] + ["--output_dir", str(out), "--max_steps", "2"]
@@ -368,9 +368,9 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_and_keeps_its_log
 
 
 def test_a_run_config_replayed_never_removes_its_run(tmp_path, inputs, capsys):
-    """Was: --config_file RUN/run_config.json of a run started with --overwrite_output_dir replayed it: RUN's files
-    (its checkpoints, log and the very file given) were removed and a new run started; adding
-    --resume_from_checkpoint auto was refused ("give one"). Now the file's one-shot actions are not replayed."""
+    """--config_file RUN/run_config.json of a run started with --overwrite_output_dir does not replay it (the file's
+    one-shot actions are not replayed): RUN's files (its checkpoints, log and the very file given) are not removed
+    for a new run, and adding --resume_from_checkpoint auto resumes it."""
 
     out = tmp_path / "run"
     argv = inputs.pretraining_argv()[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "2",
@@ -392,7 +392,7 @@ def test_a_run_config_replayed_never_removes_its_run(tmp_path, inputs, capsys):
 
 
 def test_a_folder_this_process_may_not_write_names_what_to_check(world, tmp_path, capsys):
-    """An immutable (chattr +i) or foreign --output_dir: one line naming the path and what to check. Was: only
+    """An immutable (chattr +i) or foreign --output_dir: one line naming the path and what to check. Rules out: only
     "[Errno 1] Operation not permitted: '.../run.lock'"."""
     import shutil
     import subprocess
@@ -412,7 +412,7 @@ def test_a_folder_this_process_may_not_write_names_what_to_check(world, tmp_path
 
 
 def test_overwrite_output_dir_removes_the_runs_best_model_folder_and_nothing_of_the_users(tmp_path):
-    """finetune.py's best_tfmr/ is the run's (was: left behind by --overwrite_output_dir, looking current after a new
+    """finetune.py's best_tfmr/ is the run's (not: left behind by --overwrite_output_dir, looking current after a new
     run that does not validate); a folder of the user's stays."""
     from bart.training.checkpoint import remove_earlier_run
 

@@ -99,9 +99,9 @@ def _finetune(summaries, out, *flags, launch=()):
 
 
 def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, progress_lines):
-    """Old code: exit 143 and no message (SIGTERM's default action): the sbatch script's requeue on 75 did not
-    happen; then exit 75, but only once the whole validation had ended (400 examples here, minutes on CNN/DM,
-    longer than SLURM's grace). Now it stops at the next generation batch."""
+    """It stops at the next generation batch with 75 (the sbatch script requeues on it): not exit 143 and no message
+    (SIGTERM's default action), nor 75 only once the whole validation has ended (400 examples here, minutes on
+    CNN/DM, longer than SLURM's grace)."""
     out = summaries["base"] / "sanity"
     run = _finetune(summaries, out, "--max_steps", "4", "--val_check_interval", "2", "--n_val", "400")
     seen = _signal_between_batches(run, "validate", [run.proc.pid], run.proc.pid)
@@ -113,7 +113,7 @@ def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, 
                                                       "stopped without writing a checkpoint"), output[-3000:]
     assert "the validation under way was abandoned" in ours(output, "finetune.py")[0]
     assert not [n for n in os.listdir(out) if n.startswith(("_", "best_"))]  # no checkpoint of nothing trained
-    # the command again, its validation cut to 8 rows for time (what a requeue reruns; was: refused, "another
+    # the command again, its validation cut to 8 rows for time (what a requeue reruns; not refused as "another
     # run's files (dllogger.json)")
     code, output = _finetune(summaries, out, "--max_steps", "4", "--val_check_interval", "2", "--n_val", "8").finish()
     assert code == 0, output[-3000:]
@@ -122,7 +122,7 @@ def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, 
 
 def test_sigterm_during_a_periodic_validation_abandons_it_and_checkpoints_the_update(summaries, progress_lines):
     """The validation after update 2 is abandoned at its next batch (no metric, no best-k), the checkpoint of
-    update 2 is written, exit 75; the resumed run validates update 2 first. Old code: the whole validation ran
+    update 2 is written, exit 75; the resumed run validates update 2 first. Rules out: the whole validation ran
     (400 examples), its metric and best checkpoint written, before the stop."""
     out = summaries["base"] / "periodic"
     flags = ("--max_steps", "4", "--val_check_interval", "2", "--num_sanity_val_steps", "0", "--log_freq", "1",
@@ -153,7 +153,7 @@ def test_sigterm_during_the_test_prediction_stops_with_75_and_the_same_command_p
                                                                                       capsys):
     """finetune.py --do_predict: a SIGTERM during the prediction after training stops it at the next batch (exit 75,
     the trained weights written, no test_generations.txt nor metrics); the same command again (as the scripts run
-    it, --resume_from_checkpoint auto) predicts without training again. Old code: the signal was ignored, the
+    it, --resume_from_checkpoint auto) predicts without training again. Rules out: the signal was ignored, the
     prediction finished and the run ended 0."""
     out = summaries["base"] / "predict"
     flags = ("--max_steps", "2", "--n_val", "0", "--do_predict", "--n_test", "96", "--log_freq", "1",
@@ -182,7 +182,7 @@ def test_sigterm_during_the_test_prediction_stops_with_75_and_the_same_command_p
 def test_pretraining_validation_loss_stops_at_the_next_batch():
     """The held-out loss loop (pretraining's validation, fine-tuning's --val_metric loss) takes a stop signal at its
     next batch: a real SIGUSR1 during the first batch's forward, under the entry scripts' StopRequest, and the loop
-    ends before the second (StoppedAtBatch: the trainer then checkpoints the last update). Old code: every batch ran."""
+    ends before the second (StoppedAtBatch: the trainer then checkpoints the last update). Rules out: every batch ran."""
     from types import SimpleNamespace
 
     from bart.configuration import BartConfig
@@ -215,7 +215,7 @@ def test_pretraining_validation_loss_stops_at_the_next_batch():
     (signal.SIGTERM, EXIT_PREEMPTED, "run_eval.py: stopped: SIGTERM received: stopped before the work was done"),
 ])
 def test_a_signal_while_run_eval_generates_is_one_line(summaries, sig, code, said):
-    """Old code: Ctrl-C was exit 130 with a full KeyboardInterrupt traceback; SIGTERM exit 143, no message."""
+    """Rules out: Ctrl-C was exit 130 with a full KeyboardInterrupt traceback; SIGTERM exit 143, no message."""
     out = summaries["base"] / f"eval_{sig.name}"
     run = Watched([sys.executable, "run_eval.py", summaries["weights"], summaries["config"],
                     summaries["data"], str(out), "--tokenizer", summaries["tok"], "--max_source_length", "32",
@@ -282,7 +282,7 @@ def _second_press(run, workers, press) -> None:
 @pytest.mark.parametrize("presses", [1, 2])
 def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup, presses):
     """SIGTERM once to the launcher: every rank checkpoints, the job ends 75 (what the sbatch scripts requeue on).
-    Ctrl-C twice: the second reaches the workers too and the job ends 130. Old code (torchrun): exit 1 and
+    Ctrl-C twice: the second reaches the workers too and the job ends 130. Rules out (torchrun): exit 1 and
     SignalException tracebacks, the second Ctrl-C abandoning the workers mid-checkpoint."""
     out = setup["base"] / f"launch{presses}"
     run = _launch(setup, out, slow_write_ms=0 if presses == 1 else 3000)
@@ -322,8 +322,8 @@ def test_stop_signals_under_torchrun_end_the_job_with_the_documented_code(setup,
 def test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch(summaries, progress_lines):
     """Two gloo processes under utils.launch, SIGTERM to rank 1 only while they generate the validation after
     update 2: the ranks agree at the next generation batch (a rank abandoning alone would leave the other waiting
-    in the gathering of generations), both write and name the checkpoint of update 2, the job ends 75. Old code:
-    the whole validation ran first."""
+    in the gathering of generations), both write and name the checkpoint of update 2, the job ends 75, the rest
+    of the validation not run."""
     out = summaries["base"] / "launch_validation"
     run = _finetune(summaries, out, "--max_steps", "4", "--val_check_interval", "2", "--num_sanity_val_steps", "0",
                     "--n_val", "400", launch=("-m", "utils.launch", "--nproc_per_node=2",
@@ -351,7 +351,7 @@ def test_sigterm_to_one_rank_during_validation_stops_both_at_the_same_batch(summ
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup):
-    """Old code: a 26-line KeyboardInterrupt traceback from rank 1, which said it "wrote None"."""
+    """Rules out: a 26-line KeyboardInterrupt traceback from rank 1, which said it "wrote None"."""
     out = setup["base"] / "rank1"
     run = _launch(setup, out, slow_write_ms=3000)
     wait_for(lambda: logged_step(out) >= 3, run.proc, "update 3")
@@ -365,7 +365,7 @@ def test_a_second_ctrl_c_to_one_rank_ends_the_job_in_one_line_per_process(setup)
     said = ours(output, "launch")
     assert len(said) == 1 and said[0].startswith("launch: rank 1 ended with exit code 130, so the job stopped: stopped "
                                                  "at once (Ctrl-C again), "), output[-4000:]
-    # what the folder holds, as the line says it (was: "without a checkpoint", where rank 0 had written one)
+    # what the folder holds, as the line says it (not: "without a checkpoint", where rank 0 had written one)
     written = sorted((n for n in os.listdir(out) if n.startswith("_step") and n.endswith(".ckpt")),
                      key=lambda n: int(n[5:-5]))
     assert (f"a checkpoint was written ({written[-1]}): to resume, run " if written else

@@ -486,7 +486,7 @@ def test_an_fp8_model_validates_and_decodes_as_its_weights_in_bf16():
     """Outside training the float8 layers compute as the linear layers they replaced, under the run's bf16 autocast:
     generation (beam search under torch.inference_mode) and validation's token loss of an --fp8 model are those of
     a plain model holding the same weights decoded in bf16 (what run_eval.py --bf16 and the export give), and in
-    training the products are float8's. Old code: generate raised NotImplementedError (aten.to.dtype on torchao's
+    training the products are float8's. Rules out: generate raised NotImplementedError (aten.to.dtype on torchao's
     float8 tensor), so an --fp8 run's validation, --do_predict and best-k ended in a traceback."""
     pytest.importorskip("torchao.float8")
     import copy
