@@ -5,7 +5,6 @@ reduction order's rounding (the same examples in each update; sums over other mi
 update's examples, the optimizer state, the schedule and the data position carry over. Dropout is off: a rank's
 dropout stream cannot map onto other ranks. A resume that changes the global batch is one line naming
 --allow_resume_change global_batch, and with it goes on, saying what the schedule and the data order do."""
-import json
 import os
 import shutil
 import sys
@@ -13,25 +12,22 @@ import sys
 import pytest
 import torch
 
-from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry
 from tests.helpers.other_processes_runs import RUN_FLAGS, STEPS, STOPPED_AT
 from tests.helpers.ports import free_port
 from tests.helpers.processes import run_ranks
 from tests.helpers.resume_runs import _as_killed_after
-from tests.helpers.summaries import write_summarization_data
 
 # reduction order: a sum over 8 sequences in one micro-batch, or over two of 4 on one process or two
 LOSS_TOLERANCE, WEIGHT_TOLERANCE = 1e-5, 1e-5
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, small_tokenizer_dir):
+def runs(tmp_path_factory, inputs):
     base = tmp_path_factory.mktemp("other_processes")
-    (base / "config.json").write_text(json.dumps(micro_config(dropout=0.0)))
     # 24 examples: an epoch of 3 updates of 8 sequences; the resume at update 2 is mid-epoch, and epoch 1 follows
-    data = write_summarization_data(str(base / "data"), sizes=(("train", 24), ("val", 4), ("test", 4)))
-    argv = ["--config_path", str(base / "config.json"), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
+    data = inputs.summaries(24, 4, 4)
+    argv = ["--config_path", inputs.config(dropout=0.0), "--data_dir", data, "--tokenizer", inputs.tokenizer,
             "--from_scratch", "--learning_rate", "1e-3", "--max_source_length", "32", "--max_target_length", "16",
             "--n_val", "0", "--num_workers", "0", "--no_tensorboard", "--sortish_sampler"]
     assert run_entry("finetune.py", argv + RUN_FLAGS + ["--train_batch_size", "8", "--output_dir",
@@ -134,13 +130,11 @@ def test_a_change_of_the_global_batch_is_one_line_and_allowed_by_name(runs, caps
     assert sorted(_losses(base / "smaller")) == list(range(1, STEPS + 1))
 
 
-def test_pretraining_resumes_only_on_the_processes_that_wrote_it(tmp_path, small_tokenizer_dir):
+def test_pretraining_resumes_only_on_the_processes_that_wrote_it(tmp_path, inputs):
     """Pretraining's data position is each process's own (LDDL shards dealt to processes and loader workers): a
     checkpoint of 1 process x 4 resumed on 2 x 2 (the same global batch) is one line on each rank naming what works."""
-    from tests.helpers.corpus import pretraining_argv
-
-    argv = pretraining_argv(tmp_path, small_tokenizer_dir)[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "1",
-                                                                  "--output_dir", str(tmp_path / "out")]
+    argv = inputs.pretraining_argv()[1:] + ["--max_steps", "2", "--save_checkpoint_steps", "1",
+                                            "--output_dir", str(tmp_path / "out")]
     assert run_entry("pretrain.py", argv) == 0
     code, out = run_ranks([sys.executable, "-m", "utils.launch", "--nproc_per_node=2",
                            f"--master_port={free_port()}", "pretrain.py", *argv, "--max_steps", "3",
