@@ -15,6 +15,7 @@ import torch
 from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry
+from tests.helpers.forked import run_python
 from tests.helpers.summaries import write_summarization_data
 
 pytestmark = pytest.mark.slow  # the module's runs: about 50 s on a 2-core CPU
@@ -25,7 +26,7 @@ REFERENCE_LATENCY_KEYS = ("inference_latency_mean", "inference_latency_conf_50",
 
 def _run(*args, timeout=600):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    out = run_python([sys.executable, *args], cwd=ROOT, env=env, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 

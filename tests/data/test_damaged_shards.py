@@ -4,7 +4,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 
@@ -17,6 +16,7 @@ from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
 from bart.errors import EXIT_USER_ERROR
 from tests.helpers import ROOT
 from tests.helpers.corpus import write_shards
+from tests.helpers.forked import run_python
 
 EXIT_INTERRUPTED = 130
 
@@ -36,8 +36,7 @@ def _env():
 
 def _run(args, timeout=120):
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    done = run_python([sys.executable, *args], cwd=ROOT, env=_env(), timeout=timeout)
     done.elapsed = time.perf_counter() - start
     return done
 

@@ -33,11 +33,19 @@ _SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SI
                         signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE) if s is not None]
 
 
-def _forkable() -> bool:
-    if not hasattr(os, "fork"):
+def _forkable(env: dict | None) -> bool:
+    """Whether a fork starts the command as a new interpreter would: fork exists; no process group is held (a fork
+    cannot share it); OpenMP has no threads of its own to lose (OMP_NUM_THREADS=1 here, as scripts/run_tests.sh sets
+    for its workers; BART_TESTS_FORK=0 turns forking off); and the command's PYTHONPATH adds no folder this process lacks (a folder of doubles, whose
+    modules a fresh interpreter would import in place of the real ones this process holds)."""
+    if not hasattr(os, "fork") or os.environ.get("OMP_NUM_THREADS") != "1" or os.environ.get("BART_TESTS_FORK") == "0":
         return False
     dist = sys.modules.get("torch.distributed")
-    return not (dist is not None and dist.is_available() and dist.is_initialized())
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return False
+    ours = {os.path.realpath(p or os.getcwd()) for p in sys.path}
+    extra = (env if env is not None else os.environ).get("PYTHONPATH", "")
+    return all(os.path.realpath(p) in ours for p in extra.split(os.pathsep) if p)
 
 
 def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_path: str, err_path: str) -> None:
@@ -62,7 +70,7 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
         for logger in list(logging.Logger.manager.loggerDict.values()):  # a library's handler (transformers')
             for handler in getattr(logger, "handlers", ()):               # writes to this process's stderr
                 if type(handler) is logging.StreamHandler:
-                    handler.setStream(sys.stderr)
+                    handler.stream = sys.stderr  # (setStream would flush the test process's stream)
         warnings.filters[:] = _PYTHON_WARNING_FILTERS
         warnings._filters_mutated()
         if env is not None:
@@ -110,10 +118,9 @@ def _run(args: list[str]) -> int:
         sys.path[0] = os.getcwd()
         exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
     else:
-        script = os.path.abspath(args[0])
         sys.argv = [args[0], *args[1:]]
-        sys.path[0] = os.path.dirname(script)
-        runpy.run_path(script, run_name="__main__")
+        sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+        runpy.run_path(args[0], run_name="__main__")  # (it sets sys.argv[0] to the path as given)
     return 0
 
 
@@ -130,7 +137,7 @@ def run_python(argv: list[str], env: dict | None = None, cwd=None, timeout: floa
                input: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True)`` for
     a Python command (``argv[0]`` is an interpreter), forked from this process (see the module's docstring)."""
-    if not _forkable():
+    if not _forkable(env):
         return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True,
                               check=check)
     with tempfile.TemporaryDirectory(prefix="forked-") as folder:

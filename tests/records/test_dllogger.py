@@ -6,7 +6,6 @@ import gc
 import json
 import os
 import re
-import subprocess
 import sys
 import weakref
 from datetime import datetime
@@ -17,6 +16,7 @@ from bart.records.dllogger_compat import Logger, read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.doubles import DOUBLES, use_doubles, with_doubles
+from tests.helpers.forked import run_python
 from tests.helpers.summaries import write_summarization_data
 
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}"
@@ -219,8 +219,7 @@ def test_asking_for_the_package_without_it_fails_loudly(monkeypatch, tmp_path):
 
 def _run(script, *args):
     env = with_doubles(dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
-    out = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = run_python([sys.executable, script, *args], cwd=ROOT, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 

@@ -19,6 +19,7 @@ from bart.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
 from bart.records.dllogger_compat import read_dllogger
 from bart.runtime import run_lock
 from tests.helpers import ROOT
+from tests.helpers.forked import run_python
 from tests.helpers.processes import logged_step, wait_for
 
 HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.runtime import run_lock; "
@@ -213,8 +214,7 @@ def _start(argv, **kwargs) -> subprocess.Popen:
 
 
 def _run(argv, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return run_python([sys.executable, *argv], cwd=ROOT, env=_env(), timeout=timeout)
 
 
 def _wait_for_step(out, proc, step, timeout=180):

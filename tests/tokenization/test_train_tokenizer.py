@@ -26,6 +26,7 @@ from tests.helpers.corpus import (
     write_shards,
     write_tokenizer_corpus,
 )
+from tests.helpers.forked import run_python
 
 TEXTS = ["Hello world. It works!", "Café crème brûlée, naïve.", "中文分词 and 日本語 too", "Emoji 🤗🚀 at the end 👍🏽",
          "  spaces  and\nnewlines ", "a <mask> in the middle"]
@@ -33,8 +34,7 @@ TEXTS = ["Hello world. It works!", "Café crème brûlée, naïve.", "中文分�
 
 def _cli(*args, timeout=240):
     env = dict(os.environ, PYTHONPATH=ROOT, TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, "-m", "bart.tokenization.train_tokenizer", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_python([sys.executable, "-m", "bart.tokenization.train_tokenizer", *args], cwd=ROOT, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from bart.files.checkpoint_io import (
     storage_errno,
 )
 from tests.helpers import ROOT
+from tests.helpers.forked import run_python
 
 EXIT_INTERRUPTED = 130
 
@@ -43,8 +44,7 @@ def _env():
 
 def _run(args, timeout=120):
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    done = run_python([sys.executable, *args], cwd=ROOT, env=_env(), timeout=timeout)
     done.elapsed = time.perf_counter() - start
     return done
 

@@ -15,6 +15,7 @@ import torch
 from bart.errors import EXIT_PREEMPTED
 from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
+from tests.helpers.forked import run_python
 from tests.helpers.processes import Watched as _Watched
 from tests.helpers.processes import logged_step, wait_for
 from tests.helpers.processes import ours as _ours
@@ -37,8 +38,7 @@ def _env(**extra):
 
 
 def _run(argv, timeout=300):
-    return subprocess.run([sys.executable, *argv], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return run_python([sys.executable, *argv], cwd=ROOT, env=_env(), timeout=timeout)
 
 
 def _losses(out_dir) -> dict:
