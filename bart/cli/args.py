@@ -2,7 +2,7 @@
 default, one meaning.
 
 A setting is one field of a :mod:`bart.cli.settings` section, declared with :func:`flag` (its default, help,
-spellings, the scripts that take it, argparse's keywords); :func:`bart.cli.settings.build_parser` generates a script's parser from
+spellings, the scripts that take it, argparse's keywords); :func:`bart.cli.parsing.build_parser` generates a script's parser from
 those fields (one argument group per section, run_eval.py's positional arguments in their places), then the
 reference recipe's flags (:mod:`bart.cli.reference_flags`). Old names from the reference and the BERT recipe are
 spellings of the same field (``--max_grad_norm`` = ``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``).
@@ -213,7 +213,7 @@ updates_or_fraction.__name__ = "updates|fraction"
 
 def updates_or_ratio(text: str):
     """``--warmup_steps``: a whole number of updates, or a fraction in (0, 1) of the run's updates (transformers 5:
-    a float below 1 is a ratio), made updates at run start (:func:`bart.cli.settings.resolve_warmup`)."""
+    a float below 1 is a ratio), made updates at run start (:func:`bart.cli.parsing.resolve_warmup`)."""
     try:
         value = float(text)
     except ValueError:

@@ -12,13 +12,8 @@ import sys
 import torch
 
 from bart.cli.args import write_run_config
-from bart.cli.settings import (
-    Settings,
-    fit_lengths,
-    resolve_warmup,
-    resolved,
-    table_files_folder,
-)
+from bart.cli.parsing import fit_lengths, resolve_warmup, resolved
+from bart.cli.settings import Settings, table_files_folder
 from bart.cli.start import (
     device_for,
     lock_output_dir,

@@ -6,7 +6,8 @@ import torch
 
 from bart.cli import builder
 from bart.cli.exits import run_main
-from bart.cli.settings import PRETRAIN, Settings, parse_command_line
+from bart.cli.parsing import parse_command_line
+from bart.cli.settings import PRETRAIN, Settings
 from bart.hub import resolve_model_path
 from bart.runtime import distributed as dist_utils
 from bart.training.validation import PretrainingValidation

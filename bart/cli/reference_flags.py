@@ -10,10 +10,10 @@ here are either translated onto this recipe's flags (``--max_epochs`` becomes a 
 ``--precision 16`` is ``--fp16``) or refused with the replacement (``--adafactor``, ``--tpu_cores``).
 docs/REFERENCE_FLAGS.md's table lists every one of them with its status.
 
-    add_reference_args(parser, "finetune.py")   # after the script's own flags (bart.cli.settings.build_parser)
+    add_reference_args(parser, "finetune.py")   # after the script's own flags (bart.cli.parsing.build_parser)
     apply_reference_args(namespace, parser, "finetune.py", argv, given)  # translate, or refuse in one line
 
-(bart.cli.settings calls both; it also turns epochs into updates once the loader exists: ``resolve_epochs``.)
+(bart.cli.parsing calls both; it also turns epochs into updates once the loader exists: ``resolve_epochs``.)
 """
 from __future__ import annotations
 

@@ -1,23 +1,14 @@
 """The run's settings: one typed record of sections, built once from the command line, read by everything after it.
 
-    settings = parse_command_line("finetune.py", argv, __doc__)   # flags -> Settings (exit 2 on a mistake)
-
 Each setting is ONE field of a section (:class:`ModelSettings`, :class:`DataSettings`, ...: :data:`SECTIONS`),
 declared with :func:`bart.cli.args.flag`: its type, its one default, its help, its spellings, the scripts that take it
-and argparse's keywords. The scripts' parsers are generated from these fields (:func:`build_parser`),
-so a new flag is its field here and its use. ``Settings`` holds the sections and reads flat
-(``settings.max_steps``); the trainer reads its sections of the same record.
+and argparse's keywords. The scripts' parsers are generated from these fields
+(:func:`bart.cli.parsing.build_parser`), so a new flag is its field here and its use. ``Settings`` holds the
+sections and reads flat (``settings.max_steps``); the trainer reads its sections of the same record.
 
-Construction is the only place flags are rewritten: the reference recipe's spellings are translated
-(:mod:`bart.cli.reference_flags`), the flags the command line gave are noted (:attr:`Settings.given`), the
-pairs that contradict each other are refused (:data:`bart.cli.args.CONTRADICTIONS`), the run's
-:class:`~bart.runtime.precision.Precision` is made from the final precision flags, and the rules that span
-several flags are the record's own checks (:data:`_RULES`). A run can start from a file of settings
-(``--config_file FILE`` or ``@FILE``: a run's run_config.json or a hand-written JSON; the command line wins).
-Nothing here reads the disk but that file: what depends on it or on what the run builds
-(``--resume_from_checkpoint auto``: :func:`bart.cli.builder.start_run`; the model's positions:
-:func:`fit_lengths`; the loader's epoch length: :func:`resolve_epochs`) is settled at run start by
-:func:`resolved`, which checks the record again.
+The record checks itself when it is made: the run's :class:`~bart.runtime.precision.Precision` is made from the
+final precision flags, and the rules that span several flags are its own checks (:data:`_RULES`). Parsing a
+command line into it and settling it at run start: :mod:`bart.cli.parsing`.
 
 One record serves the three scripts: a flag a script lacks keeps its field's default, the value that
 means "not used".
@@ -27,9 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import math
 import os
-import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -44,36 +33,19 @@ from bart.cli.args import (
     PRETRAIN,
     PROBABILITY,
     TRAINING,
-    USAGE,
-    ArgumentParser,
-    Flag,
-    HelpFormatter,
     _bool_or_path,
-    _HelpAll,
-    _ShortHelp,
-    add_flags,
-    argparse_keywords,
-    check_namespace,
     count_or_all,
-    declared_flags,
     flag,
-    generate_option_pairs,
-    given_flags,
     int_at_least,
-    program_name,
-    read_config_file,
     reference,
-    reject_unused,
     setting,
     updates_or_fraction,
     updates_or_ratio,
 )
-from bart.cli.peer_flags import add_peer_spellings, apply_peer_spellings
-from bart.cli.reference_flags import add_reference_args, apply_reference_args
 from bart.configuration.shipped import names_help
-from bart.data.noise import NoiseConfig, add_noise_args, noise_config_from_args
+from bart.data.noise import NoiseConfig
 from bart.errors import UserError
-from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric, task_metric
+from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
 from bart.optim import OPTIMIZERS
 from bart.optim.schedulers import SCHEDULES
@@ -441,20 +413,6 @@ SECTIONS = {"model": ModelSettings, "data": DataSettings, "optimization": Optimi
             "evaluation": EvaluationSettings}
 _SECTION_OF = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
-# Flags that only parsing reads: translated onto a field (``--model_name_or_path`` onto init_checkpoint,
-# ``--load_model_weights_only`` with --resume_from_checkpoint onto init_checkpoint), never a setting of their own
-TRANSLATED = {
-    "lamb": (None, Flag("LAMB instead of AdamW (= --optim lamb)", scripts=TRAINING,
-                        argparse=dict(action="store_const", const=True))),
-    "init_checkpoint_alias": (None, Flag(
-        "starting weights: a .ckpt, a folder holding one, or a Hugging Face folder (same as --init_checkpoint)",
-        ("--model_name_or_path",), (FINETUNE,))),
-    "load_model_weights_only": (None, Flag(
-        "the reference's --resume_from_checkpoint=P --load_model_weights_only: a new run from P's weights only "
-        "(= --init_checkpoint P); with a PATH, the same as --init_checkpoint PATH", scripts=TRAINING,
-        argparse=dict(nargs="?", const=True, metavar="PATH"))),
-}
-
 
 class Settings:
     """The run's settings: one record of sections (:data:`SECTIONS`), each field one setting. Attributes read
@@ -504,7 +462,7 @@ class Settings:
 
     def __setattr__(self, name, value):
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: Settings are built once "
-                                              f"(bart.cli.settings.resolved makes a checked copy)")
+                                              f"(bart.cli.parsing.resolved makes a checked copy)")
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Settings) and (self.script, self.given, self.sections()) == \
@@ -618,147 +576,4 @@ _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_
           _finetuning_data, _val_metric_of_the_task, _decode_precision_with_autocast)
 
 
-# -- construction --------------------------------------------------------------------------------------
-_FIELDS = set(_SECTION_OF) - {"noise", "generate_kwargs"}
-_DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-             for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
-
-
-_ONCE = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
-         if "flag" in f.metadata and f.metadata["flag"].once}  # --config_file never replays these
-
-
-def refused_in(script: str) -> list:
-    """The flags ``script``'s parser takes only to refuse a change (pretrain.py: fine-tuning's flags)."""
-    return [f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
-            if "flag" in f.metadata and script in f.metadata["flag"].refused_in]
-
-
-def build_parser(script: str, description: str | None = None) -> ArgumentParser:
-    """``script``'s parser, generated from the Settings sections' fields (:func:`add_flags`), then the reference
-    recipe's spellings of it. ``--help`` shows the quick start's flags, ``--help-all`` every group."""
-    parser = ArgumentParser(prog=program_name(script), description=description, usage=USAGE[script],
-                            formatter_class=HelpFormatter, add_help=False)
-    quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
-             parser.add_argument("--config_file", metavar="FILE",
-                                 help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
-                                      + ("{\"n_obs\": 100, ...}" if script == EVAL else "{\"max_steps\": 100, ...}")
-                                      + "); @FILE is the same; flags on the command line win")]
-    positional = sorted((own["position"], name, declared) for cls in SECTIONS.values()
-                        for name, declared, _ in declared_flags(cls, script)
-                        if "position" in (own := declared.per_script.get(script, {})))
-    for _, name, declared in positional:
-        quick.append(parser.add_argument(name, **argparse_keywords(name, declared, None, script)[2]))
-    quick += add_flags(parser, SECTIONS.values(), script)
-    for name, (default, declared) in TRANSLATED.items():
-        if script in declared.scripts:
-            action = parser.add_argument_group("starting weights").add_argument(
-                *declared.options or (f"--{name}",), **argparse_keywords(name, declared, default, script)[2])
-            quick += [action] * (script in declared.quick)
-    if script == PRETRAIN:
-        add_noise_args(parser)
-    add_reference_args(parser, script)
-    add_peer_spellings(parser, script)  # transformers' spellings: hidden aliases
-    quick += [a for a in parser._actions if "--max_epochs" in a.option_strings]  # finetune.py's, the reference's
-    parser.quick_actions = quick
-    return parser
-
-
-def parse_command_line(script: str, argv=None, description: str | None = None) -> Settings:
-    """``script``'s command line (``--config_file FILE`` / ``@FILE``: a file's settings under it) as
-    :class:`Settings`; a mistake is argparse's one line and exit 2."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(script, description)
-    declared = {}
-    for action in parser._actions:  # each field's own action (its aliases come after it)
-        declared.setdefault(action.dest, action.default)
-    argv, from_file = read_config_file(parser, argv, script, _DEFAULTS, _ONCE)  # the file's values: this parser's defaults
-    namespace, rest = parser.parse_known_args(argv) if script == EVAL else (parser.parse_args(argv), [])
-    typed = given_flags(parser, argv)
-    given = typed | from_file
-    check_namespace(namespace, parser, argv, given)  # contradictions and precision, on the flags as given
-    apply_reference_args(namespace, parser, script, argv, typed)
-    apply_peer_spellings(namespace, parser)
-    reject_unused(namespace, parser, declared, refused_in(script), script, "fine-tuning (finetune.py)")
-    values = {name: tuple(value) if isinstance(value, list) else value
-              for name, value in vars(namespace).items() if name in _FIELDS}
-    if script in TRAINING and namespace.lamb:
-        if namespace.optim not in ("adamw", "lamb"):
-            parser.error(f"--lamb with --optim {namespace.optim}: two optimizers; give one")
-        values["optim"] = "lamb"
-    if script == FINETUNE:
-        values["init_checkpoint"] = namespace.init_checkpoint or namespace.init_checkpoint_alias
-        if namespace.val_metric is None:
-            values["val_metric"] = task_metric(namespace.task)
-    try:
-        if script == PRETRAIN:
-            values["noise"] = noise_config_from_args(namespace)  # its own checks: one line, not a traceback
-        if script == EVAL:
-            values["generate_kwargs"] = generate_option_pairs(rest)
-        settings = Settings(script=script, given=frozenset(given), **values)
-        settings.precision.require_supported()  # --fp8: torchao and the GPU, before anything is built
-        return settings
-    except (SettingsError, UserError, ValueError) as err:
-        parser.error(str(err))
-
-
-# -- run start: what depends on the disk, the model or the loader --------------------------------------
-def resolved(settings: Settings, **values) -> Settings:
-    """The settings with ``values`` replaced (checked again); a broken rule is a :class:`UserError`."""
-    try:
-        return settings.replace(**values)
-    except SettingsError as err:
-        raise UserError(f"{err} (see --help)") from None
-
-
-def resolve_warmup(settings: Settings, total_steps: int) -> Settings:
-    """``--warmup_steps`` below 1 (``--warmup_ratio``): that fraction of the run's ``total_steps`` updates, rounded up
-    as transformers does; a whole number stays."""
-    if isinstance(settings.warmup_steps, float):
-        return resolved(settings, warmup_steps=math.ceil(settings.warmup_steps * total_steps))
-    return settings
-
-
-def resolve_epochs(settings: Settings, batches_per_epoch: int) -> Settings:
-    """Epoch-counted flags as updates, with B batches per process per epoch and A accumulation steps
-    (E = B / A updates per epoch):
-
-    - ``--val_check_interval F`` (a fraction, or ``--check_val_every_n_epoch N`` as F = N): every
-      max(1, floor(F x E)) updates (Lightning: every floor(F x B) batches);
-    - ``--max_epochs N``: at most ceil(N x B / A) updates, fewer if ``--max_steps`` is smaller;
-    - ``--min_epochs N``: early stopping waits for ceil(N x B / A) updates (and ``--min_steps``).
-    """
-    accumulation = settings.gradient_accumulation_steps
-    values = {}
-    if isinstance(settings.val_check_interval, float):
-        values["val_check_interval"] = max(1, math.floor(settings.val_check_interval * (batches_per_epoch / accumulation)))
-    if settings.max_epochs:
-        steps = max(1, math.ceil(settings.max_epochs * batches_per_epoch / accumulation))
-        values["max_steps"] = min(settings.max_steps, steps) if settings.max_steps else steps
-    min_steps = settings.min_steps or 0
-    if settings.min_epochs:
-        min_steps = max(min_steps, math.ceil(settings.min_epochs * batches_per_epoch / accumulation))
-    values["min_steps"] = min_steps
-    return resolved(settings, **values)
-
-
-def fit_lengths(settings: Settings, limit: int, names, config_name: str = "the config") -> Settings:
-    """Token lengths must fit the model's ``limit`` positions. A length the user gave that does not fit is
-    an error naming the flag; a default that does not fit is lowered to ``limit``, with a note."""
-    lowered = {}
-    for name in names:
-        value = getattr(settings, name)
-        if value is None or value <= limit:
-            continue
-        if name not in settings.given:
-            print(f"note: --{name} defaults to {value} but the model has {limit} positions; using {limit}",
-                  file=sys.stderr)
-            lowered[name] = limit
-            continue
-        raise UserError(f"--{name} {value} exceeds the model's max_position_embeddings {limit} "
-                        f"({config_name}); use at most {limit} or a model with more positions")
-    return resolved(settings, **lowered) if lowered else settings
-
-
-__all__ = ["Settings", "SettingsError", "parse_command_line", "resolved", "resolve_epochs",
-           "fit_lengths", "PRETRAIN", "FINETUNE", "EVAL", "TRAINING"]
+__all__ = ["Settings", "SettingsError", "SECTIONS", "PRETRAIN", "FINETUNE", "EVAL", "TRAINING"]

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from bart.cli.console import DISTRIBUTION
-from bart.cli.settings import Settings, resolved
+from bart.cli.parsing import resolved
+from bart.cli.settings import Settings
 from bart.configuration.configuration_bart import BartConfig
 from bart.configuration.shipped import config_file
 from bart.errors import UserError

@@ -425,7 +425,8 @@ def test_max_steps_or_max_epochs_is_required(tmp_path, capsys):
     (10, 2, dict(min_epochs=1, min_steps=8), dict(min_steps=8)),
 ])
 def test_epochs_become_updates(batches, accumulation, flags, expected):
-    from bart.cli.settings import Settings, resolve_epochs
+    from bart.cli.parsing import resolve_epochs
+    from bart.cli.settings import Settings
     args = resolve_epochs(Settings(**{**dict(gradient_accumulation_steps=accumulation), **flags}), batches)
     for name, value in expected.items():
         assert getattr(args, name) == value, (name, getattr(args, name))
@@ -614,7 +615,8 @@ def test_every_flag_reaches_a_settings_field(script):
     """A flag added to a parser without its Settings field would be parsed and then dropped: never."""
     import dataclasses
 
-    from bart.cli.settings import SECTIONS, build_parser
+    from bart.cli.parsing import build_parser
+    from bart.cli.settings import SECTIONS
     from bart.data.noise import NoiseConfig
     fields = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
     noise = {f.name for f in dataclasses.fields(NoiseConfig)}
@@ -648,7 +650,7 @@ def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys
     (tmp_path / "a_file").write_text("x")
     assert _parse(FT, _base(FT, str(tmp_path / "a_file"))).output_dir == str(tmp_path / "a_file")
     from bart.cli.builder import start_run
-    from bart.cli.settings import resolved
+    from bart.cli.parsing import resolved
     from bart.errors import UserError
     with pytest.raises(UserError, match="is a file; choose a folder"):  # a shipped config: the folder is what is wrong
         start_run(_parse(FT, _base(FT, str(tmp_path / "a_file")) + ["--config_path", "tiny"]))

@@ -3,7 +3,8 @@ the command line made (not: ``builder.trainer_config`` copied every same-named f
 import pytest
 import torch
 
-from bart.cli.settings import FINETUNE, PRETRAIN, parse_command_line
+from bart.cli.parsing import parse_command_line
+from bart.cli.settings import FINETUNE, PRETRAIN
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.strategy import prepared_strategy

@@ -10,19 +10,10 @@ import re
 import pytest
 
 from bart.cli.args import program_name
+from bart.cli.parsing import TRANSLATED, build_parser, parse_command_line, resolved
 from bart.cli.peer_flags import ALIASES
 from bart.cli.reference_flags import SPECS
-from bart.cli.settings import (
-    EVAL,
-    FINETUNE,
-    PRETRAIN,
-    SECTIONS,
-    TRANSLATED,
-    Settings,
-    build_parser,
-    parse_command_line,
-    resolved,
-)
+from bart.cli.settings import EVAL, FINETUNE, PRETRAIN, SECTIONS, Settings
 from bart.data.noise import NoiseConfig
 from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
@@ -69,7 +60,7 @@ def test_every_flag_is_one_field_with_one_default_and_one_help(script):
 def test_no_flag_is_written_outside_its_declaration():
     """The parser is generated: bart/cli/args.py and settings.py spell no setting's flag outside its field (not: an add_argument per
     flag there, its default again in Settings and the trainer's in TrainerConfig), and TrainerConfig is gone."""
-    source = "".join(open(os.path.join(ROOT, "bart", "cli", name)).read() for name in ("args.py", "settings.py"))
+    source = "".join(open(os.path.join(ROOT, "bart", "cli", name)).read() for name in ("args.py", "settings.py", "parsing.py"))
     assert set(re.findall(r'add_argument\("(--?[\w-]+)"', source)) == {"-h", "--help-all", "--config_file"}
     trainer = open(os.path.join(ROOT, "bart", "training", "trainer.py")).read()
     assert "TrainerConfig" not in trainer and "trainer_config" not in open(
@@ -244,7 +235,7 @@ def test_transformers_spellings_set_the_same_settings(tmp_path, capsys):
 
 
 def test_a_warmup_ratio_becomes_updates_of_the_run(tmp_path):
-    from bart.cli.settings import resolve_warmup
+    from bart.cli.parsing import resolve_warmup
 
     settings = parse_command_line(FINETUNE, ["--config_path", "c.json", "--data_dir", "d", "--from_scratch",
                                              "--max_steps", "1000", "--warmup_ratio", "0.05"])

@@ -287,7 +287,7 @@ def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
     import shlex
     import signal
 
-    from bart.cli.settings import parse_command_line
+    from bart.cli.parsing import parse_command_line
     from utils.launch import _said, resume_command
 
     folder = world["base"] / "out dir"
