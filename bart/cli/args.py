@@ -86,6 +86,9 @@ def argparse_keywords(name: str, declared: Flag, default: Any, script: str) -> t
     if declared.lazy is not None:  # e.g. choices from a training module's table; its "help" ends the declared one
         lazy = declared.lazy()
         keywords.update(lazy, help=declared.help + lazy.get("help", ""))
+    if script in declared.refused_in:  # parsed for the reference's command lines, used by the other scripts
+        users = " and ".join(s for s in declared.scripts if s not in declared.refused_in)
+        keywords["help"] += f" ({users} only: {script} refuses a change)"
     own = dict(declared.per_script.get(script, {}))
     position, options = own.pop("position", None), own.pop("options", declared.options or (f"--{name}",))
     keywords.update(own)

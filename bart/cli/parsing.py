@@ -50,18 +50,19 @@ from bart.data.noise import add_noise_args, noise_config_from_args
 from bart.errors import UserError
 from bart.evaluation import task_metric
 
-# Flags that only parsing reads: translated onto a field (``--model_name_or_path`` onto init_checkpoint,
-# ``--load_model_weights_only`` with --resume_from_checkpoint onto init_checkpoint), never a setting of their own
+# Flags that only parsing reads: translated onto a field (``--lamb`` onto optim, ``--model_name_or_path`` onto
+# init_checkpoint, ``--load_model_weights_only`` with --resume_from_checkpoint onto init_checkpoint), never a setting
+# of their own. name -> (default, its Flag, the section whose --help group shows it)
 TRANSLATED = {
     "lamb": (None, Flag("LAMB instead of AdamW (= --optim lamb)", scripts=TRAINING,
-                        argparse=dict(action="store_const", const=True))),
+                        argparse=dict(action="store_const", const=True)), "optimization"),
     "init_checkpoint_alias": (None, Flag(
         "starting weights: a .ckpt, a folder holding one, or a Hugging Face folder (same as --init_checkpoint)",
-        ("--model_name_or_path",), (FINETUNE,))),
+        ("--model_name_or_path",), (FINETUNE,)), "checkpoints"),
     "load_model_weights_only": (None, Flag(
         "the reference's --resume_from_checkpoint=P --load_model_weights_only: a new run from P's weights only "
         "(= --init_checkpoint P); with a PATH, the same as --init_checkpoint PATH", scripts=TRAINING,
-        argparse=dict(nargs="?", const=True, metavar="PATH"))),
+        argparse=dict(nargs="?", const=True, metavar="PATH")), "checkpoints"),
 }
 
 
@@ -97,9 +98,10 @@ def build_parser(script: str, description: str | None = None) -> ArgumentParser:
     for _, name, declared in positional:
         quick.append(parser.add_argument(name, **argparse_keywords(name, declared, None, script)[2]))
     quick += add_flags(parser, SECTIONS.values(), script)
-    for name, (default, declared) in TRANSLATED.items():
+    groups = {group.title: group for group in parser._action_groups}
+    for name, (default, declared, section) in TRANSLATED.items():
         if script in declared.scripts:
-            action = parser.add_argument_group("starting weights").add_argument(
+            action = groups[SECTIONS[section].GROUP].add_argument(
                 *declared.options or (f"--{name}",), **argparse_keywords(name, declared, default, script)[2])
             quick += [action] * (script in declared.quick)
     if script == PRETRAIN:

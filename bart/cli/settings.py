@@ -97,6 +97,7 @@ def _now() -> dict:
 # -- the sections: each field one setting, its flag declared on it (bart.cli.args.flag) --------------------------
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:
+    """The model: its config, tokenizer, regularisation and how it runs (checkpointing, compile)."""
     GROUP: ClassVar[str] = "model"
     config_path: str | None = flag(
         None, f"a shipped config's name ({names_help()}) or a BART config.json's path", required=True, scripts=ALL,
@@ -130,13 +131,11 @@ class ModelSettings:
                     "graphs and graph breaks, through AOTAutograd, run by eager kernels) or eager (dynamo's graphs "
                     "alone: the same graph breaks and recompiles, the cheapest check of what inductor would compile)",
         lazy=_compile_backends)
-    fused_cross_entropy: bool = flag(
-        False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "
-               "for large batches; same loss and gradients)", action="store_true")
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataSettings:
+    """The training data: where it is, the task, the lengths, the batches and the loader."""
     GROUP: ClassVar[str] = "data"
     data_dir: str | None = flag(
         None, "training data folder", required=True, scripts=ALL, quick=ALL,
@@ -165,16 +164,34 @@ class DataSettings:
     summary_column: str | None = flag(
         None, "their column of summaries (default: transformers' for a known dataset, else found, as highlights, "
               "summary or target)", scripts=(FINETUNE,), metavar="NAME")
+    task: str = flag("summarization", "summarization or translation",
+                     scripts=ALL, choices=(*TASK_METRICS, "pretraining"), refused_in=(PRETRAIN,),
+                     per_script={PRETRAIN: dict(default="pretraining"),
+                                 EVAL: dict(choices=tuple(TASK_METRICS))})
+    prefix: str | None = flag(
+        None, "text put in front of every source in training, validation and prediction (transformers' "
+              "--source_prefix); kept in the model's config (prefix), which run_eval.py and the export apply",
+        scripts=(FINETUNE, EVAL), metavar="TEXT",
+        per_script={FINETUNE: dict(options=("--source_prefix", "--prefix")),
+                    EVAL: dict(options=("--prefix", "--source_prefix"),
+                               help="text put in front of every source (default: the model's own, its config's "
+                                    "prefix, which fine-tuning with --source_prefix records)")})
+    n_train: int | None = flag(None, "use only the first N training examples (-1, the default: all)",
+                                  type=count_or_all(1), refused_in=(PRETRAIN,))
     max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=TRAINING,
                                   per_script={PRETRAIN: dict(default=128)})
-    max_target_length: int | None = flag(None, "decoder length in tokens (pretraining: = max_source_length)",
-                                            type=POSITIVE, quick=(FINETUNE,), per_script={FINETUNE: dict(default=56)})
-    num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
+    max_target_length: int | None = flag(
+        None, "decoder length in tokens", type=POSITIVE, quick=(FINETUNE,),
+        per_script={FINETUNE: dict(default=56), PRETRAIN: dict(help="decoder length in tokens: must equal "
+                                                                    "--max_source_length (the source is rebuilt)")})
     train_batch_size: int = flag(32, "sequences per micro-batch per process", type=POSITIVE, quick=TRAINING)
     auto_find_batch_size: bool = flag(
         False, "out of memory before the run's first log record, validation or checkpoint: halve --train_batch_size, "
                "double --gradient_accumulation_steps (the same global batch) and start the updates again (transformers' "
                "flag); the run's records say the batch that ran", action="store_true")
+    max_tokens_per_batch: int | None = flag(None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,))
+    sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
+    num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
     noise: NoiseConfig | None = setting(
         None, "pretrain.py: BART's denoising noise (--mlm_probability, --permute_sentence_ratio, ...: "
               "bart.data.noise.add_noise_args)")
@@ -183,6 +200,7 @@ class DataSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizationSettings:
+    """The optimizer, its update and what it trains; the stops on a loss that is not finite."""
     GROUP: ClassVar[str] = "optimization"
     learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING)
     optim: str = flag("adamw", "the optimizer: adamw; lamb (--lamb: multi-tensor, apex FusedLAMB if installed); "
@@ -195,6 +213,19 @@ class OptimizationSettings:
     adam_betas: tuple = flag((0.9, 0.999), "the optimizer's beta1 and beta2", type=PROBABILITY, nargs=2)
     gradient_clip_val: float = flag(1.0, "clip the global gradient norm to this (0: off)", "--gradient_clip_val",
                                     "--max_grad_norm", type=NON_NEGATIVE_FLOAT)
+    gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=(PRETRAIN,))
+    freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
+    freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
+    max_consecutive_nonfinite: int = flag(5, "bf16/fp32: stop after this many consecutive NaN/inf losses",
+                                          type=POSITIVE)
+    min_loss_scale: float = flag(1e-4, "fp16: stop when the dynamic loss scale falls below this (every update "
+                                       "overflowing)", type=POSITIVE_FLOAT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSettings:
+    """The learning-rate schedule and the run's length in updates (epochs become updates at run start)."""
+    GROUP: ClassVar[str] = "schedule"
     lr_scheduler: str = flag("linear", "the learning-rate schedule", choices=SCHEDULES,
                              per_script={PRETRAIN: dict(default="polynomial")})
     warmup_steps: int | float = flag(
@@ -202,13 +233,127 @@ class OptimizationSettings:
            "--warmup_ratio)", type=updates_or_ratio, quick=(PRETRAIN,))
     lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
                          type=NON_NEGATIVE_FLOAT)
-    max_steps: int | None = flag(None, "optimizer updates in this run (required; finetune.py: or --max_epochs)",
-                                    type=POSITIVE, quick=TRAINING)
-    gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=(PRETRAIN,))
-    max_consecutive_nonfinite: int = flag(5, "bf16/fp32: stop after this many consecutive NaN/inf losses",
-                                          type=POSITIVE)
-    min_loss_scale: float = flag(1e-4, "fp16: stop when the dynamic loss scale falls below this (every update "
-                                       "overflowing)", type=POSITIVE_FLOAT)
+    max_steps: int | None = flag(None, "optimizer updates in this run (required)", type=POSITIVE, quick=TRAINING,
+                                    per_script={FINETUNE: dict(help="optimizer updates in this run (required, or "
+                                                                    "--max_epochs)")})
+    max_epochs: int | None = reference()
+    min_epochs: int | None = reference()
+    min_steps: int | None = reference()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossSettings:
+    """The training loss."""
+    GROUP: ClassVar[str] = "loss"
+    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY)
+    fused_cross_entropy: bool = flag(
+        False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "
+               "for large batches; same loss and gradients)", action="store_true")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomnessSettings:
+    """Where the run's random streams start."""
+    GROUP: ClassVar[str] = "randomness"
+    seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
+                     scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationSettings:
+    """Validation during training: its rows, when it runs, what ranks checkpoints and stops early."""
+    GROUP: ClassVar[str] = "validation"
+    n_val: int | None = flag(
+        None, "validation examples per evaluation (-1, the default: all; 0: none)", type=count_or_all(0),
+        quick=TRAINING, per_script={PRETRAIN: dict(help="rows held out of training for the validation loss (default "
+                                                        "none)")})
+    val_check_interval: int | float = flag(
+        0, "validate every N updates (0: at the end), or, written with a decimal point, every F in (0, 1] of an "
+           "epoch of the training data (1.0 = every epoch)", type=updates_or_fraction, quick=TRAINING,
+        per_script={PRETRAIN: dict(help="validate every N updates (0: at the end; needs --n_val), or, written with a "
+                                        "decimal point, every F in (0, 1] of an epoch of the training data")})
+    val_metric: str | None = flag(
+        None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
+              "loss, lower is better)", type=_val_metric,
+        choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,))
+    val_max_target_length: int | None = flag(None, "longest generation in validation", type=POSITIVE,
+                                                refused_in=(PRETRAIN,))
+    early_stopping_patience: int = flag(
+        -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
+            "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
+    early_stopping_threshold: float = flag(
+        0.0, "an improvement of --val_metric by this much or less does not reset the patience (transformers' "
+             "EarlyStoppingCallback)", type=NON_NEGATIVE_FLOAT, metavar="X", refused_in=(PRETRAIN,))
+    save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
+    num_sanity_val_steps: int | None = reference()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictionSettings:
+    """Training or not, and the test split's predictions after it."""
+    GROUP: ClassVar[str] = "prediction"
+    do_train: bool = flag(True, "train (--no-do_train: predict only)", action=argparse.BooleanOptionalAction,
+                          refused_in=(PRETRAIN,))
+    do_predict: bool = flag(False, "write test predictions after training", action="store_true",
+                            refused_in=(PRETRAIN,), quick=(FINETUNE,))
+    n_test: int | None = flag(None, "test examples for --do_predict (-1, the default: all)", type=count_or_all(1),
+                                 refused_in=(PRETRAIN,))
+    test_max_target_length: int | None = flag(None, "longest generation in prediction (--do_predict)",
+                                                 type=POSITIVE, refused_in=(PRETRAIN,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationSettings:
+    """Generation in validation, prediction and evaluation (run_eval.py keeps the reference's ``--bs`` and
+    ``--max_target_length`` as aliases)."""
+    GROUP: ClassVar[str] = "generation"
+    eval_beams: int | None = flag(
+        None, "beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the reference)",
+        "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(EVAL,))
+    eval_max_gen_length: int | None = flag(
+        None, "longest generated sequence in tokens", scripts=ALL, type=POSITIVE, refused_in=(PRETRAIN,), quick=(EVAL,),
+        per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
+    eval_batch_size: int | None = flag(
+        None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
+        per_script={EVAL: dict(default=8, options=("--eval_batch_size", "--bs"))})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSettings:
+    """The run's folder, its checkpoints, resuming and the starting weights."""
+    GROUP: ClassVar[str] = "checkpoints"
+    output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
+    resume_from_checkpoint: bool | str | None = flag(
+        None, "True or auto: the newest training checkpoint in --output_dir, else a new run (one command for a first "
+              "start and its restarts; True notes it, as the reference); or a path. Restores everything", type=_bool_or_path, quick=TRAINING, once=True)
+    overwrite_output_dir: bool = flag(
+        False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
+               "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
+               "Without it such a folder is refused", action="store_true", once=True)
+    allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
+                                      lazy=_resume_changes)
+    init_checkpoint: str | None = flag(
+        None, "start a new run from this checkpoint's model weights only (phase 2)", quick=TRAINING)
+    from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
+                              action="store_true", quick=(FINETUNE,))
+    phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE)
+    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE)
+    keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoggingSettings:
+    """What the run logs, and where."""
+    GROUP: ClassVar[str] = "logging"
+    log_freq: int = flag(10, "log every N updates", type=POSITIVE)
+    json_summary: str | None = flag(
+        None, "dllogger JSON log (default: OUTPUT_DIR/dllogger.json)", "--json-summary", "--json_summary", scripts=ALL,
+        per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")})
+    tensorboard_dir: str | None = flag(
+        None, "TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
+    no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
+    wandb_project: str | None = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
+    weights_summary: str | None = reference()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,6 +384,7 @@ class PrecisionSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class DistributedSettings:
+    """Several processes: how they share the model, wait for each other and sit on the CPUs."""
     GROUP: ClassVar[str] = "distributed"
     distributed_strategy: str | None = flag(None, "how several processes share the model", lazy=_strategies)
     allreduce_post_accumulation_half_precision: bool = flag(
@@ -266,108 +412,9 @@ class DistributedSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointSettings:
-    GROUP: ClassVar[str] = "checkpoints and logging"
-    output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
-    resume_from_checkpoint: bool | str | None = flag(
-        None, "True or auto: the newest training checkpoint in --output_dir, else a new run (one command for a first "
-              "start and its restarts; True notes it, as the reference); or a path. Restores everything", type=_bool_or_path, quick=TRAINING, once=True)
-    overwrite_output_dir: bool = flag(
-        False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
-               "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
-               "Without it such a folder is refused", action="store_true", once=True)
-    allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
-                                      lazy=_resume_changes)
-    init_checkpoint: str | None = flag(
-        None, "start a new run from this checkpoint's model weights only (phase 2)", quick=TRAINING)
-    from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
-                              action="store_true", quick=(FINETUNE,))
-    phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE)
-    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE)
-    keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
-    log_freq: int = flag(10, "log every N updates", type=POSITIVE)
-    json_summary: str | None = flag(
-        None, "dllogger JSON log (default: OUTPUT_DIR/dllogger.json)", "--json-summary", "--json_summary", scripts=ALL,
-        per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")})
-    tensorboard_dir: str | None = flag(
-        None, "TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
-    no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
-    wandb_project: str | None = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
-    seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
-                     scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)})
-
-
-@dataclass(frozen=True, kw_only=True)
-class GenerationSettings:
-    """Generation in validation, prediction and evaluation (run_eval.py keeps the reference's ``--bs`` and
-    ``--max_target_length`` as aliases)."""
-    GROUP: ClassVar[str] = "generation"
-    eval_beams: int | None = flag(
-        None, "beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the reference)",
-        "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(EVAL,))
-    eval_max_gen_length: int | None = flag(
-        None, "longest generated sequence in tokens", scripts=ALL, type=POSITIVE, refused_in=(PRETRAIN,), quick=(EVAL,),
-        per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
-    eval_batch_size: int | None = flag(
-        None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
-        per_script={EVAL: dict(default=8, options=("--eval_batch_size", "--bs"))})
-
-
-@dataclass(frozen=True, kw_only=True)
-class FineTuningSettings:
-    GROUP: ClassVar[str] = "fine-tuning and evaluation (finetune.py)"
-    task: str = flag("summarization", "finetune.py: summarization or translation; pretrain.py: pretraining",
-                     scripts=ALL, choices=(*TASK_METRICS, "pretraining"), refused_in=(PRETRAIN,),
-                     per_script={PRETRAIN: dict(default="pretraining"),
-                                 EVAL: dict(choices=tuple(TASK_METRICS), help="summarization or translation")})
-    n_train: int | None = flag(None, "use only the first N training examples (-1, the default: all)",
-                                  type=count_or_all(1), refused_in=(PRETRAIN,))
-    n_val: int | None = flag(
-        None, "finetune.py: validation examples per evaluation (-1, the default: all; 0: none); pretrain.py: rows "
-              "held out of training for the validation loss (default none)", type=count_or_all(0), quick=TRAINING)
-    n_test: int | None = flag(None, "test examples for --do_predict (-1, the default: all)", type=count_or_all(1),
-                                 refused_in=(PRETRAIN,))
-    val_max_target_length: int | None = flag(None, "longest generation in validation", type=POSITIVE,
-                                                refused_in=(PRETRAIN,))
-    test_max_target_length: int | None = flag(None, "longest generation in prediction (--do_predict)",
-                                                 type=POSITIVE, refused_in=(PRETRAIN,))
-    val_metric: str | None = flag(
-        None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
-              "loss, lower is better)", type=_val_metric,
-        choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,))
-    val_check_interval: int | float = flag(
-        0, "validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with a decimal point, "
-           "every F in (0, 1] of an epoch of the training data (finetune.py: 1.0 = every epoch)",
-        type=updates_or_fraction, quick=TRAINING)
-    early_stopping_patience: int = flag(
-        -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
-            "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
-    early_stopping_threshold: float = flag(
-        0.0, "an improvement of --val_metric by this much or less does not reset the patience (transformers' "
-             "EarlyStoppingCallback)", type=NON_NEGATIVE_FLOAT, metavar="X", refused_in=(PRETRAIN,))
-    min_epochs: int | None = reference()
-    min_steps: int | None = reference()
-    max_epochs: int | None = reference()
-    num_sanity_val_steps: int | None = reference()
-    weights_summary: str | None = reference()
-    save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
-    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY)
-    prefix: str | None = flag(
-        None, "text put in front of every source in training, validation and prediction (transformers' "
-              "--source_prefix); kept in the model's config (prefix), which run_eval.py and the export apply",
-        scripts=(FINETUNE, EVAL), metavar="TEXT",
-        per_script={FINETUNE: dict(options=("--source_prefix", "--prefix")),
-                    EVAL: dict(options=("--prefix", "--source_prefix"),
-                               help="text put in front of every source (default: the model's own, its config's "
-                                    "prefix, which fine-tuning with --source_prefix records)")})
-    freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
-    freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
-    sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
-    max_tokens_per_batch: int | None = flag(None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,))
-    do_train: bool = flag(True, "train (--no-do_train: predict only)", action=argparse.BooleanOptionalAction,
-                          refused_in=(PRETRAIN,))
-    do_predict: bool = flag(False, "write test predictions after training", action="store_true",
-                            refused_in=(PRETRAIN,), quick=(FINETUNE,))
+class HubSettings:
+    """The best model uploaded to the Hugging Face hub at the end."""
+    GROUP: ClassVar[str] = "publishing"
     push_to_hub: str | None = flag(
         None, "at the end, upload best_tfmr/ (the best checkpoint as a Hugging Face folder, verified in transformers) "
               "to the hub's model repository REPO (OWNER/NAME; made if missing); the token is checked before training",
@@ -378,7 +425,8 @@ class FineTuningSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluationSettings:
-    GROUP: ClassVar[str] = "evaluation (run_eval.py)"
+    """run_eval.py's own: the model, the split, the output and how it decodes."""
+    GROUP: ClassVar[str] = "evaluation"
     model_path: str | None = flag(None, "checkpoint (.ckpt) or Hugging Face folder", scripts=(EVAL,),
                                      per_script={EVAL: dict(position=0)})
     save_path: str | None = flag(None, "output folder", scripts=(EVAL,), per_script={EVAL: dict(position=3)})
@@ -389,7 +437,6 @@ class EvaluationSettings:
     n_obs: int | None = flag(None, "only the first N examples (-1: all)", scripts=(EVAL,), type=count_or_all(1),
                                 quick=(EVAL,))
     num_return_sequences: int = flag(1, "sequences generated per source", scripts=(EVAL,), type=POSITIVE)
-
     info: str | None = flag(None, "a note stored in the metrics file (no value: the current date and time)",
                                scripts=(EVAL,), nargs="?", lazy=_now)
     dump_args: bool = flag(False, "store the generation arguments in the metrics file", "--dump-args", "--dump_args",
@@ -408,9 +455,10 @@ class EvaluationSettings:
 
 # The record's sections, in --help's order: attribute name -> class
 SECTIONS = {"model": ModelSettings, "data": DataSettings, "optimization": OptimizationSettings,
-            "precision_flags": PrecisionSettings, "distributed": DistributedSettings,
-            "checkpoints": CheckpointSettings, "generation": GenerationSettings, "finetuning": FineTuningSettings,
-            "evaluation": EvaluationSettings}
+            "schedule": ScheduleSettings, "loss": LossSettings, "randomness": RandomnessSettings,
+            "validation": ValidationSettings, "prediction": PredictionSettings, "generation": GenerationSettings,
+            "checkpoints": CheckpointSettings, "logging": LoggingSettings, "precision_flags": PrecisionSettings,
+            "distributed": DistributedSettings, "hub": HubSettings, "evaluation": EvaluationSettings}
 _SECTION_OF = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
@@ -423,11 +471,17 @@ class Settings:
     model: ModelSettings
     data: DataSettings
     optimization: OptimizationSettings
+    schedule: ScheduleSettings
+    loss: LossSettings
+    randomness: RandomnessSettings
+    validation: ValidationSettings
+    prediction: PredictionSettings
+    generation: GenerationSettings
+    checkpoints: CheckpointSettings
+    logging: LoggingSettings
     precision_flags: PrecisionSettings
     distributed: DistributedSettings
-    checkpoints: CheckpointSettings
-    generation: GenerationSettings
-    finetuning: FineTuningSettings
+    hub: HubSettings
     evaluation: EvaluationSettings
     precision: Precision
     """The run's one precision, made from :attr:`precision_flags` when the record is made (its needs checked

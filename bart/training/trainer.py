@@ -116,7 +116,7 @@ class Trainer:
                  compile: bool = False, compile_backend: object = None, varying_lengths: bool = False,
                  progress_bar: bool = True, final_checkpoint_name: str | None = None,
                  loader_for: Callable[[Settings], Iterable] | None = None):
-        if not settings.optimization.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
+        if not settings.schedule.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
                              f"{settings.max_steps} and {settings.gradient_accumulation_steps}")
         self.settings = settings
@@ -221,8 +221,8 @@ class Trainer:
                 with self._autocast():
                     out = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                                              decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
-                                             label_smoothing=self.settings.finetuning.label_smoothing, reduction="sum",
-                                             fused_cross_entropy=self.settings.model.fused_cross_entropy)
+                                             label_smoothing=self.settings.loss.label_smoothing, reduction="sum",
+                                             fused_cross_entropy=self.settings.loss.fused_cross_entropy)
                 loss = out.loss * loss_scale
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += out.loss.detach().float()
@@ -480,7 +480,7 @@ class Trainer:
         if self.rank < len(rng):
             restore_rng_state(rng[self.rank])
         else:  # a rank the checkpoint's run did not have: streams of its own, the same at every resume of this checkpoint
-            seed_rng_state(f"{self.settings.checkpoints.seed}/{state['global_step']}/{self.rank}")
+            seed_rng_state(f"{self.settings.randomness.seed}/{state['global_step']}/{self.rank}")
         if state.get("eval_hook") is not None and hasattr(self.eval_hook, "load_state_dict"):
             self.eval_hook.load_state_dict(state["eval_hook"])
         self._validation_due, self._finished = bool(state.get("validation_due")), bool(state.get("finished"))

@@ -11,13 +11,13 @@ from bart.training.strategy import prepared_strategy
 from bart.training.trainer import Trainer
 from tests.helpers.synthetic import SyntheticBatches, tiny_config
 
-GIVEN = {"--label_smoothing": ("finetuning", "label_smoothing", 0.1), "--log_freq": ("checkpoints", "log_freq", 3),
+GIVEN = {"--label_smoothing": ("loss", "label_smoothing", 0.1), "--log_freq": ("logging", "log_freq", 3),
          "--gradient_clip_val": ("optimization", "gradient_clip_val", 0.5),
          "--save_checkpoint_steps": ("checkpoints", "save_checkpoint_steps", 7),
          "--keep_checkpoints": ("checkpoints", "keep_checkpoints", 2),
          "--gradient_accumulation_steps": ("optimization", "gradient_accumulation_steps", 2),
          "--max_consecutive_nonfinite": ("optimization", "max_consecutive_nonfinite", 9),
-         "--fused_cross_entropy": ("model", "fused_cross_entropy", True)}
+         "--fused_cross_entropy": ("loss", "fused_cross_entropy", True)}
 
 
 @pytest.mark.parametrize("script", [PRETRAIN, FINETUNE])
