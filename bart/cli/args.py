@@ -22,11 +22,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bart.errors import UserError
 from bart.files.checkpoint_io import atomic_write_text
 from bart.runtime.precision import Precision
+
+if TYPE_CHECKING:  # bart.cli.settings declares its fields with this module's flag()
+    from bart.cli.settings import Settings
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -256,9 +259,9 @@ def generate_option_pairs(rest: list[str]) -> dict:
     return {k[2:]: _value(v) for k, v in zip(rest[::2], rest[1::2])}
 
 
-def generation_kwargs(args: argparse.Namespace, max_length: int | None) -> dict:
+def generation_kwargs(args: Settings, max_length: int | None) -> dict:
     """The generate() options the flags set; ``max_length`` is the script's resolved length."""
-    values = {"num_beams": args.eval_beams, "max_length": max_length}
+    values = {"num_beams": args.generation.eval_beams, "max_length": max_length}
     return {k: v for k, v in values.items() if v is not None}
 
 

@@ -163,8 +163,8 @@ def resolved(settings: Settings, **values) -> Settings:
 def resolve_warmup(settings: Settings, total_steps: int) -> Settings:
     """``--warmup_steps`` below 1 (``--warmup_ratio``): that fraction of the run's ``total_steps`` updates, rounded up
     as transformers does; a whole number stays."""
-    if isinstance(settings.warmup_steps, float):
-        return resolved(settings, warmup_steps=math.ceil(settings.warmup_steps * total_steps))
+    if isinstance(settings.schedule.warmup_steps, float):
+        return resolved(settings, warmup_steps=math.ceil(settings.schedule.warmup_steps * total_steps))
     return settings
 
 
@@ -177,16 +177,16 @@ def resolve_epochs(settings: Settings, batches_per_epoch: int) -> Settings:
     - ``--max_epochs N``: at most ceil(N x B / A) updates, fewer if ``--max_steps`` is smaller;
     - ``--min_epochs N``: early stopping waits for ceil(N x B / A) updates (and ``--min_steps``).
     """
-    accumulation = settings.gradient_accumulation_steps
+    accumulation = settings.optimization.gradient_accumulation_steps
     values = {}
-    if isinstance(settings.val_check_interval, float):
-        values["val_check_interval"] = max(1, math.floor(settings.val_check_interval * (batches_per_epoch / accumulation)))
-    if settings.max_epochs:
-        steps = max(1, math.ceil(settings.max_epochs * batches_per_epoch / accumulation))
-        values["max_steps"] = min(settings.max_steps, steps) if settings.max_steps else steps
-    min_steps = settings.min_steps or 0
-    if settings.min_epochs:
-        min_steps = max(min_steps, math.ceil(settings.min_epochs * batches_per_epoch / accumulation))
+    if isinstance(settings.validation.val_check_interval, float):
+        values["val_check_interval"] = max(1, math.floor(settings.validation.val_check_interval * (batches_per_epoch / accumulation)))
+    if settings.schedule.max_epochs:
+        steps = max(1, math.ceil(settings.schedule.max_epochs * batches_per_epoch / accumulation))
+        values["max_steps"] = min(settings.schedule.max_steps, steps) if settings.schedule.max_steps else steps
+    min_steps = settings.schedule.min_steps or 0
+    if settings.schedule.min_epochs:
+        min_steps = max(min_steps, math.ceil(settings.schedule.min_epochs * batches_per_epoch / accumulation))
     values["min_steps"] = min_steps
     return resolved(settings, **values)
 
@@ -194,9 +194,9 @@ def resolve_epochs(settings: Settings, batches_per_epoch: int) -> Settings:
 def fit_lengths(settings: Settings, limit: int, names, config_name: str = "the config") -> Settings:
     """Token lengths must fit the model's ``limit`` positions. A length the user gave that does not fit is
     an error naming the flag; a default that does not fit is lowered to ``limit``, with a note."""
-    lowered = {}
+    lowered, values = {}, settings.as_dict()
     for name in names:
-        value = getattr(settings, name)
+        value = values[name]
         if value is None or value <= limit:
             continue
         if name not in settings.given:

@@ -21,7 +21,7 @@ import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from bart.cli.args import (  # the scripts' names: one home
     PRETRAIN,
     TRAINING,
 )
+
+if TYPE_CHECKING:  # bart.cli.parsing imports this module and bart.cli.settings
+    from bart.cli.settings import Settings
 
 _TRUE = {"y", "yes", "t", "true", "on", "1"}
 _FALSE = {"n", "no", "f", "false", "off", "0"}
@@ -492,25 +495,25 @@ def weights_summary(model: torch.nn.Module, mode: str) -> str:
     return "\n".join(lines)
 
 
-def validate_before_training(args) -> bool:
+def validate_before_training(args: Settings) -> bool:
     """finetune.py's validation before the first update: ``--num_sanity_val_steps -1`` asks for it,
     0 turns it off, and by default it runs when validation runs during training."""
-    if args.num_sanity_val_steps is not None:
-        return args.num_sanity_val_steps == -1
-    return bool(args.val_check_interval)
+    if args.validation.num_sanity_val_steps is not None:
+        return args.validation.num_sanity_val_steps == -1
+    return bool(args.validation.val_check_interval)
 
 
-def write_debug_references(args) -> str | None:
+def write_debug_references(args: Settings) -> str | None:
     """run_eval.py ``--debug``: the references of the evaluated examples as SAVE_PATH/{type_path}.target,
     line for line with {type_path}_generations.txt (as the reference wrote them). Not written over the
     data's own file when SAVE_PATH is the data folder."""
     from bart.data.summarization import read_split
     from bart.files.checkpoint_io import atomic_write_text
 
-    path = os.path.join(args.save_path, f"{args.type_path}.target")
-    if os.path.abspath(args.save_path) == os.path.abspath(args.data_dir):
+    path = os.path.join(args.evaluation.save_path, f"{args.evaluation.type_path}.target")
+    if os.path.abspath(args.evaluation.save_path) == os.path.abspath(args.data.data_dir):
         return None
-    _, targets = read_split(args.data_dir, args.type_path, args.n_obs)
+    _, targets = read_split(args.data.data_dir, args.evaluation.type_path, args.evaluation.n_obs)
     atomic_write_text(path, "".join(line + "\n" for line in targets))
     return path
 

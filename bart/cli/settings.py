@@ -4,7 +4,8 @@ Each setting is ONE field of a section (:class:`ModelSettings`, :class:`DataSett
 declared with :func:`bart.cli.args.flag`: its type, its one default, its help, its spellings, the scripts that take it
 and argparse's keywords. The scripts' parsers are generated from these fields
 (:func:`bart.cli.parsing.build_parser`), so a new flag is its field here and its use. ``Settings`` holds the
-sections and reads flat (``settings.max_steps``); the trainer reads its sections of the same record.
+sections; every read names the section (``settings.schedule.max_steps``), while construction, :meth:`Settings.replace`
+and :meth:`Settings.as_dict` (run_config.json, the checkpoints' record) stay flat: the names are unique.
 
 The record checks itself when it is made: the run's :class:`~bart.runtime.precision.Precision` is made from the
 final precision flags, and the rules that span several flags are its own checks (:data:`_RULES`). Parsing a
@@ -463,9 +464,9 @@ _SECTION_OF = {f.name: name for name, cls in SECTIONS.items() for f in dataclass
 
 
 class Settings:
-    """The run's settings: one record of sections (:data:`SECTIONS`), each field one setting. Attributes read
-    flat (``settings.max_steps`` is ``settings.optimization.max_steps``); construction takes sections or flat
-    values (``Settings(max_steps=3)``) and checks the rules that span flags (:data:`_RULES`)."""
+    """The run's settings: one record of sections (:data:`SECTIONS`), each field one setting, read by its section
+    (``settings.schedule.max_steps``); construction takes sections or flat values (``Settings(max_steps=3)``: the
+    names are unique) and checks the rules that span flags (:data:`_RULES`)."""
     script: str
     given: frozenset
     model: ModelSettings
@@ -508,12 +509,6 @@ class Settings:
             if message:
                 raise SettingsError(message)
 
-    def __getattr__(self, name: str):
-        section = _SECTION_OF.get(name)
-        if section is None:
-            raise AttributeError(f"Settings has no setting {name!r}")
-        return getattr(object.__getattribute__(self, section), name)
-
     def __setattr__(self, name, value):
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: Settings are built once "
                                               f"(bart.cli.parsing.resolved makes a checked copy)")
@@ -542,40 +537,40 @@ class Settings:
         for section in self.sections().values():
             values.update({f.name: getattr(section, f.name) for f in dataclasses.fields(section)})
         values["precision"] = self.precision
-        values["noise"] = None if self.noise is None else dataclasses.asdict(self.noise)
+        values["noise"] = None if self.data.noise is None else dataclasses.asdict(self.data.noise)
         return values
 
 
 # -- the rules that span several flags (each: a message when broken, else None) --------------------------
 def _max_steps_required(s: Settings):
-    if s.script in TRAINING and s.max_steps is None and not s.max_epochs:
+    if s.script in TRAINING and s.schedule.max_steps is None and not s.schedule.max_epochs:
         return ("the following arguments are required: --max_steps"
                 + (" (or --max_epochs)" if s.script == FINETUNE else ""))
 
 
 def _lr_end_below_learning_rate(s: Settings):
-    if s.script in TRAINING and s.lr_scheduler == "polynomial" and s.lr_end > s.learning_rate:
-        return (f"--lr_end {s.lr_end:g} exceeds --learning_rate {s.learning_rate:g}: the polynomial "
+    if s.script in TRAINING and s.schedule.lr_scheduler == "polynomial" and s.schedule.lr_end > s.optimization.learning_rate:
+        return (f"--lr_end {s.schedule.lr_end:g} exceeds --learning_rate {s.optimization.learning_rate:g}: the polynomial "
                 f"schedule decays from the learning rate down to --lr_end; lower --lr_end")
 
 
 def _pretraining_target_is_the_source(s: Settings):
-    if s.script == PRETRAIN and s.max_target_length not in (None, s.max_source_length):
+    if s.script == PRETRAIN and s.data.max_target_length not in (None, s.data.max_source_length):
         return "pretraining reconstructs the source: --max_target_length must equal --max_source_length"
 
 
 def _pretraining_validation_needs_rows(s: Settings):
-    if s.script == PRETRAIN and s.val_check_interval and not s.n_val:
+    if s.script == PRETRAIN and s.validation.val_check_interval and not s.validation.n_val:
         return "--val_check_interval needs held-out rows: add --n_val N"
 
 
 def _finetuning_needs_weights(s: Settings):
-    if s.script == FINETUNE and not (s.init_checkpoint or s.from_scratch or s.resume_from_checkpoint):
+    if s.script == FINETUNE and not (s.checkpoints.init_checkpoint or s.checkpoints.from_scratch or s.checkpoints.resume_from_checkpoint):
         return "give the starting weights (--init_checkpoint / --model_name_or_path), or --from_scratch"
 
 
 def _early_stopping_needs_validation(s: Settings):
-    if s.script == FINETUNE and s.early_stopping_patience and (s.n_val == 0 or not s.val_check_interval):
+    if s.script == FINETUNE and s.validation.early_stopping_patience and (s.validation.n_val == 0 or not s.validation.val_check_interval):
         return "--early_stopping_patience needs validation during training: --val_check_interval N, --n_val not 0"
 
 
@@ -588,39 +583,41 @@ def table_files_folder(output_dir: str) -> str:
 def _finetuning_data(s: Settings):
     if s.script != FINETUNE:
         return None
-    files = [f"--{name}" for name in ("train_file", "validation_file", "test_file", "dataset_name") if getattr(s, name)]
-    if s.data_dir and files and s.data_dir != table_files_folder(s.output_dir):  # (not the folder they became)
+    files = [f"--{name}" for name, value in (("train_file", s.data.train_file), ("validation_file", s.data.validation_file),
+                                             ("test_file", s.data.test_file), ("dataset_name", s.data.dataset_name))
+             if value]
+    if s.data.data_dir and files and s.data.data_dir != table_files_folder(s.checkpoints.output_dir):  # (not the folder they became)
         return f"--data_dir and {files[0]}: the data comes from one place; give one"
-    if s.dataset_name and len(files) > 1:
+    if s.data.dataset_name and len(files) > 1:
         return f"{files[0]} and --dataset_name: the data comes from one place; give one"
-    if s.dataset_config_name and not s.dataset_name:
+    if s.data.dataset_config_name and not s.data.dataset_name:
         return "--dataset_config_name names a configuration of --dataset_name NAME: add --dataset_name, or drop it"
-    if not s.data_dir and not s.train_file and not s.dataset_name:
+    if not s.data.data_dir and not s.data.train_file and not s.data.dataset_name:
         return ("the following arguments are required: --data_dir (train/val/test.source and .target), "
                 "--train_file FILE or --dataset_name NAME")
-    if s.train_file and not s.validation_file and s.n_val != 0 and not s.data_dir:
+    if s.data.train_file and not s.data.validation_file and s.validation.n_val != 0 and not s.data.data_dir:
         return "--train_file without --validation_file: add --validation_file FILE, or --n_val 0 (no validation)"
-    if s.train_file and s.do_predict and not s.test_file:
+    if s.data.train_file and s.prediction.do_predict and not s.data.test_file:
         return "--do_predict with --train_file: add --test_file FILE"
-    if s.push_to_hub is True:  # transformers' switch without --hub_model_id after it
+    if s.hub.push_to_hub is True:  # transformers' switch without --hub_model_id after it
         return "--push_to_hub: name the repository, --push_to_hub OWNER/NAME (or --push_to_hub --hub_model_id OWNER/NAME)"
-    if s.push_to_hub and (s.n_val == 0 or s.save_top_k == 0):
+    if s.hub.push_to_hub and (s.validation.n_val == 0 or s.validation.save_top_k == 0):
         return ("--push_to_hub uploads the best validation checkpoint (best_tfmr/), which needs validation (--n_val "
                 "not 0) and --save_top_k >= 1")
-    if s.hub_private_repo and not s.push_to_hub:
+    if s.hub.hub_private_repo and not s.hub.push_to_hub:
         return "--hub_private_repo applies to the repository --push_to_hub makes; add --push_to_hub REPO or drop it"
     return None
 
 
 def _val_metric_of_the_task(s: Settings):
-    if s.script == FINETUNE and s.val_metric is not None:
-        return check_val_metric(s.task, s.val_metric)
+    if s.script == FINETUNE and s.validation.val_metric is not None:
+        return check_val_metric(s.data.task, s.validation.val_metric)
 
 
 def _decode_precision_with_autocast(s: Settings):
     if s.script == EVAL:
         try:  # a bf16/int8 copy of the weights under --bf16/--fp16 autocast: one home, bart.generation.precision
-            check_decode_precision(s.decode_precision, s.precision.name)
+            check_decode_precision(s.evaluation.decode_precision, s.precision.name)
         except UserError as err:
             return str(err)
 

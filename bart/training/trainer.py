@@ -31,7 +31,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -66,9 +66,10 @@ from bart.training.checkpoint import (
 from bart.training.compilation import Compilation, CompiledOrEager
 from bart.training.strategy import Strategy, full_tensor, prepared_strategy
 
-# The run's record, bart.cli.settings.Settings: the entry scripts parse it and hand it down. bart.cli imports
-# training, never the other way, not even for a type (the trainer reads the record's sections by name).
-Settings = Any
+# The run's record: the entry scripts parse it and hand it down. bart.cli imports training, never the other way:
+# the name is for the type checker alone.
+if TYPE_CHECKING:
+    from bart.cli.settings import Settings
 
 
 def strategy_for(settings: Settings, world_size: int, device: torch.device, model: torch.nn.Module,
@@ -118,7 +119,7 @@ class Trainer:
                  loader_for: Callable[[Settings], Iterable] | None = None):
         if not settings.schedule.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
-                             f"{settings.max_steps} and {settings.gradient_accumulation_steps}")
+                             f"{settings.schedule.max_steps} and {settings.optimization.gradient_accumulation_steps}")
         self.settings = settings
         self.model = model  # the bare model: state dicts and generation use it
         self.optimizer, self.scheduler = optimizer, scheduler
@@ -279,7 +280,7 @@ class Trainer:
     def _state_to_start_again(self) -> dict | None:
         """What a smaller batch starts the run again from (on the host): a new run's, before its first update (its
         optimizer holds no state yet), under --auto_find_batch_size with a loader to rebuild; None otherwise."""
-        if not self.settings.auto_find_batch_size or self.loader_for is None or self.step or self.optimizer.state:
+        if not self.settings.data.auto_find_batch_size or self.loader_for is None or self.step or self.optimizer.state:
             return None
         return {"model": {k: _local(v).detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()},
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()), "scheduler": self.scheduler.state_dict(),
@@ -290,10 +291,10 @@ class Trainer:
         """After an update ran out of memory: the batch made smaller (:func:`smaller_batch`, the accumulation
         larger by the same factor), the loader rebuilt for it, everything else as at the run's start; the new
         micro-batches."""
-        cfg, start = self.settings, self._start_state
-        batch, accumulation = cfg.train_batch_size, cfg.gradient_accumulation_steps
+        settings, start = self.settings, self._start_state
+        batch, accumulation = settings.data.train_batch_size, settings.optimization.gradient_accumulation_steps
         smaller = smaller_batch(batch)
-        self.settings = cfg.replace(train_batch_size=smaller, gradient_accumulation_steps=accumulation * batch // smaller)
+        self.settings = settings.replace(train_batch_size=smaller, gradient_accumulation_steps=accumulation * batch // smaller)
         self.optimizer.zero_grad(set_to_none=True)
         self.train_data = None  # the old loader (its workers, its batches) goes before the new one is made
         gc.collect()
@@ -311,10 +312,10 @@ class Trainer:
         self.epoch, self.batches_in_epoch = start["epoch"], start["batches_in_epoch"]
         self.train_data = self.loader_for(self.settings)
         said = (f"[auto_find_batch_size] out of memory at batch {batch}: retrying with {smaller} x "
-                f"{self.settings.gradient_accumulation_steps} accumulation")
+                f"{self.settings.optimization.gradient_accumulation_steps} accumulation")
         if self.rank == 0:
             print(said, flush=True)
-        self._write_log(self.global_step, {"auto_find_batch_size": f"{smaller} x {self.settings.gradient_accumulation_steps}"})
+        self._write_log(self.global_step, {"auto_find_batch_size": f"{smaller} x {self.settings.optimization.gradient_accumulation_steps}"})
         if self.batch_found is not None:
             self.batch_found(self.settings)
         return self._batches()
@@ -531,8 +532,8 @@ class Trainer:
 
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
-        cfg = self.settings  # its sections' settings, read flat
-        if self._finished and self.step >= cfg.max_steps:  # resumed from the end of a finished run: nothing to do
+        settings = self.settings
+        if self._finished and self.step >= settings.schedule.max_steps:  # resumed from the end of a finished run: nothing to do
             if self.rank == 0:
                 print(f"[checkpoint] the run resumed had finished (update {self.global_step}): nothing left to train",
                       flush=True)
@@ -542,13 +543,13 @@ class Trainer:
         batches = self._batches()
         window = self._new_window()
         run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
-        progress = Progress(cfg.max_steps, "train", unit="step", initial=self.step,
+        progress = Progress(settings.schedule.max_steps, "train", unit="step", initial=self.step,
                             enabled=self.progress_bar and self.rank == 0)
         with StopRequest():
             try:  # a stop signal between two updates, or at a batch of a validation (abandoned: StoppedAtBatch)
                 if self._validation_due and self.eval_hook:  # abandoned for a stop signal before the resume
                     self._evaluate()
-                while self.step < cfg.max_steps and self.stop_reason is None:
+                while self.step < settings.schedule.max_steps and self.stop_reason is None:
                     if (received := stop_agreed(self.device)) is not None:
                         progress.close()
                         self.stop_for_signal(received)
@@ -559,7 +560,7 @@ class Trainer:
                     if batches is None:
                         batches, window = self._start_again_smaller(), self._new_window()
                         progress.close()
-                        progress = Progress(cfg.max_steps, "train", unit="step", enabled=self.progress_bar and
+                        progress = Progress(settings.schedule.max_steps, "train", unit="step", enabled=self.progress_bar and
                                             self.rank == 0)
                         continue
                     if loss is not None:
@@ -588,13 +589,13 @@ class Trainer:
     def _one_update(self, batches, window: dict, progress) -> float | None:
         """One applied-or-skipped update with its logging, validation and periodic checkpoint; the
         logged loss when this update logged."""
-        cfg, logged = self.settings, None  # its sections' settings, read flat
-        micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
+        settings, logged = self.settings, None
+        micro = [next(batches) for _ in range(settings.optimization.gradient_accumulation_steps)]
         too_large = False
         try:
             out = self.train_step(micro)
         except Exception as err:  # noqa: BLE001 - out of memory (CUDA's, the CPU allocator's, MemoryError) only
-            if self._start_state is None or cfg.train_batch_size == 1 or out_of_memory(err) is None:
+            if self._start_state is None or settings.data.train_batch_size == 1 or out_of_memory(err) is None:
                 raise
             too_large = True
         if too_large:
@@ -608,14 +609,14 @@ class Trainer:
         window["steps"] += 1
         self._sequences_seen += out["sequences"] * self.world_size
         progress.update(1)
-        if self.step % cfg.log_freq == 0 or self.step == cfg.max_steps:
+        if self.step % settings.logging.log_freq == 0 or self.step == settings.schedule.max_steps:
             logged = self._log(window, out)
             progress.set_postfix(loss=logged)
-        if cfg.val_check_interval and self.eval_hook and self.step % cfg.val_check_interval == 0:
+        if settings.validation.val_check_interval and self.eval_hook and self.step % settings.validation.val_check_interval == 0:
             self._evaluate()
             if self.stop_reason is not None:
                 return logged
-        if cfg.save_checkpoint_steps and self.step % cfg.save_checkpoint_steps == 0 and self.step < cfg.max_steps:
+        if settings.checkpoints.save_checkpoint_steps and self.step % settings.checkpoints.save_checkpoint_steps == 0 and self.step < settings.schedule.max_steps:
             self.save()
         return logged
 

@@ -29,7 +29,7 @@ def test_the_trainer_reads_the_flags_as_given_from_the_one_record(tmp_path, scri
         argv += [flag] if value is True else [flag, str(value)]
     settings = parse_command_line(script, argv)
     for flag, (section, name, value) in GIVEN.items():
-        assert getattr(getattr(settings, section), name) == value == getattr(settings, name), (script, flag)
+        assert getattr(getattr(settings, section), name) == value == settings.as_dict()[name], (script, flag)
     model = BartForConditionalGeneration(tiny_config())
     strategy = prepared_strategy(None, 1, torch.device("cpu"), model)
     optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)

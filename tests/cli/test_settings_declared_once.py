@@ -72,8 +72,8 @@ def test_keep_checkpoints_and_affinity_have_one_default_each(tmp_path):
     keeps (3 step checkpoints of 5, with no flag) are the same."""
     from bart.runtime.affinity import DEFAULT_MODE
     fields = _fields()
-    assert fields["keep_checkpoints"].default == Settings().keep_checkpoints == 3
-    assert fields["affinity"].default == Settings().affinity == DEFAULT_MODE == "socket_unique_interleaved"
+    assert fields["keep_checkpoints"].default == Settings().checkpoints.keep_checkpoints == 3
+    assert fields["affinity"].default == Settings().distributed.affinity == DEFAULT_MODE == "socket_unique_interleaved"
     for script in (PRETRAIN, FINETUNE):
         parser = build_parser(script)
         assert parser.get_default("keep_checkpoints") == 3 and parser.get_default("affinity") == DEFAULT_MODE
@@ -181,8 +181,8 @@ def test_a_hand_written_file_and_the_command_line(tmp_path):
     path.write_text(json.dumps({"config_path": "c.json", "data_dir": "data", "max_steps": 3, "bf16": True,
                                 "adam_betas": [0.8, 0.9], "noise": {"mlm_probability": 0.2}}))
     settings = parse_command_line(PRETRAIN, ["@" + str(path), "--max_steps", "9"])
-    assert (settings.max_steps, settings.config_path, settings.precision.name) == (9, "c.json", "bf16")
-    assert settings.adam_betas == (0.8, 0.9) and settings.noise.mlm_probability == 0.2
+    assert (settings.schedule.max_steps, settings.model.config_path, settings.precision.name) == (9, "c.json", "bf16")
+    assert settings.optimization.adam_betas == (0.8, 0.9) and settings.data.noise.mlm_probability == 0.2
     assert "max_steps" in settings.given and "bf16" in settings.given  # the file's values count as given
 
 
@@ -239,7 +239,7 @@ def test_a_warmup_ratio_becomes_updates_of_the_run(tmp_path):
 
     settings = parse_command_line(FINETUNE, ["--config_path", "c.json", "--data_dir", "d", "--from_scratch",
                                              "--max_steps", "1000", "--warmup_ratio", "0.05"])
-    assert settings.warmup_steps == 0.05 and resolve_warmup(settings, 1001).warmup_steps == 51  # rounded up
+    assert settings.schedule.warmup_steps == 0.05 and resolve_warmup(settings, 1001).schedule.warmup_steps == 51  # rounded up
     same = parse_command_line(FINETUNE, ["--config_path", "c.json", "--data_dir", "d", "--from_scratch",
                                          "--max_steps", "1000", "--warmup_steps", "40"])
-    assert resolve_warmup(same, 1000).warmup_steps == 40
+    assert resolve_warmup(same, 1000).schedule.warmup_steps == 40

@@ -135,7 +135,7 @@ def test_the_default_heartbeat_ends_a_hang_within_two_minutes():
     minutes, in every script's parser and in the record."""
     from bart.cli.parsing import build_parser
     from bart.cli.settings import FINETUNE, PRETRAIN, Settings
-    assert (Settings().heartbeat_timeout, Settings().dist_timeout) == (60.0, 10.0)
+    assert (Settings().distributed.heartbeat_timeout, Settings().distributed.dist_timeout) == (60.0, 10.0)
     for script in (PRETRAIN, FINETUNE, "run_eval.py"):
         parser = build_parser(script)
         assert (parser.get_default("heartbeat_timeout"), parser.get_default("dist_timeout")) == (60.0, 10.0), script
