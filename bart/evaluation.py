@@ -195,16 +195,18 @@ def run_evaluation(model, tokenizer, args: Settings, gen_kwargs: dict, precision
     if prefix and args.data.prefix is None and is_main:
         print(f"[eval] the model's source prefix {prefix!r} (its config's prefix, from fine-tuning's --source_prefix) "
               f"is put in front of every source; --prefix '' turns it off", flush=True)
-    predictions, latencies = generate_texts(model, tokenizer, [prefix + s for s in sources], args.generation.eval_batch_size,
-                                            args.data.max_source_length, gen_kwargs, precision)
+    predictions, latencies = generate_texts(model, tokenizer, [prefix + s for s in sources],
+                                            args.generation.eval_batch_size, args.data.max_source_length, gen_kwargs,
+                                            precision)
     elapsed = time.perf_counter() - start
     all_latencies = [x for part in dist_utils.all_gather_objects(latencies) for x in part]
     result = {}
     if is_main and args.evaluation.num_return_sequences > 1:
         return _write_pseudolabels(args, predictions, all_latencies, len(sources), elapsed)
     if is_main:
+        generations_file, metrics_file = evaluation_files(args)
         os.makedirs(args.evaluation.save_path, exist_ok=True)
-        atomic_write_text(os.path.join(args.evaluation.save_path, f"{args.evaluation.type_path}_generations.txt"), generation_lines(predictions))
+        atomic_write_text(generations_file, generation_lines(predictions))
         result = score(args.data.task, predictions, targets)
         stats = latency_stats(all_latencies, len(sources), elapsed, dist_utils.world_size())
         result.update(n_obs=len(sources), runtime_s=round(elapsed, 4), seconds_per_sample=round(elapsed / len(sources), 6))
@@ -214,8 +216,7 @@ def run_evaluation(model, tokenizer, args: Settings, gen_kwargs: dict, precision
             result["info"] = args.evaluation.info
         if args.evaluation.dump_args:
             result["generate_kwargs"] = gen_kwargs
-        atomic_write_text(os.path.join(args.evaluation.save_path, f"{args.evaluation.type_path}_{TASK_METRICS[args.data.task].name}.json"),
-                          json.dumps(result, indent=2))
+        atomic_write_text(metrics_file, json.dumps(result, indent=2))
         logger = _summary_logger(args)
         logger.log(step=(), data={**{k: v for k, v in result.items() if isinstance(v, (int, float))}, **stats})
         logger.close()
@@ -228,8 +229,8 @@ def evaluation_files(args: Settings) -> list[str]:
     or the candidates of --num_return_sequences)."""
     if args.evaluation.num_return_sequences > 1:
         return [os.path.join(args.evaluation.save_path, "pseudolabel_results.json")]
-    return [os.path.join(args.evaluation.save_path, f"{args.evaluation.type_path}_generations.txt"),
-            os.path.join(args.evaluation.save_path, f"{args.evaluation.type_path}_{TASK_METRICS[args.data.task].name}.json")]
+    split = os.path.join(args.evaluation.save_path, args.evaluation.type_path)
+    return [f"{split}_generations.txt", f"{split}_{TASK_METRICS[args.data.task].name}.json"]
 
 
 def refuse_earlier_evaluation(args: Settings) -> None:

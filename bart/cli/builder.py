@@ -64,8 +64,9 @@ def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
     env = setup_distributed(args)
     lock_output_dir(args.checkpoints.output_dir, env)
     seed_everything(args.randomness.seed, env.rank)
-    if args.checkpoints.resume_from_checkpoint in ("auto", True):  # True when the folder holds a training checkpoint, else None
-        args = resolved(args, resume_from_checkpoint=resolve_resume(args.checkpoints.resume_from_checkpoint, args.checkpoints.output_dir,
+    resume = args.checkpoints.resume_from_checkpoint
+    if resume in ("auto", True):  # True when the folder holds a training checkpoint, else None
+        args = resolved(args, resume_from_checkpoint=resolve_resume(resume, args.checkpoints.output_dir,
                                                                     announce=env.is_main))
     if not args.checkpoints.resume_from_checkpoint:
         claim_new_run_folder(args, env)
@@ -84,7 +85,8 @@ def batch_found_before(args: Settings, env: dist_utils.DistributedEnv) -> Settin
     batch, accumulation = found.get("train_batch_size"), found.get("gradient_accumulation_steps")
     if not (found.get("auto_find_batch_size") and isinstance(batch, int) and isinstance(accumulation, int)):
         return args
-    if batch >= args.data.train_batch_size or batch * accumulation != args.data.train_batch_size * args.optimization.gradient_accumulation_steps:
+    asked = args.data.train_batch_size
+    if batch >= asked or batch * accumulation != asked * args.optimization.gradient_accumulation_steps:
         return args
     if env.is_main:
         print(f"[auto_find_batch_size] resuming with batch {batch} x {accumulation} accumulation, the batch the run "
@@ -109,15 +111,16 @@ def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None
             records = stopped_before_a_checkpoint(args.checkpoints.output_dir, json_path)
             if records and env.is_main:
                 names = ", ".join(os.path.basename(p) for p in records[:4]) + (", ..." if len(records) > 4 else "")
-                print(f"[checkpoint] {args.checkpoints.output_dir} holds the records of a run that stopped before its first "
-                      f"checkpoint ({names}): starting it again from update 1; its log goes on", flush=True)
+                print(f"[checkpoint] {args.checkpoints.output_dir} holds the records of a run that stopped before its "
+                      f"first checkpoint ({names}): starting it again from update 1; its log goes on", flush=True)
         else:
             keep = (args.checkpoints.init_checkpoint, args.model.tokenizer or os.environ.get("TOKENIZER"))
             removed = remove_earlier_run(args.checkpoints.output_dir, json_path, keep=keep)
             if removed:
+                shown = ", ".join(os.path.basename(p.rstrip(os.sep)) for p in removed[:6])
+                more = ", ..." if len(removed) > 6 else ""
                 print(f"[checkpoint] --overwrite_output_dir: removed the earlier run's {len(removed)} file(s) from "
-                      f"{args.checkpoints.output_dir} ({', '.join(os.path.basename(p.rstrip(os.sep)) for p in removed[:6])}"
-                      f"{', ...' if len(removed) > 6 else ''}): starting a new run", flush=True)
+                      f"{args.checkpoints.output_dir} ({shown}{more}): starting a new run", flush=True)
 
     rank_zero_decides(env, claim, errors=(UserError, CheckpointError, OSError))
 
@@ -220,8 +223,9 @@ def pretraining_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv
     from bart.data.pretraining_dataset import (
         build_pretraining_loader,  # LDDL imports transformers: seconds
     )
-    return build_pretraining_loader(args.data.data_dir, tokenizer, args.data.train_batch_size, args.data.max_source_length,
-                                    args.data.noise, seed=args.randomness.seed, num_workers=args.data.num_workers,
+    return build_pretraining_loader(args.data.data_dir, tokenizer, args.data.train_batch_size,
+                                    args.data.max_source_length, args.data.noise, seed=args.randomness.seed,
+                                    num_workers=args.data.num_workers,
                                     local_rank=env.local_rank, n_val=args.validation.n_val or 0,
                                     shuffle_buffer_size=args.data.buffer_size or 16384)
 
@@ -229,11 +233,12 @@ def pretraining_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv
 def finetuning_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv):
     """finetune.py's loader: the train split's batches for this rank (plain, length-grouped or token-budget)."""
     from bart.data.summarization import build_finetuning_loader
-    return build_finetuning_loader(args.data.data_dir, tokenizer, args.data.max_source_length, args.data.max_target_length,
-                                   args.data.train_batch_size, world_size=env.world_size, rank=env.rank, seed=args.randomness.seed,
-                                   n_obs=args.data.n_train, sortish=args.data.sortish_sampler,
-                                   max_tokens=args.data.max_tokens_per_batch, num_workers=args.data.num_workers,
-                                   prefix=args.data.prefix or "", accumulation=args.optimization.gradient_accumulation_steps)
+    return build_finetuning_loader(args.data.data_dir, tokenizer, args.data.max_source_length,
+                                   args.data.max_target_length, args.data.train_batch_size, world_size=env.world_size,
+                                   rank=env.rank, seed=args.randomness.seed, n_obs=args.data.n_train,
+                                   sortish=args.data.sortish_sampler, max_tokens=args.data.max_tokens_per_batch,
+                                   num_workers=args.data.num_workers, prefix=args.data.prefix or "",
+                                   accumulation=args.optimization.gradient_accumulation_steps)
 
 
 def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
@@ -241,13 +246,14 @@ def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
     from bart.training.validation import Validation
     if args.validation.n_val == 0:
         return None
-    return Validation(args.data.data_dir, tokenizer, task=args.data.task, metric=args.validation.val_metric, n_val=args.validation.n_val,
-                      max_source_length=args.data.max_source_length,
-                      max_target_length=args.validation.val_max_target_length or args.data.max_target_length,
-                      batch_size=args.generation.eval_batch_size or 8, gen_kwargs=gen_kwargs, output_dir=args.checkpoints.output_dir,
-                      save_top_k=args.validation.save_top_k, early_stopping_patience=args.validation.early_stopping_patience,
-                      min_steps=args.schedule.min_steps, early_stopping_threshold=args.validation.early_stopping_threshold,
-                      prefix=args.data.prefix or "")
+    validation = args.validation
+    return Validation(args.data.data_dir, tokenizer, task=args.data.task, metric=validation.val_metric,
+                      n_val=validation.n_val, max_source_length=args.data.max_source_length,
+                      max_target_length=validation.val_max_target_length or args.data.max_target_length,
+                      batch_size=args.generation.eval_batch_size or 8, gen_kwargs=gen_kwargs,
+                      output_dir=args.checkpoints.output_dir, save_top_k=validation.save_top_k,
+                      early_stopping_patience=validation.early_stopping_patience, min_steps=args.schedule.min_steps,
+                      early_stopping_threshold=validation.early_stopping_threshold, prefix=args.data.prefix or "")
 
 
 def save_run_files(args: Settings, tokenizer, world_size: int) -> None:
@@ -309,21 +315,25 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         sharded = env.world_size if args.distributed.distributed_strategy == "fsdp" and env.world_size > 1 else 1
         check_training_fits(trainable // sharded, TRAINING_BYTES[args.optimization.optim], env.local_world_size)
+    optimization, schedule = args.optimization, args.schedule
     optimizer, clips_internally = build_optimizer(
-        model, args.optimization.optim, lr=args.optimization.learning_rate, weight_decay=args.optimization.weight_decay,
-        betas=tuple(args.optimization.adam_betas), eps=args.optimization.adam_epsilon, max_grad_norm=args.optimization.gradient_clip_val,
-        use_nvlamb=args.optimization.use_nvlamb)
-    scheduler = build_scheduler(optimizer, args.schedule.lr_scheduler, args.schedule.warmup_steps, total_steps, lr_end=args.schedule.lr_end)
+        model, optimization.optim, lr=optimization.learning_rate, weight_decay=optimization.weight_decay,
+        betas=tuple(optimization.adam_betas), eps=optimization.adam_epsilon,
+        max_grad_norm=optimization.gradient_clip_val, use_nvlamb=optimization.use_nvlamb)
+    scheduler = build_scheduler(optimizer, schedule.lr_scheduler, schedule.warmup_steps, total_steps,
+                                lr_end=schedule.lr_end)
     if env.is_main:
         for path, size in remove_stale_partials(args.checkpoints.output_dir):
             print(f"[checkpoint] removed {path} ({size / 2**20:.1f} MiB), left by a write that was killed midway",
                   file=sys.stderr)
-    trainer = Trainer(model, optimizer, scheduler, train_data, args, strategy=strategy, clips_internally=clips_internally,
-                      logger=Logger(None, rank=env.rank, stdout=False), eval_hook=eval_hook, device=device,
-                      compile=compile_default(args, device), varying_lengths=varying_lengths,
+    trainer = Trainer(model, optimizer, scheduler, train_data, args, strategy=strategy,
+                      clips_internally=clips_internally, logger=Logger(None, rank=env.rank, stdout=False),
+                      eval_hook=eval_hook, device=device, compile=compile_default(args, device),
+                      varying_lengths=varying_lengths,
                       final_checkpoint_name=final_checkpoint_name,
                       loader_for=loader_for if args.data.auto_find_batch_size else None)
-    resumed_from = trainer.resume(args.checkpoints.resume_from_checkpoint) if args.checkpoints.resume_from_checkpoint else None
+    resume = args.checkpoints.resume_from_checkpoint
+    resumed_from = trainer.resume(resume) if resume else None
     if env.is_main:
         save_run_files(args, tokenizer, env.world_size)
     json_path = args.logging.json_summary or os.path.join(args.checkpoints.output_dir, "dllogger.json")
@@ -332,8 +342,9 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     if env.is_main:
         banner = run_banner(args, trainer, env.world_size, data_rows(train_data, eval_hook))
         print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)
-        source = read_json(os.path.join(args.data.data_dir, DATA_SOURCE), None) if args.data.data_dir == table_files_folder(
-            args.checkpoints.output_dir) else None
+        output_dir = args.checkpoints.output_dir
+        source = read_json(os.path.join(args.data.data_dir, DATA_SOURCE), None) \
+            if args.data.data_dir == table_files_folder(output_dir) else None
 
         def record(settings: Settings, banner: dict) -> dict:
             return write_run_config(settings.as_dict(), settings.checkpoints.output_dir, {
@@ -343,11 +354,12 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
         resolved = record(args, banner)
         trainer.batch_found = lambda found: record(found, run_banner(found, trainer, env.world_size,
                                                                      data_rows(trainer.train_data, eval_hook)))
-        tensorboard_dir = None if args.logging.no_tensorboard else args.logging.tensorboard_dir or os.path.join(args.checkpoints.output_dir,
-                                                                                                  "tensorboard")
-        logger.add_writers(build_writers(tensorboard_dir, args.logging.wandb_project, args.checkpoints.output_dir, resolved, resume_step))
+        tensorboard_dir = None if args.logging.no_tensorboard else \
+            args.logging.tensorboard_dir or os.path.join(output_dir, "tensorboard")
+        logger.add_writers(build_writers(tensorboard_dir, args.logging.wandb_project, output_dir, resolved,
+                                         resume_step))
         logger.text("run_config", config_text(resolved))
-        trainer.run_folder_check = watch_run_files(args.checkpoints.output_dir, json_path, tensorboard_dir)
+        trainer.run_folder_check = watch_run_files(output_dir, json_path, tensorboard_dir)
     return trainer
 
 
@@ -394,9 +406,10 @@ def check_global_batch(args: Settings, train_data, world_size: int) -> None:
     fits = rows // (accumulation * world_size)
     fix = (f"lower --train_batch_size to at most {fits}" if fits else
            "lower --gradient_accumulation_steps or the processes, or add data")
-    raise UserError(f"a global batch of {per_update} sequences per update (--train_batch_size {args.data.train_batch_size} "
-                    f"x {accumulation} accumulation x {world_size} processes) is larger than the {rows} training rows "
-                    f"of {args.data.data_dir}: each update would hold fewer sequences than it says; {fix}")
+    raise UserError(f"a global batch of {per_update} sequences per update (--train_batch_size "
+                    f"{args.data.train_batch_size} x {accumulation} accumulation x {world_size} processes) is larger "
+                    f"than the {rows} training rows of {args.data.data_dir}: each update would hold fewer sequences "
+                    f"than it says; {fix}")
 
 
 def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dict) -> dict:
@@ -411,13 +424,14 @@ def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dic
         attention = f"torch scaled_dot_product_attention on {trainer.device.type} (flash-attention CPU kernel or math)"
     precision = trainer.precision
     tf32 = torch.backends.cuda.matmul.allow_tf32 if trainer.device.type == "cuda" else "n/a (no CUDA)"
-    per_update = args.data.train_batch_size * args.optimization.gradient_accumulation_steps * world_size
+    accumulation = args.optimization.gradient_accumulation_steps
+    per_update = args.data.train_batch_size * accumulation * world_size
     max_tokens = args.data.max_tokens_per_batch
     if max_tokens:
-        batch = f"token budget {max_tokens * args.optimization.gradient_accumulation_steps * world_size} source tokens per update"
+        batch = f"token budget {max_tokens * accumulation * world_size} source tokens per update"
     else:
-        batch = (f"{per_update} sequences per update (at most {per_update * args.data.max_source_length} source tokens: "
-                 f"{args.data.train_batch_size} x {args.optimization.gradient_accumulation_steps} accumulation x {world_size} processes)")
+        batch = (f"{per_update} sequences per update (at most {per_update * args.data.max_source_length} source "
+                 f"tokens: {args.data.train_batch_size} x {accumulation} accumulation x {world_size} processes)")
     return {
         "optimizer": describe_optimizer(trainer.optimizer),
         "attention": attention + (", gradient checkpointing" if trainer.model.config.gradient_checkpointing else ""),

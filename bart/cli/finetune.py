@@ -40,8 +40,8 @@ def main(argv=None) -> dict:
     if args.logging.weights_summary and env.is_main:
         print(weights_summary(model, args.logging.weights_summary), flush=True)
     torch.manual_seed(args.randomness.seed + env.rank)
-    if args.prediction.do_predict:
-        read_split(args.data.data_dir, "test", args.prediction.n_test)  # a missing or empty test split fails now, not after training
+    if args.prediction.do_predict:  # a missing or empty test split fails now, not after training
+        read_split(args.data.data_dir, "test", args.prediction.n_test)
     train = builder.finetuning_loader(args, tokenizer, env)
     builder.check_global_batch(args, train, env.world_size)
     args = resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
@@ -60,10 +60,12 @@ def main(argv=None) -> dict:
         test_kwargs = dict(gen_kwargs, max_length=args.prediction.test_max_target_length or gen_kwargs.get("max_length")
                            or model.config.max_length)
         with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
-            summary["test"] = predict_split(whole, tokenizer, args.data.data_dir, "test", args.checkpoints.output_dir, args.data.task,
-                                            batch_size, args.data.max_source_length, test_kwargs, args.prediction.n_test, args.precision,
+            summary["test"] = predict_split(whole, tokenizer, args.data.data_dir, "test", args.checkpoints.output_dir,
+                                            args.data.task, batch_size, args.data.max_source_length, test_kwargs,
+                                            args.prediction.n_test, args.precision,
                                             trained=summary.get("final_weights"), prefix=args.data.prefix or "")
-    if args.prediction.do_train and validation is not None and env.is_main and (best := export_best(args.checkpoints.output_dir)):
+    trained = args.prediction.do_train and validation is not None
+    if trained and env.is_main and (best := export_best(args.checkpoints.output_dir)):
         summary["best_tfmr"] = best["out_dir"]  # the best checkpoint as a Hugging Face folder (with its tokenizer)
         if args.hub.push_to_hub:  # once, at the end, the verified folder
             summary["hub_url"] = push_folder(best["out_dir"], args.hub.push_to_hub, private=args.hub.hub_private_repo)

@@ -179,8 +179,9 @@ def resolve_epochs(settings: Settings, batches_per_epoch: int) -> Settings:
     """
     accumulation = settings.optimization.gradient_accumulation_steps
     values = {}
-    if isinstance(settings.validation.val_check_interval, float):
-        values["val_check_interval"] = max(1, math.floor(settings.validation.val_check_interval * (batches_per_epoch / accumulation)))
+    interval = settings.validation.val_check_interval
+    if isinstance(interval, float):
+        values["val_check_interval"] = max(1, math.floor(interval * (batches_per_epoch / accumulation)))
     if settings.schedule.max_epochs:
         steps = max(1, math.ceil(settings.schedule.max_epochs * batches_per_epoch / accumulation))
         values["max_steps"] = min(settings.schedule.max_steps, steps) if settings.schedule.max_steps else steps

@@ -549,9 +549,10 @@ def _max_steps_required(s: Settings):
 
 
 def _lr_end_below_learning_rate(s: Settings):
-    if s.script in TRAINING and s.schedule.lr_scheduler == "polynomial" and s.schedule.lr_end > s.optimization.learning_rate:
-        return (f"--lr_end {s.schedule.lr_end:g} exceeds --learning_rate {s.optimization.learning_rate:g}: the polynomial "
-                f"schedule decays from the learning rate down to --lr_end; lower --lr_end")
+    lr_end, learning_rate = s.schedule.lr_end, s.optimization.learning_rate
+    if s.script in TRAINING and s.schedule.lr_scheduler == "polynomial" and lr_end > learning_rate:
+        return (f"--lr_end {lr_end:g} exceeds --learning_rate {learning_rate:g}: the polynomial schedule decays from "
+                f"the learning rate down to --lr_end; lower --lr_end")
 
 
 def _pretraining_target_is_the_source(s: Settings):
@@ -565,12 +566,15 @@ def _pretraining_validation_needs_rows(s: Settings):
 
 
 def _finetuning_needs_weights(s: Settings):
-    if s.script == FINETUNE and not (s.checkpoints.init_checkpoint or s.checkpoints.from_scratch or s.checkpoints.resume_from_checkpoint):
+    weights = s.checkpoints
+    if s.script == FINETUNE and not (weights.init_checkpoint or weights.from_scratch or weights.resume_from_checkpoint):
         return "give the starting weights (--init_checkpoint / --model_name_or_path), or --from_scratch"
 
 
 def _early_stopping_needs_validation(s: Settings):
-    if s.script == FINETUNE and s.validation.early_stopping_patience and (s.validation.n_val == 0 or not s.validation.val_check_interval):
+    validation = s.validation
+    if s.script == FINETUNE and validation.early_stopping_patience and (validation.n_val == 0 or
+                                                                         not validation.val_check_interval):
         return "--early_stopping_patience needs validation during training: --val_check_interval N, --n_val not 0"
 
 
@@ -583,10 +587,12 @@ def table_files_folder(output_dir: str) -> str:
 def _finetuning_data(s: Settings):
     if s.script != FINETUNE:
         return None
-    files = [f"--{name}" for name, value in (("train_file", s.data.train_file), ("validation_file", s.data.validation_file),
+    files = [f"--{name}" for name, value in (("train_file", s.data.train_file),
+                                             ("validation_file", s.data.validation_file),
                                              ("test_file", s.data.test_file), ("dataset_name", s.data.dataset_name))
              if value]
-    if s.data.data_dir and files and s.data.data_dir != table_files_folder(s.checkpoints.output_dir):  # (not the folder they became)
+    # (not the folder they became)
+    if s.data.data_dir and files and s.data.data_dir != table_files_folder(s.checkpoints.output_dir):
         return f"--data_dir and {files[0]}: the data comes from one place; give one"
     if s.data.dataset_name and len(files) > 1:
         return f"{files[0]} and --dataset_name: the data comes from one place; give one"

@@ -32,13 +32,14 @@ def seed_everything(seed: int, rank: int = 0) -> None:
 def setup_distributed(args: Settings) -> dist_utils.DistributedEnv:
     env = dist_utils.read_env()
     if args.distributed.local_rank is not None and args.distributed.local_rank != env.local_rank:
-        raise SystemExit(f"--local_rank {args.distributed.local_rank} disagrees with the launcher's LOCAL_RANK {env.local_rank}")
+        raise SystemExit(f"--local_rank {args.distributed.local_rank} disagrees with the launcher's LOCAL_RANK "
+                         f"{env.local_rank}")
     # --affinity before the process group starts its threads, so that they inherit it
     if torch.cuda.is_available() and args.distributed.affinity != "disabled":
         dist_utils.set_cpu_affinity(args.distributed.affinity, env)
     elif args.distributed.affinity != "disabled" and "affinity" in args.given:
-        print(f"note: --affinity {args.distributed.affinity} pins GPU processes near their GPU; this run has no GPU, so its "
-              f"CPU affinity is left as it is", file=sys.stderr)
+        print(f"note: --affinity {args.distributed.affinity} pins GPU processes near their GPU; this run has no GPU, "
+              f"so its CPU affinity is left as it is", file=sys.stderr)
     return dist_utils.init_distributed(env, timeout_minutes=args.distributed.dist_timeout,
                                        rendezvous_timeout_s=args.distributed.rendezvous_timeout,
                                        heartbeat_timeout_s=args.distributed.heartbeat_timeout)
@@ -97,7 +98,8 @@ def model_config(args: Settings, training: bool = True) -> BartConfig:
     Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
     config = BartConfig.from_json_file(args.model.config_path)
     for key, value in (("dropout", args.model.dropout), ("attention_dropout", args.model.attention_dropout),
-                       ("encoder_layerdrop", args.model.encoder_layerdrop), ("decoder_layerdrop", args.model.decoder_layerdrop)):
+                       ("encoder_layerdrop", args.model.encoder_layerdrop),
+                       ("decoder_layerdrop", args.model.decoder_layerdrop)):
         if value is not None:
             setattr(config, key, value)
     if args.model.pre_ln is not None:
@@ -128,7 +130,8 @@ def tokenizer_for(args: Settings, candidates: list):
 
     for i, candidate in enumerate(candidates):
         try:
-            choice = choose_tokenizer(candidate, args.model.tokenizer, allow_mismatch=args.model.allow_tokenizer_mismatch)
+            choice = choose_tokenizer(candidate, args.model.tokenizer,
+                                      allow_mismatch=args.model.allow_tokenizer_mismatch)
             break
         except CheckpointError:
             if i == len(candidates) - 1:

@@ -255,9 +255,10 @@ class Trainer:
             self.scaler.update()
             scale = self.scaler.get_scale()
             applied = scale >= scale_before
-            if scale < self.settings.optimization.min_loss_scale:
+            floor = self.settings.optimization.min_loss_scale
+            if scale < floor:
                 raise NonFiniteLossError(
-                    f"the fp16 loss scale fell to {scale:.3g}, below --min_loss_scale {self.settings.optimization.min_loss_scale:g} "
+                    f"the fp16 loss scale fell to {scale:.3g}, below --min_loss_scale {floor:g} "
                     f"(update {self.global_step + 1}): the gradients overflow or are NaN at every update; "
                     f"stopping. Lower the learning rate, check the data, or train in --bf16")
         else:
@@ -315,7 +316,8 @@ class Trainer:
                 f"{self.settings.optimization.gradient_accumulation_steps} accumulation")
         if self.rank == 0:
             print(said, flush=True)
-        self._write_log(self.global_step, {"auto_find_batch_size": f"{smaller} x {self.settings.optimization.gradient_accumulation_steps}"})
+        accumulated = self.settings.optimization.gradient_accumulation_steps
+        self._write_log(self.global_step, {"auto_find_batch_size": f"{smaller} x {accumulated}"})
         if self.batch_found is not None:
             self.batch_found(self.settings)
         return self._batches()
@@ -533,7 +535,7 @@ class Trainer:
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
         settings = self.settings
-        if self._finished and self.step >= settings.schedule.max_steps:  # resumed from the end of a finished run: nothing to do
+        if self._finished and self.step >= settings.schedule.max_steps:  # resumed from a finished run: nothing to do
             if self.rank == 0:
                 print(f"[checkpoint] the run resumed had finished (update {self.global_step}): nothing left to train",
                       flush=True)
@@ -612,11 +614,13 @@ class Trainer:
         if self.step % settings.logging.log_freq == 0 or self.step == settings.schedule.max_steps:
             logged = self._log(window, out)
             progress.set_postfix(loss=logged)
-        if settings.validation.val_check_interval and self.eval_hook and self.step % settings.validation.val_check_interval == 0:
+        every = settings.validation.val_check_interval
+        if every and self.eval_hook and self.step % every == 0:
             self._evaluate()
             if self.stop_reason is not None:
                 return logged
-        if settings.checkpoints.save_checkpoint_steps and self.step % settings.checkpoints.save_checkpoint_steps == 0 and self.step < settings.schedule.max_steps:
+        every = settings.checkpoints.save_checkpoint_steps
+        if every and self.step % every == 0 and self.step < settings.schedule.max_steps:
             self.save()
         return logged
 

@@ -155,7 +155,8 @@ WORKS = {
     "--max_grad_norm": (["--max_grad_norm", "0.5"], {"optimization.gradient_clip_val": 0.5}),
     "--do_train": (["--do_train"], {"prediction.do_train": True}),
     "--do_predict": (["--do_predict"], {"prediction.do_predict": True}),
-    "--gradient_accumulation_steps": (["--gradient_accumulation_steps=4"], {"optimization.gradient_accumulation_steps": 4}),
+    "--gradient_accumulation_steps": (["--gradient_accumulation_steps=4"],
+                                      {"optimization.gradient_accumulation_steps": 4}),
     "--seed": (["--seed", "7"], {"randomness.seed": 7}),
     "--data_dir": (["--data_dir=other"], {"data.data_dir": "other"}),
     "--log_freq": (["--log_freq=5"], {"logging.log_freq": 5}),
@@ -167,7 +168,8 @@ WORKS = {
     "--val_max_target_length": (["--val_max_target_length=24"], {"validation.val_max_target_length": 24}),
     "--test_max_target_length": (["--test_max_target_length=24"], {"prediction.test_max_target_length": 24}),
     "--load_model_weights_only": (["--resume_from_checkpoint=phase1/_step95040.ckpt", "--load_model_weights_only"],
-                                  {"checkpoints.init_checkpoint": "phase1/_step95040.ckpt", "checkpoints.resume_from_checkpoint": None}),
+                                  {"checkpoints.init_checkpoint": "phase1/_step95040.ckpt",
+                                   "checkpoints.resume_from_checkpoint": None}),
     "--freeze_encoder": (["--freeze_encoder"], {"optimization.freeze_encoder": True}),
     "--freeze_embeds": (["--freeze_embeds"], {"optimization.freeze_embeds": True}),
     "--sortish_sampler": (["--sortish_sampler"], {"data.sortish_sampler": True}),
@@ -200,7 +202,8 @@ WORKS = {
     "--prefix": (["--prefix", "summarize: "], {"data.prefix": "summarize: "}),
     "--bs": (["--bs", "4"], {"generation.eval_batch_size": 4}),
     "--n_obs": (["--n_obs", "10"], {"evaluation.n_obs": 10}),
-    "--num_return_sequences": (["--num_return_sequences", "2", "--eval_beams", "2"], {"evaluation.num_return_sequences": 2}),
+    "--num_return_sequences": (["--num_return_sequences", "2", "--eval_beams", "2"],
+                               {"evaluation.num_return_sequences": 2}),
     "--dump-args": (["--dump-args"], {"evaluation.dump_args": True}),
     "--info": (["--info"], {}),
     "--sync_timeout": (["--sync_timeout", "600"], {"distributed.dist_timeout": 10.0}),
@@ -229,7 +232,8 @@ WORKS = {
     "--log_every_n_steps": (["--log_every_n_steps", "50"], {"logging.log_freq": 50}),
     "--accelerator": (["--accelerator", "ddp"], {"distributed.distributed_strategy": "ddp"}),
     "--sync_batchnorm": (["--sync_batchnorm"], {}),
-    "--precision": (["--precision", "16"], {"precision_flags.fp16": True, "precision": Precision("fp16")}),  # the run's one Precision
+    "--precision": (["--precision", "16"],
+                    {"precision_flags.fp16": True, "precision": Precision("fp16")}),  # the run's one Precision
     "--weights_summary": (["--weights_summary", "top"], {"logging.weights_summary": "top"}),
     "--num_sanity_val_steps": (["--num_sanity_val_steps=0"], {"validation.num_sanity_val_steps": 0}),
     "--profiler": (["--profiler", "false"], {}),
@@ -359,7 +363,8 @@ def test_weights_only_start_is_init_checkpoint_in_both_spellings(tmp_path):
         ours = _parse(script, _base(script, out) + ["--load_model_weights_only", "p1/_step5.ckpt"])
         assert (ours.checkpoints.init_checkpoint, ours.checkpoints.resume_from_checkpoint) == ("p1/_step5.ckpt", None)
         latest = _parse(script, _base(script, out) + ["--resume_from_checkpoint=True", "--load_model_weights_only"])
-        assert (latest.checkpoints.init_checkpoint, latest.checkpoints.resume_from_checkpoint) == (out, None)  # the newest in output_dir
+        # the newest in output_dir
+        assert (latest.checkpoints.init_checkpoint, latest.checkpoints.resume_from_checkpoint) == (out, None)
 
 
 def test_weights_only_conflicting_with_init_checkpoint_is_refused(tmp_path, capsys):

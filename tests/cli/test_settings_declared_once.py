@@ -239,7 +239,8 @@ def test_a_warmup_ratio_becomes_updates_of_the_run(tmp_path):
 
     settings = parse_command_line(FINETUNE, ["--config_path", "c.json", "--data_dir", "d", "--from_scratch",
                                              "--max_steps", "1000", "--warmup_ratio", "0.05"])
-    assert settings.schedule.warmup_steps == 0.05 and resolve_warmup(settings, 1001).schedule.warmup_steps == 51  # rounded up
+    assert settings.schedule.warmup_steps == 0.05
+    assert resolve_warmup(settings, 1001).schedule.warmup_steps == 51  # rounded up
     same = parse_command_line(FINETUNE, ["--config_path", "c.json", "--data_dir", "d", "--from_scratch",
                                          "--max_steps", "1000", "--warmup_steps", "40"])
     assert resolve_warmup(same, 1000).schedule.warmup_steps == 40
