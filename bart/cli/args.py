@@ -51,13 +51,33 @@ class Flag:
     per_script: Mapping = field(default_factory=dict)  # script -> keywords over these (default, help, type, ...)
     argparse: Mapping = field(default_factory=dict)    # action, type, choices, nargs, metavar, const, required
     once: bool = False  # an action of the start it is given to: run_config.json records it, --config_file never replays it
+    resume: str | None = None  # a resume compares it with the checkpoint's run: "same" or "may_change" (RESUME_RULES)
+    schedule: bool = False     # a change reshapes the learning-rate schedule (recomputed from the step resumed at)
+    resume_unset: Any = None   # what a run record's null means when a resume compares it (None: not compared)
+    resume_note: str = ""      # what a resume's refusal says after the flag (what a change of it means)
+
+    def shown(self, name: str) -> str:
+        """The flag as a training script's user types it (its first spelling there): a resume's messages name it."""
+        script = next((s for s in self.scripts if s in TRAINING), None)
+        return (self.per_script.get(script, {}).get("options") or self.options or (f"--{name}",))[0]
+
+
+# What a resume does with a setting that differs from the checkpoint's run (bart.training.checkpoint.check_resume):
+# "same": refused, the run must keep it; "may_change": refused unless --allow_resume_change NAME allows it
+RESUME_RULES = ("same", "may_change")
 
 
 def flag(default: Any, help: str, *options: str, scripts=TRAINING, quick=(), refused_in=(), lazy=None,
-         per_script=None, once=False, **argparse_kwargs) -> Any:
-    """A Settings field that is a flag: its one default, help, spellings and scripts (see :class:`Flag`)."""
+         per_script=None, once=False, resume=None, schedule=False, resume_unset=None, resume_note="",
+         **argparse_kwargs) -> Any:
+    """A Settings field that is a flag: its one default, help, spellings and scripts (see :class:`Flag`); with
+    ``resume``, what a resume does when it differs from the checkpoint's run (:data:`RESUME_RULES`; ``schedule``:
+    a change reshapes the learning-rate schedule)."""
+    if resume not in (None, *RESUME_RULES) or (schedule and resume != "may_change"):
+        raise ValueError(f"resume={resume!r}, schedule={schedule!r}: resume is one of {RESUME_RULES} (a schedule "
+                         f"change: may_change)")
     declared = Flag(help, tuple(options), tuple(scripts), tuple(quick), tuple(refused_in), lazy, per_script or {},
-                    argparse_kwargs, once)
+                    argparse_kwargs, once, resume, schedule, resume_unset, resume_note)
     return field(default=default, metadata={"flag": declared})
 
 

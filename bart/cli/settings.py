@@ -72,11 +72,11 @@ def _strategies() -> dict:
 
 def _resume_changes() -> dict:
     from bart.training.checkpoint import (
-        ALLOWABLE_CHANGES,  # the training scripts' (as STRATEGIES)
+        allowable_changes,  # the training scripts' (as STRATEGIES): the fields' resume="may_change", and the rest
     )
-    return dict(choices=ALLOWABLE_CHANGES,
-                help=f" {' / '.join(ALLOWABLE_CHANGES)} (the run says what changed); any other difference from the "
-                     f"checkpoint's run is refused")
+    choices = allowable_changes()
+    return dict(choices=choices, help=f" {' / '.join(choices)} (the run says what changed); any other difference "
+                                      f"from the checkpoint's run is refused")
 
 
 def _compile_backends() -> dict:
@@ -172,7 +172,7 @@ class DataSettings:
     prefix: str | None = flag(
         None, "text put in front of every source in training, validation and prediction (transformers' "
               "--source_prefix); kept in the model's config (prefix), which run_eval.py and the export apply",
-        scripts=(FINETUNE, EVAL), metavar="TEXT",
+        scripts=(FINETUNE, EVAL), metavar="TEXT", resume="may_change", resume_unset="",
         per_script={FINETUNE: dict(options=("--source_prefix", "--prefix")),
                     EVAL: dict(options=("--prefix", "--source_prefix"),
                                help="text put in front of every source (default: the model's own, its config's "
@@ -190,7 +190,9 @@ class DataSettings:
         False, "out of memory before the run's first log record, validation or checkpoint: halve --train_batch_size, "
                "double --gradient_accumulation_steps (the same global batch) and start the updates again (transformers' "
                "flag); the run's records say the batch that ran", action="store_true")
-    max_tokens_per_batch: int | None = flag(None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,))
+    max_tokens_per_batch: int | None = flag(
+        None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,), resume="same",
+        resume_note="the global batch is processes x --gradient_accumulation_steps micro-batches of it")
     sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
     num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
     noise: NoiseConfig | None = setting(
@@ -203,15 +205,17 @@ class DataSettings:
 class OptimizationSettings:
     """The optimizer, its update and what it trains; the stops on a loss that is not finite."""
     GROUP: ClassVar[str] = "optimization"
-    learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING)
+    learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING, resume="same")
     optim: str = flag("adamw", "the optimizer: adamw; lamb (--lamb: multi-tensor, apex FusedLAMB if installed); "
                                "adafactor (torch's: factored second moments, far less state; its step is the "
                                "learning rate times each tensor's RMS, so it takes a larger one, e.g. 1e-2)",
                       choices=OPTIMIZERS, metavar="NAME")
-    use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true")
-    weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT)
-    adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT)
-    adam_betas: tuple = flag((0.9, 0.999), "the optimizer's beta1 and beta2", type=PROBABILITY, nargs=2)
+    use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true", resume="same")
+    weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT,
+                               resume="same")
+    adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT, resume="same")
+    adam_betas: tuple = flag((0.9, 0.999), "the optimizer's beta1 and beta2", type=PROBABILITY, nargs=2,
+                             resume="same")
     gradient_clip_val: float = flag(1.0, "clip the global gradient norm to this (0: off)", "--gradient_clip_val",
                                     "--max_grad_norm", type=NON_NEGATIVE_FLOAT)
     gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=(PRETRAIN,))
@@ -228,12 +232,12 @@ class ScheduleSettings:
     """The learning-rate schedule and the run's length in updates (epochs become updates at run start)."""
     GROUP: ClassVar[str] = "schedule"
     lr_scheduler: str = flag("linear", "the learning-rate schedule", choices=SCHEDULES,
-                             per_script={PRETRAIN: dict(default="polynomial")})
+                             per_script={PRETRAIN: dict(default="polynomial")}, resume="may_change", schedule=True)
     warmup_steps: int | float = flag(
         0, "updates of linear learning-rate warmup, or, below 1, that fraction of --max_steps (transformers 5; "
-           "--warmup_ratio)", type=updates_or_ratio, quick=(PRETRAIN,))
+           "--warmup_ratio)", type=updates_or_ratio, quick=(PRETRAIN,), resume="may_change", schedule=True)
     lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
-                         type=NON_NEGATIVE_FLOAT)
+                         type=NON_NEGATIVE_FLOAT, resume="may_change", schedule=True)
     max_steps: int | None = flag(None, "optimizer updates in this run (required)", type=POSITIVE, quick=TRAINING,
                                     per_script={FINETUNE: dict(help="optimizer updates in this run (required, or "
                                                                     "--max_epochs)")})
@@ -246,7 +250,7 @@ class ScheduleSettings:
 class LossSettings:
     """The training loss."""
     GROUP: ClassVar[str] = "loss"
-    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY)
+    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY, resume="may_change")
     fused_cross_entropy: bool = flag(
         False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "
                "for large batches; same loss and gradients)", action="store_true")
@@ -257,7 +261,8 @@ class RandomnessSettings:
     """Where the run's random streams start."""
     GROUP: ClassVar[str] = "randomness"
     seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
-                     scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)})
+                     scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)},
+                     resume="may_change")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,17 +271,17 @@ class ValidationSettings:
     GROUP: ClassVar[str] = "validation"
     n_val: int | None = flag(
         None, "validation examples per evaluation (-1, the default: all; 0: none)", type=count_or_all(0),
-        quick=TRAINING, per_script={PRETRAIN: dict(help="rows held out of training for the validation loss (default "
+        quick=TRAINING, resume="may_change", per_script={PRETRAIN: dict(help="rows held out of training for the validation loss (default "
                                                         "none)")})
     val_check_interval: int | float = flag(
         0, "validate every N updates (0: at the end), or, written with a decimal point, every F in (0, 1] of an "
            "epoch of the training data (1.0 = every epoch)", type=updates_or_fraction, quick=TRAINING,
-        per_script={PRETRAIN: dict(help="validate every N updates (0: at the end; needs --n_val), or, written with a "
+        resume="may_change", per_script={PRETRAIN: dict(help="validate every N updates (0: at the end; needs --n_val), or, written with a "
                                         "decimal point, every F in (0, 1] of an epoch of the training data")})
     val_metric: str | None = flag(
         None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
               "loss, lower is better)", type=_val_metric,
-        choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,))
+        choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,), resume="may_change")
     val_max_target_length: int | None = flag(None, "longest generation in validation", type=POSITIVE,
                                                 refused_in=(PRETRAIN,))
     early_stopping_patience: int = flag(

@@ -50,7 +50,6 @@ from bart.runtime import distributed as dist_utils
 from bart.runtime.memory import out_of_memory
 from bart.runtime.signals import StoppedAtBatch, StopRequest, stop_agreed
 from bart.training.checkpoint import (
-    SCHEDULE_CHANGES,
     TRAINING_KIND,
     capture_rng_state,
     check_resume,
@@ -60,6 +59,7 @@ from bart.training.checkpoint import (
     restore_rng_state,
     resume_changes,
     rng_untouched,
+    schedule_changes,
     seed_rng_state,
     write_training_checkpoint,
 )
@@ -459,7 +459,7 @@ class Trainer:
             raise CheckpointError(f"{path} does not fit this run's model and optimizer ({first_line(err)}); resume "
                                   f"with the flags and config of the run that wrote it") from err
         self.scheduler.load_state_dict(state["scheduler"])
-        if any(name in SCHEDULE_CHANGES for name in self.resume_changes):  # the new schedule from this step on
+        if any(name in schedule_changes() for name in self.resume_changes):  # the new schedule from this step on
             rates = [factor(self.scheduler.last_epoch) * base for factor, base in
                      zip(self.scheduler.lr_lambdas, self.scheduler.base_lrs)]
             self.resume_changes["next learning rate"] = (

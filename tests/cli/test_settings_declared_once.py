@@ -112,6 +112,57 @@ def test_the_precision_flags_read_from_a_record_default_as_the_parser_does():
     assert Precision.from_record({"fp16": False, "bf16": False}) == settings.precision == Precision("tf32")
 
 
+# -- a resume's checks: a field's resume rule is its declaration ----------------------------------------------------
+_OTHER_VALUE = {"bool": lambda d: not d, "int": lambda d: (d or 0) + 3, "float": lambda d: (d or 0.0) + 0.25,
+                "tuple": lambda d: (0.5, 0.5)}
+_OTHER_TEXT = {"lr_scheduler": "cosine", "val_metric": "bleu", "prefix": "summarize: "}
+
+
+def _resume_declared():
+    return {name: f for name, f in _fields().items() if "flag" in f.metadata and f.metadata["flag"].resume}
+
+
+def test_a_resume_checks_every_field_declared_with_a_resume_rule():
+    """``flag(..., resume="same" | "may_change")`` is all a setting needs to be checked on resume: a checkpoint's run
+    that differs in it alone is refused in one line naming the flag as typed, and --allow_resume_change NAME resumes
+    exactly the may_change ones (their names are its choices; schedule=True ones reshape the schedule)."""
+    from bart.training.checkpoint import (
+        ALLOWABLE_CHANGES,
+        SCHEDULE_CHANGES,
+        CheckpointError,
+        check_resume,
+    )
+    declared = _resume_declared()
+    assert {"max_tokens_per_batch", "seed", "lr_scheduler", "prefix"} <= set(declared)
+    base = Settings(n_val=2, max_tokens_per_batch=64, val_metric="rouge2").as_dict()  # a null is not compared
+    for name, f in declared.items():
+        rule = f.metadata["flag"]
+        kind = f.type.split(" | ")[0]
+        value = _OTHER_TEXT[name] if kind == "str" else _OTHER_VALUE[kind](base[name])
+        saved = {"args": base, "config": {}, "world_size": 1}
+        current = {"args": {**base, name: value}, "config": {}, "world_size": 1}
+        with pytest.raises(CheckpointError) as refused:
+            check_resume(saved, current, "c.ckpt")
+        assert f"{name}: " in str(refused.value) and f"({rule.shown(name)}" in str(refused.value), (name, refused.value)
+        assert (name in ALLOWABLE_CHANGES) == (rule.resume == "may_change")
+        assert (name in SCHEDULE_CHANGES) == rule.schedule
+        if rule.resume == "may_change":
+            notes = check_resume(saved, current, "c.ckpt", allowed=(name,))
+            assert len(notes) == 1 and f"as --allow_resume_change {name} asks" in notes[0], notes
+    assert {name for name in ALLOWABLE_CHANGES if name not in declared} == \
+        {"max_steps", "global_batch", "training_data", "precision", "distributed_strategy"}  # not one field each
+
+
+def test_a_resume_checked_flag_is_written_in_one_place():
+    """bart/training/checkpoint.py lists no check of a field that declares its resume rule, nor its flag: the
+    field's declaration is the one place (plus its use)."""
+    source = open(os.path.join(ROOT, "bart", "training", "checkpoint.py")).read()
+    assert [name for name in _resume_declared() if f'"{name}": (' in source or f'"--{name}' in source] == []
+    with pytest.raises(ValueError, match="resume is one of"):
+        from bart.cli.args import flag
+        flag(0, "a help", resume="sometimes")
+
+
 # -- --help: the quick start's flags; --help-all: every group -----------------------------------------------------
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_is_short_and_names_help_all(script, capsys):
