@@ -524,6 +524,8 @@ def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, r
         action = actions.get(key)
         if key in CONFIG_EXTRAS or (action is None and key in record_defaults and value in (record_defaults[key], None)):
             continue  # what a run records besides its settings; another script's setting at its default
+        if value is None and key in record_defaults and record_defaults[key] is None:
+            continue  # the record's "not set" (a run from before the script declared its own default): that default
         if action is None or key in ("help", "help_all", "config_file"):
             import difflib
             close = difflib.get_close_matches(key, [d for d in actions if not d.startswith("ref_")], n=1)

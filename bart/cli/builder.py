@@ -227,7 +227,7 @@ def pretraining_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv
                                     args.data.max_source_length, args.data.noise, seed=args.randomness.seed,
                                     num_workers=args.data.num_workers,
                                     local_rank=env.local_rank, n_val=args.validation.n_val or 0,
-                                    shuffle_buffer_size=args.data.buffer_size or 16384)
+                                    shuffle_buffer_size=args.data.buffer_size)
 
 
 def finetuning_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv):
@@ -250,7 +250,7 @@ def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
     return Validation(args.data.data_dir, tokenizer, task=args.data.task, metric=validation.val_metric,
                       n_val=validation.n_val, max_source_length=args.data.max_source_length,
                       max_target_length=validation.val_max_target_length or args.data.max_target_length,
-                      batch_size=args.generation.eval_batch_size or 8, gen_kwargs=gen_kwargs,
+                      batch_size=args.generation.eval_batch_size, gen_kwargs=gen_kwargs,
                       output_dir=args.checkpoints.output_dir, save_top_k=validation.save_top_k,
                       early_stopping_patience=validation.early_stopping_patience, min_steps=args.schedule.min_steps,
                       early_stopping_threshold=validation.early_stopping_threshold, prefix=args.data.prefix or "")

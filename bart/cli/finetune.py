@@ -46,7 +46,6 @@ def main(argv=None) -> dict:
     builder.check_global_batch(args, train, env.world_size)
     args = resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
     gen_kwargs = generation_kwargs(args, args.generation.eval_max_gen_length or args.validation.val_max_target_length)
-    batch_size = args.generation.eval_batch_size or 8
     validation = builder.finetuning_validation(args, tokenizer, gen_kwargs)
     trainer = builder.build_trainer(args, model, train, env, total_steps=args.schedule.max_steps, eval_hook=validation,
                                     tokenizer=tokenizer, loader_for=lambda s: builder.finetuning_loader(s, tokenizer, env),
@@ -61,8 +60,9 @@ def main(argv=None) -> dict:
                            or model.config.max_length)
         with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
             summary["test"] = predict_split(whole, tokenizer, args.data.data_dir, "test", args.checkpoints.output_dir,
-                                            args.data.task, batch_size, args.data.max_source_length, test_kwargs,
-                                            args.prediction.n_test, args.precision,
+                                            args.data.task, args.generation.eval_batch_size,
+                                            args.data.max_source_length, test_kwargs, args.prediction.n_test,
+                                            args.precision,
                                             trained=summary.get("final_weights"), prefix=args.data.prefix or "")
     trained = args.prediction.do_train and validation is not None
     if trained and env.is_main and (best := export_best(args.checkpoints.output_dir)):

@@ -68,6 +68,7 @@ TRANSLATED = {
 
 # -- construction --------------------------------------------------------------------------------------
 _FIELDS = set(_SECTION_OF) - {"noise", "generate_kwargs"}
+_REFERENCE_FIELDS = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls) if f.metadata.get("reference")}
 _DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
              for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
 
@@ -106,7 +107,7 @@ def build_parser(script: str, description: str | None = None) -> ArgumentParser:
             quick += [action] * (script in declared.quick)
     if script == PRETRAIN:
         add_noise_args(parser)
-    add_reference_args(parser, script)
+    add_reference_args(parser, script, _DEFAULTS)
     add_peer_spellings(parser, script)  # transformers' spellings: hidden aliases
     quick += [a for a in parser._actions if "--max_epochs" in a.option_strings]  # finetune.py's, the reference's
     parser.quick_actions = quick
@@ -129,8 +130,8 @@ def parse_command_line(script: str, argv=None, description: str | None = None) -
     apply_reference_args(namespace, parser, script, argv, typed)
     apply_peer_spellings(namespace, parser)
     reject_unused(namespace, parser, declared, refused_in(script), script, "fine-tuning (finetune.py)")
-    values = {name: tuple(value) if isinstance(value, list) else value
-              for name, value in vars(namespace).items() if name in _FIELDS}
+    values = {name: tuple(value) if isinstance(value, list) else value for name, value in vars(namespace).items()
+              if name in _FIELDS and not (value is None and name in _REFERENCE_FIELDS)}  # not given: the field's default
     if script in TRAINING and namespace.lamb:
         if namespace.optim not in ("adamw", "lamb"):
             parser.error(f"--lamb with --optim {namespace.optim}: two optimizers; give one")

@@ -247,7 +247,7 @@ SPECS = (
     Spec(("--allreduce_post_accumulation",), TRAINING, "ref_allreduce_post_accumulation", kind="switch",
          help="accepted: gradients are all-reduced once per update, after accumulation, always (DDP no_sync)"),
     Spec(("--buffer_size",), (PRETRAIN,), "buffer_size", type=int, works=lambda v: v >= 1, fix="must be >= 1",
-         help="rows shuffled together in each loader worker's window (default 16384)"),
+         help="rows shuffled together in each loader worker's window (default {default})"),
     # -- the current reference's finetune.py / run_eval.py ----------------------------------------------
     Spec(("--distill",), (FINETUNE, EVAL), "ref_distill", works=_equals(None), fix=_NO_DISTILL),
     Spec(("--layers",), (FINETUNE, EVAL), "ref_layers", works=_equals(None), fix=_ONLY_DISTILL),
@@ -371,12 +371,13 @@ def specs_for(script: str) -> list[Spec]:
     return [spec for spec in SPECS if script in spec.scripts]
 
 
-def add_reference_args(parser: argparse.ArgumentParser, script: str) -> None:
+def add_reference_args(parser: argparse.ArgumentParser, script: str, defaults: dict | None = None) -> None:
     """The reference's flags of ``script`` that :mod:`bart.cli.args` does not define. Every one
-    defaults to None (not given); refused ones stay out of --help."""
+    defaults to None (not given: a setting keeps its field's default, which ``defaults`` gives its help as
+    ``{default}``); refused ones stay out of --help."""
     group = parser.add_argument_group("flags of the reference recipe (see docs/REFERENCE_FLAGS.md)")
     for spec in specs_for(script):
-        shown = spec.help or argparse.SUPPRESS
+        shown = spec.help.replace("{default}", str((defaults or {}).get(spec.dest))) or argparse.SUPPRESS
         metavar = spec.options[0].lstrip("-").upper()
         if spec.kind == "switch":
             group.add_argument(*spec.options, dest=spec.dest, action="store_const", const=True, default=None,

@@ -198,7 +198,7 @@ class DataSettings:
     noise: NoiseConfig | None = setting(
         None, "pretrain.py: BART's denoising noise (--mlm_probability, --permute_sentence_ratio, ...: "
               "bart.data.noise.add_noise_args)")
-    buffer_size: int | None = reference()
+    buffer_size: int = reference(16384)  # the shuffle window of pretrain.py's loader (its rows)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,7 +321,8 @@ class GenerationSettings:
         per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
     eval_batch_size: int | None = flag(
         None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
-        per_script={EVAL: dict(default=8, options=("--eval_batch_size", "--bs"))})
+        per_script={FINETUNE: dict(default=8), EVAL: dict(default=8, options=("--eval_batch_size", "--bs")),
+                    PRETRAIN: dict(help="sequences per held-out loss batch (default: --train_batch_size)")})
 
 
 @dataclass(frozen=True, kw_only=True)

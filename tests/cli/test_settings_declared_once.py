@@ -259,6 +259,24 @@ def test_a_bad_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, va
     assert all(w in err[0] for w in words), err[0]
 
 
+def test_a_scripts_default_is_its_fields_and_an_older_records_null_takes_it(tmp_path):
+    """finetune.py's generation batch and pretrain.py's shuffle window are their fields' declared defaults (a
+    per-script default, a reference flag's), the record holds them; a run record from before finetune.py declared
+    its own (eval_batch_size null) replays with it, while a null where the record has a value stays refused."""
+    fields = _fields()
+    base = ["--config_path", "c.json", "--data_dir", "d", "--max_steps", "1"]
+    finetuning = parse_command_line(FINETUNE, base + ["--from_scratch"])
+    assert finetuning.generation.eval_batch_size == 8 == fields["eval_batch_size"].metadata["flag"].per_script[
+        FINETUNE]["default"] == build_parser(FINETUNE).get_default("eval_batch_size")
+    pretraining = parse_command_line(PRETRAIN, base)
+    assert pretraining.data.buffer_size == 16384 == fields["buffer_size"].default
+    assert parse_command_line(PRETRAIN, base + ["--buffer_size", "5"]).data.buffer_size == 5
+    assert "(default 16384)" in " ".join(build_parser(PRETRAIN).format_help().split())
+    path = tmp_path / "run_config.json"
+    path.write_text(json.dumps({**finetuning.as_dict(), "eval_batch_size": None, "precision": "tf32"}))
+    assert parse_command_line(FINETUNE, ["--config_file", str(path)]).generation.eval_batch_size == 8
+
+
 def test_transformers_spellings_set_the_same_settings(tmp_path, capsys):
     """run_summarization.py's spellings (Seq2SeqTrainingArguments) give the recipe's own record; where the meaning
     differs the answer is one line (not: "unrecognized arguments" for each)."""
