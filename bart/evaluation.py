@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ from bart.runtime.precision import FP32, Precision
 from bart.runtime.signals import StoppedAtBatch, stop_at_batch_boundary
 from bart.scoring.metrics import ROUGE_KEYS, calculate_bleu, calculate_rouge
 from bart.tokenization.tokenization_bart import model_inputs
+
+if TYPE_CHECKING:  # bart.cli imports this module, never the other way
+    from bart.cli.settings import Settings
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
@@ -180,38 +184,39 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
     return metrics
 
 
-def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precision, is_main: bool,
+def run_evaluation(model, tokenizer, args: Settings, gen_kwargs: dict, precision: Precision, is_main: bool,
                    split: tuple[list[str], list[str]] | None = None) -> dict:
     """run_eval.py's work: generate for ``args.type_path`` (``split``: its (sources, targets) read already, else
     read here), write the generations, the metrics (``{type_path}_rouge.json`` / ``_bleu.json``) and the dllogger
     record with latency figures."""
-    sources, targets = split or read_split(args.data_dir, args.type_path, args.n_obs)
+    sources, targets = split or read_split(args.data.data_dir, args.evaluation.type_path, args.evaluation.n_obs)
     start = time.perf_counter()
-    prefix = args.prefix if args.prefix is not None else getattr(model.config, "prefix", None) or ""
-    if prefix and args.prefix is None and is_main:
+    prefix = args.data.prefix if args.data.prefix is not None else getattr(model.config, "prefix", None) or ""
+    if prefix and args.data.prefix is None and is_main:
         print(f"[eval] the model's source prefix {prefix!r} (its config's prefix, from fine-tuning's --source_prefix) "
               f"is put in front of every source; --prefix '' turns it off", flush=True)
-    predictions, latencies = generate_texts(model, tokenizer, [prefix + s for s in sources], args.eval_batch_size,
-                                            args.max_source_length, gen_kwargs, precision)
+    predictions, latencies = generate_texts(model, tokenizer, [prefix + s for s in sources],
+                                            args.generation.eval_batch_size, args.data.max_source_length, gen_kwargs,
+                                            precision)
     elapsed = time.perf_counter() - start
     all_latencies = [x for part in dist_utils.all_gather_objects(latencies) for x in part]
     result = {}
-    if is_main and args.num_return_sequences > 1:
+    if is_main and args.evaluation.num_return_sequences > 1:
         return _write_pseudolabels(args, predictions, all_latencies, len(sources), elapsed)
     if is_main:
-        os.makedirs(args.save_path, exist_ok=True)
-        atomic_write_text(os.path.join(args.save_path, f"{args.type_path}_generations.txt"), generation_lines(predictions))
-        result = score(args.task, predictions, targets)
+        generations_file, metrics_file = evaluation_files(args)
+        os.makedirs(args.evaluation.save_path, exist_ok=True)
+        atomic_write_text(generations_file, generation_lines(predictions))
+        result = score(args.data.task, predictions, targets)
         stats = latency_stats(all_latencies, len(sources), elapsed, dist_utils.world_size())
         result.update(n_obs=len(sources), runtime_s=round(elapsed, 4), seconds_per_sample=round(elapsed / len(sources), 6))
         # the reference's latency and throughput keys in the metrics file too, as its run_eval.py writes them
         result.update({k: v for k, v in stats.items() if k.startswith("inference_") or k == "n_gpus"})
-        if args.info:
-            result["info"] = args.info
-        if args.dump_args:
+        if args.evaluation.info:
+            result["info"] = args.evaluation.info
+        if args.evaluation.dump_args:
             result["generate_kwargs"] = gen_kwargs
-        atomic_write_text(os.path.join(args.save_path, f"{args.type_path}_{TASK_METRICS[args.task].name}.json"),
-                          json.dumps(result, indent=2))
+        atomic_write_text(metrics_file, json.dumps(result, indent=2))
         logger = _summary_logger(args)
         logger.log(step=(), data={**{k: v for k, v in result.items() if isinstance(v, (int, float))}, **stats})
         logger.close()
@@ -219,30 +224,30 @@ def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precisio
     return result
 
 
-def evaluation_files(args) -> list[str]:
+def evaluation_files(args: Settings) -> list[str]:
     """What :func:`run_evaluation` writes into SAVE_PATH for ``args`` (the split's generations and metrics file,
     or the candidates of --num_return_sequences)."""
-    if args.num_return_sequences > 1:
-        return [os.path.join(args.save_path, "pseudolabel_results.json")]
-    return [os.path.join(args.save_path, f"{args.type_path}_generations.txt"),
-            os.path.join(args.save_path, f"{args.type_path}_{TASK_METRICS[args.task].name}.json")]
+    if args.evaluation.num_return_sequences > 1:
+        return [os.path.join(args.evaluation.save_path, "pseudolabel_results.json")]
+    split = os.path.join(args.evaluation.save_path, args.evaluation.type_path)
+    return [f"{split}_generations.txt", f"{split}_{TASK_METRICS[args.data.task].name}.json"]
 
 
-def refuse_earlier_evaluation(args) -> None:
+def refuse_earlier_evaluation(args: Settings) -> None:
     """An earlier evaluation's files in SAVE_PATH are replaced only with ``--overwrite`` (as ``bart.export``):
     without it, one line naming them, before the model is loaded."""
     found = [os.path.basename(p) for p in evaluation_files(args) if os.path.exists(p)]
-    if found and not args.overwrite:
-        raise UserError(f"SAVE_PATH {args.save_path} holds an earlier evaluation ({', '.join(found)}); pass "
+    if found and not args.evaluation.overwrite:
+        raise UserError(f"SAVE_PATH {args.evaluation.save_path} holds an earlier evaluation ({', '.join(found)}); pass "
                         f"--overwrite to replace it, or choose another SAVE_PATH")
 
 
-def _summary_logger(args) -> Logger:
+def _summary_logger(args: Settings) -> Logger:
     """The evaluation's dllogger log: ``--json-summary`` as given (dllogger's own rule: written anew), else
     SAVE_PATH/dllogger.json, appended to where it exists (a training run's log in its own folder is kept)."""
-    if args.json_summary:
-        return Logger(args.json_summary)
-    path = os.path.join(args.save_path, "dllogger.json")
+    if args.logging.json_summary:
+        return Logger(args.logging.json_summary)
+    path = os.path.join(args.evaluation.save_path, "dllogger.json")
     existing = os.path.isfile(path) and os.path.getsize(path) > 0
     if existing:
         print(f"[run_eval] {path} exists (another run's log): the evaluation's records are appended to it "
@@ -250,17 +255,17 @@ def _summary_logger(args) -> Logger:
     return Logger(path, append=existing)
 
 
-def _write_pseudolabels(args, predictions: list[list[str]], latencies: list[float], examples: int,
+def _write_pseudolabels(args: Settings, predictions: list[list[str]], latencies: list[float], examples: int,
                         elapsed: float) -> dict:
     """``--num_return_sequences`` > 1, as the reference's run_eval.py: every source's candidates, in input
     order, as a JSON list of lists in ``pseudolabel_results.json`` (no ROUGE: there is no one prediction
     to score); the latency figures go to the dllogger log."""
-    os.makedirs(args.save_path, exist_ok=True)
-    path = os.path.join(args.save_path, "pseudolabel_results.json")
+    os.makedirs(args.evaluation.save_path, exist_ok=True)
+    path = os.path.join(args.evaluation.save_path, "pseudolabel_results.json")
     atomic_write_text(path, json.dumps(predictions, indent=4))
     stats = latency_stats(latencies, examples, elapsed, dist_utils.world_size())
     logger = _summary_logger(args)
     logger.log(step=(), data={"n_obs": examples, **stats})
     logger.close()
-    print(f"{examples} sources x {args.num_return_sequences} candidates written to {path}", file=sys.stderr)
+    print(f"{examples} sources x {args.evaluation.num_return_sequences} candidates written to {path}", file=sys.stderr)
     return {"n_obs": examples, "pseudolabel_results": path, **stats}

@@ -2,7 +2,7 @@
 default, one meaning.
 
 A setting is one field of a :mod:`bart.cli.settings` section, declared with :func:`flag` (its default, help,
-spellings, the scripts that take it, argparse's keywords); :func:`bart.cli.settings.build_parser` generates a script's parser from
+spellings, the scripts that take it, argparse's keywords); :func:`bart.cli.parsing.build_parser` generates a script's parser from
 those fields (one argument group per section, run_eval.py's positional arguments in their places), then the
 reference recipe's flags (:mod:`bart.cli.reference_flags`). Old names from the reference and the BERT recipe are
 spellings of the same field (``--max_grad_norm`` = ``--gradient_clip_val``, ``--num_beams`` = ``--eval_beams``).
@@ -22,11 +22,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bart.errors import UserError
 from bart.files.checkpoint_io import atomic_write_text
 from bart.runtime.precision import Precision
+
+if TYPE_CHECKING:  # bart.cli.settings declares its fields with this module's flag()
+    from bart.cli.settings import Settings
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -48,13 +51,33 @@ class Flag:
     per_script: Mapping = field(default_factory=dict)  # script -> keywords over these (default, help, type, ...)
     argparse: Mapping = field(default_factory=dict)    # action, type, choices, nargs, metavar, const, required
     once: bool = False  # an action of the start it is given to: run_config.json records it, --config_file never replays it
+    resume: str | None = None  # a resume compares it with the checkpoint's run: "same" or "may_change" (RESUME_RULES)
+    schedule: bool = False     # a change reshapes the learning-rate schedule (recomputed from the step resumed at)
+    resume_unset: Any = None   # what a run record's null means when a resume compares it (None: not compared)
+    resume_note: str = ""      # what a resume's refusal says after the flag (what a change of it means)
+
+    def shown(self, name: str) -> str:
+        """The flag as a training script's user types it (its first spelling there): a resume's messages name it."""
+        script = next((s for s in self.scripts if s in TRAINING), None)
+        return (self.per_script.get(script, {}).get("options") or self.options or (f"--{name}",))[0]
+
+
+# What a resume does with a setting that differs from the checkpoint's run (bart.training.checkpoint.check_resume):
+# "same": refused, the run must keep it; "may_change": refused unless --allow_resume_change NAME allows it
+RESUME_RULES = ("same", "may_change")
 
 
 def flag(default: Any, help: str, *options: str, scripts=TRAINING, quick=(), refused_in=(), lazy=None,
-         per_script=None, once=False, **argparse_kwargs) -> Any:
-    """A Settings field that is a flag: its one default, help, spellings and scripts (see :class:`Flag`)."""
+         per_script=None, once=False, resume=None, schedule=False, resume_unset=None, resume_note="",
+         **argparse_kwargs) -> Any:
+    """A Settings field that is a flag: its one default, help, spellings and scripts (see :class:`Flag`); with
+    ``resume``, what a resume does when it differs from the checkpoint's run (:data:`RESUME_RULES`; ``schedule``:
+    a change reshapes the learning-rate schedule)."""
+    if resume not in (None, *RESUME_RULES) or (schedule and resume != "may_change"):
+        raise ValueError(f"resume={resume!r}, schedule={schedule!r}: resume is one of {RESUME_RULES} (a schedule "
+                         f"change: may_change)")
     declared = Flag(help, tuple(options), tuple(scripts), tuple(quick), tuple(refused_in), lazy, per_script or {},
-                    argparse_kwargs, once)
+                    argparse_kwargs, once, resume, schedule, resume_unset, resume_note)
     return field(default=default, metadata={"flag": declared})
 
 
@@ -86,6 +109,9 @@ def argparse_keywords(name: str, declared: Flag, default: Any, script: str) -> t
     if declared.lazy is not None:  # e.g. choices from a training module's table; its "help" ends the declared one
         lazy = declared.lazy()
         keywords.update(lazy, help=declared.help + lazy.get("help", ""))
+    if script in declared.refused_in:  # parsed for the reference's command lines, used by the other scripts
+        users = " and ".join(s for s in declared.scripts if s not in declared.refused_in)
+        keywords["help"] += f" ({users} only: {script} refuses a change)"
     own = dict(declared.per_script.get(script, {}))
     position, options = own.pop("position", None), own.pop("options", declared.options or (f"--{name}",))
     keywords.update(own)
@@ -213,7 +239,7 @@ updates_or_fraction.__name__ = "updates|fraction"
 
 def updates_or_ratio(text: str):
     """``--warmup_steps``: a whole number of updates, or a fraction in (0, 1) of the run's updates (transformers 5:
-    a float below 1 is a ratio), made updates at run start (:func:`bart.cli.settings.resolve_warmup`)."""
+    a float below 1 is a ratio), made updates at run start (:func:`bart.cli.parsing.resolve_warmup`)."""
     try:
         value = float(text)
     except ValueError:
@@ -253,9 +279,9 @@ def generate_option_pairs(rest: list[str]) -> dict:
     return {k[2:]: _value(v) for k, v in zip(rest[::2], rest[1::2])}
 
 
-def generation_kwargs(args: argparse.Namespace, max_length: int | None) -> dict:
+def generation_kwargs(args: Settings, max_length: int | None) -> dict:
     """The generate() options the flags set; ``max_length`` is the script's resolved length."""
-    values = {"num_beams": args.eval_beams, "max_length": max_length}
+    values = {"num_beams": args.generation.eval_beams, "max_length": max_length}
     return {k: v for k, v in values.items() if v is not None}
 
 
@@ -498,6 +524,8 @@ def read_config_file(parser: argparse.ArgumentParser, argv: list, script: str, r
         action = actions.get(key)
         if key in CONFIG_EXTRAS or (action is None and key in record_defaults and value in (record_defaults[key], None)):
             continue  # what a run records besides its settings; another script's setting at its default
+        if value is None and key in record_defaults and record_defaults[key] is None:
+            continue  # the record's "not set" (a run from before the script declared its own default): that default
         if action is None or key in ("help", "help_all", "config_file"):
             import difflib
             close = difflib.get_close_matches(key, [d for d in actions if not d.startswith("ref_")], n=1)

@@ -12,13 +12,8 @@ import sys
 import torch
 
 from bart.cli.args import write_run_config
-from bart.cli.settings import (
-    Settings,
-    fit_lengths,
-    resolve_warmup,
-    resolved,
-    table_files_folder,
-)
+from bart.cli.parsing import fit_lengths, resolve_warmup, resolved
+from bart.cli.settings import Settings, table_files_folder
 from bart.cli.start import (
     device_for,
     lock_output_dir,
@@ -67,14 +62,15 @@ def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
     all of them, ``--config_path`` as a file (a shipped config's name: its file)."""
     args = resolve_config(args)
     env = setup_distributed(args)
-    lock_output_dir(args.output_dir, env)
-    seed_everything(args.seed, env.rank)
-    if args.resume_from_checkpoint in ("auto", True):  # True when the folder holds a training checkpoint, else None
-        args = resolved(args, resume_from_checkpoint=resolve_resume(args.resume_from_checkpoint, args.output_dir,
+    lock_output_dir(args.checkpoints.output_dir, env)
+    seed_everything(args.randomness.seed, env.rank)
+    resume = args.checkpoints.resume_from_checkpoint
+    if resume in ("auto", True):  # True when the folder holds a training checkpoint, else None
+        args = resolved(args, resume_from_checkpoint=resolve_resume(resume, args.checkpoints.output_dir,
                                                                     announce=env.is_main))
-    if not args.resume_from_checkpoint:
+    if not args.checkpoints.resume_from_checkpoint:
         claim_new_run_folder(args, env)
-    elif args.auto_find_batch_size:
+    elif args.data.auto_find_batch_size:
         args = batch_found_before(args, env)
     return args, env
 
@@ -83,13 +79,14 @@ def batch_found_before(args: Settings, env: dist_utils.DistributedEnv) -> Settin
     """A resume under --auto_find_batch_size goes on with the batch its run found (run_config.json beside the
     checkpoint records it): a smaller per-process batch with the same global batch, where the command asks for
     the larger one it started from."""
-    resume = args.resume_from_checkpoint
-    folder = args.output_dir if resume is True else os.path.dirname(os.path.abspath(resume))
+    resume = args.checkpoints.resume_from_checkpoint
+    folder = args.checkpoints.output_dir if resume is True else os.path.dirname(os.path.abspath(resume))
     found = read_json(os.path.join(folder, "run_config.json"), None) or {}
     batch, accumulation = found.get("train_batch_size"), found.get("gradient_accumulation_steps")
     if not (found.get("auto_find_batch_size") and isinstance(batch, int) and isinstance(accumulation, int)):
         return args
-    if batch >= args.train_batch_size or batch * accumulation != args.train_batch_size * args.gradient_accumulation_steps:
+    asked = args.data.train_batch_size
+    if batch >= asked or batch * accumulation != asked * args.optimization.gradient_accumulation_steps:
         return args
     if env.is_main:
         print(f"[auto_find_batch_size] resuming with batch {batch} x {accumulation} accumulation, the batch the run "
@@ -104,25 +101,26 @@ def claim_new_run_folder(args: Settings, env: dist_utils.DistributedEnv) -> None
     that nothing of it mixes with this run's. A folder whose run stopped before its first checkpoint (its log
     and records only: a kill, a stop signal, a requeue, a restart) is that run starting again, its log kept
     (:func:`start_log` appends to it). Rank 0 decides, every rank ends with its decision."""
-    json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
+    json_path = args.logging.json_summary or os.path.join(args.checkpoints.output_dir, "dllogger.json")
 
     def claim():
-        if not args.overwrite_output_dir:
-            refused = earlier_run(args.output_dir, json_path)
+        if not args.checkpoints.overwrite_output_dir:
+            refused = earlier_run(args.checkpoints.output_dir, json_path)
             if refused:
                 raise UserError(refused)
-            records = stopped_before_a_checkpoint(args.output_dir, json_path)
+            records = stopped_before_a_checkpoint(args.checkpoints.output_dir, json_path)
             if records and env.is_main:
                 names = ", ".join(os.path.basename(p) for p in records[:4]) + (", ..." if len(records) > 4 else "")
-                print(f"[checkpoint] {args.output_dir} holds the records of a run that stopped before its first "
-                      f"checkpoint ({names}): starting it again from update 1; its log goes on", flush=True)
+                print(f"[checkpoint] {args.checkpoints.output_dir} holds the records of a run that stopped before its "
+                      f"first checkpoint ({names}): starting it again from update 1; its log goes on", flush=True)
         else:
-            keep = (args.init_checkpoint, args.tokenizer or os.environ.get("TOKENIZER"))
-            removed = remove_earlier_run(args.output_dir, json_path, keep=keep)
+            keep = (args.checkpoints.init_checkpoint, args.model.tokenizer or os.environ.get("TOKENIZER"))
+            removed = remove_earlier_run(args.checkpoints.output_dir, json_path, keep=keep)
             if removed:
+                shown = ", ".join(os.path.basename(p.rstrip(os.sep)) for p in removed[:6])
+                more = ", ..." if len(removed) > 6 else ""
                 print(f"[checkpoint] --overwrite_output_dir: removed the earlier run's {len(removed)} file(s) from "
-                      f"{args.output_dir} ({', '.join(os.path.basename(p.rstrip(os.sep)) for p in removed[:6])}"
-                      f"{', ...' if len(removed) > 6 else ''}): starting a new run", flush=True)
+                      f"{args.checkpoints.output_dir} ({shown}{more}): starting a new run", flush=True)
 
     rank_zero_decides(env, claim, errors=(UserError, CheckpointError, OSError))
 
@@ -163,24 +161,24 @@ def table_files_as_data_dir(args: Settings, env: dist_utils.DistributedEnv) -> S
     (rank 0) as OUTPUT_DIR/data/{train,val,test}.source/.target, through the same checks as the recipe's own files,
     with what was read in OUTPUT_DIR/data/source.json (run_config.json's ``data_source``); that folder is the run's
     --data_dir from then on (run_config.json records it)."""
-    files = {split: path for split, path in (("train", args.train_file), ("val", args.validation_file),
-                                             ("test", args.test_file)) if path}
-    if not files and not args.dataset_name:
+    files = {split: path for split, path in (("train", args.data.train_file), ("val", args.data.validation_file),
+                                             ("test", args.data.test_file)) if path}
+    if not files and not args.data.dataset_name:
         return args
     from bart.data.prepare_summarization import convert_dataset, convert_files
 
-    folder = table_files_folder(args.output_dir)
-    splits = ("train",) + ("val",) * (args.n_val != 0) + ("test",) * bool(args.do_predict)
+    folder = table_files_folder(args.checkpoints.output_dir)
+    splits = ("train",) + ("val",) * (args.validation.n_val != 0) + ("test",) * bool(args.prediction.do_predict)
 
     def convert():
         try:
-            if args.dataset_name:
-                counts, read = convert_dataset(args.dataset_name, args.dataset_config_name, splits, folder,
-                                               args.text_column, args.summary_column)
+            if args.data.dataset_name:
+                counts, read = convert_dataset(args.data.dataset_name, args.data.dataset_config_name, splits, folder,
+                                               args.data.text_column, args.data.summary_column)
                 config = read["dataset_config_name"]
-                origin = args.dataset_name + (f" ({config})" if config not in (None, "default") else "")
+                origin = args.data.dataset_name + (f" ({config})" if config not in (None, "default") else "")
             else:
-                counts = convert_files(files, folder, args.text_column, args.summary_column)
+                counts = convert_files(files, folder, args.data.text_column, args.data.summary_column)
                 read, origin = {"files": files}, ", ".join(files.values())
         except ValueError as err:
             raise UserError(str(err)) from None
@@ -198,12 +196,12 @@ def load_tokenizer(args: Settings, model_path: str | None = None):
     ``$TOKENIZER`` (``--allow_tokenizer_mismatch`` overrides); from scratch: ``--tokenizer``, else
     ``$TOKENIZER``, else ``$BART_DEFAULT_TOKENIZER``, else facebook/bart-large. See
     :mod:`bart.tokenization.tokenizer_choice`."""
-    resume = args.resume_from_checkpoint
+    resume = args.checkpoints.resume_from_checkpoint
     candidates = [model_path]
     if model_path is None and isinstance(resume, str):
         candidates = [resume]
     elif model_path is None and resume:
-        candidates = [path for _, path in reversed(resumable_checkpoints(args.output_dir))] or [None]
+        candidates = [path for _, path in reversed(resumable_checkpoints(args.checkpoints.output_dir))] or [None]
     return tokenizer_for(args, candidates)
 
 
@@ -213,10 +211,10 @@ def build_model_and_tokenizer(args: Settings, init_from: str | None, lengths) ->
     its positions, the vocabulary checked against the tokenizer, the model built and its frozen parts."""
     tokenizer = load_tokenizer(args, init_from)
     config = model_config(args)
-    args = fit_lengths(args, config.max_position_embeddings, lengths, args.config_path)
-    require_vocab_size(tokenizer, config, config_name=args.config_path)
+    args = fit_lengths(args, config.max_position_embeddings, lengths, args.model.config_path)
+    require_vocab_size(tokenizer, config, config_name=args.model.config_path)
     model = build_model(args, config, init_from=init_from)
-    freeze_parameters(model, encoder=args.freeze_encoder, embeddings=args.freeze_embeds)
+    freeze_parameters(model, encoder=args.optimization.freeze_encoder, embeddings=args.optimization.freeze_embeds)
     return args, tokenizer, model
 
 
@@ -225,42 +223,45 @@ def pretraining_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv
     from bart.data.pretraining_dataset import (
         build_pretraining_loader,  # LDDL imports transformers: seconds
     )
-    return build_pretraining_loader(args.data_dir, tokenizer, args.train_batch_size, args.max_source_length,
-                                    args.noise, seed=args.seed, num_workers=args.num_workers,
-                                    local_rank=env.local_rank, n_val=args.n_val or 0,
-                                    shuffle_buffer_size=args.buffer_size or 16384)
+    return build_pretraining_loader(args.data.data_dir, tokenizer, args.data.train_batch_size,
+                                    args.data.max_source_length, args.data.noise, seed=args.randomness.seed,
+                                    num_workers=args.data.num_workers,
+                                    local_rank=env.local_rank, n_val=args.validation.n_val or 0,
+                                    shuffle_buffer_size=args.data.buffer_size)
 
 
 def finetuning_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv):
     """finetune.py's loader: the train split's batches for this rank (plain, length-grouped or token-budget)."""
     from bart.data.summarization import build_finetuning_loader
-    return build_finetuning_loader(args.data_dir, tokenizer, args.max_source_length, args.max_target_length,
-                                   args.train_batch_size, world_size=env.world_size, rank=env.rank, seed=args.seed,
-                                   n_obs=args.n_train, sortish=args.sortish_sampler,
-                                   max_tokens=args.max_tokens_per_batch, num_workers=args.num_workers,
-                                   prefix=args.prefix or "", accumulation=args.gradient_accumulation_steps)
+    return build_finetuning_loader(args.data.data_dir, tokenizer, args.data.max_source_length,
+                                   args.data.max_target_length, args.data.train_batch_size, world_size=env.world_size,
+                                   rank=env.rank, seed=args.randomness.seed, n_obs=args.data.n_train,
+                                   sortish=args.data.sortish_sampler, max_tokens=args.data.max_tokens_per_batch,
+                                   num_workers=args.data.num_workers, prefix=args.data.prefix or "",
+                                   accumulation=args.optimization.gradient_accumulation_steps)
 
 
 def finetuning_validation(args: Settings, tokenizer, gen_kwargs: dict):
     """finetune.py's validation (None with --n_val 0): the val split's metric, best-k and early stopping."""
     from bart.training.validation import Validation
-    if args.n_val == 0:
+    if args.validation.n_val == 0:
         return None
-    return Validation(args.data_dir, tokenizer, task=args.task, metric=args.val_metric, n_val=args.n_val,
-                      max_source_length=args.max_source_length,
-                      max_target_length=args.val_max_target_length or args.max_target_length,
-                      batch_size=args.eval_batch_size or 8, gen_kwargs=gen_kwargs, output_dir=args.output_dir,
-                      save_top_k=args.save_top_k, early_stopping_patience=args.early_stopping_patience,
-                      min_steps=args.min_steps, early_stopping_threshold=args.early_stopping_threshold,
-                      prefix=args.prefix or "")
+    validation = args.validation
+    return Validation(args.data.data_dir, tokenizer, task=args.data.task, metric=validation.val_metric,
+                      n_val=validation.n_val, max_source_length=args.data.max_source_length,
+                      max_target_length=validation.val_max_target_length or args.data.max_target_length,
+                      batch_size=args.generation.eval_batch_size, gen_kwargs=gen_kwargs,
+                      output_dir=args.checkpoints.output_dir, save_top_k=validation.save_top_k,
+                      early_stopping_patience=validation.early_stopping_patience, min_steps=args.schedule.min_steps,
+                      early_stopping_threshold=validation.early_stopping_threshold, prefix=args.data.prefix or "")
 
 
 def save_run_files(args: Settings, tokenizer, world_size: int) -> None:
     """Rank 0, once a resume is accepted: the tokenizer next to the checkpoints (so that run_eval.py and
     bart.export find the tokenizer a checkpoint was trained with) and this start in the provenance record."""
     if tokenizer is not None:
-        tokenizer.save_pretrained(args.output_dir)
-    record_start(args.output_dir, world_size)
+        tokenizer.save_pretrained(args.checkpoints.output_dir)
+    record_start(args.checkpoints.output_dir, world_size)
 
 
 def build_model(args: Settings, config: BartConfig, init_from: str | None = None) -> BartForConditionalGeneration:
@@ -290,7 +291,7 @@ def freeze_parameters(model: BartForConditionalGeneration, encoder: bool = False
 
 def compile_default(args: Settings, device: torch.device) -> bool:
     """--compile / --no-compile as given; neither: on for CUDA training, off on CPU."""
-    return args.compile if args.compile is not None else device.type == "cuda"
+    return args.model.compile if args.model.compile is not None else device.type == "cuda"
 
 
 def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval_hook=None,
@@ -302,7 +303,7 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     record, the log, run_config.json) are written once the resume, if any, was accepted: a refused one writes
     nothing. ``loader_for``: the training loader of a settings' batch (--auto_find_batch_size rebuilds it; the
     batch it finds is written to run_config.json again)."""
-    if args.auto_find_batch_size and args.max_tokens_per_batch:
+    if args.data.auto_find_batch_size and args.data.max_tokens_per_batch:
         raise UserError("--auto_find_batch_size halves --train_batch_size, but --max_tokens_per_batch sizes the "
                         "batches by tokens: lower --max_tokens_per_batch instead, or drop one of them")
     args = resolve_warmup(args, total_steps)  # --warmup_ratio / a fraction: updates, as the record keeps them
@@ -312,47 +313,53 @@ def build_trainer(args: Settings, model, train_data, env, total_steps: int, eval
     strategy = strategy_for(args, env.world_size, device, model, find_unused_parameters=layerdrop)
     if device.type == "cpu":  # before the gradients and optimizer state: over a cgroup's limit the kernel kills
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        sharded = env.world_size if args.distributed_strategy == "fsdp" and env.world_size > 1 else 1
-        check_training_fits(trainable // sharded, TRAINING_BYTES[args.optim], env.local_world_size)
+        sharded = env.world_size if args.distributed.distributed_strategy == "fsdp" and env.world_size > 1 else 1
+        check_training_fits(trainable // sharded, TRAINING_BYTES[args.optimization.optim], env.local_world_size)
+    optimization, schedule = args.optimization, args.schedule
     optimizer, clips_internally = build_optimizer(
-        model, args.optim, lr=args.learning_rate, weight_decay=args.weight_decay,
-        betas=tuple(args.adam_betas), eps=args.adam_epsilon, max_grad_norm=args.gradient_clip_val,
-        use_nvlamb=args.use_nvlamb)
-    scheduler = build_scheduler(optimizer, args.lr_scheduler, args.warmup_steps, total_steps, lr_end=args.lr_end)
+        model, optimization.optim, lr=optimization.learning_rate, weight_decay=optimization.weight_decay,
+        betas=tuple(optimization.adam_betas), eps=optimization.adam_epsilon,
+        max_grad_norm=optimization.gradient_clip_val, use_nvlamb=optimization.use_nvlamb)
+    scheduler = build_scheduler(optimizer, schedule.lr_scheduler, schedule.warmup_steps, total_steps,
+                                lr_end=schedule.lr_end)
     if env.is_main:
-        for path, size in remove_stale_partials(args.output_dir):
+        for path, size in remove_stale_partials(args.checkpoints.output_dir):
             print(f"[checkpoint] removed {path} ({size / 2**20:.1f} MiB), left by a write that was killed midway",
                   file=sys.stderr)
-    trainer = Trainer(model, optimizer, scheduler, train_data, args, strategy=strategy, clips_internally=clips_internally,
-                      logger=Logger(None, rank=env.rank, stdout=False), eval_hook=eval_hook, device=device,
-                      compile=compile_default(args, device), varying_lengths=varying_lengths,
+    trainer = Trainer(model, optimizer, scheduler, train_data, args, strategy=strategy,
+                      clips_internally=clips_internally, logger=Logger(None, rank=env.rank, stdout=False),
+                      eval_hook=eval_hook, device=device, compile=compile_default(args, device),
+                      varying_lengths=varying_lengths,
                       final_checkpoint_name=final_checkpoint_name,
-                      loader_for=loader_for if args.auto_find_batch_size else None)
-    resumed_from = trainer.resume(args.resume_from_checkpoint) if args.resume_from_checkpoint else None
+                      loader_for=loader_for if args.data.auto_find_batch_size else None)
+    resume = args.checkpoints.resume_from_checkpoint
+    resumed_from = trainer.resume(resume) if resume else None
     if env.is_main:
         save_run_files(args, tokenizer, env.world_size)
-    json_path = args.json_summary or os.path.join(args.output_dir, "dllogger.json")
+    json_path = args.logging.json_summary or os.path.join(args.checkpoints.output_dir, "dllogger.json")
     trainer.logger = logger = start_log(json_path, env.rank, resumed_from, trainer.global_step)
     resume_step = trainer.global_step if resumed_from else None
     if env.is_main:
         banner = run_banner(args, trainer, env.world_size, data_rows(train_data, eval_hook))
         print("\n".join(["== run =="] + [f"  {k}: {v}" for k, v in banner.items()]), flush=True)
-        source = read_json(os.path.join(args.data_dir, DATA_SOURCE), None) if args.data_dir == table_files_folder(
-            args.output_dir) else None
+        output_dir = args.checkpoints.output_dir
+        source = read_json(os.path.join(args.data.data_dir, DATA_SOURCE), None) \
+            if args.data.data_dir == table_files_folder(output_dir) else None
 
         def record(settings: Settings, banner: dict) -> dict:
-            return write_run_config(settings.as_dict(), settings.output_dir, {
+            return write_run_config(settings.as_dict(), settings.checkpoints.output_dir, {
                 "world_size": env.world_size, "run_banner": banner, "model_config": model.config.to_dict(),
                 **({"data_source": source} if source else {})})
 
         resolved = record(args, banner)
         trainer.batch_found = lambda found: record(found, run_banner(found, trainer, env.world_size,
                                                                      data_rows(trainer.train_data, eval_hook)))
-        tensorboard_dir = None if args.no_tensorboard else args.tensorboard_dir or os.path.join(args.output_dir,
-                                                                                                  "tensorboard")
-        logger.add_writers(build_writers(tensorboard_dir, args.wandb_project, args.output_dir, resolved, resume_step))
+        tensorboard_dir = None if args.logging.no_tensorboard else \
+            args.logging.tensorboard_dir or os.path.join(output_dir, "tensorboard")
+        logger.add_writers(build_writers(tensorboard_dir, args.logging.wandb_project, output_dir, resolved,
+                                         resume_step))
         logger.text("run_config", config_text(resolved))
-        trainer.run_folder_check = watch_run_files(args.output_dir, json_path, tensorboard_dir)
+        trainer.run_folder_check = watch_run_files(output_dir, json_path, tensorboard_dir)
     return trainer
 
 
@@ -390,18 +397,19 @@ def check_global_batch(args: Settings, train_data, world_size: int) -> None:
     sequences than it says: refused in one line naming the rows and the batch, before anything is written.
     Token-budget batches (--max_tokens_per_batch) are sized by tokens, not sequences."""
     rows = data_rows(train_data, None).get("train")
-    if rows is None or args.max_tokens_per_batch:
+    if rows is None or args.data.max_tokens_per_batch:
         return
-    accumulation = args.gradient_accumulation_steps
-    per_update = args.train_batch_size * accumulation * world_size
+    accumulation = args.optimization.gradient_accumulation_steps
+    per_update = args.data.train_batch_size * accumulation * world_size
     if per_update <= rows:
         return
     fits = rows // (accumulation * world_size)
     fix = (f"lower --train_batch_size to at most {fits}" if fits else
            "lower --gradient_accumulation_steps or the processes, or add data")
-    raise UserError(f"a global batch of {per_update} sequences per update (--train_batch_size {args.train_batch_size} "
-                    f"x {accumulation} accumulation x {world_size} processes) is larger than the {rows} training rows "
-                    f"of {args.data_dir}: each update would hold fewer sequences than it says; {fix}")
+    raise UserError(f"a global batch of {per_update} sequences per update (--train_batch_size "
+                    f"{args.data.train_batch_size} x {accumulation} accumulation x {world_size} processes) is larger "
+                    f"than the {rows} training rows of {args.data.data_dir}: each update would hold fewer sequences "
+                    f"than it says; {fix}")
 
 
 def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dict) -> dict:
@@ -416,13 +424,14 @@ def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dic
         attention = f"torch scaled_dot_product_attention on {trainer.device.type} (flash-attention CPU kernel or math)"
     precision = trainer.precision
     tf32 = torch.backends.cuda.matmul.allow_tf32 if trainer.device.type == "cuda" else "n/a (no CUDA)"
-    per_update = args.train_batch_size * args.gradient_accumulation_steps * world_size
-    max_tokens = args.max_tokens_per_batch
+    accumulation = args.optimization.gradient_accumulation_steps
+    per_update = args.data.train_batch_size * accumulation * world_size
+    max_tokens = args.data.max_tokens_per_batch
     if max_tokens:
-        batch = f"token budget {max_tokens * args.gradient_accumulation_steps * world_size} source tokens per update"
+        batch = f"token budget {max_tokens * accumulation * world_size} source tokens per update"
     else:
-        batch = (f"{per_update} sequences per update (at most {per_update * args.max_source_length} source tokens: "
-                 f"{args.train_batch_size} x {args.gradient_accumulation_steps} accumulation x {world_size} processes)")
+        batch = (f"{per_update} sequences per update (at most {per_update * args.data.max_source_length} source "
+                 f"tokens: {args.data.train_batch_size} x {accumulation} accumulation x {world_size} processes)")
     return {
         "optimizer": describe_optimizer(trainer.optimizer),
         "attention": attention + (", gradient checkpointing" if trainer.model.config.gradient_checkpointing else ""),
@@ -434,8 +443,8 @@ def run_banner(args: Settings, trainer: Trainer, world_size: int, data_rows: dic
         "world_size": world_size,
         "distribution": trainer.strategy.name,
         "global_batch": batch,
-        "steps": (f"{args.max_steps} updates (numbered from {args.phase1_end_step + 1}), warmup "
-                  f"{args.warmup_steps}, {args.lr_scheduler} schedule"
+        "steps": (f"{args.schedule.max_steps} updates (numbered from {args.checkpoints.phase1_end_step + 1}), warmup "
+                  f"{args.schedule.warmup_steps}, {args.schedule.lr_scheduler} schedule"
                   + (f", resumed after {trainer.step}" if trainer.step else "")),
         "data_rows": data_rows,
         **({"resumed with changes": "; ".join(f"{name} {change}" for name, change in trainer.resume_changes.items())}

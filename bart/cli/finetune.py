@@ -7,8 +7,9 @@ import torch
 from bart.cli import builder
 from bart.cli.args import generation_kwargs
 from bart.cli.exits import run_main
+from bart.cli.parsing import parse_command_line, resolve_epochs
 from bart.cli.reference_flags import validate_before_training, weights_summary
-from bart.cli.settings import FINETUNE, Settings, parse_command_line, resolve_epochs
+from bart.cli.settings import FINETUNE, Settings
 from bart.data.summarization import read_split
 from bart.evaluation import predict_split
 from bart.export import export_best
@@ -27,45 +28,47 @@ def parse_args(argv=None) -> Settings:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    if args.push_to_hub:  # a valid repository id, a token: before anything is trained
-        check_can_push(args.push_to_hub)
+    if args.hub.push_to_hub:  # a valid repository id, a token: before anything is trained
+        check_can_push(args.hub.push_to_hub)
     args, env = builder.start_run(args)
     args = builder.table_files_as_data_dir(args, env)  # --train_file ...: OUTPUT_DIR/data
-    init = None if args.from_scratch or args.resume_from_checkpoint else \
-        resolve_weights(resolve_model_path(args.init_checkpoint, args.model_revision))
+    init = None if args.checkpoints.from_scratch or args.checkpoints.resume_from_checkpoint else \
+        resolve_weights(resolve_model_path(args.checkpoints.init_checkpoint, args.model.model_revision))
     args, tokenizer, model = builder.build_model_and_tokenizer(args, init, LENGTHS)
-    if args.prefix:  # --source_prefix: the model's own from now on (its checkpoints, the export, run_eval.py)
-        model.config.prefix = args.prefix
-    if args.weights_summary and env.is_main:
-        print(weights_summary(model, args.weights_summary), flush=True)
-    torch.manual_seed(args.seed + env.rank)
-    if args.do_predict:
-        read_split(args.data_dir, "test", args.n_test)  # a missing or empty test split fails now, not after training
+    if args.data.prefix:  # --source_prefix: the model's own from now on (its checkpoints, the export, run_eval.py)
+        model.config.prefix = args.data.prefix
+    if args.logging.weights_summary and env.is_main:
+        print(weights_summary(model, args.logging.weights_summary), flush=True)
+    torch.manual_seed(args.randomness.seed + env.rank)
+    if args.prediction.do_predict:  # a missing or empty test split fails now, not after training
+        read_split(args.data.data_dir, "test", args.prediction.n_test)
     train = builder.finetuning_loader(args, tokenizer, env)
     builder.check_global_batch(args, train, env.world_size)
     args = resolve_epochs(args, len(train.sampler))  # --max_epochs, fractional --val_check_interval: updates
-    gen_kwargs = generation_kwargs(args, args.eval_max_gen_length or args.val_max_target_length)
-    batch_size = args.eval_batch_size or 8
+    gen_kwargs = generation_kwargs(args, args.generation.eval_max_gen_length or args.validation.val_max_target_length)
     validation = builder.finetuning_validation(args, tokenizer, gen_kwargs)
-    trainer = builder.build_trainer(args, model, train, env, total_steps=args.max_steps, eval_hook=validation,
+    trainer = builder.build_trainer(args, model, train, env, total_steps=args.schedule.max_steps, eval_hook=validation,
                                     tokenizer=tokenizer, loader_for=lambda s: builder.finetuning_loader(s, tokenizer, env),
                                     final_checkpoint_name="_epoch{epoch}_step{step}.ckpt", varying_lengths=True)
     if validation is not None:  # the interrupted run's top-k goes on; a validation at step 0 when asked for
-        validation.begin(trainer, bool(args.resume_from_checkpoint), validate_before_training(args))
-    summary = trainer.fit() if args.do_train else {}
-    if args.do_train and (path := save_final_weights(args.output_dir, trainer)):
+        validation.begin(trainer, bool(args.checkpoints.resume_from_checkpoint), validate_before_training(args))
+    summary = trainer.fit() if args.prediction.do_train else {}
+    if args.prediction.do_train and (path := save_final_weights(args.checkpoints.output_dir, trainer)):
         summary["final_weights"] = path
-    if args.do_predict:
-        test_kwargs = dict(gen_kwargs, max_length=args.test_max_target_length or gen_kwargs.get("max_length")
+    if args.prediction.do_predict:
+        test_kwargs = dict(gen_kwargs, max_length=args.prediction.test_max_target_length or gen_kwargs.get("max_length")
                            or model.config.max_length)
         with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
-            summary["test"] = predict_split(whole, tokenizer, args.data_dir, "test", args.output_dir, args.task,
-                                            batch_size, args.max_source_length, test_kwargs, args.n_test, args.precision,
-                                            trained=summary.get("final_weights"), prefix=args.prefix or "")
-    if args.do_train and validation is not None and env.is_main and (best := export_best(args.output_dir)):
+            summary["test"] = predict_split(whole, tokenizer, args.data.data_dir, "test", args.checkpoints.output_dir,
+                                            args.data.task, args.generation.eval_batch_size,
+                                            args.data.max_source_length, test_kwargs, args.prediction.n_test,
+                                            args.precision,
+                                            trained=summary.get("final_weights"), prefix=args.data.prefix or "")
+    trained = args.prediction.do_train and validation is not None
+    if trained and env.is_main and (best := export_best(args.checkpoints.output_dir)):
         summary["best_tfmr"] = best["out_dir"]  # the best checkpoint as a Hugging Face folder (with its tokenizer)
-        if args.push_to_hub:  # once, at the end, the verified folder
-            summary["hub_url"] = push_folder(best["out_dir"], args.push_to_hub, private=args.hub_private_repo)
+        if args.hub.push_to_hub:  # once, at the end, the verified folder
+            summary["hub_url"] = push_folder(best["out_dir"], args.hub.push_to_hub, private=args.hub.hub_private_repo)
             print(f"pushed {best['out_dir']} to {summary['hub_url']}", flush=True)
     if validation is not None:
         summary["validation"] = validation.history

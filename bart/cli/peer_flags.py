@@ -6,7 +6,7 @@ same destination, type and choices; ``--help-all`` shows the recipe's spelling, 
 Where it is not, :data:`ANSWERS` gives the equivalent in one line (argparse's error, exit 2), or translates
 the values that have one (``--report_to none`` is ``--no_tensorboard``).
 
-    add_peer_spellings(parser, "finetune.py")            # after the script's own flags (bart.cli.settings)
+    add_peer_spellings(parser, "finetune.py")            # after the script's own flags (bart.cli.parsing)
     apply_peer_spellings(namespace, parser, argv)         # the answers, before anything is built
 """
 from __future__ import annotations

@@ -10,10 +10,10 @@ here are either translated onto this recipe's flags (``--max_epochs`` becomes a 
 ``--precision 16`` is ``--fp16``) or refused with the replacement (``--adafactor``, ``--tpu_cores``).
 docs/REFERENCE_FLAGS.md's table lists every one of them with its status.
 
-    add_reference_args(parser, "finetune.py")   # after the script's own flags (bart.cli.settings.build_parser)
+    add_reference_args(parser, "finetune.py")   # after the script's own flags (bart.cli.parsing.build_parser)
     apply_reference_args(namespace, parser, "finetune.py", argv, given)  # translate, or refuse in one line
 
-(bart.cli.settings calls both; it also turns epochs into updates once the loader exists: ``resolve_epochs``.)
+(bart.cli.parsing calls both; it also turns epochs into updates once the loader exists: ``resolve_epochs``.)
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from bart.cli.args import (  # the scripts' names: one home
     PRETRAIN,
     TRAINING,
 )
+
+if TYPE_CHECKING:  # bart.cli.parsing imports this module and bart.cli.settings
+    from bart.cli.settings import Settings
 
 _TRUE = {"y", "yes", "t", "true", "on", "1"}
 _FALSE = {"n", "no", "f", "false", "off", "0"}
@@ -244,7 +247,7 @@ SPECS = (
     Spec(("--allreduce_post_accumulation",), TRAINING, "ref_allreduce_post_accumulation", kind="switch",
          help="accepted: gradients are all-reduced once per update, after accumulation, always (DDP no_sync)"),
     Spec(("--buffer_size",), (PRETRAIN,), "buffer_size", type=int, works=lambda v: v >= 1, fix="must be >= 1",
-         help="rows shuffled together in each loader worker's window (default 16384)"),
+         help="rows shuffled together in each loader worker's window (default {default})"),
     # -- the current reference's finetune.py / run_eval.py ----------------------------------------------
     Spec(("--distill",), (FINETUNE, EVAL), "ref_distill", works=_equals(None), fix=_NO_DISTILL),
     Spec(("--layers",), (FINETUNE, EVAL), "ref_layers", works=_equals(None), fix=_ONLY_DISTILL),
@@ -368,12 +371,13 @@ def specs_for(script: str) -> list[Spec]:
     return [spec for spec in SPECS if script in spec.scripts]
 
 
-def add_reference_args(parser: argparse.ArgumentParser, script: str) -> None:
+def add_reference_args(parser: argparse.ArgumentParser, script: str, defaults: dict | None = None) -> None:
     """The reference's flags of ``script`` that :mod:`bart.cli.args` does not define. Every one
-    defaults to None (not given); refused ones stay out of --help."""
+    defaults to None (not given: a setting keeps its field's default, which ``defaults`` gives its help as
+    ``{default}``); refused ones stay out of --help."""
     group = parser.add_argument_group("flags of the reference recipe (see docs/REFERENCE_FLAGS.md)")
     for spec in specs_for(script):
-        shown = spec.help or argparse.SUPPRESS
+        shown = spec.help.replace("{default}", str((defaults or {}).get(spec.dest))) or argparse.SUPPRESS
         metavar = spec.options[0].lstrip("-").upper()
         if spec.kind == "switch":
             group.add_argument(*spec.options, dest=spec.dest, action="store_const", const=True, default=None,
@@ -492,25 +496,25 @@ def weights_summary(model: torch.nn.Module, mode: str) -> str:
     return "\n".join(lines)
 
 
-def validate_before_training(args) -> bool:
+def validate_before_training(args: Settings) -> bool:
     """finetune.py's validation before the first update: ``--num_sanity_val_steps -1`` asks for it,
     0 turns it off, and by default it runs when validation runs during training."""
-    if args.num_sanity_val_steps is not None:
-        return args.num_sanity_val_steps == -1
-    return bool(args.val_check_interval)
+    if args.validation.num_sanity_val_steps is not None:
+        return args.validation.num_sanity_val_steps == -1
+    return bool(args.validation.val_check_interval)
 
 
-def write_debug_references(args) -> str | None:
+def write_debug_references(args: Settings) -> str | None:
     """run_eval.py ``--debug``: the references of the evaluated examples as SAVE_PATH/{type_path}.target,
     line for line with {type_path}_generations.txt (as the reference wrote them). Not written over the
     data's own file when SAVE_PATH is the data folder."""
     from bart.data.summarization import read_split
     from bart.files.checkpoint_io import atomic_write_text
 
-    path = os.path.join(args.save_path, f"{args.type_path}.target")
-    if os.path.abspath(args.save_path) == os.path.abspath(args.data_dir):
+    path = os.path.join(args.evaluation.save_path, f"{args.evaluation.type_path}.target")
+    if os.path.abspath(args.evaluation.save_path) == os.path.abspath(args.data.data_dir):
         return None
-    _, targets = read_split(args.data_dir, args.type_path, args.n_obs)
+    _, targets = read_split(args.data.data_dir, args.evaluation.type_path, args.evaluation.n_obs)
     atomic_write_text(path, "".join(line + "\n" for line in targets))
     return path
 

@@ -13,8 +13,9 @@ import torch
 from bart.cli import start
 from bart.cli.args import generation_kwargs
 from bart.cli.exits import run_main
+from bart.cli.parsing import fit_lengths, parse_command_line
 from bart.cli.reference_flags import write_debug_references
-from bart.cli.settings import EVAL, Settings, fit_lengths, parse_command_line
+from bart.cli.settings import EVAL, Settings
 from bart.data.summarization import read_split
 from bart.evaluation import refuse_earlier_evaluation, run_evaluation
 from bart.generation import check_generate_options
@@ -33,32 +34,38 @@ def parse_args(argv=None) -> Settings:
 def main(argv=None) -> dict:
     args = start.resolve_config(parse_args(argv), "CONFIG_PATH")  # a shipped config's name: its file
     precision = args.precision  # the run's one Precision, made at parse time (--decode_precision checked with it)
-    env = dist_utils.init_distributed(timeout_minutes=args.dist_timeout, backend="gloo" if args.device == "cpu" else None,
-                                      rendezvous_timeout_s=args.rendezvous_timeout,
-                                      heartbeat_timeout_s=args.heartbeat_timeout)
+    env = dist_utils.init_distributed(timeout_minutes=args.distributed.dist_timeout,
+                                      backend="gloo" if args.evaluation.device == "cpu" else None,
+                                      rendezvous_timeout_s=args.distributed.rendezvous_timeout,
+                                      heartbeat_timeout_s=args.distributed.heartbeat_timeout)
     # one evaluation per folder; an earlier one's files are replaced only with --overwrite
-    start.lock_output_dir(args.save_path, env, flag="SAVE_PATH", check=lambda: refuse_earlier_evaluation(args))
-    split = read_split(args.data_dir, args.type_path, args.n_obs)  # a missing or empty split: before anything is loaded
-    torch.manual_seed(args.seed + env.rank)  # do_sample draws from torch's generator
+    start.lock_output_dir(args.evaluation.save_path, env, flag="SAVE_PATH",
+                          check=lambda: refuse_earlier_evaluation(args))
+    # a missing or empty split: before anything is loaded
+    split = read_split(args.data.data_dir, args.evaluation.type_path, args.evaluation.n_obs)
+    torch.manual_seed(args.randomness.seed + env.rank)  # do_sample draws from torch's generator
     precision.configure()
     config = start.model_config(args, training=False)
-    model_path = resolve_weights(resolve_model_path(args.model_path, args.model_revision))  # a run's folder: its newest checkpoint
+    # a run's folder: its newest checkpoint
+    model_path = resolve_weights(resolve_model_path(args.evaluation.model_path, args.model.model_revision))
     tokenizer = start.tokenizer_for(args, [model_path])  # the model's own; before the weights are loaded
     # the architecture from the checkpoint (its config, else its tensors); an explicit --pre_ln must agree
-    model = BartForConditionalGeneration.from_pretrained(model_path, config=config, explicit={"pre_ln": args.pre_ln})
+    model = BartForConditionalGeneration.from_pretrained(model_path, config=config,
+                                                         explicit={"pre_ln": args.model.pre_ln})
     args = fit_lengths(args, model.config.max_position_embeddings, ("max_source_length", "eval_max_gen_length"),
-                       args.config_path)
-    device = start.device_for(env) if args.device in (None, "cuda") else torch.device(args.device)
-    model = for_decoding(model.to(device).eval(), args.decode_precision, args.compile_generation,
+                       args.model.config_path)
+    device = start.device_for(env) if args.evaluation.device in (None, "cuda") else torch.device(args.evaluation.device)
+    model = for_decoding(model.to(device).eval(), args.evaluation.decode_precision, args.evaluation.compile_generation,
                          autocast=precision.autocast_dtype is not None)  # int8 on CPU only; CPU: packed layers
-    gen_kwargs = {**generation_kwargs(args, args.eval_max_gen_length), **args.generate_kwargs,
-                  "num_return_sequences": args.num_return_sequences, "compile_generation": args.compile_generation}
-    require_vocab_size(tokenizer, model.config, config_name=args.config_path)
+    gen_kwargs = {**generation_kwargs(args, args.generation.eval_max_gen_length), **args.evaluation.generate_kwargs,
+                  "num_return_sequences": args.evaluation.num_return_sequences,
+                  "compile_generation": args.evaluation.compile_generation}
+    require_vocab_size(tokenizer, model.config, config_name=args.model.config_path)
     check_generate_options(model, gen_kwargs)  # an unknown or bad --KEY VALUE: before anything is recorded
     if env.is_main:  # SAVE_PATH/git_log.json, appended once the inputs are known usable (nothing written before)
-        start.record_start(args.save_path, env.world_size)
+        start.record_start(args.evaluation.save_path, env.world_size)
     result = run_evaluation(model, tokenizer, args, gen_kwargs, precision, is_main=env.is_main, split=split)
-    if args.debug and env.is_main:
+    if args.evaluation.debug and env.is_main:
         write_debug_references(args)
     dist_utils.cleanup()
     return result

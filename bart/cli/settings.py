@@ -1,23 +1,15 @@
 """The run's settings: one typed record of sections, built once from the command line, read by everything after it.
 
-    settings = parse_command_line("finetune.py", argv, __doc__)   # flags -> Settings (exit 2 on a mistake)
-
 Each setting is ONE field of a section (:class:`ModelSettings`, :class:`DataSettings`, ...: :data:`SECTIONS`),
 declared with :func:`bart.cli.args.flag`: its type, its one default, its help, its spellings, the scripts that take it
-and argparse's keywords. The scripts' parsers are generated from these fields (:func:`build_parser`),
-so a new flag is its field here and its use. ``Settings`` holds the sections and reads flat
-(``settings.max_steps``); the trainer reads its sections of the same record.
+and argparse's keywords. The scripts' parsers are generated from these fields
+(:func:`bart.cli.parsing.build_parser`), so a new flag is its field here and its use. ``Settings`` holds the
+sections; every read names the section (``settings.schedule.max_steps``), while construction, :meth:`Settings.replace`
+and :meth:`Settings.as_dict` (run_config.json, the checkpoints' record) stay flat: the names are unique.
 
-Construction is the only place flags are rewritten: the reference recipe's spellings are translated
-(:mod:`bart.cli.reference_flags`), the flags the command line gave are noted (:attr:`Settings.given`), the
-pairs that contradict each other are refused (:data:`bart.cli.args.CONTRADICTIONS`), the run's
-:class:`~bart.runtime.precision.Precision` is made from the final precision flags, and the rules that span
-several flags are the record's own checks (:data:`_RULES`). A run can start from a file of settings
-(``--config_file FILE`` or ``@FILE``: a run's run_config.json or a hand-written JSON; the command line wins).
-Nothing here reads the disk but that file: what depends on it or on what the run builds
-(``--resume_from_checkpoint auto``: :func:`bart.cli.builder.start_run`; the model's positions:
-:func:`fit_lengths`; the loader's epoch length: :func:`resolve_epochs`) is settled at run start by
-:func:`resolved`, which checks the record again.
+The record checks itself when it is made: the run's :class:`~bart.runtime.precision.Precision` is made from the
+final precision flags, and the rules that span several flags are its own checks (:data:`_RULES`). Parsing a
+command line into it and settling it at run start: :mod:`bart.cli.parsing`.
 
 One record serves the three scripts: a flag a script lacks keeps its field's default, the value that
 means "not used".
@@ -27,9 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import math
 import os
-import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -44,36 +34,19 @@ from bart.cli.args import (
     PRETRAIN,
     PROBABILITY,
     TRAINING,
-    USAGE,
-    ArgumentParser,
-    Flag,
-    HelpFormatter,
     _bool_or_path,
-    _HelpAll,
-    _ShortHelp,
-    add_flags,
-    argparse_keywords,
-    check_namespace,
     count_or_all,
-    declared_flags,
     flag,
-    generate_option_pairs,
-    given_flags,
     int_at_least,
-    program_name,
-    read_config_file,
     reference,
-    reject_unused,
     setting,
     updates_or_fraction,
     updates_or_ratio,
 )
-from bart.cli.peer_flags import add_peer_spellings, apply_peer_spellings
-from bart.cli.reference_flags import add_reference_args, apply_reference_args
 from bart.configuration.shipped import names_help
-from bart.data.noise import NoiseConfig, add_noise_args, noise_config_from_args
+from bart.data.noise import NoiseConfig
 from bart.errors import UserError
-from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric, task_metric
+from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric
 from bart.generation.precision import DECODE_PRECISIONS, check_decode_precision
 from bart.optim import OPTIMIZERS
 from bart.optim.schedulers import SCHEDULES
@@ -99,11 +72,11 @@ def _strategies() -> dict:
 
 def _resume_changes() -> dict:
     from bart.training.checkpoint import (
-        ALLOWABLE_CHANGES,  # the training scripts' (as STRATEGIES)
+        allowable_changes,  # the training scripts' (as STRATEGIES): the fields' resume="may_change", and the rest
     )
-    return dict(choices=ALLOWABLE_CHANGES,
-                help=f" {' / '.join(ALLOWABLE_CHANGES)} (the run says what changed); any other difference from the "
-                     f"checkpoint's run is refused")
+    choices = allowable_changes()
+    return dict(choices=choices, help=f" {' / '.join(choices)} (the run says what changed); any other difference "
+                                      f"from the checkpoint's run is refused")
 
 
 def _compile_backends() -> dict:
@@ -125,6 +98,7 @@ def _now() -> dict:
 # -- the sections: each field one setting, its flag declared on it (bart.cli.args.flag) --------------------------
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:
+    """The model: its config, tokenizer, regularisation and how it runs (checkpointing, compile)."""
     GROUP: ClassVar[str] = "model"
     config_path: str | None = flag(
         None, f"a shipped config's name ({names_help()}) or a BART config.json's path", required=True, scripts=ALL,
@@ -158,13 +132,11 @@ class ModelSettings:
                     "graphs and graph breaks, through AOTAutograd, run by eager kernels) or eager (dynamo's graphs "
                     "alone: the same graph breaks and recompiles, the cheapest check of what inductor would compile)",
         lazy=_compile_backends)
-    fused_cross_entropy: bool = flag(
-        False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "
-               "for large batches; same loss and gradients)", action="store_true")
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataSettings:
+    """The training data: where it is, the task, the lengths, the batches and the loader."""
     GROUP: ClassVar[str] = "data"
     data_dir: str | None = flag(
         None, "training data folder", required=True, scripts=ALL, quick=ALL,
@@ -193,50 +165,202 @@ class DataSettings:
     summary_column: str | None = flag(
         None, "their column of summaries (default: transformers' for a known dataset, else found, as highlights, "
               "summary or target)", scripts=(FINETUNE,), metavar="NAME")
+    task: str = flag("summarization", "summarization or translation",
+                     scripts=ALL, choices=(*TASK_METRICS, "pretraining"), refused_in=(PRETRAIN,),
+                     per_script={PRETRAIN: dict(default="pretraining"),
+                                 EVAL: dict(choices=tuple(TASK_METRICS))})
+    prefix: str | None = flag(
+        None, "text put in front of every source in training, validation and prediction (transformers' "
+              "--source_prefix); kept in the model's config (prefix), which run_eval.py and the export apply",
+        scripts=(FINETUNE, EVAL), metavar="TEXT", resume="may_change", resume_unset="",
+        per_script={FINETUNE: dict(options=("--source_prefix", "--prefix")),
+                    EVAL: dict(options=("--prefix", "--source_prefix"),
+                               help="text put in front of every source (default: the model's own, its config's "
+                                    "prefix, which fine-tuning with --source_prefix records)")})
+    n_train: int | None = flag(None, "use only the first N training examples (-1, the default: all)",
+                                  type=count_or_all(1), refused_in=(PRETRAIN,))
     max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=TRAINING,
                                   per_script={PRETRAIN: dict(default=128)})
-    max_target_length: int | None = flag(None, "decoder length in tokens (pretraining: = max_source_length)",
-                                            type=POSITIVE, quick=(FINETUNE,), per_script={FINETUNE: dict(default=56)})
-    num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
+    max_target_length: int | None = flag(
+        None, "decoder length in tokens", type=POSITIVE, quick=(FINETUNE,),
+        per_script={FINETUNE: dict(default=56), PRETRAIN: dict(help="decoder length in tokens: must equal "
+                                                                    "--max_source_length (the source is rebuilt)")})
     train_batch_size: int = flag(32, "sequences per micro-batch per process", type=POSITIVE, quick=TRAINING)
     auto_find_batch_size: bool = flag(
         False, "out of memory before the run's first log record, validation or checkpoint: halve --train_batch_size, "
                "double --gradient_accumulation_steps (the same global batch) and start the updates again (transformers' "
                "flag); the run's records say the batch that ran", action="store_true")
+    max_tokens_per_batch: int | None = flag(
+        None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,), resume="same",
+        resume_note="the global batch is processes x --gradient_accumulation_steps micro-batches of it")
+    sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
+    num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
     noise: NoiseConfig | None = setting(
         None, "pretrain.py: BART's denoising noise (--mlm_probability, --permute_sentence_ratio, ...: "
               "bart.data.noise.add_noise_args)")
-    buffer_size: int | None = reference()
+    buffer_size: int = reference(16384)  # the shuffle window of pretrain.py's loader (its rows)
 
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizationSettings:
+    """The optimizer, its update and what it trains; the stops on a loss that is not finite."""
     GROUP: ClassVar[str] = "optimization"
-    learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING)
+    learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING, resume="same")
     optim: str = flag("adamw", "the optimizer: adamw; lamb (--lamb: multi-tensor, apex FusedLAMB if installed); "
                                "adafactor (torch's: factored second moments, far less state; its step is the "
                                "learning rate times each tensor's RMS, so it takes a larger one, e.g. 1e-2)",
                       choices=OPTIMIZERS, metavar="NAME")
-    use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true")
-    weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT)
-    adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT)
-    adam_betas: tuple = flag((0.9, 0.999), "the optimizer's beta1 and beta2", type=PROBABILITY, nargs=2)
+    use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true", resume="same")
+    weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT,
+                               resume="same")
+    adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT, resume="same")
+    adam_betas: tuple = flag((0.9, 0.999), "the optimizer's beta1 and beta2", type=PROBABILITY, nargs=2,
+                             resume="same")
     gradient_clip_val: float = flag(1.0, "clip the global gradient norm to this (0: off)", "--gradient_clip_val",
                                     "--max_grad_norm", type=NON_NEGATIVE_FLOAT)
-    lr_scheduler: str = flag("linear", "the learning-rate schedule", choices=SCHEDULES,
-                             per_script={PRETRAIN: dict(default="polynomial")})
-    warmup_steps: int | float = flag(
-        0, "updates of linear learning-rate warmup, or, below 1, that fraction of --max_steps (transformers 5; "
-           "--warmup_ratio)", type=updates_or_ratio, quick=(PRETRAIN,))
-    lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
-                         type=NON_NEGATIVE_FLOAT)
-    max_steps: int | None = flag(None, "optimizer updates in this run (required; finetune.py: or --max_epochs)",
-                                    type=POSITIVE, quick=TRAINING)
     gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=(PRETRAIN,))
+    freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
+    freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
     max_consecutive_nonfinite: int = flag(5, "bf16/fp32: stop after this many consecutive NaN/inf losses",
                                           type=POSITIVE)
     min_loss_scale: float = flag(1e-4, "fp16: stop when the dynamic loss scale falls below this (every update "
                                        "overflowing)", type=POSITIVE_FLOAT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSettings:
+    """The learning-rate schedule and the run's length in updates (epochs become updates at run start)."""
+    GROUP: ClassVar[str] = "schedule"
+    lr_scheduler: str = flag("linear", "the learning-rate schedule", choices=SCHEDULES,
+                             per_script={PRETRAIN: dict(default="polynomial")}, resume="may_change", schedule=True)
+    warmup_steps: int | float = flag(
+        0, "updates of linear learning-rate warmup, or, below 1, that fraction of --max_steps (transformers 5; "
+           "--warmup_ratio)", type=updates_or_ratio, quick=(PRETRAIN,), resume="may_change", schedule=True)
+    lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
+                         type=NON_NEGATIVE_FLOAT, resume="may_change", schedule=True)
+    max_steps: int | None = flag(None, "optimizer updates in this run (required)", type=POSITIVE, quick=TRAINING,
+                                    per_script={FINETUNE: dict(help="optimizer updates in this run (required, or "
+                                                                    "--max_epochs)")})
+    max_epochs: int | None = reference()
+    min_epochs: int | None = reference()
+    min_steps: int | None = reference()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossSettings:
+    """The training loss."""
+    GROUP: ClassVar[str] = "loss"
+    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY, resume="may_change")
+    fused_cross_entropy: bool = flag(
+        False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "
+               "for large batches; same loss and gradients)", action="store_true")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomnessSettings:
+    """Where the run's random streams start."""
+    GROUP: ClassVar[str] = "randomness"
+    seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
+                     scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)},
+                     resume="may_change")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationSettings:
+    """Validation during training: its rows, when it runs, what ranks checkpoints and stops early."""
+    GROUP: ClassVar[str] = "validation"
+    n_val: int | None = flag(
+        None, "validation examples per evaluation (-1, the default: all; 0: none)", type=count_or_all(0),
+        quick=TRAINING, resume="may_change", per_script={PRETRAIN: dict(help="rows held out of training for the validation loss (default "
+                                                        "none)")})
+    val_check_interval: int | float = flag(
+        0, "validate every N updates (0: at the end), or, written with a decimal point, every F in (0, 1] of an "
+           "epoch of the training data (1.0 = every epoch)", type=updates_or_fraction, quick=TRAINING,
+        resume="may_change", per_script={PRETRAIN: dict(help="validate every N updates (0: at the end; needs --n_val), or, written with a "
+                                        "decimal point, every F in (0, 1] of an epoch of the training data")})
+    val_metric: str | None = flag(
+        None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
+              "loss, lower is better)", type=_val_metric,
+        choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,), resume="may_change")
+    val_max_target_length: int | None = flag(None, "longest generation in validation", type=POSITIVE,
+                                                refused_in=(PRETRAIN,))
+    early_stopping_patience: int = flag(
+        -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
+            "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
+    early_stopping_threshold: float = flag(
+        0.0, "an improvement of --val_metric by this much or less does not reset the patience (transformers' "
+             "EarlyStoppingCallback)", type=NON_NEGATIVE_FLOAT, metavar="X", refused_in=(PRETRAIN,))
+    save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
+    num_sanity_val_steps: int | None = reference()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictionSettings:
+    """Training or not, and the test split's predictions after it."""
+    GROUP: ClassVar[str] = "prediction"
+    do_train: bool = flag(True, "train (--no-do_train: predict only)", action=argparse.BooleanOptionalAction,
+                          refused_in=(PRETRAIN,))
+    do_predict: bool = flag(False, "write test predictions after training", action="store_true",
+                            refused_in=(PRETRAIN,), quick=(FINETUNE,))
+    n_test: int | None = flag(None, "test examples for --do_predict (-1, the default: all)", type=count_or_all(1),
+                                 refused_in=(PRETRAIN,))
+    test_max_target_length: int | None = flag(None, "longest generation in prediction (--do_predict)",
+                                                 type=POSITIVE, refused_in=(PRETRAIN,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationSettings:
+    """Generation in validation, prediction and evaluation (run_eval.py keeps the reference's ``--bs`` and
+    ``--max_target_length`` as aliases)."""
+    GROUP: ClassVar[str] = "generation"
+    eval_beams: int | None = flag(
+        None, "beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the reference)",
+        "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(EVAL,))
+    eval_max_gen_length: int | None = flag(
+        None, "longest generated sequence in tokens", scripts=ALL, type=POSITIVE, refused_in=(PRETRAIN,), quick=(EVAL,),
+        per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
+    eval_batch_size: int | None = flag(
+        None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
+        per_script={FINETUNE: dict(default=8), EVAL: dict(default=8, options=("--eval_batch_size", "--bs")),
+                    PRETRAIN: dict(help="sequences per held-out loss batch (default: --train_batch_size)")})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSettings:
+    """The run's folder, its checkpoints, resuming and the starting weights."""
+    GROUP: ClassVar[str] = "checkpoints"
+    output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
+    resume_from_checkpoint: bool | str | None = flag(
+        None, "True or auto: the newest training checkpoint in --output_dir, else a new run (one command for a first "
+              "start and its restarts; True notes it, as the reference); or a path. Restores everything", type=_bool_or_path, quick=TRAINING, once=True)
+    overwrite_output_dir: bool = flag(
+        False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
+               "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
+               "Without it such a folder is refused", action="store_true", once=True)
+    allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
+                                      lazy=_resume_changes)
+    init_checkpoint: str | None = flag(
+        None, "start a new run from this checkpoint's model weights only (phase 2)", quick=TRAINING)
+    from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
+                              action="store_true", quick=(FINETUNE,))
+    phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE)
+    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE)
+    keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoggingSettings:
+    """What the run logs, and where."""
+    GROUP: ClassVar[str] = "logging"
+    log_freq: int = flag(10, "log every N updates", type=POSITIVE)
+    json_summary: str | None = flag(
+        None, "dllogger JSON log (default: OUTPUT_DIR/dllogger.json)", "--json-summary", "--json_summary", scripts=ALL,
+        per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")})
+    tensorboard_dir: str | None = flag(
+        None, "TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
+    no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
+    wandb_project: str | None = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
+    weights_summary: str | None = reference()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,6 +391,7 @@ class PrecisionSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class DistributedSettings:
+    """Several processes: how they share the model, wait for each other and sit on the CPUs."""
     GROUP: ClassVar[str] = "distributed"
     distributed_strategy: str | None = flag(None, "how several processes share the model", lazy=_strategies)
     allreduce_post_accumulation_half_precision: bool = flag(
@@ -294,108 +419,9 @@ class DistributedSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointSettings:
-    GROUP: ClassVar[str] = "checkpoints and logging"
-    output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
-    resume_from_checkpoint: bool | str | None = flag(
-        None, "True or auto: the newest training checkpoint in --output_dir, else a new run (one command for a first "
-              "start and its restarts; True notes it, as the reference); or a path. Restores everything", type=_bool_or_path, quick=TRAINING, once=True)
-    overwrite_output_dir: bool = flag(
-        False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
-               "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
-               "Without it such a folder is refused", action="store_true", once=True)
-    allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
-                                      lazy=_resume_changes)
-    init_checkpoint: str | None = flag(
-        None, "start a new run from this checkpoint's model weights only (phase 2)", quick=TRAINING)
-    from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
-                              action="store_true", quick=(FINETUNE,))
-    phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE)
-    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE)
-    keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
-    log_freq: int = flag(10, "log every N updates", type=POSITIVE)
-    json_summary: str | None = flag(
-        None, "dllogger JSON log (default: OUTPUT_DIR/dllogger.json)", "--json-summary", "--json_summary", scripts=ALL,
-        per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")})
-    tensorboard_dir: str | None = flag(
-        None, "TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
-    no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
-    wandb_project: str | None = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
-    seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
-                     scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)})
-
-
-@dataclass(frozen=True, kw_only=True)
-class GenerationSettings:
-    """Generation in validation, prediction and evaluation (run_eval.py keeps the reference's ``--bs`` and
-    ``--max_target_length`` as aliases)."""
-    GROUP: ClassVar[str] = "generation"
-    eval_beams: int | None = flag(
-        None, "beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the reference)",
-        "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(EVAL,))
-    eval_max_gen_length: int | None = flag(
-        None, "longest generated sequence in tokens", scripts=ALL, type=POSITIVE, refused_in=(PRETRAIN,), quick=(EVAL,),
-        per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
-    eval_batch_size: int | None = flag(
-        None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
-        per_script={EVAL: dict(default=8, options=("--eval_batch_size", "--bs"))})
-
-
-@dataclass(frozen=True, kw_only=True)
-class FineTuningSettings:
-    GROUP: ClassVar[str] = "fine-tuning and evaluation (finetune.py)"
-    task: str = flag("summarization", "finetune.py: summarization or translation; pretrain.py: pretraining",
-                     scripts=ALL, choices=(*TASK_METRICS, "pretraining"), refused_in=(PRETRAIN,),
-                     per_script={PRETRAIN: dict(default="pretraining"),
-                                 EVAL: dict(choices=tuple(TASK_METRICS), help="summarization or translation")})
-    n_train: int | None = flag(None, "use only the first N training examples (-1, the default: all)",
-                                  type=count_or_all(1), refused_in=(PRETRAIN,))
-    n_val: int | None = flag(
-        None, "finetune.py: validation examples per evaluation (-1, the default: all; 0: none); pretrain.py: rows "
-              "held out of training for the validation loss (default none)", type=count_or_all(0), quick=TRAINING)
-    n_test: int | None = flag(None, "test examples for --do_predict (-1, the default: all)", type=count_or_all(1),
-                                 refused_in=(PRETRAIN,))
-    val_max_target_length: int | None = flag(None, "longest generation in validation", type=POSITIVE,
-                                                refused_in=(PRETRAIN,))
-    test_max_target_length: int | None = flag(None, "longest generation in prediction (--do_predict)",
-                                                 type=POSITIVE, refused_in=(PRETRAIN,))
-    val_metric: str | None = flag(
-        None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
-              "loss, lower is better)", type=_val_metric,
-        choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,))
-    val_check_interval: int | float = flag(
-        0, "validate every N updates (0: at the end; pretrain.py: needs --n_val), or, written with a decimal point, "
-           "every F in (0, 1] of an epoch of the training data (finetune.py: 1.0 = every epoch)",
-        type=updates_or_fraction, quick=TRAINING)
-    early_stopping_patience: int = flag(
-        -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
-            "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
-    early_stopping_threshold: float = flag(
-        0.0, "an improvement of --val_metric by this much or less does not reset the patience (transformers' "
-             "EarlyStoppingCallback)", type=NON_NEGATIVE_FLOAT, metavar="X", refused_in=(PRETRAIN,))
-    min_epochs: int | None = reference()
-    min_steps: int | None = reference()
-    max_epochs: int | None = reference()
-    num_sanity_val_steps: int | None = reference()
-    weights_summary: str | None = reference()
-    save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
-    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY)
-    prefix: str | None = flag(
-        None, "text put in front of every source in training, validation and prediction (transformers' "
-              "--source_prefix); kept in the model's config (prefix), which run_eval.py and the export apply",
-        scripts=(FINETUNE, EVAL), metavar="TEXT",
-        per_script={FINETUNE: dict(options=("--source_prefix", "--prefix")),
-                    EVAL: dict(options=("--prefix", "--source_prefix"),
-                               help="text put in front of every source (default: the model's own, its config's "
-                                    "prefix, which fine-tuning with --source_prefix records)")})
-    freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
-    freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
-    sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
-    max_tokens_per_batch: int | None = flag(None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,))
-    do_train: bool = flag(True, "train (--no-do_train: predict only)", action=argparse.BooleanOptionalAction,
-                          refused_in=(PRETRAIN,))
-    do_predict: bool = flag(False, "write test predictions after training", action="store_true",
-                            refused_in=(PRETRAIN,), quick=(FINETUNE,))
+class HubSettings:
+    """The best model uploaded to the Hugging Face hub at the end."""
+    GROUP: ClassVar[str] = "publishing"
     push_to_hub: str | None = flag(
         None, "at the end, upload best_tfmr/ (the best checkpoint as a Hugging Face folder, verified in transformers) "
               "to the hub's model repository REPO (OWNER/NAME; made if missing); the token is checked before training",
@@ -406,7 +432,8 @@ class FineTuningSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluationSettings:
-    GROUP: ClassVar[str] = "evaluation (run_eval.py)"
+    """run_eval.py's own: the model, the split, the output and how it decodes."""
+    GROUP: ClassVar[str] = "evaluation"
     model_path: str | None = flag(None, "checkpoint (.ckpt) or Hugging Face folder", scripts=(EVAL,),
                                      per_script={EVAL: dict(position=0)})
     save_path: str | None = flag(None, "output folder", scripts=(EVAL,), per_script={EVAL: dict(position=3)})
@@ -417,7 +444,6 @@ class EvaluationSettings:
     n_obs: int | None = flag(None, "only the first N examples (-1: all)", scripts=(EVAL,), type=count_or_all(1),
                                 quick=(EVAL,))
     num_return_sequences: int = flag(1, "sequences generated per source", scripts=(EVAL,), type=POSITIVE)
-
     info: str | None = flag(None, "a note stored in the metrics file (no value: the current date and time)",
                                scripts=(EVAL,), nargs="?", lazy=_now)
     dump_args: bool = flag(False, "store the generation arguments in the metrics file", "--dump-args", "--dump_args",
@@ -436,40 +462,33 @@ class EvaluationSettings:
 
 # The record's sections, in --help's order: attribute name -> class
 SECTIONS = {"model": ModelSettings, "data": DataSettings, "optimization": OptimizationSettings,
-            "precision_flags": PrecisionSettings, "distributed": DistributedSettings,
-            "checkpoints": CheckpointSettings, "generation": GenerationSettings, "finetuning": FineTuningSettings,
-            "evaluation": EvaluationSettings}
+            "schedule": ScheduleSettings, "loss": LossSettings, "randomness": RandomnessSettings,
+            "validation": ValidationSettings, "prediction": PredictionSettings, "generation": GenerationSettings,
+            "checkpoints": CheckpointSettings, "logging": LoggingSettings, "precision_flags": PrecisionSettings,
+            "distributed": DistributedSettings, "hub": HubSettings, "evaluation": EvaluationSettings}
 _SECTION_OF = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
-
-# Flags that only parsing reads: translated onto a field (``--model_name_or_path`` onto init_checkpoint,
-# ``--load_model_weights_only`` with --resume_from_checkpoint onto init_checkpoint), never a setting of their own
-TRANSLATED = {
-    "lamb": (None, Flag("LAMB instead of AdamW (= --optim lamb)", scripts=TRAINING,
-                        argparse=dict(action="store_const", const=True))),
-    "init_checkpoint_alias": (None, Flag(
-        "starting weights: a .ckpt, a folder holding one, or a Hugging Face folder (same as --init_checkpoint)",
-        ("--model_name_or_path",), (FINETUNE,))),
-    "load_model_weights_only": (None, Flag(
-        "the reference's --resume_from_checkpoint=P --load_model_weights_only: a new run from P's weights only "
-        "(= --init_checkpoint P); with a PATH, the same as --init_checkpoint PATH", scripts=TRAINING,
-        argparse=dict(nargs="?", const=True, metavar="PATH"))),
-}
 
 
 class Settings:
-    """The run's settings: one record of sections (:data:`SECTIONS`), each field one setting. Attributes read
-    flat (``settings.max_steps`` is ``settings.optimization.max_steps``); construction takes sections or flat
-    values (``Settings(max_steps=3)``) and checks the rules that span flags (:data:`_RULES`)."""
+    """The run's settings: one record of sections (:data:`SECTIONS`), each field one setting, read by its section
+    (``settings.schedule.max_steps``); construction takes sections or flat values (``Settings(max_steps=3)``: the
+    names are unique) and checks the rules that span flags (:data:`_RULES`)."""
     script: str
     given: frozenset
     model: ModelSettings
     data: DataSettings
     optimization: OptimizationSettings
+    schedule: ScheduleSettings
+    loss: LossSettings
+    randomness: RandomnessSettings
+    validation: ValidationSettings
+    prediction: PredictionSettings
+    generation: GenerationSettings
+    checkpoints: CheckpointSettings
+    logging: LoggingSettings
     precision_flags: PrecisionSettings
     distributed: DistributedSettings
-    checkpoints: CheckpointSettings
-    generation: GenerationSettings
-    finetuning: FineTuningSettings
+    hub: HubSettings
     evaluation: EvaluationSettings
     precision: Precision
     """The run's one precision, made from :attr:`precision_flags` when the record is made (its needs checked
@@ -496,15 +515,9 @@ class Settings:
             if message:
                 raise SettingsError(message)
 
-    def __getattr__(self, name: str):
-        section = _SECTION_OF.get(name)
-        if section is None:
-            raise AttributeError(f"Settings has no setting {name!r}")
-        return getattr(object.__getattribute__(self, section), name)
-
     def __setattr__(self, name, value):
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}: Settings are built once "
-                                              f"(bart.cli.settings.resolved makes a checked copy)")
+                                              f"(bart.cli.parsing.resolved makes a checked copy)")
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Settings) and (self.script, self.given, self.sections()) == \
@@ -530,40 +543,44 @@ class Settings:
         for section in self.sections().values():
             values.update({f.name: getattr(section, f.name) for f in dataclasses.fields(section)})
         values["precision"] = self.precision
-        values["noise"] = None if self.noise is None else dataclasses.asdict(self.noise)
+        values["noise"] = None if self.data.noise is None else dataclasses.asdict(self.data.noise)
         return values
 
 
 # -- the rules that span several flags (each: a message when broken, else None) --------------------------
 def _max_steps_required(s: Settings):
-    if s.script in TRAINING and s.max_steps is None and not s.max_epochs:
+    if s.script in TRAINING and s.schedule.max_steps is None and not s.schedule.max_epochs:
         return ("the following arguments are required: --max_steps"
                 + (" (or --max_epochs)" if s.script == FINETUNE else ""))
 
 
 def _lr_end_below_learning_rate(s: Settings):
-    if s.script in TRAINING and s.lr_scheduler == "polynomial" and s.lr_end > s.learning_rate:
-        return (f"--lr_end {s.lr_end:g} exceeds --learning_rate {s.learning_rate:g}: the polynomial "
-                f"schedule decays from the learning rate down to --lr_end; lower --lr_end")
+    lr_end, learning_rate = s.schedule.lr_end, s.optimization.learning_rate
+    if s.script in TRAINING and s.schedule.lr_scheduler == "polynomial" and lr_end > learning_rate:
+        return (f"--lr_end {lr_end:g} exceeds --learning_rate {learning_rate:g}: the polynomial schedule decays from "
+                f"the learning rate down to --lr_end; lower --lr_end")
 
 
 def _pretraining_target_is_the_source(s: Settings):
-    if s.script == PRETRAIN and s.max_target_length not in (None, s.max_source_length):
+    if s.script == PRETRAIN and s.data.max_target_length not in (None, s.data.max_source_length):
         return "pretraining reconstructs the source: --max_target_length must equal --max_source_length"
 
 
 def _pretraining_validation_needs_rows(s: Settings):
-    if s.script == PRETRAIN and s.val_check_interval and not s.n_val:
+    if s.script == PRETRAIN and s.validation.val_check_interval and not s.validation.n_val:
         return "--val_check_interval needs held-out rows: add --n_val N"
 
 
 def _finetuning_needs_weights(s: Settings):
-    if s.script == FINETUNE and not (s.init_checkpoint or s.from_scratch or s.resume_from_checkpoint):
+    weights = s.checkpoints
+    if s.script == FINETUNE and not (weights.init_checkpoint or weights.from_scratch or weights.resume_from_checkpoint):
         return "give the starting weights (--init_checkpoint / --model_name_or_path), or --from_scratch"
 
 
 def _early_stopping_needs_validation(s: Settings):
-    if s.script == FINETUNE and s.early_stopping_patience and (s.n_val == 0 or not s.val_check_interval):
+    validation = s.validation
+    if s.script == FINETUNE and validation.early_stopping_patience and (validation.n_val == 0 or
+                                                                         not validation.val_check_interval):
         return "--early_stopping_patience needs validation during training: --val_check_interval N, --n_val not 0"
 
 
@@ -576,39 +593,43 @@ def table_files_folder(output_dir: str) -> str:
 def _finetuning_data(s: Settings):
     if s.script != FINETUNE:
         return None
-    files = [f"--{name}" for name in ("train_file", "validation_file", "test_file", "dataset_name") if getattr(s, name)]
-    if s.data_dir and files and s.data_dir != table_files_folder(s.output_dir):  # (not the folder they became)
+    files = [f"--{name}" for name, value in (("train_file", s.data.train_file),
+                                             ("validation_file", s.data.validation_file),
+                                             ("test_file", s.data.test_file), ("dataset_name", s.data.dataset_name))
+             if value]
+    # (not the folder they became)
+    if s.data.data_dir and files and s.data.data_dir != table_files_folder(s.checkpoints.output_dir):
         return f"--data_dir and {files[0]}: the data comes from one place; give one"
-    if s.dataset_name and len(files) > 1:
+    if s.data.dataset_name and len(files) > 1:
         return f"{files[0]} and --dataset_name: the data comes from one place; give one"
-    if s.dataset_config_name and not s.dataset_name:
+    if s.data.dataset_config_name and not s.data.dataset_name:
         return "--dataset_config_name names a configuration of --dataset_name NAME: add --dataset_name, or drop it"
-    if not s.data_dir and not s.train_file and not s.dataset_name:
+    if not s.data.data_dir and not s.data.train_file and not s.data.dataset_name:
         return ("the following arguments are required: --data_dir (train/val/test.source and .target), "
                 "--train_file FILE or --dataset_name NAME")
-    if s.train_file and not s.validation_file and s.n_val != 0 and not s.data_dir:
+    if s.data.train_file and not s.data.validation_file and s.validation.n_val != 0 and not s.data.data_dir:
         return "--train_file without --validation_file: add --validation_file FILE, or --n_val 0 (no validation)"
-    if s.train_file and s.do_predict and not s.test_file:
+    if s.data.train_file and s.prediction.do_predict and not s.data.test_file:
         return "--do_predict with --train_file: add --test_file FILE"
-    if s.push_to_hub is True:  # transformers' switch without --hub_model_id after it
+    if s.hub.push_to_hub is True:  # transformers' switch without --hub_model_id after it
         return "--push_to_hub: name the repository, --push_to_hub OWNER/NAME (or --push_to_hub --hub_model_id OWNER/NAME)"
-    if s.push_to_hub and (s.n_val == 0 or s.save_top_k == 0):
+    if s.hub.push_to_hub and (s.validation.n_val == 0 or s.validation.save_top_k == 0):
         return ("--push_to_hub uploads the best validation checkpoint (best_tfmr/), which needs validation (--n_val "
                 "not 0) and --save_top_k >= 1")
-    if s.hub_private_repo and not s.push_to_hub:
+    if s.hub.hub_private_repo and not s.hub.push_to_hub:
         return "--hub_private_repo applies to the repository --push_to_hub makes; add --push_to_hub REPO or drop it"
     return None
 
 
 def _val_metric_of_the_task(s: Settings):
-    if s.script == FINETUNE and s.val_metric is not None:
-        return check_val_metric(s.task, s.val_metric)
+    if s.script == FINETUNE and s.validation.val_metric is not None:
+        return check_val_metric(s.data.task, s.validation.val_metric)
 
 
 def _decode_precision_with_autocast(s: Settings):
     if s.script == EVAL:
         try:  # a bf16/int8 copy of the weights under --bf16/--fp16 autocast: one home, bart.generation.precision
-            check_decode_precision(s.decode_precision, s.precision.name)
+            check_decode_precision(s.evaluation.decode_precision, s.precision.name)
         except UserError as err:
             return str(err)
 
@@ -618,147 +639,4 @@ _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_
           _finetuning_data, _val_metric_of_the_task, _decode_precision_with_autocast)
 
 
-# -- construction --------------------------------------------------------------------------------------
-_FIELDS = set(_SECTION_OF) - {"noise", "generate_kwargs"}
-_DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-             for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
-
-
-_ONCE = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
-         if "flag" in f.metadata and f.metadata["flag"].once}  # --config_file never replays these
-
-
-def refused_in(script: str) -> list:
-    """The flags ``script``'s parser takes only to refuse a change (pretrain.py: fine-tuning's flags)."""
-    return [f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)
-            if "flag" in f.metadata and script in f.metadata["flag"].refused_in]
-
-
-def build_parser(script: str, description: str | None = None) -> ArgumentParser:
-    """``script``'s parser, generated from the Settings sections' fields (:func:`add_flags`), then the reference
-    recipe's spellings of it. ``--help`` shows the quick start's flags, ``--help-all`` every group."""
-    parser = ArgumentParser(prog=program_name(script), description=description, usage=USAGE[script],
-                            formatter_class=HelpFormatter, add_help=False)
-    quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
-             parser.add_argument("--config_file", metavar="FILE",
-                                 help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
-                                      + ("{\"n_obs\": 100, ...}" if script == EVAL else "{\"max_steps\": 100, ...}")
-                                      + "); @FILE is the same; flags on the command line win")]
-    positional = sorted((own["position"], name, declared) for cls in SECTIONS.values()
-                        for name, declared, _ in declared_flags(cls, script)
-                        if "position" in (own := declared.per_script.get(script, {})))
-    for _, name, declared in positional:
-        quick.append(parser.add_argument(name, **argparse_keywords(name, declared, None, script)[2]))
-    quick += add_flags(parser, SECTIONS.values(), script)
-    for name, (default, declared) in TRANSLATED.items():
-        if script in declared.scripts:
-            action = parser.add_argument_group("starting weights").add_argument(
-                *declared.options or (f"--{name}",), **argparse_keywords(name, declared, default, script)[2])
-            quick += [action] * (script in declared.quick)
-    if script == PRETRAIN:
-        add_noise_args(parser)
-    add_reference_args(parser, script)
-    add_peer_spellings(parser, script)  # transformers' spellings: hidden aliases
-    quick += [a for a in parser._actions if "--max_epochs" in a.option_strings]  # finetune.py's, the reference's
-    parser.quick_actions = quick
-    return parser
-
-
-def parse_command_line(script: str, argv=None, description: str | None = None) -> Settings:
-    """``script``'s command line (``--config_file FILE`` / ``@FILE``: a file's settings under it) as
-    :class:`Settings`; a mistake is argparse's one line and exit 2."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(script, description)
-    declared = {}
-    for action in parser._actions:  # each field's own action (its aliases come after it)
-        declared.setdefault(action.dest, action.default)
-    argv, from_file = read_config_file(parser, argv, script, _DEFAULTS, _ONCE)  # the file's values: this parser's defaults
-    namespace, rest = parser.parse_known_args(argv) if script == EVAL else (parser.parse_args(argv), [])
-    typed = given_flags(parser, argv)
-    given = typed | from_file
-    check_namespace(namespace, parser, argv, given)  # contradictions and precision, on the flags as given
-    apply_reference_args(namespace, parser, script, argv, typed)
-    apply_peer_spellings(namespace, parser)
-    reject_unused(namespace, parser, declared, refused_in(script), script, "fine-tuning (finetune.py)")
-    values = {name: tuple(value) if isinstance(value, list) else value
-              for name, value in vars(namespace).items() if name in _FIELDS}
-    if script in TRAINING and namespace.lamb:
-        if namespace.optim not in ("adamw", "lamb"):
-            parser.error(f"--lamb with --optim {namespace.optim}: two optimizers; give one")
-        values["optim"] = "lamb"
-    if script == FINETUNE:
-        values["init_checkpoint"] = namespace.init_checkpoint or namespace.init_checkpoint_alias
-        if namespace.val_metric is None:
-            values["val_metric"] = task_metric(namespace.task)
-    try:
-        if script == PRETRAIN:
-            values["noise"] = noise_config_from_args(namespace)  # its own checks: one line, not a traceback
-        if script == EVAL:
-            values["generate_kwargs"] = generate_option_pairs(rest)
-        settings = Settings(script=script, given=frozenset(given), **values)
-        settings.precision.require_supported()  # --fp8: torchao and the GPU, before anything is built
-        return settings
-    except (SettingsError, UserError, ValueError) as err:
-        parser.error(str(err))
-
-
-# -- run start: what depends on the disk, the model or the loader --------------------------------------
-def resolved(settings: Settings, **values) -> Settings:
-    """The settings with ``values`` replaced (checked again); a broken rule is a :class:`UserError`."""
-    try:
-        return settings.replace(**values)
-    except SettingsError as err:
-        raise UserError(f"{err} (see --help)") from None
-
-
-def resolve_warmup(settings: Settings, total_steps: int) -> Settings:
-    """``--warmup_steps`` below 1 (``--warmup_ratio``): that fraction of the run's ``total_steps`` updates, rounded up
-    as transformers does; a whole number stays."""
-    if isinstance(settings.warmup_steps, float):
-        return resolved(settings, warmup_steps=math.ceil(settings.warmup_steps * total_steps))
-    return settings
-
-
-def resolve_epochs(settings: Settings, batches_per_epoch: int) -> Settings:
-    """Epoch-counted flags as updates, with B batches per process per epoch and A accumulation steps
-    (E = B / A updates per epoch):
-
-    - ``--val_check_interval F`` (a fraction, or ``--check_val_every_n_epoch N`` as F = N): every
-      max(1, floor(F x E)) updates (Lightning: every floor(F x B) batches);
-    - ``--max_epochs N``: at most ceil(N x B / A) updates, fewer if ``--max_steps`` is smaller;
-    - ``--min_epochs N``: early stopping waits for ceil(N x B / A) updates (and ``--min_steps``).
-    """
-    accumulation = settings.gradient_accumulation_steps
-    values = {}
-    if isinstance(settings.val_check_interval, float):
-        values["val_check_interval"] = max(1, math.floor(settings.val_check_interval * (batches_per_epoch / accumulation)))
-    if settings.max_epochs:
-        steps = max(1, math.ceil(settings.max_epochs * batches_per_epoch / accumulation))
-        values["max_steps"] = min(settings.max_steps, steps) if settings.max_steps else steps
-    min_steps = settings.min_steps or 0
-    if settings.min_epochs:
-        min_steps = max(min_steps, math.ceil(settings.min_epochs * batches_per_epoch / accumulation))
-    values["min_steps"] = min_steps
-    return resolved(settings, **values)
-
-
-def fit_lengths(settings: Settings, limit: int, names, config_name: str = "the config") -> Settings:
-    """Token lengths must fit the model's ``limit`` positions. A length the user gave that does not fit is
-    an error naming the flag; a default that does not fit is lowered to ``limit``, with a note."""
-    lowered = {}
-    for name in names:
-        value = getattr(settings, name)
-        if value is None or value <= limit:
-            continue
-        if name not in settings.given:
-            print(f"note: --{name} defaults to {value} but the model has {limit} positions; using {limit}",
-                  file=sys.stderr)
-            lowered[name] = limit
-            continue
-        raise UserError(f"--{name} {value} exceeds the model's max_position_embeddings {limit} "
-                        f"({config_name}); use at most {limit} or a model with more positions")
-    return resolved(settings, **lowered) if lowered else settings
-
-
-__all__ = ["Settings", "SettingsError", "parse_command_line", "resolved", "resolve_epochs",
-           "fit_lengths", "PRETRAIN", "FINETUNE", "EVAL", "TRAINING"]
+__all__ = ["Settings", "SettingsError", "SECTIONS", "PRETRAIN", "FINETUNE", "EVAL", "TRAINING"]

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from bart.cli.console import DISTRIBUTION
-from bart.cli.settings import Settings, resolved
+from bart.cli.parsing import resolved
+from bart.cli.settings import Settings
 from bart.configuration.configuration_bart import BartConfig
 from bart.configuration.shipped import config_file
 from bart.errors import UserError
@@ -30,17 +31,18 @@ def seed_everything(seed: int, rank: int = 0) -> None:
 
 def setup_distributed(args: Settings) -> dist_utils.DistributedEnv:
     env = dist_utils.read_env()
-    if args.local_rank is not None and args.local_rank != env.local_rank:
-        raise SystemExit(f"--local_rank {args.local_rank} disagrees with the launcher's LOCAL_RANK {env.local_rank}")
+    if args.distributed.local_rank is not None and args.distributed.local_rank != env.local_rank:
+        raise SystemExit(f"--local_rank {args.distributed.local_rank} disagrees with the launcher's LOCAL_RANK "
+                         f"{env.local_rank}")
     # --affinity before the process group starts its threads, so that they inherit it
-    if torch.cuda.is_available() and args.affinity != "disabled":
-        dist_utils.set_cpu_affinity(args.affinity, env)
-    elif args.affinity != "disabled" and "affinity" in args.given:
-        print(f"note: --affinity {args.affinity} pins GPU processes near their GPU; this run has no GPU, so its "
-              f"CPU affinity is left as it is", file=sys.stderr)
-    return dist_utils.init_distributed(env, timeout_minutes=args.dist_timeout,
-                                       rendezvous_timeout_s=args.rendezvous_timeout,
-                                       heartbeat_timeout_s=args.heartbeat_timeout)
+    if torch.cuda.is_available() and args.distributed.affinity != "disabled":
+        dist_utils.set_cpu_affinity(args.distributed.affinity, env)
+    elif args.distributed.affinity != "disabled" and "affinity" in args.given:
+        print(f"note: --affinity {args.distributed.affinity} pins GPU processes near their GPU; this run has no GPU, "
+              f"so its CPU affinity is left as it is", file=sys.stderr)
+    return dist_utils.init_distributed(env, timeout_minutes=args.distributed.dist_timeout,
+                                       rendezvous_timeout_s=args.distributed.rendezvous_timeout,
+                                       heartbeat_timeout_s=args.distributed.heartbeat_timeout)
 
 
 def lock_output_dir(folder: str, env: dist_utils.DistributedEnv, flag: str = "--output_dir", check=None) -> None:
@@ -87,21 +89,22 @@ def device_for(env: dist_utils.DistributedEnv) -> torch.device:
 def resolve_config(args: Settings, flag: str = "--config_path") -> Settings:
     """The settings with ``config_path`` a file: a shipped config's name (:mod:`bart.configuration.shipped`) as
     its file; an unknown name or a missing file one line listing the names. First thing at run start."""
-    return resolved(args, config_path=config_file(args.config_path, flag))
+    return resolved(args, config_path=config_file(args.model.config_path, flag))
 
 
 def model_config(args: Settings, training: bool = True) -> BartConfig:
     """The config file (``args.config_path``, as :func:`resolve_config` left it) with the command line's overrides
     applied before the model is built.
     Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
-    config = BartConfig.from_json_file(args.config_path)
-    for key, value in (("dropout", args.dropout), ("attention_dropout", args.attention_dropout),
-                       ("encoder_layerdrop", args.encoder_layerdrop), ("decoder_layerdrop", args.decoder_layerdrop)):
+    config = BartConfig.from_json_file(args.model.config_path)
+    for key, value in (("dropout", args.model.dropout), ("attention_dropout", args.model.attention_dropout),
+                       ("encoder_layerdrop", args.model.encoder_layerdrop),
+                       ("decoder_layerdrop", args.model.decoder_layerdrop)):
         if value is not None:
             setattr(config, key, value)
-    if args.pre_ln is not None:
-        config.set_pre_ln(args.pre_ln)
-    config.gradient_checkpointing = args.gradient_checkpointing
+    if args.model.pre_ln is not None:
+        config.set_pre_ln(args.model.pre_ln)
+    config.gradient_checkpointing = args.model.gradient_checkpointing
     if training:
         config.dtype = None
     config.validate()
@@ -127,7 +130,8 @@ def tokenizer_for(args: Settings, candidates: list):
 
     for i, candidate in enumerate(candidates):
         try:
-            choice = choose_tokenizer(candidate, args.tokenizer, allow_mismatch=args.allow_tokenizer_mismatch)
+            choice = choose_tokenizer(candidate, args.model.tokenizer,
+                                      allow_mismatch=args.model.allow_tokenizer_mismatch)
             break
         except CheckpointError:
             if i == len(candidates) - 1:

@@ -23,6 +23,8 @@ elsewhere still says which tokenizer it was trained with (:mod:`bart.tokenizatio
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import glob
 import json
 import os
@@ -400,11 +402,15 @@ def _training_state(path: str) -> dict:
 
 # -- what a resume checks ------------------------------------------------------------------------------
 # Everything that shapes the state a resume loads or what the run computes after it, read the same way from the
-# checkpoint's run (its stored arguments, config, process count and the training data's identity) and from this run: a difference is refused in one line naming both
-# values and the way to start anew from the weights (--init_checkpoint), unless the entry may change
-# (--allow_resume_change NAME: the run then says what changed). Arguments a checkpoint does not record
-# (older checkpoints, the Trainer used without an entry script) are not compared.
-# name -> (the flag that sets it, its value in a run's record, whether --allow_resume_change may allow it)
+# checkpoint's run (its stored arguments, config, process count and the training data's identity) and from this run:
+# a difference is refused in one line naming both values and the way to start anew from the weights
+# (--init_checkpoint), unless the entry may change (--allow_resume_change NAME: the run then says what changed).
+# Arguments a checkpoint does not record (older checkpoints, the Trainer used without an entry script) are not
+# compared. A setting that is one field says so on its declaration (bart.cli.settings: ``flag(..., resume="same")``
+# or ``resume="may_change"``, ``schedule=True`` where a change reshapes the learning-rate schedule): its check is
+# derived from the field (:func:`_field_checks`). The entries of :func:`_resume_checks` are the checks that are not
+# one field. Each check: name -> (what sets it, its value in a run's record, whether --allow_resume_change may allow
+# it, whether a change reshapes the learning-rate schedule).
 def _precision_of(args: dict):
     """The precision a run's flags chose (bart.runtime.precision's rule), None where they were not recorded."""
     from bart.runtime.precision import Precision
@@ -470,44 +476,81 @@ _CHANGE_SAYS = {"global_batch": "the learning-rate schedule goes on by updates f
                                 "the new global batches, and the epochs after it are ordered for them"}
 
 
-def _resume_checks() -> dict:
-    checks = {
-        "optimizer": ("--optim / --lamb", _optimizer_of, False),
-        "use_nvlamb": ("--use_nvlamb", _arg("use_nvlamb", bool), False),
-        "learning_rate": ("--learning_rate", _arg("learning_rate", float), False),
-        "weight_decay": ("--weight_decay", _arg("weight_decay", float), False),
-        "adam_betas": ("--adam_betas", _arg("adam_betas", lambda v: [float(x) for x in v]), False),
-        "adam_epsilon": ("--adam_epsilon", _arg("adam_epsilon", float), False),
-        # the learning-rate schedule's shape: a change recomputes the schedule from the step resumed at
-        "lr_scheduler": ("--lr_scheduler", _arg("lr_scheduler"), True),
-        "warmup_steps": ("--warmup_steps", _arg("warmup_steps", int), True),
-        "lr_end": ("--lr_end", _arg("lr_end", float), True),
-        "max_steps": ("--max_steps / --max_epochs", _schedule_length, True),
-        # the processes, batch size and accumulation may change where the global batch does not (_LAYOUT)
-        "global_batch": ("processes x --train_batch_size x --gradient_accumulation_steps", _global_batch, True),
-        "max_tokens_per_batch": ("--max_tokens_per_batch: the global batch is processes x "
-                                 "--gradient_accumulation_steps micro-batches of it", _arg("max_tokens_per_batch"),
-                                 False),
-        # what the run computes from here on: the data order and noise (the seed), the loss, the validation, the rows
-        "seed": ("--seed", _arg("seed", int), True),
-        "label_smoothing": ("--label_smoothing", _arg("label_smoothing", float), True),
-        "prefix": ("--source_prefix", _arg("prefix", lambda v: v or ""), True),
-        "n_val": ("--n_val", _arg("n_val"), True),
-        "val_check_interval": ("--val_check_interval", _arg("val_check_interval"), True),
-        "val_metric": ("--val_metric", _arg("val_metric"), True),
-        "training_data": ("the training split's files", lambda r: r.get("data"), True),
-        # fp16's loss scale is dropped or starts anew; the weights and optimizer state are fp32 either way
-        "precision": (FLAGS_SAID, lambda r: _precision_of(r["args"]), True),
-        # checkpoints hold full tensors whatever the strategy
-        "distributed_strategy": ("--distributed_strategy", _strategy_of, True),
-    }
-    for key in ARCHITECTURE_KEYS:  # the keys a model's weights depend on
-        checks[key] = (f"the config's {key}", _architecture(key), False)
+# the value of a field as its type reads it from a run's record (bool, int, float; a tuple as a list; else as is)
+_AS_TYPE = {"bool": bool, "int": int, "float": float, "tuple": list}
+
+
+def _recorded(name: str, annotation: str, unset):
+    """A field's value in a run's record, as its type (``annotation``) reads it; a null is ``unset`` (None: not
+    compared)."""
+    kinds = [kind.strip() for kind in annotation.split("|") if kind.strip() != "None"]
+    plain = _AS_TYPE.get(kinds[0]) if len(kinds) == 1 else None
+
+    def read(record: dict):
+        args = record["args"]
+        if name not in args:
+            return None
+        value = args[name]
+        return unset if value is None else plain(value) if plain else value
+    return read
+
+
+def _field_checks() -> dict:
+    """The checks of the settings declared with a resume rule, in their sections' order: the flag a training
+    script's user types (and what it means, where the declaration says), the value as the field's type reads it,
+    the rule."""
+    # read when the first resume is checked, never at import: bart.cli imports this module (the one read of bart/cli
+    # from below it)
+    from bart.cli.settings import SECTIONS
+
+    checks = {}
+    for cls in SECTIONS.values():
+        for f in dataclasses.fields(cls):
+            declared = f.metadata.get("flag")
+            if declared is not None and declared.resume is not None:
+                said = declared.shown(f.name) + (f": {declared.resume_note}" if declared.resume_note else "")
+                checks[f.name] = (said, _recorded(f.name, f.type, declared.resume_unset),
+                                  declared.resume == "may_change", declared.schedule)
     return checks
 
 
-ALLOWABLE_CHANGES = tuple(name for name, (_, _, may) in _resume_checks().items() if may)  # --allow_resume_change's
-SCHEDULE_CHANGES = ("lr_scheduler", "warmup_steps", "lr_end", "max_steps")  # what reshapes the learning-rate schedule
+@functools.cache
+def _resume_checks() -> dict:
+    checks = {
+        "optimizer": ("--optim / --lamb", _optimizer_of, False, False),
+        **_field_checks(),
+        # the schedule's length: --max_steps, or what --max_epochs counted; nothing for a constant schedule
+        "max_steps": ("--max_steps / --max_epochs", _schedule_length, True, True),
+        # the processes, batch size and accumulation may change where the global batch does not (_LAYOUT)
+        "global_batch": ("processes x --train_batch_size x --gradient_accumulation_steps", _global_batch, True,
+                         False),
+        "training_data": ("the training split's files", lambda r: r.get("data"), True, False),
+        # fp16's loss scale is dropped or starts anew; the weights and optimizer state are fp32 either way
+        "precision": (FLAGS_SAID, lambda r: _precision_of(r["args"]), True, False),
+        # checkpoints hold full tensors whatever the strategy
+        "distributed_strategy": ("--distributed_strategy", _strategy_of, True, False),
+    }
+    for key in ARCHITECTURE_KEYS:  # the keys a model's weights depend on
+        checks[key] = (f"the config's {key}", _architecture(key), False, False)
+    return checks
+
+
+def allowable_changes() -> tuple:
+    """What --allow_resume_change NAME may name (its choices)."""
+    return tuple(name for name, (_, _, may, _) in _resume_checks().items() if may)
+
+
+def schedule_changes() -> tuple:
+    """The changes that reshape the learning-rate schedule (recomputed from the step resumed at)."""
+    return tuple(name for name, (_, _, _, schedule) in _resume_checks().items() if schedule)
+
+
+def __getattr__(name: str):
+    """``ALLOWABLE_CHANGES`` and ``SCHEDULE_CHANGES``, derived from the checks when first read."""
+    derived = {"ALLOWABLE_CHANGES": allowable_changes, "SCHEDULE_CHANGES": schedule_changes}
+    if name in derived:
+        return derived[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]:
@@ -542,7 +585,7 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
 
 def _differences(saved: dict, current: dict):
     """(name, flag, checkpoint's value, this run's, whether --allow_resume_change may allow it) per difference."""
-    for name, (flag, read, may_change) in _resume_checks().items():
+    for name, (flag, read, may_change, _) in _resume_checks().items():
         before, now = read(saved), read(current)
         if before is not None and now is not None and before != now:
             yield name, flag, before, now, may_change

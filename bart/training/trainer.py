@@ -31,7 +31,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -50,7 +50,6 @@ from bart.runtime import distributed as dist_utils
 from bart.runtime.memory import out_of_memory
 from bart.runtime.signals import StoppedAtBatch, StopRequest, stop_agreed
 from bart.training.checkpoint import (
-    SCHEDULE_CHANGES,
     TRAINING_KIND,
     capture_rng_state,
     check_resume,
@@ -60,15 +59,17 @@ from bart.training.checkpoint import (
     restore_rng_state,
     resume_changes,
     rng_untouched,
+    schedule_changes,
     seed_rng_state,
     write_training_checkpoint,
 )
 from bart.training.compilation import Compilation, CompiledOrEager
 from bart.training.strategy import Strategy, full_tensor, prepared_strategy
 
-# The run's record, bart.cli.settings.Settings: the entry scripts parse it and hand it down. bart.cli imports
-# training, never the other way, not even for a type (the trainer reads the record's sections by name).
-Settings = Any
+# The run's record: the entry scripts parse it and hand it down. bart.cli imports training, never the other way:
+# the name is for the type checker alone.
+if TYPE_CHECKING:
+    from bart.cli.settings import Settings
 
 
 def strategy_for(settings: Settings, world_size: int, device: torch.device, model: torch.nn.Module,
@@ -116,9 +117,9 @@ class Trainer:
                  compile: bool = False, compile_backend: object = None, varying_lengths: bool = False,
                  progress_bar: bool = True, final_checkpoint_name: str | None = None,
                  loader_for: Callable[[Settings], Iterable] | None = None):
-        if not settings.optimization.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
+        if not settings.schedule.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
-                             f"{settings.max_steps} and {settings.gradient_accumulation_steps}")
+                             f"{settings.schedule.max_steps} and {settings.optimization.gradient_accumulation_steps}")
         self.settings = settings
         self.model = model  # the bare model: state dicts and generation use it
         self.optimizer, self.scheduler = optimizer, scheduler
@@ -221,8 +222,8 @@ class Trainer:
                 with self._autocast():
                     out = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
                                              decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
-                                             label_smoothing=self.settings.finetuning.label_smoothing, reduction="sum",
-                                             fused_cross_entropy=self.settings.model.fused_cross_entropy)
+                                             label_smoothing=self.settings.loss.label_smoothing, reduction="sum",
+                                             fused_cross_entropy=self.settings.loss.fused_cross_entropy)
                 loss = out.loss * loss_scale
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += out.loss.detach().float()
@@ -254,9 +255,10 @@ class Trainer:
             self.scaler.update()
             scale = self.scaler.get_scale()
             applied = scale >= scale_before
-            if scale < self.settings.optimization.min_loss_scale:
+            floor = self.settings.optimization.min_loss_scale
+            if scale < floor:
                 raise NonFiniteLossError(
-                    f"the fp16 loss scale fell to {scale:.3g}, below --min_loss_scale {self.settings.optimization.min_loss_scale:g} "
+                    f"the fp16 loss scale fell to {scale:.3g}, below --min_loss_scale {floor:g} "
                     f"(update {self.global_step + 1}): the gradients overflow or are NaN at every update; "
                     f"stopping. Lower the learning rate, check the data, or train in --bf16")
         else:
@@ -279,7 +281,7 @@ class Trainer:
     def _state_to_start_again(self) -> dict | None:
         """What a smaller batch starts the run again from (on the host): a new run's, before its first update (its
         optimizer holds no state yet), under --auto_find_batch_size with a loader to rebuild; None otherwise."""
-        if not self.settings.auto_find_batch_size or self.loader_for is None or self.step or self.optimizer.state:
+        if not self.settings.data.auto_find_batch_size or self.loader_for is None or self.step or self.optimizer.state:
             return None
         return {"model": {k: _local(v).detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()},
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()), "scheduler": self.scheduler.state_dict(),
@@ -290,10 +292,10 @@ class Trainer:
         """After an update ran out of memory: the batch made smaller (:func:`smaller_batch`, the accumulation
         larger by the same factor), the loader rebuilt for it, everything else as at the run's start; the new
         micro-batches."""
-        cfg, start = self.settings, self._start_state
-        batch, accumulation = cfg.train_batch_size, cfg.gradient_accumulation_steps
+        settings, start = self.settings, self._start_state
+        batch, accumulation = settings.data.train_batch_size, settings.optimization.gradient_accumulation_steps
         smaller = smaller_batch(batch)
-        self.settings = cfg.replace(train_batch_size=smaller, gradient_accumulation_steps=accumulation * batch // smaller)
+        self.settings = settings.replace(train_batch_size=smaller, gradient_accumulation_steps=accumulation * batch // smaller)
         self.optimizer.zero_grad(set_to_none=True)
         self.train_data = None  # the old loader (its workers, its batches) goes before the new one is made
         gc.collect()
@@ -311,10 +313,11 @@ class Trainer:
         self.epoch, self.batches_in_epoch = start["epoch"], start["batches_in_epoch"]
         self.train_data = self.loader_for(self.settings)
         said = (f"[auto_find_batch_size] out of memory at batch {batch}: retrying with {smaller} x "
-                f"{self.settings.gradient_accumulation_steps} accumulation")
+                f"{self.settings.optimization.gradient_accumulation_steps} accumulation")
         if self.rank == 0:
             print(said, flush=True)
-        self._write_log(self.global_step, {"auto_find_batch_size": f"{smaller} x {self.settings.gradient_accumulation_steps}"})
+        accumulated = self.settings.optimization.gradient_accumulation_steps
+        self._write_log(self.global_step, {"auto_find_batch_size": f"{smaller} x {accumulated}"})
         if self.batch_found is not None:
             self.batch_found(self.settings)
         return self._batches()
@@ -456,7 +459,7 @@ class Trainer:
             raise CheckpointError(f"{path} does not fit this run's model and optimizer ({first_line(err)}); resume "
                                   f"with the flags and config of the run that wrote it") from err
         self.scheduler.load_state_dict(state["scheduler"])
-        if any(name in SCHEDULE_CHANGES for name in self.resume_changes):  # the new schedule from this step on
+        if any(name in schedule_changes() for name in self.resume_changes):  # the new schedule from this step on
             rates = [factor(self.scheduler.last_epoch) * base for factor, base in
                      zip(self.scheduler.lr_lambdas, self.scheduler.base_lrs)]
             self.resume_changes["next learning rate"] = (
@@ -480,7 +483,7 @@ class Trainer:
         if self.rank < len(rng):
             restore_rng_state(rng[self.rank])
         else:  # a rank the checkpoint's run did not have: streams of its own, the same at every resume of this checkpoint
-            seed_rng_state(f"{self.settings.checkpoints.seed}/{state['global_step']}/{self.rank}")
+            seed_rng_state(f"{self.settings.randomness.seed}/{state['global_step']}/{self.rank}")
         if state.get("eval_hook") is not None and hasattr(self.eval_hook, "load_state_dict"):
             self.eval_hook.load_state_dict(state["eval_hook"])
         self._validation_due, self._finished = bool(state.get("validation_due")), bool(state.get("finished"))
@@ -531,8 +534,8 @@ class Trainer:
 
     # -- the outer loop -----------------------------------------------------------------------
     def fit(self) -> dict:
-        cfg = self.settings  # its sections' settings, read flat
-        if self._finished and self.step >= cfg.max_steps:  # resumed from the end of a finished run: nothing to do
+        settings = self.settings
+        if self._finished and self.step >= settings.schedule.max_steps:  # resumed from a finished run: nothing to do
             if self.rank == 0:
                 print(f"[checkpoint] the run resumed had finished (update {self.global_step}): nothing left to train",
                       flush=True)
@@ -542,13 +545,13 @@ class Trainer:
         batches = self._batches()
         window = self._new_window()
         run_start, total_sequences, final_loss = time.perf_counter(), 0, float("nan")
-        progress = Progress(cfg.max_steps, "train", unit="step", initial=self.step,
+        progress = Progress(settings.schedule.max_steps, "train", unit="step", initial=self.step,
                             enabled=self.progress_bar and self.rank == 0)
         with StopRequest():
             try:  # a stop signal between two updates, or at a batch of a validation (abandoned: StoppedAtBatch)
                 if self._validation_due and self.eval_hook:  # abandoned for a stop signal before the resume
                     self._evaluate()
-                while self.step < cfg.max_steps and self.stop_reason is None:
+                while self.step < settings.schedule.max_steps and self.stop_reason is None:
                     if (received := stop_agreed(self.device)) is not None:
                         progress.close()
                         self.stop_for_signal(received)
@@ -559,7 +562,7 @@ class Trainer:
                     if batches is None:
                         batches, window = self._start_again_smaller(), self._new_window()
                         progress.close()
-                        progress = Progress(cfg.max_steps, "train", unit="step", enabled=self.progress_bar and
+                        progress = Progress(settings.schedule.max_steps, "train", unit="step", enabled=self.progress_bar and
                                             self.rank == 0)
                         continue
                     if loss is not None:
@@ -588,13 +591,13 @@ class Trainer:
     def _one_update(self, batches, window: dict, progress) -> float | None:
         """One applied-or-skipped update with its logging, validation and periodic checkpoint; the
         logged loss when this update logged."""
-        cfg, logged = self.settings, None  # its sections' settings, read flat
-        micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
+        settings, logged = self.settings, None
+        micro = [next(batches) for _ in range(settings.optimization.gradient_accumulation_steps)]
         too_large = False
         try:
             out = self.train_step(micro)
         except Exception as err:  # noqa: BLE001 - out of memory (CUDA's, the CPU allocator's, MemoryError) only
-            if self._start_state is None or cfg.train_batch_size == 1 or out_of_memory(err) is None:
+            if self._start_state is None or settings.data.train_batch_size == 1 or out_of_memory(err) is None:
                 raise
             too_large = True
         if too_large:
@@ -608,14 +611,16 @@ class Trainer:
         window["steps"] += 1
         self._sequences_seen += out["sequences"] * self.world_size
         progress.update(1)
-        if self.step % cfg.log_freq == 0 or self.step == cfg.max_steps:
+        if self.step % settings.logging.log_freq == 0 or self.step == settings.schedule.max_steps:
             logged = self._log(window, out)
             progress.set_postfix(loss=logged)
-        if cfg.val_check_interval and self.eval_hook and self.step % cfg.val_check_interval == 0:
+        every = settings.validation.val_check_interval
+        if every and self.eval_hook and self.step % every == 0:
             self._evaluate()
             if self.stop_reason is not None:
                 return logged
-        if cfg.save_checkpoint_steps and self.step % cfg.save_checkpoint_steps == 0 and self.step < cfg.max_steps:
+        every = settings.checkpoints.save_checkpoint_steps
+        if every and self.step % every == 0 and self.step < settings.schedule.max_steps:
             self.save()
         return logged
 

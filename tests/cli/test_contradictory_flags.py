@@ -56,4 +56,4 @@ def test_contradictory_flags_are_one_line(case, user_inputs, tmp_path, capsys):
 def test_compatible_flags_still_parse(extra, user_inputs, tmp_path):
     import finetune
     args = finetune.parse_args(_argv(FT + extra, user_inputs, str(tmp_path / "out")))
-    assert args.init_checkpoint in (None, user_inputs["weights"])
+    assert args.checkpoints.init_checkpoint in (None, user_inputs["weights"])

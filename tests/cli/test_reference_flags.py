@@ -126,85 +126,88 @@ def _launch(monkeypatch, gpus: int = 0, local: int = 1, nodes: int = 1) -> None:
 
 # Working values: flag -> (argv, {attribute: value after parsing}, launch); (flag, script) keys override.
 WORKS = {
-    "--config_path": (["--config_path", "other.json"], {"config_path": "other.json"}),
+    "--config_path": (["--config_path", "other.json"], {"model.config_path": "other.json"}),
     "--cache_dir": (["--cache_dir", "/tmp/hub_cache"], {}),
-    "--resume_from_checkpoint": (["--resume_from_checkpoint", "True"], {"resume_from_checkpoint": True}),
-    "--encoder_layerdrop": (["--encoder_layerdrop", "0.1"], {"encoder_layerdrop": 0.1}),
-    "--decoder_layerdrop": (["--decoder_layerdrop", "0.1"], {"decoder_layerdrop": 0.1}),
-    "--dropout": (["--dropout", "0.2"], {"dropout": 0.2}),
-    "--attention_dropout": (["--attention_dropout", "0.1"], {"attention_dropout": 0.1}),
-    "--learning_rate": (["--learning_rate=1e-4"], {"learning_rate": 1e-4}),
-    "--lr_scheduler": (["--lr_scheduler", "cosine_w_restarts"], {"lr_scheduler": "cosine_w_restarts"}),
-    "--weight_decay": (["--weight_decay", "0.1"], {"weight_decay": 0.1}),
-    "--gradient_clip_val": (["--gradient_clip_val=0.1"], {"gradient_clip_val": 0.1}),
-    "--adam_epsilon": (["--adam_epsilon", "1e-6"], {"adam_epsilon": 1e-6}),
-    "--max_steps": (["--max_steps", "7"], {"max_steps": 7}),
-    "--warmup_steps": (["--warmup_steps", "2"], {"warmup_steps": 2}),
-    "--num_workers": (["--num_workers", "4"], {"num_workers": 4}),
-    "--min_num_train_epochs": (["--min_num_train_epochs", "0"], {"min_epochs": 0}),
-    ("--min_num_train_epochs", FT): (["--min_num_train_epochs", "2"], {"min_epochs": 2}),
-    "--train_batch_size": (["--train_batch_size=40"], {"train_batch_size": 40}),
-    "--eval_batch_size": (["--eval_batch_size=16"], {"eval_batch_size": 16}),
-    "--lamb": (["--lamb"], {"optim": "lamb"}),
-    "--affinity": (["--affinity", "disabled"], {"affinity": "disabled"}),
+    "--resume_from_checkpoint": (["--resume_from_checkpoint", "True"], {"checkpoints.resume_from_checkpoint": True}),
+    "--encoder_layerdrop": (["--encoder_layerdrop", "0.1"], {"model.encoder_layerdrop": 0.1}),
+    "--decoder_layerdrop": (["--decoder_layerdrop", "0.1"], {"model.decoder_layerdrop": 0.1}),
+    "--dropout": (["--dropout", "0.2"], {"model.dropout": 0.2}),
+    "--attention_dropout": (["--attention_dropout", "0.1"], {"model.attention_dropout": 0.1}),
+    "--learning_rate": (["--learning_rate=1e-4"], {"optimization.learning_rate": 1e-4}),
+    "--lr_scheduler": (["--lr_scheduler", "cosine_w_restarts"], {"schedule.lr_scheduler": "cosine_w_restarts"}),
+    "--weight_decay": (["--weight_decay", "0.1"], {"optimization.weight_decay": 0.1}),
+    "--gradient_clip_val": (["--gradient_clip_val=0.1"], {"optimization.gradient_clip_val": 0.1}),
+    "--adam_epsilon": (["--adam_epsilon", "1e-6"], {"optimization.adam_epsilon": 1e-6}),
+    "--max_steps": (["--max_steps", "7"], {"schedule.max_steps": 7}),
+    "--warmup_steps": (["--warmup_steps", "2"], {"schedule.warmup_steps": 2}),
+    "--num_workers": (["--num_workers", "4"], {"data.num_workers": 4}),
+    "--min_num_train_epochs": (["--min_num_train_epochs", "0"], {"schedule.min_epochs": 0}),
+    ("--min_num_train_epochs", FT): (["--min_num_train_epochs", "2"], {"schedule.min_epochs": 2}),
+    "--train_batch_size": (["--train_batch_size=40"], {"data.train_batch_size": 40}),
+    "--eval_batch_size": (["--eval_batch_size=16"], {"generation.eval_batch_size": 16}),
+    "--lamb": (["--lamb"], {"optimization.optim": "lamb"}),
+    "--affinity": (["--affinity", "disabled"], {"distributed.affinity": "disabled"}),
     "--allreduce_post_accumulation_half_precision": (["--allreduce_post_accumulation_half_precision"],
-                                                     {"allreduce_post_accumulation_half_precision": True}),
+                                                     {"distributed.allreduce_post_accumulation_half_precision": True}),
     "--output_dir": ([], {}),  # the base command line gives it
-    "--fp16": (["--fp16"], {"fp16": True}),
-    "--bf16": (["--bf16"], {"bf16": True}),
-    "--max_grad_norm": (["--max_grad_norm", "0.5"], {"gradient_clip_val": 0.5}),
-    "--do_train": (["--do_train"], {"do_train": True}),
-    "--do_predict": (["--do_predict"], {"do_predict": True}),
-    "--gradient_accumulation_steps": (["--gradient_accumulation_steps=4"], {"gradient_accumulation_steps": 4}),
-    "--seed": (["--seed", "7"], {"seed": 7}),
-    "--data_dir": (["--data_dir=other"], {"data_dir": "other"}),
-    "--log_freq": (["--log_freq=5"], {"log_freq": 5}),
-    "--save_checkpoint_steps": (["--save_checkpoint_steps=5"], {"save_checkpoint_steps": 5}),
-    "--pre_ln": (["--pre_ln"], {"pre_ln": True}),
-    "--max_source_length": (["--max_source_length=64"], {"max_source_length": 64}),
-    "--max_target_length": (["--max_target_length=24"], {"max_target_length": 24}),
-    ("--max_target_length", EV): (["--max_target_length=24"], {"eval_max_gen_length": 24}),
-    "--val_max_target_length": (["--val_max_target_length=24"], {"val_max_target_length": 24}),
-    "--test_max_target_length": (["--test_max_target_length=24"], {"test_max_target_length": 24}),
+    "--fp16": (["--fp16"], {"precision_flags.fp16": True}),
+    "--bf16": (["--bf16"], {"precision_flags.bf16": True}),
+    "--max_grad_norm": (["--max_grad_norm", "0.5"], {"optimization.gradient_clip_val": 0.5}),
+    "--do_train": (["--do_train"], {"prediction.do_train": True}),
+    "--do_predict": (["--do_predict"], {"prediction.do_predict": True}),
+    "--gradient_accumulation_steps": (["--gradient_accumulation_steps=4"],
+                                      {"optimization.gradient_accumulation_steps": 4}),
+    "--seed": (["--seed", "7"], {"randomness.seed": 7}),
+    "--data_dir": (["--data_dir=other"], {"data.data_dir": "other"}),
+    "--log_freq": (["--log_freq=5"], {"logging.log_freq": 5}),
+    "--save_checkpoint_steps": (["--save_checkpoint_steps=5"], {"checkpoints.save_checkpoint_steps": 5}),
+    "--pre_ln": (["--pre_ln"], {"model.pre_ln": True}),
+    "--max_source_length": (["--max_source_length=64"], {"data.max_source_length": 64}),
+    "--max_target_length": (["--max_target_length=24"], {"data.max_target_length": 24}),
+    ("--max_target_length", EV): (["--max_target_length=24"], {"generation.eval_max_gen_length": 24}),
+    "--val_max_target_length": (["--val_max_target_length=24"], {"validation.val_max_target_length": 24}),
+    "--test_max_target_length": (["--test_max_target_length=24"], {"prediction.test_max_target_length": 24}),
     "--load_model_weights_only": (["--resume_from_checkpoint=phase1/_step95040.ckpt", "--load_model_weights_only"],
-                                  {"init_checkpoint": "phase1/_step95040.ckpt", "resume_from_checkpoint": None}),
-    "--freeze_encoder": (["--freeze_encoder"], {"freeze_encoder": True}),
-    "--freeze_embeds": (["--freeze_embeds"], {"freeze_embeds": True}),
-    "--sortish_sampler": (["--sortish_sampler"], {"sortish_sampler": True}),
-    "--max_tokens_per_batch": (["--max_tokens_per_batch", "4096"], {"max_tokens_per_batch": 4096}),
+                                  {"checkpoints.init_checkpoint": "phase1/_step95040.ckpt",
+                                   "checkpoints.resume_from_checkpoint": None}),
+    "--freeze_encoder": (["--freeze_encoder"], {"optimization.freeze_encoder": True}),
+    "--freeze_embeds": (["--freeze_embeds"], {"optimization.freeze_embeds": True}),
+    "--sortish_sampler": (["--sortish_sampler"], {"data.sortish_sampler": True}),
+    "--max_tokens_per_batch": (["--max_tokens_per_batch", "4096"], {"data.max_tokens_per_batch": 4096}),
     "--logger_name": (["--logger_name", "default"], {}),
-    "--n_train": (["--n_train", "-1"], {"n_train": None}),
-    "--n_val": (["--n_val", "-1"], {"n_val": None}),
-    "--n_test": (["--n_test", "-1"], {"n_test": None}),
-    "--buffer_size": (["--buffer_size", "128"], {"buffer_size": 128}),
-    "--task": (["--task", "translation"], {"task": "translation"}),
-    ("--task", PT): (["--task", "pretraining"], {"task": "pretraining"}),
-    "--label_smoothing": (["--label_smoothing", "0.1"], {"label_smoothing": 0.1}),
-    "--mlm_probability": (["--mlm_probability", "0.3"], {"noise.mlm_probability": 0.3}),
-    "--permute_sentence_ratio": (["--permute_sentence_ratio", "1.0"], {"noise.permute_sentence_ratio": 1.0}),
+    "--n_train": (["--n_train", "-1"], {"data.n_train": None}),
+    "--n_val": (["--n_val", "-1"], {"validation.n_val": None}),
+    "--n_test": (["--n_test", "-1"], {"prediction.n_test": None}),
+    "--buffer_size": (["--buffer_size", "128"], {"data.buffer_size": 128}),
+    "--task": (["--task", "translation"], {"data.task": "translation"}),
+    ("--task", PT): (["--task", "pretraining"], {"data.task": "pretraining"}),
+    "--label_smoothing": (["--label_smoothing", "0.1"], {"loss.label_smoothing": 0.1}),
+    "--mlm_probability": (["--mlm_probability", "0.3"], {"data.noise.mlm_probability": 0.3}),
+    "--permute_sentence_ratio": (["--permute_sentence_ratio", "1.0"], {"data.noise.permute_sentence_ratio": 1.0}),
     "--src_lang": (["--src_lang", ""], {}),
     "--tgt_lang": (["--tgt_lang", ""], {}),
-    "--eval_beams": (["--eval_beams", "0"], {"eval_beams": 1}),
-    ("--eval_beams", EV): (["--eval_beams=0", "--num_return_sequences", "3"], {"eval_beams": 3}),
-    "--val_metric": (["--val_metric", "loss"], {"val_metric": "loss"}),
-    "--eval_max_gen_length": (["--eval_max_gen_length=60"], {"eval_max_gen_length": 60}),
-    "--save_top_k": (["--save_top_k", "2"], {"save_top_k": 2}),
-    "--early_stopping_patience": (["--early_stopping_patience", "-1"], {"early_stopping_patience": -1}),
+    "--eval_beams": (["--eval_beams", "0"], {"generation.eval_beams": 1}),
+    ("--eval_beams", EV): (["--eval_beams=0", "--num_return_sequences", "3"], {"generation.eval_beams": 3}),
+    "--val_metric": (["--val_metric", "loss"], {"validation.val_metric": "loss"}),
+    "--eval_max_gen_length": (["--eval_max_gen_length=60"], {"generation.eval_max_gen_length": 60}),
+    "--save_top_k": (["--save_top_k", "2"], {"validation.save_top_k": 2}),
+    "--early_stopping_patience": (["--early_stopping_patience", "-1"], {"validation.early_stopping_patience": -1}),
     ("--early_stopping_patience", FT): (["--early_stopping_patience=0", "--val_check_interval", "10"],
-                                        {"early_stopping_patience": 1}),
-    "--local_rank": (["--local_rank", "0"], {"local_rank": 0}),
-    "--json-summary": (["--json-summary", "log.json"], {"json_summary": "log.json"}),
+                                        {"validation.early_stopping_patience": 1}),
+    "--local_rank": (["--local_rank", "0"], {"distributed.local_rank": 0}),
+    "--json-summary": (["--json-summary", "log.json"], {"logging.json_summary": "log.json"}),
     "--gpus": (["--gpus", "8"], {}, dict(gpus=8, local=8)),
-    "--type_path": (["--type_path", "val"], {"type_path": "val"}),
-    "--device": (["--device", "cpu"], {"device": "cpu"}),
-    "--prefix": (["--prefix", "summarize: "], {"prefix": "summarize: "}),
-    "--bs": (["--bs", "4"], {"eval_batch_size": 4}),
-    "--n_obs": (["--n_obs", "10"], {"n_obs": 10}),
-    "--num_return_sequences": (["--num_return_sequences", "2", "--eval_beams", "2"], {"num_return_sequences": 2}),
-    "--dump-args": (["--dump-args"], {"dump_args": True}),
+    "--type_path": (["--type_path", "val"], {"evaluation.type_path": "val"}),
+    "--device": (["--device", "cpu"], {"evaluation.device": "cpu"}),
+    "--prefix": (["--prefix", "summarize: "], {"data.prefix": "summarize: "}),
+    "--bs": (["--bs", "4"], {"generation.eval_batch_size": 4}),
+    "--n_obs": (["--n_obs", "10"], {"evaluation.n_obs": 10}),
+    "--num_return_sequences": (["--num_return_sequences", "2", "--eval_beams", "2"],
+                               {"evaluation.num_return_sequences": 2}),
+    "--dump-args": (["--dump-args"], {"evaluation.dump_args": True}),
     "--info": (["--info"], {}),
-    "--sync_timeout": (["--sync_timeout", "600"], {"dist_timeout": 10.0}),
-    "--debug": (["--debug"], {"debug": True}),
+    "--sync_timeout": (["--sync_timeout", "600"], {"distributed.dist_timeout": 10.0}),
+    "--debug": (["--debug"], {"evaluation.debug": True}),
     "--logger": (["--logger", "true"], {}),
     "--checkpoint_callback": (["--checkpoint_callback"], {}),
     "--process_position": (["--process_position", "0"], {}),
@@ -215,35 +218,36 @@ WORKS = {
     "--progress_bar_refresh_rate": (["--progress_bar_refresh_rate", "1"], {}),
     "--overfit_batches": (["--overfit_batches", "0"], {}),
     "--track_grad_norm": (["--track_grad_norm", "2"], {}),
-    "--check_val_every_n_epoch": (["--check_val_every_n_epoch", "2"], {"val_check_interval": 2.0}),
+    "--check_val_every_n_epoch": (["--check_val_every_n_epoch", "2"], {"validation.val_check_interval": 2.0}),
     "--fast_dev_run": (["--fast_dev_run", "false"], {}),
-    "--accumulate_grad_batches": (["--accumulate_grad_batches", "4"], {"gradient_accumulation_steps": 4}),
-    "--max_epochs": (["--max_epochs", "1"], {"max_epochs": 1}),
-    "--min_epochs": (["--min_epochs=0"], {"min_epochs": 0}),
-    "--min_steps": (["--min_steps", "5"], {"min_steps": 5}),
+    "--accumulate_grad_batches": (["--accumulate_grad_batches", "4"], {"optimization.gradient_accumulation_steps": 4}),
+    "--max_epochs": (["--max_epochs", "1"], {"schedule.max_epochs": 1}),
+    "--min_epochs": (["--min_epochs=0"], {"schedule.min_epochs": 0}),
+    "--min_steps": (["--min_steps", "5"], {"schedule.min_steps": 5}),
     "--limit_train_batches": (["--limit_train_batches", "1.0"], {}),
     "--limit_val_batches": (["--limit_val_batches", "1.0"], {}),
     "--limit_test_batches": (["--limit_test_batches", "1.0"], {}),
-    "--val_check_interval": (["--val_check_interval", "0.25"], {"val_check_interval": 0.25}),
+    "--val_check_interval": (["--val_check_interval", "0.25"], {"validation.val_check_interval": 0.25}),
     "--flush_logs_every_n_steps": (["--flush_logs_every_n_steps", "100"], {}),
-    "--log_every_n_steps": (["--log_every_n_steps", "50"], {"log_freq": 50}),
-    "--accelerator": (["--accelerator", "ddp"], {"distributed_strategy": "ddp"}),
+    "--log_every_n_steps": (["--log_every_n_steps", "50"], {"logging.log_freq": 50}),
+    "--accelerator": (["--accelerator", "ddp"], {"distributed.distributed_strategy": "ddp"}),
     "--sync_batchnorm": (["--sync_batchnorm"], {}),
-    "--precision": (["--precision", "16"], {"fp16": True, "precision": Precision("fp16")}),  # the run's one Precision
-    "--weights_summary": (["--weights_summary", "top"], {"weights_summary": "top"}),
-    "--num_sanity_val_steps": (["--num_sanity_val_steps=0"], {"num_sanity_val_steps": 0}),
+    "--precision": (["--precision", "16"],
+                    {"precision_flags.fp16": True, "precision": Precision("fp16")}),  # the run's one Precision
+    "--weights_summary": (["--weights_summary", "top"], {"logging.weights_summary": "top"}),
+    "--num_sanity_val_steps": (["--num_sanity_val_steps=0"], {"validation.num_sanity_val_steps": 0}),
     "--profiler": (["--profiler", "false"], {}),
     "--benchmark": (["--benchmark"], {}),
     "--deterministic": (["--deterministic", "true"], {}),
     "--reload_dataloaders_every_epoch": (["--reload_dataloaders_every_epoch", "false"], {}),
     "--auto_lr_find": (["--auto_lr_find", "false"], {}),
     "--replace_sampler_ddp": (["--replace_sampler_ddp", "true"], {}),
-    "--terminate_on_nan": (["--terminate_on_nan"], {"max_consecutive_nonfinite": 1}),
+    "--terminate_on_nan": (["--terminate_on_nan"], {"optimization.max_consecutive_nonfinite": 1}),
     "--auto_scale_batch_size": (["--auto_scale_batch_size", "false"], {}),
     "--prepare_data_per_node": (["--prepare_data_per_node", "true"], {}),
     "--amp_backend": (["--amp_backend", "native"], {}),
-    "--amp_level": (["--amp_level=O1", "--fp16"], {"fp16": True}),
-    "--distributed_backend": (["--distributed_backend", "ddp"], {"distributed_strategy": "ddp"}),
+    "--amp_level": (["--amp_level=O1", "--fp16"], {"precision_flags.fp16": True}),
+    "--distributed_backend": (["--distributed_backend", "ddp"], {"distributed.distributed_strategy": "ddp"}),
     "--automatic_optimization": (["--automatic_optimization", "true"], {}),
     "--move_metrics_to_cpu": (["--move_metrics_to_cpu", "true"], {}),
     "--enable_pl_optimizer": (["--enable_pl_optimizer", "false"], {}),
@@ -355,11 +359,12 @@ def test_weights_only_start_is_init_checkpoint_in_both_spellings(tmp_path):
     out = str(tmp_path / "out")
     for script in (PT, FT):
         ref = _parse(script, _base(script, out) + ["--resume_from_checkpoint=p1/_step5.ckpt", "--load_model_weights_only"])
-        assert (ref.init_checkpoint, ref.resume_from_checkpoint) == ("p1/_step5.ckpt", None)
+        assert (ref.checkpoints.init_checkpoint, ref.checkpoints.resume_from_checkpoint) == ("p1/_step5.ckpt", None)
         ours = _parse(script, _base(script, out) + ["--load_model_weights_only", "p1/_step5.ckpt"])
-        assert (ours.init_checkpoint, ours.resume_from_checkpoint) == ("p1/_step5.ckpt", None)
+        assert (ours.checkpoints.init_checkpoint, ours.checkpoints.resume_from_checkpoint) == ("p1/_step5.ckpt", None)
         latest = _parse(script, _base(script, out) + ["--resume_from_checkpoint=True", "--load_model_weights_only"])
-        assert (latest.init_checkpoint, latest.resume_from_checkpoint) == (out, None)  # the newest in output_dir
+        # the newest in output_dir
+        assert (latest.checkpoints.init_checkpoint, latest.checkpoints.resume_from_checkpoint) == (out, None)
 
 
 def test_weights_only_conflicting_with_init_checkpoint_is_refused(tmp_path, capsys):
@@ -374,13 +379,13 @@ def test_early_stopping_patience_keeps_lightnings_meaning(value, internal, tmp_p
     """Lightning stopped when its wait count reached the patience: 0 and 1 both stop at the first validation
     without improvement; the reference's -1 (its default) never stops. Internally 0 is "never"."""
     args = _parse(FT, _base(FT, str(tmp_path)) + ["--early_stopping_patience", value, "--val_check_interval", "5"])
-    assert args.early_stopping_patience == internal
-    assert _parse(FT, _base(FT, str(tmp_path))).early_stopping_patience == 0  # the default: never
+    assert args.validation.early_stopping_patience == internal
+    assert _parse(FT, _base(FT, str(tmp_path))).validation.early_stopping_patience == 0  # the default: never
 
 
 def test_val_check_interval_integer_is_updates_and_decimal_is_a_fraction(tmp_path):
-    assert _parse(FT, _base(FT, str(tmp_path)) + ["--val_check_interval", "1"]).val_check_interval == 1
-    assert _parse(FT, _base(FT, str(tmp_path)) + ["--val_check_interval", "1.0"]).val_check_interval == 1.0
+    assert _parse(FT, _base(FT, str(tmp_path)) + ["--val_check_interval", "1"]).validation.val_check_interval == 1
+    assert _parse(FT, _base(FT, str(tmp_path)) + ["--val_check_interval", "1.0"]).validation.val_check_interval == 1.0
 
 
 @pytest.mark.parametrize("value", ["1.5", "0.0", "-0.5", "-3", "often"])
@@ -404,7 +409,7 @@ def test_max_steps_or_max_epochs_is_required(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _parse(FT, argv)
     assert "--max_steps (or --max_epochs)" in capsys.readouterr().err
-    assert _parse(FT, argv + ["--max_epochs", "2"]).max_steps is None  # resolved from the loader
+    assert _parse(FT, argv + ["--max_epochs", "2"]).schedule.max_steps is None  # resolved from the loader
     with pytest.raises(SystemExit):
         _parse(PT, [a for a in _base(PT, str(tmp_path)) if a not in ("--max_steps", "3")])
     assert "required: --max_steps" in capsys.readouterr().err
@@ -425,10 +430,11 @@ def test_max_steps_or_max_epochs_is_required(tmp_path, capsys):
     (10, 2, dict(min_epochs=1, min_steps=8), dict(min_steps=8)),
 ])
 def test_epochs_become_updates(batches, accumulation, flags, expected):
-    from bart.cli.settings import Settings, resolve_epochs
+    from bart.cli.parsing import resolve_epochs
+    from bart.cli.settings import Settings
     args = resolve_epochs(Settings(**{**dict(gradient_accumulation_steps=accumulation), **flags}), batches)
     for name, value in expected.items():
-        assert getattr(args, name) == value, (name, getattr(args, name))
+        assert args.as_dict()[name] == value, (name, args.as_dict()[name])
 
 
 def test_launcher_checks_of_gpus_nodes_processes(tmp_path, monkeypatch, capsys):
@@ -614,7 +620,8 @@ def test_every_flag_reaches_a_settings_field(script):
     """A flag added to a parser without its Settings field would be parsed and then dropped: never."""
     import dataclasses
 
-    from bart.cli.settings import SECTIONS, build_parser
+    from bart.cli.parsing import build_parser
+    from bart.cli.settings import SECTIONS
     from bart.data.noise import NoiseConfig
     fields = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
     noise = {f.name for f in dataclasses.fields(NoiseConfig)}
@@ -644,17 +651,17 @@ def test_parsing_reads_no_disk_and_auto_is_settled_at_run_start(tmp_path, capsys
     out.mkdir()
     (out / "_step5.ckpt").write_bytes(b"")
     args = _parse(PT, _base(PT, str(out)) + ["--resume_from_checkpoint", "auto"])
-    assert args.resume_from_checkpoint == "auto" and "[checkpoint]" not in capsys.readouterr().out
+    assert args.checkpoints.resume_from_checkpoint == "auto" and "[checkpoint]" not in capsys.readouterr().out
     (tmp_path / "a_file").write_text("x")
-    assert _parse(FT, _base(FT, str(tmp_path / "a_file"))).output_dir == str(tmp_path / "a_file")
+    assert _parse(FT, _base(FT, str(tmp_path / "a_file"))).checkpoints.output_dir == str(tmp_path / "a_file")
     from bart.cli.builder import start_run
-    from bart.cli.settings import resolved
+    from bart.cli.parsing import resolved
     from bart.errors import UserError
     with pytest.raises(UserError, match="is a file; choose a folder"):  # a shipped config: the folder is what is wrong
         start_run(_parse(FT, _base(FT, str(tmp_path / "a_file")) + ["--config_path", "tiny"]))
     with pytest.raises(FrozenInstanceError):
         args.max_steps = 4  # built once: a change is a checked copy
-    assert resolved(args, max_steps=4).max_steps == 4 and args.max_steps == 3
+    assert resolved(args, max_steps=4).schedule.max_steps == 4 and args.schedule.max_steps == 3
 
 
 def test_run_eval_and_export_load_no_training_module():

@@ -3,20 +3,21 @@ the command line made (not: ``builder.trainer_config`` copied every same-named f
 import pytest
 import torch
 
-from bart.cli.settings import FINETUNE, PRETRAIN, parse_command_line
+from bart.cli.parsing import parse_command_line
+from bart.cli.settings import FINETUNE, PRETRAIN
 from bart.modeling import BartForConditionalGeneration
 from bart.optim import build_optimizer, build_scheduler
 from bart.training.strategy import prepared_strategy
 from bart.training.trainer import Trainer
 from tests.helpers.synthetic import SyntheticBatches, tiny_config
 
-GIVEN = {"--label_smoothing": ("finetuning", "label_smoothing", 0.1), "--log_freq": ("checkpoints", "log_freq", 3),
+GIVEN = {"--label_smoothing": ("loss", "label_smoothing", 0.1), "--log_freq": ("logging", "log_freq", 3),
          "--gradient_clip_val": ("optimization", "gradient_clip_val", 0.5),
          "--save_checkpoint_steps": ("checkpoints", "save_checkpoint_steps", 7),
          "--keep_checkpoints": ("checkpoints", "keep_checkpoints", 2),
          "--gradient_accumulation_steps": ("optimization", "gradient_accumulation_steps", 2),
          "--max_consecutive_nonfinite": ("optimization", "max_consecutive_nonfinite", 9),
-         "--fused_cross_entropy": ("model", "fused_cross_entropy", True)}
+         "--fused_cross_entropy": ("loss", "fused_cross_entropy", True)}
 
 
 @pytest.mark.parametrize("script", [PRETRAIN, FINETUNE])
@@ -28,7 +29,7 @@ def test_the_trainer_reads_the_flags_as_given_from_the_one_record(tmp_path, scri
         argv += [flag] if value is True else [flag, str(value)]
     settings = parse_command_line(script, argv)
     for flag, (section, name, value) in GIVEN.items():
-        assert getattr(getattr(settings, section), name) == value == getattr(settings, name), (script, flag)
+        assert getattr(getattr(settings, section), name) == value == settings.as_dict()[name], (script, flag)
     model = BartForConditionalGeneration(tiny_config())
     strategy = prepared_strategy(None, 1, torch.device("cpu"), model)
     optimizer, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0)

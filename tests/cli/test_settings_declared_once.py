@@ -10,19 +10,10 @@ import re
 import pytest
 
 from bart.cli.args import program_name
+from bart.cli.parsing import TRANSLATED, build_parser, parse_command_line, resolved
 from bart.cli.peer_flags import ALIASES
 from bart.cli.reference_flags import SPECS
-from bart.cli.settings import (
-    EVAL,
-    FINETUNE,
-    PRETRAIN,
-    SECTIONS,
-    TRANSLATED,
-    Settings,
-    build_parser,
-    parse_command_line,
-    resolved,
-)
+from bart.cli.settings import EVAL, FINETUNE, PRETRAIN, SECTIONS, Settings
 from bart.data.noise import NoiseConfig
 from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
@@ -69,7 +60,7 @@ def test_every_flag_is_one_field_with_one_default_and_one_help(script):
 def test_no_flag_is_written_outside_its_declaration():
     """The parser is generated: bart/cli/args.py and settings.py spell no setting's flag outside its field (not: an add_argument per
     flag there, its default again in Settings and the trainer's in TrainerConfig), and TrainerConfig is gone."""
-    source = "".join(open(os.path.join(ROOT, "bart", "cli", name)).read() for name in ("args.py", "settings.py"))
+    source = "".join(open(os.path.join(ROOT, "bart", "cli", name)).read() for name in ("args.py", "settings.py", "parsing.py"))
     assert set(re.findall(r'add_argument\("(--?[\w-]+)"', source)) == {"-h", "--help-all", "--config_file"}
     trainer = open(os.path.join(ROOT, "bart", "training", "trainer.py")).read()
     assert "TrainerConfig" not in trainer and "trainer_config" not in open(
@@ -81,8 +72,8 @@ def test_keep_checkpoints_and_affinity_have_one_default_each(tmp_path):
     keeps (3 step checkpoints of 5, with no flag) are the same."""
     from bart.runtime.affinity import DEFAULT_MODE
     fields = _fields()
-    assert fields["keep_checkpoints"].default == Settings().keep_checkpoints == 3
-    assert fields["affinity"].default == Settings().affinity == DEFAULT_MODE == "socket_unique_interleaved"
+    assert fields["keep_checkpoints"].default == Settings().checkpoints.keep_checkpoints == 3
+    assert fields["affinity"].default == Settings().distributed.affinity == DEFAULT_MODE == "socket_unique_interleaved"
     for script in (PRETRAIN, FINETUNE):
         parser = build_parser(script)
         assert parser.get_default("keep_checkpoints") == 3 and parser.get_default("affinity") == DEFAULT_MODE
@@ -119,6 +110,57 @@ def test_the_precision_flags_read_from_a_record_default_as_the_parser_does():
         assert {name: parser.get_default(name) for name in FLAGS} == FLAGS
     settings = parse_command_line(PRETRAIN, ["--config_path", "c.json", "--data_dir", ".", "--max_steps", "1"])
     assert Precision.from_record({"fp16": False, "bf16": False}) == settings.precision == Precision("tf32")
+
+
+# -- a resume's checks: a field's resume rule is its declaration ----------------------------------------------------
+_OTHER_VALUE = {"bool": lambda d: not d, "int": lambda d: (d or 0) + 3, "float": lambda d: (d or 0.0) + 0.25,
+                "tuple": lambda d: (0.5, 0.5)}
+_OTHER_TEXT = {"lr_scheduler": "cosine", "val_metric": "bleu", "prefix": "summarize: "}
+
+
+def _resume_declared():
+    return {name: f for name, f in _fields().items() if "flag" in f.metadata and f.metadata["flag"].resume}
+
+
+def test_a_resume_checks_every_field_declared_with_a_resume_rule():
+    """``flag(..., resume="same" | "may_change")`` is all a setting needs to be checked on resume: a checkpoint's run
+    that differs in it alone is refused in one line naming the flag as typed, and --allow_resume_change NAME resumes
+    exactly the may_change ones (their names are its choices; schedule=True ones reshape the schedule)."""
+    from bart.training.checkpoint import (
+        ALLOWABLE_CHANGES,
+        SCHEDULE_CHANGES,
+        CheckpointError,
+        check_resume,
+    )
+    declared = _resume_declared()
+    assert {"max_tokens_per_batch", "seed", "lr_scheduler", "prefix"} <= set(declared)
+    base = Settings(n_val=2, max_tokens_per_batch=64, val_metric="rouge2").as_dict()  # a null is not compared
+    for name, f in declared.items():
+        rule = f.metadata["flag"]
+        kind = f.type.split(" | ")[0]
+        value = _OTHER_TEXT[name] if kind == "str" else _OTHER_VALUE[kind](base[name])
+        saved = {"args": base, "config": {}, "world_size": 1}
+        current = {"args": {**base, name: value}, "config": {}, "world_size": 1}
+        with pytest.raises(CheckpointError) as refused:
+            check_resume(saved, current, "c.ckpt")
+        assert f"{name}: " in str(refused.value) and f"({rule.shown(name)}" in str(refused.value), (name, refused.value)
+        assert (name in ALLOWABLE_CHANGES) == (rule.resume == "may_change")
+        assert (name in SCHEDULE_CHANGES) == rule.schedule
+        if rule.resume == "may_change":
+            notes = check_resume(saved, current, "c.ckpt", allowed=(name,))
+            assert len(notes) == 1 and f"as --allow_resume_change {name} asks" in notes[0], notes
+    assert {name for name in ALLOWABLE_CHANGES if name not in declared} == \
+        {"max_steps", "global_batch", "training_data", "precision", "distributed_strategy"}  # not one field each
+
+
+def test_a_resume_checked_flag_is_written_in_one_place():
+    """bart/training/checkpoint.py lists no check of a field that declares its resume rule, nor its flag: the
+    field's declaration is the one place (plus its use)."""
+    source = open(os.path.join(ROOT, "bart", "training", "checkpoint.py")).read()
+    assert [name for name in _resume_declared() if f'"{name}": (' in source or f'"--{name}' in source] == []
+    with pytest.raises(ValueError, match="resume is one of"):
+        from bart.cli.args import flag
+        flag(0, "a help", resume="sometimes")
 
 
 # -- --help: the quick start's flags; --help-all: every group -----------------------------------------------------
@@ -190,8 +232,8 @@ def test_a_hand_written_file_and_the_command_line(tmp_path):
     path.write_text(json.dumps({"config_path": "c.json", "data_dir": "data", "max_steps": 3, "bf16": True,
                                 "adam_betas": [0.8, 0.9], "noise": {"mlm_probability": 0.2}}))
     settings = parse_command_line(PRETRAIN, ["@" + str(path), "--max_steps", "9"])
-    assert (settings.max_steps, settings.config_path, settings.precision.name) == (9, "c.json", "bf16")
-    assert settings.adam_betas == (0.8, 0.9) and settings.noise.mlm_probability == 0.2
+    assert (settings.schedule.max_steps, settings.model.config_path, settings.precision.name) == (9, "c.json", "bf16")
+    assert settings.optimization.adam_betas == (0.8, 0.9) and settings.data.noise.mlm_probability == 0.2
     assert "max_steps" in settings.given and "bf16" in settings.given  # the file's values count as given
 
 
@@ -215,6 +257,24 @@ def test_a_bad_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, va
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"pretrain.py: error: --config_file {path}: "), err
     assert all(w in err[0] for w in words), err[0]
+
+
+def test_a_scripts_default_is_its_fields_and_an_older_records_null_takes_it(tmp_path):
+    """finetune.py's generation batch and pretrain.py's shuffle window are their fields' declared defaults (a
+    per-script default, a reference flag's), the record holds them; a run record from before finetune.py declared
+    its own (eval_batch_size null) replays with it, while a null where the record has a value stays refused."""
+    fields = _fields()
+    base = ["--config_path", "c.json", "--data_dir", "d", "--max_steps", "1"]
+    finetuning = parse_command_line(FINETUNE, base + ["--from_scratch"])
+    assert finetuning.generation.eval_batch_size == 8 == fields["eval_batch_size"].metadata["flag"].per_script[
+        FINETUNE]["default"] == build_parser(FINETUNE).get_default("eval_batch_size")
+    pretraining = parse_command_line(PRETRAIN, base)
+    assert pretraining.data.buffer_size == 16384 == fields["buffer_size"].default
+    assert parse_command_line(PRETRAIN, base + ["--buffer_size", "5"]).data.buffer_size == 5
+    assert "(default 16384)" in " ".join(build_parser(PRETRAIN).format_help().split())
+    path = tmp_path / "run_config.json"
+    path.write_text(json.dumps({**finetuning.as_dict(), "eval_batch_size": None, "precision": "tf32"}))
+    assert parse_command_line(FINETUNE, ["--config_file", str(path)]).generation.eval_batch_size == 8
 
 
 def test_transformers_spellings_set_the_same_settings(tmp_path, capsys):
@@ -244,11 +304,12 @@ def test_transformers_spellings_set_the_same_settings(tmp_path, capsys):
 
 
 def test_a_warmup_ratio_becomes_updates_of_the_run(tmp_path):
-    from bart.cli.settings import resolve_warmup
+    from bart.cli.parsing import resolve_warmup
 
     settings = parse_command_line(FINETUNE, ["--config_path", "c.json", "--data_dir", "d", "--from_scratch",
                                              "--max_steps", "1000", "--warmup_ratio", "0.05"])
-    assert settings.warmup_steps == 0.05 and resolve_warmup(settings, 1001).warmup_steps == 51  # rounded up
+    assert settings.schedule.warmup_steps == 0.05
+    assert resolve_warmup(settings, 1001).schedule.warmup_steps == 51  # rounded up
     same = parse_command_line(FINETUNE, ["--config_path", "c.json", "--data_dir", "d", "--from_scratch",
                                          "--max_steps", "1000", "--warmup_steps", "40"])
-    assert resolve_warmup(same, 1000).warmup_steps == 40
+    assert resolve_warmup(same, 1000).schedule.warmup_steps == 40

@@ -133,8 +133,9 @@ def test_a_stopped_rank_ends_the_job_named_within_the_heartbeat_timeout(argv):
 def test_the_default_heartbeat_ends_a_hang_within_two_minutes():
     """By default a stopped rank is found after 60 s of silence (beats every 10 s), far below --dist_timeout's 10
     minutes, in every script's parser and in the record."""
-    from bart.cli.settings import FINETUNE, PRETRAIN, Settings, build_parser
-    assert (Settings().heartbeat_timeout, Settings().dist_timeout) == (60.0, 10.0)
+    from bart.cli.parsing import build_parser
+    from bart.cli.settings import FINETUNE, PRETRAIN, Settings
+    assert (Settings().distributed.heartbeat_timeout, Settings().distributed.dist_timeout) == (60.0, 10.0)
     for script in (PRETRAIN, FINETUNE, "run_eval.py"):
         parser = build_parser(script)
         assert (parser.get_default("heartbeat_timeout"), parser.get_default("dist_timeout")) == (60.0, 10.0), script

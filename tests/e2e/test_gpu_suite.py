@@ -374,7 +374,7 @@ def test_training_contenders_build_the_optimizer_their_name_says():
         step, found = bench_gpu_training.project_step_fn(state, config, name, "cpu")
         assert found == label
         trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
-        assert type(trainer.optimizer) is optimizer and trainer.settings.fused_cross_entropy == ("fce" in name)
+        assert type(trainer.optimizer) is optimizer and trainer.settings.loss.fused_cross_entropy == ("fce" in name)
         step(batch)
 
 
@@ -391,7 +391,8 @@ def test_fp8_contender_trains_with_float8_linear_layers():
     step, label = bench_gpu_training.project_step_fn(state, config, "lamb_fce_fp8_compile", "cpu")
     assert label.endswith("+ fused CE + fp8 + compile")
     trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
-    assert trainer.precision.name == "fp8" and trainer.compilation is not None and trainer.settings.fused_cross_entropy
+    assert trainer.precision.name == "fp8" and trainer.compilation is not None
+    assert trainer.settings.loss.fused_cross_entropy
     assert any(is_float8(m) for m in trainer.model.modules())
     trainer.forward_model = trainer.model  # the step itself, not inductor's compile of it
     step(bench_gpu_training.make_batches(1, 2, 16, 16, config.vocab_size, device="cpu")[0])

@@ -293,9 +293,9 @@ def _parse(script, *extra):
 
 @pytest.mark.parametrize("script", ["pretrain.py", "finetune.py"])
 def test_flag_parses_with_the_reference_default_and_bad_value_is_one_line(script, capsys):
-    assert _parse(script).affinity == "socket_unique_interleaved"
+    assert _parse(script).distributed.affinity == "socket_unique_interleaved"
     for mode in affinity.MODES:
-        assert _parse(script, "--affinity", mode).affinity == mode
+        assert _parse(script, "--affinity", mode).distributed.affinity == mode
     with pytest.raises(SystemExit) as stop:
         _parse(script, "--affinity", "numa")
     assert stop.value.code == 2

@@ -287,7 +287,7 @@ def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
     import shlex
     import signal
 
-    from bart.cli.settings import parse_command_line
+    from bart.cli.parsing import parse_command_line
     from utils.launch import _said, resume_command
 
     folder = world["base"] / "out dir"
@@ -309,7 +309,7 @@ def test_the_launchers_closing_line_gives_the_command_that_resumes(world):
     assert words[1:3] == ["-m", "utils.launch"] and words[-2:] == ["--resume_from_checkpoint", "auto"]
     assert "--overwrite_output_dir" not in words and "old.ckpt" not in words and str(folder) in words
     settings = parse_command_line("finetune.py", words[words.index("finetune.py") + 1:])  # accepted as it is
-    assert settings.resume_from_checkpoint == "auto" and settings.output_dir == str(folder)
+    assert settings.checkpoints.resume_from_checkpoint == "auto" and settings.checkpoints.output_dir == str(folder)
 
 
 # -- a run that stopped before its first checkpoint starts again --------------------------------------------

@@ -122,14 +122,17 @@ def test_compile_is_logged_and_recompiles_over_the_shapes_are_counted(tmp_path, 
 def test_compile_is_on_by_default_for_cuda_training_only():
     from bart.cli.args import ArgumentParser, add_flags
     from bart.cli.builder import compile_default
-    from bart.cli.settings import ModelSettings
+    from bart.cli.settings import ModelSettings, Settings
     parser = ArgumentParser()
     add_flags(parser, [ModelSettings], "pretrain.py")  # pretrain.py's and finetune.py's model flags
+
+    def parsed(*argv):
+        return Settings(**vars(parser.parse_args(["--config_path", "c.json", *argv])))
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    plain = parser.parse_args(["--config_path", "c.json"])
+    plain = parsed()
     assert compile_default(plain, cuda) is True and compile_default(plain, cpu) is False
-    assert compile_default(parser.parse_args(["--config_path", "c.json", "--no-compile"]), cuda) is False
-    assert compile_default(parser.parse_args(["--config_path", "c.json", "--compile"]), cpu) is True
+    assert compile_default(parsed("--no-compile"), cuda) is False
+    assert compile_default(parsed("--compile"), cpu) is True
 
 
 def test_max_steps_is_exact_and_lr_follows_schedule(tmp_path):
