@@ -11,8 +11,10 @@ carries): its iterator's seed comes from a generator of its own, seeded from (se
 """
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import weakref
 
 import torch
 
@@ -278,6 +280,17 @@ def rows_identity(sources: list[str], targets: list[str], first: int = 1000) -> 
     return f"{len(sources)} examples, {characters} characters, first rows {digest.hexdigest()[:12]}"
 
 
+def _shut_down_workers(loader_ref) -> None:
+    """At interpreter exit: a persistent-worker loader's workers told to end and joined. They ignore SIGTERM (a stop
+    signal to the process group is the main process's to honour), so multiprocessing's exit handler, which
+    terminates daemonic children with SIGTERM and then joins them, would otherwise wait on them forever."""
+    loader = loader_ref()
+    iterator = getattr(loader, "_iterator", None) if loader is not None else None
+    if iterator is not None:
+        iterator._shutdown_workers()
+        loader._iterator = None
+
+
 class EpochLoader:
     """DataLoader over a batch sampler whose epoch follows the training loop (``set_epoch``); ``position`` (the
     epoch's examples taken over all ranks, or with token budgets its micro-batches) and ``seek`` (start there) resume
@@ -365,6 +378,8 @@ class EpochLoader:
                 self.dataset, batch_sampler=self.sampler, collate_fn=self.dataset.collate, num_workers=workers,
                 persistent_workers=workers > 0, worker_init_fn=ignore_stop_signals if workers else None,
                 generator=torch.Generator())
+            if workers:  # before multiprocessing's own exit handler (registered earlier, so run later) joins them
+                atexit.register(_shut_down_workers, weakref.ref(self._dataloader))
         self._dataloader.generator.manual_seed(self.sampler.seed * 1_000_003 + self.sampler.epoch)
         return self._dataloader
 
