@@ -519,16 +519,16 @@ def test_reference_finetune_command_line_runs(tiny_run, monkeypatch):
             f"--resume_from_checkpoint={tiny_run.weights} --load_model_weights_only --tokenizer {tiny_run.tok}")
     monkeypatch.delenv("TOKENIZER", raising=False)
     _script(*shlex.split(line))
-    # 40 examples, batches of 8: B = 5 per epoch, A = 2: 2 epochs = ceil(10 / 2) = 5 updates;
-    # validation every floor(0.5 x 5 / 2) = 1 update, none before the first, all 6 examples
+    # 40 examples, updates of 8 x 2 = 16: 3 per epoch (the last one short, as Lightning steps at an epoch's end),
+    # 2 epochs = 6 updates; validation every floor(0.5 x 3) = 1 update, none before the first, all 6 examples
     records = [r for r in read_dllogger(str(out / "dllogger.json")) if r["type"] == "LOG" and r["step"] != ()]
     val_steps = [r["step"] for r in records if "val_rouge2" in r["data"]]
-    assert val_steps == [1, 2, 3, 4, 5], val_steps
+    assert val_steps == [1, 2, 3, 4, 5, 6], val_steps
     train_steps = sorted({r["step"] for r in records if "loss" in r["data"]})
-    assert train_steps == [1, 2, 3, 4, 5]
+    assert train_steps == [1, 2, 3, 4, 5, 6]
     import json
     run = json.load(open(out / "run_config.json"))
-    assert (run["max_steps"], run["val_check_interval"], run["eval_beams"], run["n_val"]) == (5, 1, 1, None)
+    assert (run["max_steps"], run["val_check_interval"], run["eval_beams"], run["n_val"]) == (6, 1, 1, None)
     assert (run["init_checkpoint"], run["resume_from_checkpoint"]) == (tiny_run.weights, None)
 
 
