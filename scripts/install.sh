@@ -42,7 +42,7 @@ fi
 REQUIREMENTS=requirements.txt
 if [ "${BART_USE_SYSTEM_MPI:-0}" = "1" ] || [ "${BART_TRANSFORMERS:-5}" = "4" ]; then
   REQUIREMENTS=$(mktemp); trap 'rm -f "$REQUIREMENTS"' EXIT
-  EXCLUDED='^(transformers|tokenizers|huggingface_hub)[=<>!~ ]'
+  EXCLUDED='^(transformers|tokenizers|huggingface_hub|datasets)[=<>!~ ]'  # datasets 5 needs huggingface_hub 1+
   [ "${BART_TRANSFORMERS:-5}" = "4" ] || EXCLUDED='^$'
   grep -Ev "$EXCLUDED" requirements.txt | { if [ "${BART_USE_SYSTEM_MPI:-0}" = "1" ]; then grep -v '^mpich'; else cat; fi; } > "$REQUIREMENTS"
   [ "${BART_TRANSFORMERS:-5}" = "5" ] || grep -Ev '^\s*(#|$)' requirements-transformers4.txt >> "$REQUIREMENTS"
