@@ -4,8 +4,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import sys
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,9 +12,8 @@ import pytest
 from bart.data import DataError
 from bart.data.lddl_compat import _read_file_rows, balance_shards, check_shard
 from bart.errors import EXIT_USER_ERROR
-from tests.helpers import ROOT
 from tests.helpers.corpus import write_shards
-from tests.helpers.forked import run_python
+from tests.helpers.faulty_runs import one_line, run
 
 EXIT_INTERRUPTED = 130
 
@@ -28,29 +25,6 @@ def setup(inputs):
             "--max_steps", "8", "--train_batch_size", "4", "--max_source_length", "48", "--num_workers", "0",
             "--log_freq", "1", "--learning_rate", "1e-3", "--seed", "7"]
     return {"argv": argv}
-
-
-def _env():
-    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-
-
-def _run(args, timeout=120):
-    start = time.perf_counter()
-    done = run_python([sys.executable, *args], cwd=ROOT, env=_env(), timeout=timeout)
-    done.elapsed = time.perf_counter() - start
-    return done
-
-
-def _one_line(stderr: str, prefix: str) -> str:
-    """The run's last stderr line, which must be its only line starting with ``prefix``; no traceback."""
-    assert "Traceback" not in stderr, stderr[-3000:]
-    lines = [line for line in stderr.splitlines() if line.startswith(prefix)]
-    assert len(lines) == 1 and stderr.rstrip().endswith(lines[0]), stderr[-3000:]
-    return lines[0]
-
-
-def _faulty(mode: str, argv: list) -> list:
-    return ["-m", "tests.helpers.write_faults", mode, *argv]
 
 
 # -- case 5: damaged LDDL shards ----------------------------------------------------------------------------
@@ -90,9 +64,9 @@ def test_a_shard_damaged_from_its_start_stops_before_training_in_one_line(setup,
     """A cut shard, or garbage in its first page (which the metadata alone does not show): one line naming the shard
     at start-up, exit 2, before the first update; no traceback, no pyarrow error mid-run."""
     bad = _damaged_copy(big_shards, tmp_path / "shards", how)
-    done = _run(setup["argv"] + ["--data_dir", str(tmp_path / "shards"), "--output_dir", str(tmp_path / "run")])
+    done = run(setup["argv"] + ["--data_dir", str(tmp_path / "shards"), "--output_dir", str(tmp_path / "run")])
     assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
-    line = _one_line(done.stderr, "pretrain.py: error:")
+    line = one_line(done.stderr, "pretrain.py: error:")
     assert bad in line and "delete it and preprocess again" in line, line
     assert not os.path.exists(tmp_path / "run" / "dllogger.json") or "loss" not in open(
         tmp_path / "run" / "dllogger.json").read()  # stopped before the first update
@@ -107,10 +81,10 @@ def test_a_shard_damaged_further_in_stops_in_one_line_naming_the_row_group(setup
     assert check_shard(bad) == 3000  # precondition: the damage is past the first page
     with pytest.raises(OSError, match="Corrupt snappy"):
         pq.read_table(bad)
-    done = _run(setup["argv"] + ["--data_dir", str(tmp_path / "shards"), "--output_dir", str(tmp_path / "run"),
+    done = run(setup["argv"] + ["--data_dir", str(tmp_path / "shards"), "--output_dir", str(tmp_path / "run"),
                                  "--num_workers", str(workers)], timeout=90)
     assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
-    line = _one_line(done.stderr, "pretrain.py: error:")
+    line = one_line(done.stderr, "pretrain.py: error:")
     assert f"pretraining shard {bad} is damaged: row group 0 of 1 (rows 0-2999) cannot be read (OSError: Corrupt " \
            f"snappy compressed data.)" in line, line
 

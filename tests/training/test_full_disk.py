@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -24,7 +23,7 @@ from bart.files.checkpoint_io import (
     storage_errno,
 )
 from tests.helpers import ROOT
-from tests.helpers.forked import run_python
+from tests.helpers.faulty_runs import faulty, one_line, run
 
 EXIT_INTERRUPTED = 130
 
@@ -38,29 +37,6 @@ def setup(tmp_path_factory, inputs):
     return {"base": tmp_path_factory.mktemp("full_disk"), "argv": argv, "shards": inputs.balanced_shards((40, 40), 4)}
 
 
-def _env():
-    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-
-
-def _run(args, timeout=120):
-    start = time.perf_counter()
-    done = run_python([sys.executable, *args], cwd=ROOT, env=_env(), timeout=timeout)
-    done.elapsed = time.perf_counter() - start
-    return done
-
-
-def _one_line(stderr: str, prefix: str) -> str:
-    """The run's last stderr line, which must be its only line starting with ``prefix``; no traceback."""
-    assert "Traceback" not in stderr, stderr[-3000:]
-    lines = [line for line in stderr.splitlines() if line.startswith(prefix)]
-    assert len(lines) == 1 and stderr.rstrip().endswith(lines[0]), stderr[-3000:]
-    return lines[0]
-
-
-def _faulty(mode: str, argv: list) -> list:
-    return ["-m", "tests.helpers.write_faults", mode, *argv]
-
-
 # -- case 4: full disk, quota, Ctrl-C inside a checkpoint write ---------------------------------------------
 
 @pytest.mark.parametrize("kind, words", [("enospc", "no space left on device"), ("edquot", "disk quota exceeded")])
@@ -68,10 +44,10 @@ def test_full_disk_inside_torch_save_is_one_line_and_loses_nothing(setup, tmp_pa
     """The file object torch.save writes the second checkpoint through fails after 64 KiB (torch's zip writer
     then raises RuntimeError 'unexpected pos' over the OSError): one line, exit 2, no traceback."""
     out = tmp_path / "run"
-    done = _run(_faulty(f"{kind}:65536:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
+    done = run(faulty(f"{kind}:65536:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
                                                             "--save_checkpoint_steps", "2"]))
     assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
-    line = _one_line(done.stderr, "pretrain.py: error:")
+    line = one_line(done.stderr, "pretrain.py: error:")
     assert f"could not write _step4.ckpt: {words} in {out} (" in line, line
     assert " free " in line and "needed for this file" in line and "64.0 KiB of it written" in line, line
     assert "the newest complete .ckpt there is _step2.ckpt" in line and "--resume_from_checkpoint auto" in line, line
@@ -85,12 +61,12 @@ def test_full_disk_at_the_first_checkpoint_then_the_advised_command_finishes(set
     finishes the run (a folder holding only the stopped run's log is that run starting again)."""
     out = tmp_path / "run"
     argv = setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out), "--save_checkpoint_steps", "2"]
-    done = _run(_faulty("enospc:65536:1", argv))
+    done = run(faulty("enospc:65536:1", argv))
     assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
-    line = _one_line(done.stderr, "pretrain.py: error:")
+    line = one_line(done.stderr, "pretrain.py: error:")
     assert "could not write _step2.ckpt" in line and "run the same command with --resume_from_checkpoint auto" in line
     assert not [n for n in os.listdir(out) if n.endswith(".ckpt")]
-    done = _run(argv + ["--resume_from_checkpoint", "auto"])  # the advised command, verbatim
+    done = run(argv + ["--resume_from_checkpoint", "auto"])  # the advised command, verbatim
     assert done.returncode == 0, done.stderr[-3000:]
     assert "holds the records of a run that stopped before its first checkpoint" in done.stdout, done.stdout[-3000:]
     assert safe_load(str(out / "_step8.ckpt"))["global_step"] == 8
@@ -107,7 +83,7 @@ def _mount_tmpfs_and_run(mount: str, size_kib: int, argv: list, copy_to: str):
         return None
     script = (f'mount -t tmpfs -o size={size_kib}k tmpfs {mount} || exit 99; "$@"; rc=$?; '
               f'cp -a {mount}/. {copy_to}; exit $rc')
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, *argv], cwd=ROOT, env=_env(),
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, *argv], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"),
                           capture_output=True, text=True, timeout=120)
 
 
@@ -116,7 +92,7 @@ def sizes(setup):
     """The run's folder after its first checkpoint (update 2): the checkpoint's size and all its files' blocks,
     to size the tmpfs of both cases."""
     sized = setup["base"] / "sized"
-    first = _run(setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(sized), "--max_steps", "2",
+    first = run(setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(sized), "--max_steps", "2",
                                   "--save_checkpoint_steps", "2"])
     assert first.returncode == 0, first.stderr[-2000:]
     checkpoint = os.path.getsize(sized / "_step2.ckpt")
@@ -143,7 +119,7 @@ def test_a_really_full_tmpfs_is_one_line_and_loses_nothing(setup, sizes, tmp_pat
     if done is None:
         pytest.skip("mounting a tmpfs is not allowed here (no root, no user namespaces)")
     assert done.returncode == EXIT_USER_ERROR, done.stderr[-3000:]
-    line = _one_line(done.stderr, "pretrain.py: error:")
+    line = one_line(done.stderr, "pretrain.py: error:")
     names = sorted(os.listdir(copy / "run"))
     if filled_by == "logs":
         assert line.startswith(f"pretrain.py: error: no space left on device in {mount / 'run'} ("), line
@@ -163,11 +139,11 @@ def test_a_second_ctrl_c_during_the_checkpoint_write_is_one_line(setup, tmp_path
     for (_step3.ckpt) is written: that write stops, the periodic one before it (_step2.ckpt) stays whole. Old
     code: two tracebacks (KeyboardInterrupt, then torch's RuntimeError over it), exit 1."""
     out = tmp_path / "run"
-    done = _run(_faulty("ctrlc_step:3", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
+    done = run(faulty("ctrlc_step:3", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
                                                          "--save_checkpoint_steps", "2", "--max_steps", "100"]))
     assert done.returncode == EXIT_INTERRUPTED, done.stderr[-3000:]
     assert "SIGINT received" in done.stderr
-    line = _one_line(done.stderr, "pretrain.py: stopped:")
+    line = one_line(done.stderr, "pretrain.py: stopped:")
     assert f"interrupted (Ctrl-C) while writing {out / '_step3.ckpt'}: this write was stopped and its partial " \
            f"file removed" in line, line
     assert f"the newest complete .ckpt there is _step2.ckpt in {out}" in line, line
@@ -180,7 +156,7 @@ def test_a_ctrl_c_during_a_periodic_write_keeps_that_checkpoint(setup, tmp_path)
     """Ctrl-C while the periodic _step4.ckpt is written: that write goes on and is the checkpoint the stop
     names (not written a second time), exit 75."""
     out = tmp_path / "run"
-    done = _run(_faulty("ctrlc:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
+    done = run(faulty("ctrlc:2", setup["argv"] + ["--data_dir", setup["shards"], "--output_dir", str(out),
                                                     "--save_checkpoint_steps", "2", "--max_steps", "100"]))
     assert done.returncode == 75, done.stderr[-3000:]
     assert f"stopped after update 4 and wrote {out / '_step4.ckpt'}" in done.stderr
