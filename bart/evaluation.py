@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,9 +35,6 @@ from bart.runtime.precision import FP32, Precision
 from bart.runtime.signals import StoppedAtBatch, stop_at_batch_boundary
 from bart.scoring.metrics import ROUGE_KEYS, calculate_bleu, calculate_rouge
 from bart.tokenization.tokenization_bart import model_inputs
-
-if TYPE_CHECKING:  # bart.cli imports this module, never the other way
-    from bart.cli.settings import Settings
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int, max_source_length: int,
@@ -184,7 +180,7 @@ def predict_split(model, tokenizer, data_dir: str, split: str, output_dir: str, 
     return metrics
 
 
-def run_evaluation(model, tokenizer, args: Settings, gen_kwargs: dict, precision: Precision, is_main: bool,
+def run_evaluation(model, tokenizer, args, gen_kwargs: dict, precision: Precision, is_main: bool,
                    split: tuple[list[str], list[str]] | None = None) -> dict:
     """run_eval.py's work: generate for ``args.type_path`` (``split``: its (sources, targets) read already, else
     read here), write the generations, the metrics (``{type_path}_rouge.json`` / ``_bleu.json``) and the dllogger
@@ -224,7 +220,7 @@ def run_evaluation(model, tokenizer, args: Settings, gen_kwargs: dict, precision
     return result
 
 
-def evaluation_files(args: Settings) -> list[str]:
+def evaluation_files(args) -> list[str]:
     """What :func:`run_evaluation` writes into SAVE_PATH for ``args`` (the split's generations and metrics file,
     or the candidates of --num_return_sequences)."""
     if args.evaluation.num_return_sequences > 1:
@@ -233,7 +229,7 @@ def evaluation_files(args: Settings) -> list[str]:
     return [f"{split}_generations.txt", f"{split}_{TASK_METRICS[args.data.task].name}.json"]
 
 
-def refuse_earlier_evaluation(args: Settings) -> None:
+def refuse_earlier_evaluation(args) -> None:
     """An earlier evaluation's files in SAVE_PATH are replaced only with ``--overwrite`` (as ``bart.export``):
     without it, one line naming them, before the model is loaded."""
     found = [os.path.basename(p) for p in evaluation_files(args) if os.path.exists(p)]
@@ -242,7 +238,7 @@ def refuse_earlier_evaluation(args: Settings) -> None:
                         f"--overwrite to replace it, or choose another SAVE_PATH")
 
 
-def _summary_logger(args: Settings) -> Logger:
+def _summary_logger(args) -> Logger:
     """The evaluation's dllogger log: ``--json-summary`` as given (dllogger's own rule: written anew), else
     SAVE_PATH/dllogger.json, appended to where it exists (a training run's log in its own folder is kept)."""
     if args.logging.json_summary:
@@ -255,7 +251,7 @@ def _summary_logger(args: Settings) -> Logger:
     return Logger(path, append=existing)
 
 
-def _write_pseudolabels(args: Settings, predictions: list[list[str]], latencies: list[float], examples: int,
+def _write_pseudolabels(args, predictions: list[list[str]], latencies: list[float], examples: int,
                         elapsed: float) -> dict:
     """``--num_return_sequences`` > 1, as the reference's run_eval.py: every source's candidates, in input
     order, as a JSON list of lists in ``pseudolabel_results.json`` (no ROUGE: there is no one prediction

@@ -22,14 +22,11 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bart.errors import UserError
 from bart.files.checkpoint_io import atomic_write_text
 from bart.runtime.precision import Precision
-
-if TYPE_CHECKING:  # bart.cli.settings declares its fields with this module's flag()
-    from bart.cli.settings import Settings
 
 PRETRAIN, FINETUNE, EVAL = "pretrain.py", "finetune.py", "run_eval.py"
 TRAINING = (PRETRAIN, FINETUNE)
@@ -277,12 +274,6 @@ def generate_option_pairs(rest: list[str]) -> dict:
     if len(rest) % 2 or any(not k.startswith("--") for k in rest[::2]):
         raise ValueError(f"extra arguments must be --key value pairs for generate, got {rest}")
     return {k[2:]: _value(v) for k, v in zip(rest[::2], rest[1::2])}
-
-
-def generation_kwargs(args: Settings, max_length: int | None) -> dict:
-    """The generate() options the flags set; ``max_length`` is the script's resolved length."""
-    values = {"num_beams": args.generation.eval_beams, "max_length": max_length}
-    return {k: v for k, v in values.items() if v is not None}
 
 
 def _auto_with_weights_only(args) -> bool:

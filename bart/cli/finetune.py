@@ -5,11 +5,10 @@ import json
 import torch
 
 from bart.cli import builder
-from bart.cli.args import generation_kwargs
 from bart.cli.exits import run_main
 from bart.cli.parsing import parse_command_line, resolve_epochs
 from bart.cli.reference_flags import validate_before_training, weights_summary
-from bart.cli.settings import FINETUNE, Settings
+from bart.cli.settings import FINETUNE, Settings, generation_kwargs
 from bart.data.summarization import read_split
 from bart.evaluation import predict_split
 from bart.export import export_best

@@ -11,11 +11,10 @@ Run under torchrun to shard the work over several processes.
 import torch
 
 from bart.cli import start
-from bart.cli.args import generation_kwargs
 from bart.cli.exits import run_main
 from bart.cli.parsing import fit_lengths, parse_command_line
 from bart.cli.reference_flags import write_debug_references
-from bart.cli.settings import EVAL, Settings
+from bart.cli.settings import EVAL, Settings, generation_kwargs
 from bart.data.summarization import read_split
 from bart.evaluation import refuse_earlier_evaluation, run_evaluation
 from bart.generation import check_generate_options

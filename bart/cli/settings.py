@@ -74,7 +74,7 @@ def _resume_changes() -> dict:
     from bart.training.checkpoint import (
         allowable_changes,  # the training scripts' (as STRATEGIES): the fields' resume="may_change", and the rest
     )
-    choices = allowable_changes()
+    choices = allowable_changes(SECTIONS.values())
     return dict(choices=choices, help=f" {' / '.join(choices)} (the run says what changed); any other difference "
                                       f"from the checkpoint's run is refused")
 
@@ -545,6 +545,12 @@ class Settings:
         values["precision"] = self.precision
         values["noise"] = None if self.data.noise is None else dataclasses.asdict(self.data.noise)
         return values
+
+
+def generation_kwargs(settings: Settings, max_length: int | None) -> dict:
+    """The generate() options the flags set; ``max_length`` is the script's resolved length."""
+    values = {"num_beams": settings.generation.eval_beams, "max_length": max_length}
+    return {k: v for k, v in values.items() if v is not None}
 
 
 # -- the rules that span several flags (each: a message when broken, else None) --------------------------

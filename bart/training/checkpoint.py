@@ -406,11 +406,11 @@ def _training_state(path: str) -> dict:
 # a difference is refused in one line naming both values and the way to start anew from the weights
 # (--init_checkpoint), unless the entry may change (--allow_resume_change NAME: the run then says what changed).
 # Arguments a checkpoint does not record (older checkpoints, the Trainer used without an entry script) are not
-# compared. A setting that is one field says so on its declaration (bart.cli.settings: ``flag(..., resume="same")``
-# or ``resume="may_change"``, ``schedule=True`` where a change reshapes the learning-rate schedule): its check is
-# derived from the field (:func:`_field_checks`). The entries of :func:`_resume_checks` are the checks that are not
-# one field. Each check: name -> (what sets it, its value in a run's record, whether --allow_resume_change may allow
-# it, whether a change reshapes the learning-rate schedule).
+# compared. A setting that is one field says so on its declaration (``flag(..., resume="same")`` or
+# ``resume="may_change"``, ``schedule=True`` where a change reshapes the learning-rate schedule, in its field's
+# metadata): its check is derived from that field of the sections the caller hands in (:func:`resume_checks`).
+# The entries of :func:`_resume_checks` are the checks that are not one field. Each check: name -> (what sets it,
+# its value in a run's record, whether --allow_resume_change may allow it, whether a change reshapes the schedule).
 def _precision_of(args: dict):
     """The precision a run's flags chose (bart.runtime.precision's rule), None where they were not recorded."""
     from bart.runtime.precision import Precision
@@ -495,16 +495,14 @@ def _recorded(name: str, annotation: str, unset):
     return read
 
 
-def _field_checks() -> dict:
+def _field_checks(sections: tuple) -> dict:
     """The checks of the settings declared with a resume rule, in their sections' order: the flag a training
     script's user types (and what it means, where the declaration says), the value as the field's type reads it,
-    the rule."""
-    # read when the first resume is checked, never at import: bart.cli imports this module (the one read of bart/cli
-    # from below it)
-    from bart.cli.settings import SECTIONS
-
+    the rule. ``sections``: the record's section classes; a field's rule is its metadata's ``flag`` (its
+    ``resume``, ``resume_note``, ``resume_unset``, ``schedule`` and ``shown``), read here as the record hands it
+    down, so the declaration stays the one place."""
     checks = {}
-    for cls in SECTIONS.values():
+    for cls in sections:
         for f in dataclasses.fields(cls):
             declared = f.metadata.get("flag")
             if declared is not None and declared.resume is not None:
@@ -514,11 +512,19 @@ def _field_checks() -> dict:
     return checks
 
 
+def resume_checks(sections) -> dict:
+    """Every check of a resume: name -> (what sets it, its value in a run's record, whether --allow_resume_change
+    may allow it, whether a change reshapes the learning-rate schedule). ``sections``: the run's settings'
+    sections (dataclasses or their instances: ``settings.sections().values()``), whose fields declare their resume
+    rules; the checks that are not one field follow from this module."""
+    return _resume_checks(tuple(cls if isinstance(cls, type) else type(cls) for cls in sections))
+
+
 @functools.cache
-def _resume_checks() -> dict:
+def _resume_checks(sections: tuple) -> dict:
     checks = {
         "optimizer": ("--optim / --lamb", _optimizer_of, False, False),
-        **_field_checks(),
+        **_field_checks(sections),
         # the schedule's length: --max_steps, or what --max_epochs counted; nothing for a constant schedule
         "max_steps": ("--max_steps / --max_epochs", _schedule_length, True, True),
         # the processes, batch size and accumulation may change where the global batch does not (_LAYOUT)
@@ -535,27 +541,20 @@ def _resume_checks() -> dict:
     return checks
 
 
-def allowable_changes() -> tuple:
-    """What --allow_resume_change NAME may name (its choices)."""
-    return tuple(name for name, (_, _, may, _) in _resume_checks().items() if may)
+def allowable_changes(sections) -> tuple:
+    """What --allow_resume_change NAME may name (its choices), for a record of these ``sections``."""
+    return tuple(name for name, (_, _, may, _) in resume_checks(sections).items() if may)
 
 
-def schedule_changes() -> tuple:
+def schedule_changes(sections) -> tuple:
     """The changes that reshape the learning-rate schedule (recomputed from the step resumed at)."""
-    return tuple(name for name, (_, _, _, schedule) in _resume_checks().items() if schedule)
+    return tuple(name for name, (_, _, _, schedule) in resume_checks(sections).items() if schedule)
 
 
-def __getattr__(name: str):
-    """``ALLOWABLE_CHANGES`` and ``SCHEDULE_CHANGES``, derived from the checks when first read."""
-    derived = {"ALLOWABLE_CHANGES": allowable_changes, "SCHEDULE_CHANGES": schedule_changes}
-    if name in derived:
-        return derived[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]:
+def check_resume(saved: dict, current: dict, path: str, allowed=(), *, sections) -> list[str]:
     """Compare what shapes a checkpoint's state with this run: ``saved`` and ``current`` are run records
-    (``{"args": run arguments, "config": model config, "world_size": processes}``). Raises
+    (``{"args": run arguments, "config": model config, "world_size": processes}``), ``sections`` the settings'
+    sections that declare the fields' resume rules (:func:`resume_checks`). Raises
     :class:`CheckpointError` naming every difference that is not allowed (one line); returns a note for each
     allowed one."""
     refused, notes = [], []
@@ -565,7 +564,7 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
     if written in kinds and running in kinds and written != running:
         raise CheckpointError(f"{path} is {kinds[written]}, not a {running} run's to resume: start {running} from its "
                               f"weights with --init_checkpoint {path} (without --resume_from_checkpoint)")
-    differences = list(_differences(saved, current))
+    differences = list(_differences(saved, current, sections))
     if saved["world_size"] != current["world_size"]:  # one process or several: the strategy follows from it
         differences = [d for d in differences if d[0] != "distributed_strategy" or "single process" not in d[2:4]]
     for name, flag, before, now, may_change in differences:
@@ -583,18 +582,19 @@ def check_resume(saved: dict, current: dict, path: str, allowed=()) -> list[str]
     return notes
 
 
-def _differences(saved: dict, current: dict):
+def _differences(saved: dict, current: dict, sections):
     """(name, flag, checkpoint's value, this run's, whether --allow_resume_change may allow it) per difference."""
-    for name, (flag, read, may_change, _) in _resume_checks().items():
+    for name, (flag, read, may_change, _) in resume_checks(sections).items():
         before, now = read(saved), read(current)
         if before is not None and now is not None and before != now:
             yield name, flag, before, now, may_change
 
 
-def resume_changes(saved: dict, current: dict) -> dict:
+def resume_changes(saved: dict, current: dict, *, sections) -> dict:
     """name -> "checkpoint's value -> this run's" of the differences a resume goes on with (what
     :func:`check_resume` allowed): the start banner says them."""
-    changes = {name: f"{_shown(before)} -> {_shown(now)}" for name, _, before, now, _ in _differences(saved, current)}
+    changes = {name: f"{_shown(before)} -> {_shown(now)}" for name, _, before, now, _ in
+               _differences(saved, current, sections)}
     return {**layout_changes(saved, current), **changes}
 
 

@@ -31,7 +31,6 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -66,15 +65,10 @@ from bart.training.checkpoint import (
 from bart.training.compilation import Compilation, CompiledOrEager
 from bart.training.strategy import Strategy, full_tensor, prepared_strategy
 
-# The run's record: the entry scripts parse it and hand it down. bart.cli imports training, never the other way:
-# the name is for the type checker alone.
-if TYPE_CHECKING:
-    from bart.cli.settings import Settings
 
-
-def strategy_for(settings: Settings, world_size: int, device: torch.device, model: torch.nn.Module,
+def strategy_for(settings, world_size: int, device: torch.device, model: torch.nn.Module,
                  find_unused_parameters: bool = False) -> Strategy:
-    """The distribution strategy the run's settings ask for, built and prepared for ``model`` (once: before the
+    """The distribution strategy the run's settings (the record the entry scripts hand down) ask for, built and prepared for ``model`` (once: before the
     optimizer). Half-precision gradient reduction uses the run's half type, bf16 for fp32/tf32 runs (its range
     matches fp32's)."""
     reduce_dtype = None
@@ -111,12 +105,12 @@ class Trainer:
     ``--compile`` (``compile_backend``: over ``--compile_backend``, a callable of the tests'; ``varying_lengths``:
     batches of any length, fine-tuning's, compiled for any length at once)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, settings: Settings, *,
+    def __init__(self, model: torch.nn.Module, optimizer, scheduler, train_data: Iterable, settings, *,
                  strategy: Strategy, clips_internally: bool = False, logger: Logger | None = None,
                  eval_hook: Callable[[Trainer], dict] | None = None, device: torch.device | None = None,
                  compile: bool = False, compile_backend: object = None, varying_lengths: bool = False,
                  progress_bar: bool = True, final_checkpoint_name: str | None = None,
-                 loader_for: Callable[[Settings], Iterable] | None = None):
+                 loader_for: Callable[..., Iterable] | None = None):
         if not settings.schedule.max_steps or settings.optimization.gradient_accumulation_steps <= 0:
             raise ValueError(f"max_steps and gradient_accumulation_steps must be positive, got "
                              f"{settings.schedule.max_steps} and {settings.optimization.gradient_accumulation_steps}")
@@ -134,7 +128,7 @@ class Trainer:
         # --auto_find_batch_size: the loader of a settings' batch, and what is told of the batch found (the builder
         # rewrites run_config.json); the state a smaller batch starts again from, until the run's first record
         self.loader_for = loader_for
-        self.batch_found: Callable[[Settings], None] | None = None
+        self.batch_found: Callable[..., None] | None = None
         self._start_state: dict | None = None
         self.step = 0            # optimizer updates applied in this run's phase
         self.epoch = 0
@@ -443,10 +437,12 @@ class Trainer:
                  "data": state.get("data")}
         current = {"args": _plain(self.settings.as_dict()), "config": self.model.config.to_dict(),
                    "world_size": self.world_size, "data": self._data_identity}
-        for note in check_resume(saved, current, path, self.settings.checkpoints.allow_resume_change):
+        sections = self.settings.sections().values()  # their fields declare the resume rules
+        for note in check_resume(saved, current, path, self.settings.checkpoints.allow_resume_change,
+                                 sections=sections):
             if self.rank == 0:
                 print(note, file=sys.stderr, flush=True)
-        self.resume_changes = resume_changes(saved, current)  # allowed (check_resume refused the rest): the banner says them
+        self.resume_changes = resume_changes(saved, current, sections=sections)  # allowed (check_resume refused the rest): the banner says them
         self._check_data_position(state, saved["world_size"], path)
         from bart.modeling.weights import (
             check_weight_values,  # the rule every weight file meets
@@ -459,7 +455,7 @@ class Trainer:
             raise CheckpointError(f"{path} does not fit this run's model and optimizer ({first_line(err)}); resume "
                                   f"with the flags and config of the run that wrote it") from err
         self.scheduler.load_state_dict(state["scheduler"])
-        if any(name in schedule_changes() for name in self.resume_changes):  # the new schedule from this step on
+        if any(name in schedule_changes(sections) for name in self.resume_changes):  # the new schedule from this step on
             rates = [factor(self.scheduler.last_epoch) * base for factor, base in
                      zip(self.scheduler.lr_lambdas, self.scheduler.base_lrs)]
             self.resume_changes["next learning rate"] = (

@@ -127,11 +127,14 @@ def test_a_resume_checks_every_field_declared_with_a_resume_rule():
     that differs in it alone is refused in one line naming the flag as typed, and --allow_resume_change NAME resumes
     exactly the may_change ones (their names are its choices; schedule=True ones reshape the schedule)."""
     from bart.training.checkpoint import (
-        ALLOWABLE_CHANGES,
-        SCHEDULE_CHANGES,
         CheckpointError,
+        allowable_changes,
         check_resume,
+        schedule_changes,
     )
+
+    sections = SECTIONS.values()
+    allowable, schedule = allowable_changes(sections), schedule_changes(sections)
     declared = _resume_declared()
     assert {"max_tokens_per_batch", "seed", "lr_scheduler", "prefix"} <= set(declared)
     base = Settings(n_val=2, max_tokens_per_batch=64, val_metric="rouge2").as_dict()  # a null is not compared
@@ -142,15 +145,36 @@ def test_a_resume_checks_every_field_declared_with_a_resume_rule():
         saved = {"args": base, "config": {}, "world_size": 1}
         current = {"args": {**base, name: value}, "config": {}, "world_size": 1}
         with pytest.raises(CheckpointError) as refused:
-            check_resume(saved, current, "c.ckpt")
+            check_resume(saved, current, "c.ckpt", sections=sections)
         assert f"{name}: " in str(refused.value) and f"({rule.shown(name)}" in str(refused.value), (name, refused.value)
-        assert (name in ALLOWABLE_CHANGES) == (rule.resume == "may_change")
-        assert (name in SCHEDULE_CHANGES) == rule.schedule
+        assert (name in allowable) == (rule.resume == "may_change")
+        assert (name in schedule) == rule.schedule
         if rule.resume == "may_change":
-            notes = check_resume(saved, current, "c.ckpt", allowed=(name,))
+            notes = check_resume(saved, current, "c.ckpt", allowed=(name,), sections=sections)
             assert len(notes) == 1 and f"as --allow_resume_change {name} asks" in notes[0], notes
-    assert {name for name in ALLOWABLE_CHANGES if name not in declared} == \
+    assert {name for name in allowable if name not in declared} == \
         {"max_steps", "global_batch", "training_data", "precision", "distributed_strategy"}  # not one field each
+
+
+def test_no_module_below_the_entry_scripts_imports_bart_cli():
+    """bart/cli builds the run and hands its record down: no module of bart/ but the package's own __init__ (its
+    version) imports bart.cli, at import, in a function or for the type checker (the resume rules reach
+    bart/training as the record's sections)."""
+    import ast
+
+    importers = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "bart")):
+        if os.path.relpath(folder, ROOT).split(os.sep)[:2] == ["bart", "cli"]:
+            continue
+        for name in (n for n in files if n.endswith(".py") and (folder, n) != (os.path.join(ROOT, "bart"),
+                                                                                "__init__.py")):
+            path = os.path.join(folder, name)
+            for node in ast.walk(ast.parse(open(path).read())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                if any(n == "bart.cli" or n.startswith("bart.cli.") for n in names):
+                    importers.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert importers == []
 
 
 def test_a_resume_checked_flag_is_written_in_one_place():

@@ -322,12 +322,12 @@ def test_a_resume_onto_more_processes_is_one_refusal_that_offers_nothing_it_cann
     args = {"distributed_strategy": None, "train_batch_size": 4, "gradient_accumulation_steps": 1}
     saved = {"args": args, "config": {}, "world_size": 1}
     current = {"args": dict(args, train_batch_size=2), "config": {}, "world_size": 2}
-    assert check_resume(saved, current, "c.ckpt") == []
-    assert resume_changes(saved, current) == {"processes": "1 -> 2", "train_batch_size": "4 -> 2",
-                                              "distributed_strategy": "single process -> ddp"}
+    assert check_resume(saved, current, "c.ckpt", sections=()) == []  # checks that are not one field
+    assert resume_changes(saved, current, sections=()) == {"processes": "1 -> 2", "train_batch_size": "4 -> 2",
+                                                           "distributed_strategy": "single process -> ddp"}
     current = {"args": args, "config": {}, "world_size": 2}
     with pytest.raises(CheckpointError) as refused:
-        check_resume(saved, current, "c.ckpt", allowed=("distributed_strategy",))
+        check_resume(saved, current, "c.ckpt", allowed=("distributed_strategy",), sections=())
     said = str(refused.value)
     assert "global_batch: 4 sequences in the checkpoint, 8 sequences now (processes x --train_batch_size x " \
            "--gradient_accumulation_steps) (--allow_resume_change global_batch resumes with the change)" in said, said
