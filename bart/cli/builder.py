@@ -15,12 +15,12 @@ from bart.cli.args import write_run_config
 from bart.cli.parsing import fit_lengths, resolve_warmup, resolved
 from bart.cli.settings import Settings, table_files_folder
 from bart.cli.start import (
+    begin_run,
     device_for,
     lock_output_dir,
     model_config,
     rank_zero_decides,
     record_start,
-    resolve_config,
     seed_everything,
     setup_distributed,
     tokenizer_for,
@@ -59,8 +59,8 @@ from bart.training.trainer import Trainer, strategy_for
 def start_run(args: Settings) -> tuple[Settings, dist_utils.DistributedEnv]:
     """A training run's start: the process group, the output folder's lock (one run per folder, before
     anything is written there), the seeds, and ``--resume_from_checkpoint auto`` settled against the folder; before
-    all of them, ``--config_path`` as a file (a shipped config's name: its file)."""
-    args = resolve_config(args)
+    all of them, the process settings applied and ``--config_path`` as a file (:func:`begin_run`)."""
+    args = begin_run(args)
     env = setup_distributed(args)
     lock_output_dir(args.checkpoints.output_dir, env)
     seed_everything(args.randomness.seed, env.rank)

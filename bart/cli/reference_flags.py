@@ -106,22 +106,6 @@ class Spec:
 
 
 # -- translations -----------------------------------------------------------------------------------
-def _cache_dir(args, value, _script):
-    if value:  # bart.hub reads HF_HUB_CACHE when it resolves a hub id
-        os.environ["HF_HUB_CACHE"] = os.path.expanduser(value)
-
-
-def _progress(args, value, _script):
-    if value == 0:
-        os.environ["PROGRESS"] = "off"
-
-
-def _cudnn(flag: str):
-    def apply(args, value, _script):
-        setattr(torch.backends.cudnn, flag, bool(value))
-    return apply
-
-
 def _terminate_on_nan(args, value, _script):
     if value:
         args.max_consecutive_nonfinite = 1
@@ -222,8 +206,8 @@ _ONLY_DISTILL = "used only by --distill, which is not implemented: remove it"
 
 SPECS = (
     # -- the current reference's training_base / add_generic_args (pretrain.py, finetune.py) ----------
-    Spec(("--cache_dir",), TRAINING, "ref_cache_dir", apply=_cache_dir,
-         help="reference: where hub downloads are cached (sets HF_HUB_CACHE)"),
+    Spec(("--cache_dir",), TRAINING, "cache_dir", type=os.path.expanduser,
+         help="reference: where hub downloads are cached (HF_HUB_CACHE for the run)"),
     Spec(("--min_num_train_epochs",), (PRETRAIN,), "min_epochs", type=int, works=_equals(0),
          fix="pretraining has no early stopping and runs exactly --max_steps updates: remove it",
          help="reference: accepted with 0 (pretraining runs --max_steps updates)"),
@@ -282,8 +266,8 @@ SPECS = (
          fix="there is no TPU support: train on CUDA GPUs with `torchrun --nproc_per_node N`, or on the CPU"),
     Spec(("--log_gpu_memory",), (FINETUNE,), "ref_log_gpu_memory",
          help="accepted: the peak GPU memory (gpu_mem_peak_gib) is logged every --log_freq updates on CUDA"),
-    Spec(("--progress_bar_refresh_rate",), (FINETUNE,), "ref_progress_bar_refresh_rate", type=int,
-         works=lambda v: v >= 0, fix="must be >= 0", apply=_progress,
+    Spec(("--progress_bar_refresh_rate",), (FINETUNE,), "progress_bar_refresh_rate", type=int,
+         works=lambda v: v >= 0, fix="must be >= 0",
          help="0: no progress display (PROGRESS=off); N: the display is on"),
     Spec(("--overfit_batches",), (FINETUNE,), "ref_overfit_batches", type=int_or_float, works=_equals(0),
          fix="train on a fixed subset with `--n_train N`"),
@@ -333,10 +317,10 @@ SPECS = (
          fix="truncated back-propagation through time is for recurrent models (BART has none): remove it"),
     Spec(("--profiler",), (FINETUNE,), "ref_profiler", type=lightning_bool_or_str, kind="lightning",
          works=_equals(False), fix="there is no built-in profiler: run under `nsys profile`"),
-    Spec(("--benchmark",), (FINETUNE,), "ref_benchmark", kind="lightning", apply=_cudnn("benchmark"),
-         help="sets torch.backends.cudnn.benchmark"),
-    Spec(("--deterministic",), (FINETUNE,), "ref_deterministic", kind="lightning", apply=_cudnn("deterministic"),
-         help="sets torch.backends.cudnn.deterministic (as Lightning 1.1 did)"),
+    Spec(("--benchmark",), (FINETUNE,), "cudnn_benchmark", kind="lightning",
+         help="sets torch.backends.cudnn.benchmark for the run"),
+    Spec(("--deterministic",), (FINETUNE,), "cudnn_deterministic", kind="lightning",
+         help="sets torch.backends.cudnn.deterministic for the run (as Lightning 1.1 did)"),
     Spec(("--reload_dataloaders_every_epoch",), (FINETUNE,), "ref_reload_dataloaders", kind="lightning",
          works=_equals(False), fix="the split is read once and reshuffled every epoch; to reread changed files "
                                    "restart with `--resume_from_checkpoint True`"),

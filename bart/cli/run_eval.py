@@ -31,7 +31,7 @@ def parse_args(argv=None) -> Settings:
 
 
 def main(argv=None) -> dict:
-    args = start.resolve_config(parse_args(argv), "CONFIG_PATH")  # a shipped config's name: its file
+    args = start.begin_run(parse_args(argv), "CONFIG_PATH")  # a shipped config's name: its file
     precision = args.precision  # the run's one Precision, made at parse time (--decode_precision checked with it)
     env = dist_utils.init_distributed(timeout_minutes=args.distributed.dist_timeout,
                                       backend="gloo" if args.evaluation.device == "cpu" else None,

@@ -132,6 +132,10 @@ class ModelSettings:
                     "graphs and graph breaks, through AOTAutograd, run by eager kernels) or eager (dynamo's graphs "
                     "alone: the same graph breaks and recompiles, the cheapest check of what inductor would compile)",
         lazy=_compile_backends)
+    # the process's own, applied once at run start (bart.cli.start.begin_run), never while parsing
+    cache_dir: str | None = reference()  # where hub downloads are cached: HF_HUB_CACHE for the run
+    cudnn_benchmark: bool | None = reference()  # torch.backends.cudnn.benchmark for the run (None: left as is)
+    cudnn_deterministic: bool | None = reference()  # torch.backends.cudnn.deterministic for the run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -361,6 +365,7 @@ class LoggingSettings:
     no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
     wandb_project: str | None = flag(None, "also log to this Weights & Biases project (needs the wandb package)")
     weights_summary: str | None = reference()
+    progress_bar_refresh_rate: int | None = reference()  # 0: no progress display (PROGRESS=off at run start)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,10 +86,26 @@ def device_for(env: dist_utils.DistributedEnv) -> torch.device:
         else torch.device("cpu")
 
 
-def resolve_config(args: Settings, flag: str = "--config_path") -> Settings:
-    """The settings with ``config_path`` a file: a shipped config's name (:mod:`bart.configuration.shipped`) as
-    its file; an unknown name or a missing file one line listing the names. First thing at run start."""
+def begin_run(args: Settings, flag: str = "--config_path") -> Settings:
+    """The first thing at run start, every rank: the process settings the flags ask for applied once
+    (:func:`configure_process`), and ``config_path`` as a file: a shipped config's name
+    (:mod:`bart.configuration.shipped`) as its file; an unknown name or a missing file one line listing the names."""
+    configure_process(args)
     return resolved(args, config_path=config_file(args.model.config_path, flag))
+
+
+def configure_process(args: Settings) -> None:
+    """What the run's settings ask of the process, which parsing leaves alone: the hub cache (--cache_dir:
+    HF_HUB_CACHE, which bart.hub and transformers read), no progress display (--progress_bar_refresh_rate 0:
+    PROGRESS=off, which bart.records.progress reads) and cuDNN's benchmark and deterministic flags (--benchmark,
+    --deterministic). A setting left unset leaves the process as it was."""
+    if args.model.cache_dir:
+        os.environ["HF_HUB_CACHE"] = args.model.cache_dir
+    if args.logging.progress_bar_refresh_rate == 0:
+        os.environ["PROGRESS"] = "off"
+    for name, value in (("benchmark", args.model.cudnn_benchmark), ("deterministic", args.model.cudnn_deterministic)):
+        if value is not None:
+            setattr(torch.backends.cudnn, name, bool(value))
 
 
 def model_config(args: Settings, training: bool = True) -> BartConfig:

@@ -127,7 +127,7 @@ def _launch(monkeypatch, gpus: int = 0, local: int = 1, nodes: int = 1) -> None:
 # Working values: flag -> (argv, {attribute: value after parsing}, launch); (flag, script) keys override.
 WORKS = {
     "--config_path": (["--config_path", "other.json"], {"model.config_path": "other.json"}),
-    "--cache_dir": (["--cache_dir", "/tmp/hub_cache"], {}),
+    "--cache_dir": (["--cache_dir", "/tmp/hub_cache"], {"model.cache_dir": "/tmp/hub_cache"}),
     "--resume_from_checkpoint": (["--resume_from_checkpoint", "True"], {"checkpoints.resume_from_checkpoint": True}),
     "--encoder_layerdrop": (["--encoder_layerdrop", "0.1"], {"model.encoder_layerdrop": 0.1}),
     "--decoder_layerdrop": (["--decoder_layerdrop", "0.1"], {"model.decoder_layerdrop": 0.1}),
@@ -215,7 +215,7 @@ WORKS = {
     "--num_processes": (["--num_processes", "2"], {}, dict(local=2)),
     "--auto_select_gpus": (["--auto_select_gpus", "false"], {}),
     "--log_gpu_memory": (["--log_gpu_memory", "min_max"], {}),
-    "--progress_bar_refresh_rate": (["--progress_bar_refresh_rate", "1"], {}),
+    "--progress_bar_refresh_rate": (["--progress_bar_refresh_rate", "1"], {"logging.progress_bar_refresh_rate": 1}),
     "--overfit_batches": (["--overfit_batches", "0"], {}),
     "--track_grad_norm": (["--track_grad_norm", "2"], {}),
     "--check_val_every_n_epoch": (["--check_val_every_n_epoch", "2"], {"validation.val_check_interval": 2.0}),
@@ -237,8 +237,8 @@ WORKS = {
     "--weights_summary": (["--weights_summary", "top"], {"logging.weights_summary": "top"}),
     "--num_sanity_val_steps": (["--num_sanity_val_steps=0"], {"validation.num_sanity_val_steps": 0}),
     "--profiler": (["--profiler", "false"], {}),
-    "--benchmark": (["--benchmark"], {}),
-    "--deterministic": (["--deterministic", "true"], {}),
+    "--benchmark": (["--benchmark"], {"model.cudnn_benchmark": True}),
+    "--deterministic": (["--deterministic", "true"], {"model.cudnn_deterministic": True}),
     "--reload_dataloaders_every_epoch": (["--reload_dataloaders_every_epoch", "false"], {}),
     "--auto_lr_find": (["--auto_lr_find", "false"], {}),
     "--replace_sampler_ddp": (["--replace_sampler_ddp", "true"], {}),
@@ -464,12 +464,26 @@ def test_run_eval_device_and_local_rank_checks(tmp_path, monkeypatch, capsys):
         assert words in capsys.readouterr().err
 
 
-def test_process_state_flags(tmp_path, monkeypatch):
-    _parse(FT, _base(FT, str(tmp_path)) + ["--cache_dir", str(tmp_path / "hub"), "--progress_bar_refresh_rate", "0",
-                                           "--benchmark", "--deterministic", "true"])
+def test_process_state_flags_are_settings_the_run_applies_at_its_start(tmp_path, monkeypatch):
+    """Parsing leaves the process alone (its environment, cuDNN's flags): the values are the record's, and the
+    run's start applies them."""
+    from bart.cli.start import begin_run
     from bart.hub import cache_dir
-    assert cache_dir() == str(tmp_path / "hub") and os.environ["PROGRESS"] == "off"
-    assert torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
+
+    for name, value in (("benchmark", False), ("deterministic", False)):
+        monkeypatch.setattr(torch.backends.cudnn, name, value)
+    environ = dict(os.environ)
+    settings = _parse(FT, _base(FT, str(tmp_path)) + ["--cache_dir", "~/hub", "--progress_bar_refresh_rate", "0",
+                                                      "--benchmark", "--deterministic", "true"])
+    assert dict(os.environ) == environ
+    assert (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic) == (False, False)
+    assert (settings.model.cache_dir, settings.logging.progress_bar_refresh_rate) == (os.path.expanduser("~/hub"), 0)
+    assert (settings.model.cudnn_benchmark, settings.model.cudnn_deterministic) == (True, True)
+    begin_run(settings.replace(config_path="tiny"))
+    assert cache_dir() == os.path.expanduser("~/hub") and os.environ["PROGRESS"] == "off"
+    assert (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic) == (True, True)
+    begin_run(_parse(FT, _base(FT, str(tmp_path / "again"))).replace(config_path="tiny"))  # unset: left as they are
+    assert os.environ["PROGRESS"] == "off" and torch.backends.cudnn.benchmark
 
 
 def test_weights_summary_counts_every_parameter():
