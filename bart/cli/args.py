@@ -106,16 +106,16 @@ def argparse_keywords(name: str, declared: Flag, default: Any, script: str) -> t
     if declared.lazy is not None:  # e.g. choices from a training module's table; its "help" ends the declared one
         lazy = declared.lazy()
         keywords.update(lazy, help=declared.help + lazy.get("help", ""))
-    if script in declared.refused_in:  # parsed for the reference's command lines, used by the other scripts
-        users = " and ".join(s for s in declared.scripts if s not in declared.refused_in)
-        keywords["help"] += f" ({users} only: {script} refuses a change)"
+    if script in declared.refused_in:  # parsed for the reference's command lines, used by the other scripts: named
+        keywords["help"] = argparse.SUPPRESS  # in one line of this script's --help-all (bart.cli.parsing.build_parser)
     own = dict(declared.per_script.get(script, {}))
     position, options = own.pop("position", None), own.pop("options", declared.options or (f"--{name}",))
     keywords.update(own)
     if keywords.get("action") in ("store_true", "store_false"):
         keywords.pop("type", None)
-    if position is not None:
-        return (), position, {k: v for k, v in keywords.items() if k not in ("default", "required")}
+    if position is not None:  # shown as the usage line names it: MODEL_PATH, CONFIG_PATH, ...
+        return (), position, {**{k: v for k, v in keywords.items() if k not in ("default", "required")},
+                              "metavar": name.upper()}
     if "metavar" not in keywords and keywords.get("action") is None and keywords.get("choices") is None:
         keywords["metavar"] = short_metavar(name, keywords.get("type"))
     return options, None, {**keywords, "dest": name}
@@ -363,6 +363,8 @@ USAGE = {PRETRAIN: "%(prog)s --config_path FILE --data_dir DIR --max_steps N [op
          FINETUNE: "%(prog)s --config_path FILE --data_dir DIR (--init_checkpoint W | --from_scratch) "
                    "(--max_steps N | --max_epochs N) [options]",
          EVAL: "%(prog)s MODEL_PATH CONFIG_PATH DATA_DIR SAVE_PATH [options] [--KEY VALUE ...]"}
+HELP_COLUMN = 36  # where the flags' help starts in --help and --help-all
+SHORT_HELP_WIDTH = 120  # --help's width (--help-all: the terminal's)
 SHORT_HELP_LINES = 60  # the most a script's --help prints (its quick start's flags); --help-all prints every group
 
 
@@ -374,11 +376,26 @@ def program_name(script: str, argv0: str | None = None) -> str:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's, without breaking a line at a hyphen (``bart-large``, ``--no-tf32`` stay whole)."""
+    """argparse's, without breaking a line at a hyphen (``bart-large``, ``--no-tf32`` stay whole), its help column
+    far enough right that a flag and its value sit on its help's line."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=HELP_COLUMN, width=None):
+        super().__init__(prog, indent_increment, max_help_position, width)
 
     def _split_lines(self, text, width):
         import textwrap
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
+class _ShortHelpFormatter(HelpFormatter):
+    """--help's: a flag by its first spelling alone (``--help-all`` shows the others)."""
+
+    def _format_action_invocation(self, action):
+        if isinstance(action, _ShortHelp):  # -h, --help
+            return super()._format_action_invocation(action)
+        if not action.option_strings or action.nargs == 0:
+            return action.option_strings[0] if action.option_strings else super()._format_action_invocation(action)
+        return f"{action.option_strings[0]} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
 
 
 class _HelpAll(argparse.Action):
@@ -404,21 +421,23 @@ class _ShortHelp(argparse.Action):
 
 
 def short_help(parser: argparse.ArgumentParser) -> str:
-    """The usage, the description and, group by group, the quick start's flags; it ends naming --help-all."""
+    """The usage, the description and, group by group (no blank line between groups), the quick start's flags;
+    it ends naming --help-all."""
     quick = getattr(parser, "quick_actions", [])
-    formatter = HelpFormatter(parser.prog, max_help_position=40, width=110)
-    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
-    formatter.add_text(parser.description)
+    head, flags = HelpFormatter(parser.prog, width=SHORT_HELP_WIDTH), _ShortHelpFormatter(parser.prog,
+                                                                                          width=SHORT_HELP_WIDTH)
+    head.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
+    head.add_text(parser.description)
     hidden = 0
     for group in parser._action_groups:
         shown = [a for a in group._group_actions if any(a is q for q in quick)]
         hidden += sum(1 for a in group._group_actions if a not in shown and a.help != argparse.SUPPRESS)
         if shown:
-            formatter.start_section(group.title)
-            formatter.add_arguments(shown)
-            formatter.end_section()
-    formatter.add_text(f"{hidden} more flags, in every group: {parser.prog} --help-all")
-    return formatter.format_help()
+            flags.start_section(group.title)
+            flags.add_arguments(shown)
+            flags.end_section()
+    return (head.format_help() + "\n" + flags.format_help().replace("\n\n", "\n")
+            + f"\n{hidden} more flags, in every group: {parser.prog} --help-all\n")
 
 
 # -- a run from a file: --config_file FILE / @FILE ---------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import textwrap
 
 from bart.cli.args import (
     EVAL,
@@ -54,14 +55,14 @@ from bart.evaluation import task_metric
 # init_checkpoint, ``--load_model_weights_only`` with --resume_from_checkpoint onto init_checkpoint), never a setting
 # of their own. name -> (default, its Flag, the section whose --help group shows it)
 TRANSLATED = {
-    "lamb": (None, Flag("LAMB instead of AdamW (= --optim lamb)", scripts=TRAINING,
+    "lamb": (None, Flag("LAMB instead of AdamW (= --optim lamb)", scripts=TRAINING, quick=(PRETRAIN,),
                         argparse=dict(action="store_const", const=True)), "optimization"),
     "init_checkpoint_alias": (None, Flag(
-        "starting weights: a .ckpt, a folder holding one, or a Hugging Face folder (same as --init_checkpoint)",
+        "starting weights: a .ckpt, a folder holding one, or a Hugging Face folder",
         ("--model_name_or_path",), (FINETUNE,)), "checkpoints"),
     "load_model_weights_only": (None, Flag(
-        "the reference's --resume_from_checkpoint=P --load_model_weights_only: a new run from P's weights only "
-        "(= --init_checkpoint P); with a PATH, the same as --init_checkpoint PATH", scripts=TRAINING,
+        "with --resume_from_checkpoint P: a new run from P's weights (= --init_checkpoint P)",
+        scripts=TRAINING,
         argparse=dict(nargs="?", const=True, metavar="PATH")), "checkpoints"),
 }
 
@@ -90,9 +91,7 @@ def build_parser(script: str, description: str | None = None) -> ArgumentParser:
                             formatter_class=HelpFormatter, add_help=False)
     quick = [parser.add_argument("-h", "--help", action=_ShortHelp), parser.add_argument("--help-all", action=_HelpAll),
              parser.add_argument("--config_file", metavar="FILE",
-                                 help="start from this JSON file of settings (a run's run_config.json, or hand-written: "
-                                      + ("{\"n_obs\": 100, ...}" if script == EVAL else "{\"max_steps\": 100, ...}")
-                                      + "); @FILE is the same; flags on the command line win")]
+                                 help="start from this JSON file of settings (a run's run_config.json; or @FILE)")]
     positional = sorted((own["position"], name, declared) for cls in SECTIONS.values()
                         for name, declared, _ in declared_flags(cls, script)
                         if "position" in (own := declared.per_script.get(script, {})))
@@ -105,6 +104,10 @@ def build_parser(script: str, description: str | None = None) -> ArgumentParser:
             action = groups[SECTIONS[section].GROUP].add_argument(
                 *declared.options or (f"--{name}",), **argparse_keywords(name, declared, default, script)[2])
             quick += [action] * (script in declared.quick)
+    refused = refused_in(script)
+    if refused:  # the other scripts' flags, in one line: parsed so that their command lines run
+        parser.add_argument_group("other scripts' flags (a change from the default is refused)",
+                                  textwrap.fill(" ".join(f"--{name}" for name in refused), 100))
     if script == PRETRAIN:
         add_noise_args(parser)
     add_reference_args(parser, script, _DEFAULTS)

@@ -30,6 +30,7 @@ from bart.cli.args import (  # the scripts' names: one home
     FINETUNE,
     PRETRAIN,
     TRAINING,
+    short_metavar,
 )
 
 if TYPE_CHECKING:  # bart.cli.parsing imports this module and bart.cli.settings
@@ -103,6 +104,7 @@ class Spec:
     fix: str = ""
     help: str = ""
     apply: Callable[[argparse.Namespace, Any, str], None] | None = None
+    metavar: str = ""             # what --help shows for the value (default: from the type, bart.cli.args.short_metavar)
 
 
 # -- translations -----------------------------------------------------------------------------------
@@ -220,7 +222,7 @@ SPECS = (
          fix="there is no TPU support: train on CUDA GPUs with `torchrun --nproc_per_node N`, or on the CPU"),
     Spec(("--profile",), TRAINING, "ref_profile", kind="switch", works=_equals(None),
          fix="there is no built-in profiler (the reference's flag did nothing): run under `nsys profile`"),
-    Spec(("--logger_name",), TRAINING, "ref_logger_name", works=_equals("default"),
+    Spec(("--logger_name",), TRAINING, "ref_logger_name", works=_equals("default"), metavar="NAME",
          fix="for Weights & Biases use `--wandb_project NAME` (dllogger and TensorBoard are always on)",
          help="reference: default (dllogger + TensorBoard) works; for W&B use --wandb_project"),
     Spec(("--src_lang",), TRAINING, "ref_src_lang", works=_equals(""),
@@ -229,7 +231,7 @@ SPECS = (
          fix="BART's tokenizer has no language codes (that is mBART's): `--tgt_lang` must stay empty"),
     # -- the BERT recipe's spelling (NVIDIA's run_pretraining.py): what it asks for always happens here -------
     Spec(("--allreduce_post_accumulation",), TRAINING, "ref_allreduce_post_accumulation", kind="switch",
-         help="accepted: gradients are all-reduced once per update, after accumulation, always (DDP no_sync)"),
+         help="accepted: gradients are always all-reduced once per update, after accumulation"),
     Spec(("--buffer_size",), (PRETRAIN,), "buffer_size", type=int, works=lambda v: v >= 1, fix="must be >= 1",
          help="rows shuffled together in each loader worker's window (default {default})"),
     # -- the current reference's finetune.py / run_eval.py ----------------------------------------------
@@ -237,11 +239,12 @@ SPECS = (
     Spec(("--layers",), (FINETUNE, EVAL), "ref_layers", works=_equals(None), fix=_ONLY_DISTILL),
     Spec(("--do_encoder",), (FINETUNE, EVAL), "ref_do_encoder", kind="switch", works=_equals(None), fix=_ONLY_DISTILL),
     Spec(("--do_decoder",), (FINETUNE, EVAL), "ref_do_decoder", kind="switch", works=_equals(None), fix=_ONLY_DISTILL),
-    Spec(("--gpus",), (FINETUNE,), "ref_gpus", type=gpus_value, apply=_gpus,
+    Spec(("--gpus",), (FINETUNE,), "ref_gpus", type=gpus_value, apply=_gpus, metavar="N",
          help="GPUs per node (-1: all): must match the processes torchrun starts on the node"),
-    Spec(("--device",), (EVAL,), "device", apply=_device,
-         help="cpu, cuda (each process its local rank's GPU) or cuda:N (default: cuda when available)"),
+    Spec(("--device",), (EVAL,), "device", apply=_device, metavar="NAME",
+         help="cpu, cuda (each process its local rank's GPU) or cuda:N (default: cuda if any)"),
     Spec(("--sync_timeout",), (EVAL,), "ref_sync_timeout", type=int, works=lambda v: v > 0, fix="must be > 0",
+         metavar="SECONDS",
          apply=_sync_timeout, help="seconds a process waits for the others (= --dist_timeout in minutes)"),
     Spec(("--local_rank", "--local-rank"), (EVAL,), "local_rank", type=int, apply=lambda *a: _local_rank(*a),
          help="set by old launchers (torch.distributed.launch); torchrun's LOCAL_RANK is used"),
@@ -264,8 +267,8 @@ SPECS = (
          fix="choose GPUs with `CUDA_VISIBLE_DEVICES`"),
     Spec(("--tpu_cores",), (FINETUNE,), "ref_tpu_cores2", type=gpus_value, works=_equals(None),
          fix="there is no TPU support: train on CUDA GPUs with `torchrun --nproc_per_node N`, or on the CPU"),
-    Spec(("--log_gpu_memory",), (FINETUNE,), "ref_log_gpu_memory",
-         help="accepted: the peak GPU memory (gpu_mem_peak_gib) is logged every --log_freq updates on CUDA"),
+    Spec(("--log_gpu_memory",), (FINETUNE,), "ref_log_gpu_memory", metavar="MODE",
+         help="accepted: the peak GPU memory (gpu_mem_peak_gib) is logged on CUDA"),
     Spec(("--progress_bar_refresh_rate",), (FINETUNE,), "progress_bar_refresh_rate", type=int,
          works=lambda v: v >= 0, fix="must be >= 0",
          help="0: no progress display (PROGRESS=off); N: the display is on"),
@@ -280,7 +283,7 @@ SPECS = (
     Spec(("--accumulate_grad_batches",), (FINETUNE,), "gradient_accumulation_steps", type=int,
          works=lambda v: v >= 1, fix="must be >= 1", help="= --gradient_accumulation_steps"),
     Spec(("--max_epochs",), (FINETUNE,), "max_epochs", type=int, works=lambda v: v >= 1, fix="must be >= 1",
-         help="train at most this many epochs of the training data (with --max_steps: whichever ends first)"),
+         help="train at most N epochs of the training data (with --max_steps: whichever ends first)"),
     Spec(("--min_steps",), (FINETUNE,), "min_steps", type=int, works=lambda v: v >= 0, fix="must be >= 0",
          help="early stopping does not end the run before this many updates"),
     Spec(("--limit_train_batches",), (FINETUNE,), "ref_limit_train_batches", type=int_or_float, works=_equals(1.0),
@@ -293,26 +296,26 @@ SPECS = (
          works=lambda v: v >= 1, fix="must be >= 1", help="accepted: every log line is flushed as it is written"),
     Spec(("--log_every_n_steps",), (FINETUNE,), "log_freq", type=int, works=lambda v: v >= 1, fix="must be >= 1",
          help="= --log_freq"),
-    Spec(("--accelerator",), (FINETUNE,), "ref_accelerator", works=_ddp_works, apply=_accelerator,
+    Spec(("--accelerator",), (FINETUNE,), "ref_accelerator", works=_ddp_works, apply=_accelerator, metavar="NAME",
          fix="processes are started by `torchrun --nproc_per_node N` (DDP; ddp_cpu on a machine without "
              "GPUs); `--distributed_strategy fsdp` shards the model",
          help="ddp (or ddp_cpu without GPUs): DDP over the processes torchrun starts"),
     Spec(("--distributed_backend", "--distributed-backend"), (FINETUNE,), "ref_distributed_backend",
-         works=_ddp_works, apply=_accelerator,
+         works=_ddp_works, apply=_accelerator, metavar="NAME",
          fix="processes are started by `torchrun --nproc_per_node N` (DDP; ddp_cpu on a machine without "
              "GPUs); `--distributed_strategy fsdp` shards the model", help="= --accelerator"),
     Spec(("--sync_batchnorm",), (FINETUNE,), "ref_sync_batchnorm", kind="lightning",
          help="accepted: BART has no batch norm to synchronize"),
-    Spec(("--precision",), (FINETUNE,), "ref_precision", works=_precision_works, apply=_precision,
+    Spec(("--precision",), (FINETUNE,), "ref_precision", works=_precision_works, apply=_precision, metavar="{16,32}",
          fix="16 is `--fp16`, 32 the fp32/TF32 default; for bf16 use `--bf16`", help="16: --fp16; 32: fp32/TF32"),
-    Spec(("--weights_summary",), (FINETUNE,), "weights_summary", works=_equals("top", "full"),
+    Spec(("--weights_summary",), (FINETUNE,), "weights_summary", works=_equals("top", "full"), metavar="{top,full}",
          fix="choose `top` (top-level modules) or `full` (every module)",
-         help="print the parameter counts of the model's top-level modules (top) or of every module (full)"),
+         help="print the parameter counts of the model's top-level modules (top) or all (full)"),
     Spec(("--weights_save_path",), (FINETUNE,), "ref_weights_save_path", works=_equals(None),
          fix="use `--output_dir` for checkpoints"),
     Spec(("--num_sanity_val_steps",), (FINETUNE,), "num_sanity_val_steps", type=int, works=_equals(0, -1),
          fix="use `0` (no validation before the first update) or -1 (a full one, the default with --val_check_interval)",
-         help="0: no validation before the first update; -1: a full one (the default with --val_check_interval)"),
+         help="0: no validation before the first update; -1: a full one (default: with validation)"),
     Spec(("--truncated_bptt_steps",), (FINETUNE,), "ref_truncated_bptt_steps", type=int, works=_equals(None),
          fix="truncated back-propagation through time is for recurrent models (BART has none): remove it"),
     Spec(("--profiler",), (FINETUNE,), "ref_profiler", type=lightning_bool_or_str, kind="lightning",
@@ -339,7 +342,7 @@ SPECS = (
          fix="choose DDP or FSDP with `--distributed_strategy` under torchrun"),
     Spec(("--amp_backend",), (FINETUNE,), "ref_amp_backend", works=_equals("native"),
          fix="mixed precision is torch's native autocast (`--fp16` or `--bf16`)"),
-    Spec(("--amp_level",), (FINETUNE,), "ref_amp_level", works=_equals("O1"),
+    Spec(("--amp_level",), (FINETUNE,), "ref_amp_level", works=_equals("O1"), metavar="O1",
          fix="`--fp16`/`--bf16` are torch autocast, which is Apex's O1: use O1 or drop it",
          help="O1: what --fp16/--bf16 do (torch autocast)"),
     Spec(("--automatic_optimization",), (FINETUNE,), "ref_automatic_optimization", kind="lightning",
@@ -362,7 +365,7 @@ def add_reference_args(parser: argparse.ArgumentParser, script: str, defaults: d
     group = parser.add_argument_group("flags of the reference recipe (see docs/REFERENCE_FLAGS.md)")
     for spec in specs_for(script):
         shown = spec.help.replace("{default}", str((defaults or {}).get(spec.dest))) or argparse.SUPPRESS
-        metavar = spec.options[0].lstrip("-").upper()
+        metavar = spec.metavar or short_metavar(spec.dest, spec.type)
         if spec.kind == "switch":
             group.add_argument(*spec.options, dest=spec.dest, action="store_const", const=True, default=None,
                                help=shown)

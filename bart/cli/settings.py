@@ -43,7 +43,7 @@ from bart.cli.args import (
     updates_or_fraction,
     updates_or_ratio,
 )
-from bart.configuration.shipped import names_help
+from bart.configuration.shipped import SHIPPED
 from bart.data.noise import NoiseConfig
 from bart.errors import UserError
 from bart.evaluation import TASK_METRICS, VAL_METRICS, check_val_metric
@@ -75,8 +75,7 @@ def _resume_changes() -> dict:
         allowable_changes,  # the training scripts' (as STRATEGIES): the fields' resume="may_change", and the rest
     )
     choices = allowable_changes(SECTIONS.values())
-    return dict(choices=choices, help=f" {' / '.join(choices)} (the run says what changed); any other difference "
-                                      f"from the checkpoint's run is refused")
+    return dict(choices=choices, help=f": {', '.join(choices)}")
 
 
 def _compile_backends() -> dict:
@@ -101,36 +100,33 @@ class ModelSettings:
     """The model: its config, tokenizer, regularisation and how it runs (checkpointing, compile)."""
     GROUP: ClassVar[str] = "model"
     config_path: str | None = flag(
-        None, f"a shipped config's name ({names_help()}) or a BART config.json's path", required=True, scripts=ALL,
-        quick=ALL, per_script={EVAL: dict(position=1, help=f"the config the model was built with: a shipped config's "
-                                                          f"name ({names_help()}) or a BART config.json's path")})
+        None, f"a shipped config ({', '.join(SHIPPED)}) or a BART config.json's path", required=True,
+        scripts=ALL, quick=ALL, metavar="FILE",
+        per_script={EVAL: dict(position=1, help=f"the model's config: a shipped one ({', '.join(SHIPPED)}) or a "
+                                                f"path")})
     pre_ln: bool | None = flag(
-        None, "Pre-LN (layer norm inside each residual branch, a final norm per stack); --no-pre_ln for BART's "
-              "post-LN. Default: the config file's pre_ln", scripts=ALL, action=argparse.BooleanOptionalAction)
+        None, "Pre-LN layers (mBART-style); --no-pre_ln: BART's post-LN (default: the config's)", scripts=ALL,
+        action=argparse.BooleanOptionalAction, quick=ALL)
     tokenizer: str | None = flag(
-        None, "tokenizer folder or hub id (default: $TOKENIZER). With starting weights their own tokenizer is used "
-              "and a different one is refused; from scratch: else $BART_DEFAULT_TOKENIZER, else facebook/bart-large "
-              "(offline: python -m bart.tokenization.build_tokenizer DIR)", scripts=ALL, quick=(PRETRAIN,))
+        None, "tokenizer folder or hub id (default: the starting weights' own, else $TOKENIZER)",
+        scripts=ALL, quick=(PRETRAIN,))
     model_revision: str | None = flag(
-        None, "the hub revision (branch, tag or commit) of a hub id given as the starting weights or MODEL_PATH "
-              "(transformers' --model_revision; default: main)", scripts=ALL, metavar="REV")
+        None, "hub revision (branch, tag or commit) of starting weights or MODEL_PATH given by id",
+        scripts=ALL, metavar="REV")
     allow_tokenizer_mismatch: bool = flag(
-        False, "use --tokenizer / $TOKENIZER even where it differs from the tokenizer the starting weights were "
-               "trained with (their ids then mean other tokens)", scripts=ALL, action="store_true")
-    dropout: float | None = flag(None, "dropout (default: the config's)", type=PROBABILITY)
-    attention_dropout: float | None = flag(None, "attention dropout (default: the config's)", type=PROBABILITY)
+        False, "use --tokenizer / $TOKENIZER even where it differs from the starting weights' own", scripts=ALL,
+        action="store_true")
+    dropout: float | None = flag(None, "dropout (default: the config's)", type=PROBABILITY, quick=TRAINING)
+    attention_dropout: float | None = flag(None, "attention dropout (default: the config's)", type=PROBABILITY,
+                                           quick=TRAINING)
     encoder_layerdrop: float | None = flag(None, "LayerDrop of encoder layers", type=PROBABILITY)
     decoder_layerdrop: float | None = flag(None, "LayerDrop of decoder layers", type=PROBABILITY)
     gradient_checkpointing: bool = flag(False, "recompute activations in backward", action="store_true")
     compile: bool | None = flag(
-        None, "torch.compile the model for training (the log says when it compiles, how long it took, and each "
-              "recompile; a compile failure is one warning and the run goes on eager). Default: on with CUDA, off on "
-              "CPU (eager: compiling costs minutes a short CPU run does not recover); --no-compile: eager",
+        None, "torch.compile the model for training (default: on with CUDA, off on CPU)",
         action=argparse.BooleanOptionalAction)
     compile_backend: str = flag(
-        "inductor", "--compile's backend: inductor (torch.compile's default: generated kernels), aot_eager (the same "
-                    "graphs and graph breaks, through AOTAutograd, run by eager kernels) or eager (dynamo's graphs "
-                    "alone: the same graph breaks and recompiles, the cheapest check of what inductor would compile)",
+        "inductor", "--compile's backend: inductor, or aot_eager / eager to check its graphs cheaply",
         lazy=_compile_backends)
     # the process's own, applied once at run start (bart.cli.start.begin_run), never while parsing
     cache_dir: str | None = reference()  # where hub downloads are cached: HF_HUB_CACHE for the run
@@ -148,42 +144,36 @@ class DataSettings:
                     FINETUNE: dict(required=False, help="folder with {train,val,test}.source and .target (or "
                                                         "--train_file ...)")})
     train_file: str | None = flag(
-        None, "a .csv, .json, .jsonl or .parquet file of training examples instead of --data_dir (transformers' "
-              "--train_file); written as OUTPUT_DIR/data/train.source/.target, the run's --data_dir",
+        None, "a .csv, .json, .jsonl or .parquet file of training examples instead of --data_dir",
         scripts=(FINETUNE,), metavar="FILE")
     validation_file: str | None = flag(None, "the same for the validation examples", scripts=(FINETUNE,),
                                        metavar="FILE")
     test_file: str | None = flag(None, "the same for the test examples (--do_predict)", scripts=(FINETUNE,),
                                  metavar="FILE")
     dataset_name: str | None = flag(
-        None, "a Hugging Face dataset instead of --data_dir (transformers' --dataset_name; needs the datasets package: "
-              "pip install datasets): a hub id (offline, HF_HUB_OFFLINE=1: read from the datasets cache) or a local "
-              "folder of .csv/.json/.jsonl/.parquet files named by split; its train, validation and test splits "
-              "written as OUTPUT_DIR/data/{train,val,test}.source/.target, the run's --data_dir",
+        None, "a Hugging Face dataset (hub id or folder) instead of --data_dir (needs datasets)",
         scripts=(FINETUNE,), metavar="NAME")
     dataset_config_name: str | None = flag(
         None, "--dataset_name's configuration (cnn_dailymail: 3.0.0)", scripts=(FINETUNE,), metavar="NAME")
     text_column: str | None = flag(
-        None, "those files' or that dataset's column of texts (default: transformers' for a known dataset, else "
-              "found, as article, document or source)", scripts=(FINETUNE,), metavar="NAME")
+        None, "the texts' column in those files or dataset (default: found, e.g. article, document)",
+        scripts=(FINETUNE,), metavar="NAME")
     summary_column: str | None = flag(
-        None, "their column of summaries (default: transformers' for a known dataset, else found, as highlights, "
-              "summary or target)", scripts=(FINETUNE,), metavar="NAME")
+        None, "their column of summaries (default: found, e.g. highlights, summary)", scripts=(FINETUNE,),
+        metavar="NAME")
     task: str = flag("summarization", "summarization or translation",
                      scripts=ALL, choices=(*TASK_METRICS, "pretraining"), refused_in=(PRETRAIN,),
                      per_script={PRETRAIN: dict(default="pretraining"),
                                  EVAL: dict(choices=tuple(TASK_METRICS))})
     prefix: str | None = flag(
-        None, "text put in front of every source in training, validation and prediction (transformers' "
-              "--source_prefix); kept in the model's config (prefix), which run_eval.py and the export apply",
+        None, "text put in front of every source; kept in the model config (run_eval.py applies it)",
         scripts=(FINETUNE, EVAL), metavar="TEXT", resume="may_change", resume_unset="",
         per_script={FINETUNE: dict(options=("--source_prefix", "--prefix")),
                     EVAL: dict(options=("--prefix", "--source_prefix"),
-                               help="text put in front of every source (default: the model's own, its config's "
-                                    "prefix, which fine-tuning with --source_prefix records)")})
+                               help="text put in front of every source (default: the model config's prefix)")})
     n_train: int | None = flag(None, "use only the first N training examples (-1, the default: all)",
                                   type=count_or_all(1), refused_in=(PRETRAIN,))
-    max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=TRAINING,
+    max_source_length: int = flag(1024, "encoder length in tokens", type=POSITIVE, scripts=ALL, quick=ALL,
                                   per_script={PRETRAIN: dict(default=128)})
     max_target_length: int | None = flag(
         None, "decoder length in tokens", type=POSITIVE, quick=(FINETUNE,),
@@ -191,14 +181,14 @@ class DataSettings:
                                                                     "--max_source_length (the source is rebuilt)")})
     train_batch_size: int = flag(32, "sequences per micro-batch per process", type=POSITIVE, quick=TRAINING)
     auto_find_batch_size: bool = flag(
-        False, "out of memory before the run's first log record, validation or checkpoint: halve --train_batch_size, "
-               "double --gradient_accumulation_steps (the same global batch) and start the updates again (transformers' "
-               "flag); the run's records say the batch that ran", action="store_true")
+        False, "out of memory early on: halve the batch, double the accumulation, start again",
+        action="store_true")
     max_tokens_per_batch: int | None = flag(
         None, "token-budget batches", type=POSITIVE, refused_in=(PRETRAIN,), resume="same",
         resume_note="the global batch is processes x --gradient_accumulation_steps micro-batches of it")
-    sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,))
-    num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE)
+    sortish_sampler: bool = flag(False, "length-grouped shuffled batches", action="store_true", refused_in=(PRETRAIN,),
+                                 quick=(FINETUNE,))
+    num_workers: int = flag(4, "data loader worker processes", type=NON_NEGATIVE, quick=(PRETRAIN,))
     noise: NoiseConfig | None = setting(
         None, "pretrain.py: BART's denoising noise (--mlm_probability, --permute_sentence_ratio, ...: "
               "bart.data.noise.add_noise_args)")
@@ -210,21 +200,19 @@ class OptimizationSettings:
     """The optimizer, its update and what it trains; the stops on a loss that is not finite."""
     GROUP: ClassVar[str] = "optimization"
     learning_rate: float = flag(5e-5, "peak learning rate", type=NON_NEGATIVE_FLOAT, quick=TRAINING, resume="same")
-    optim: str = flag("adamw", "the optimizer: adamw; lamb (--lamb: multi-tensor, apex FusedLAMB if installed); "
-                               "adafactor (torch's: factored second moments, far less state; its step is the "
-                               "learning rate times each tensor's RMS, so it takes a larger one, e.g. 1e-2)",
+    optim: str = flag("adamw", "the optimizer: adamw, lamb (= --lamb) or adafactor (wants a larger rate, e.g. 1e-2)",
                       choices=OPTIMIZERS, metavar="NAME")
     use_nvlamb: bool = flag(False, "LAMB trust ratio on every tensor (NVLAMB)", action="store_true", resume="same")
     weight_decay: float = flag(0.0, "decoupled weight decay (not on biases/norms)", type=NON_NEGATIVE_FLOAT,
-                               resume="same")
+                               resume="same", quick=TRAINING)
     adam_epsilon: float = flag(1e-8, "the optimizer's epsilon", type=POSITIVE_FLOAT, resume="same")
     adam_betas: tuple = flag((0.9, 0.999), "the optimizer's beta1 and beta2", type=PROBABILITY, nargs=2,
                              resume="same")
     gradient_clip_val: float = flag(1.0, "clip the global gradient norm to this (0: off)", "--gradient_clip_val",
-                                    "--max_grad_norm", type=NON_NEGATIVE_FLOAT)
-    gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=(PRETRAIN,))
+                                    "--max_grad_norm", type=NON_NEGATIVE_FLOAT, quick=TRAINING)
+    gradient_accumulation_steps: int = flag(1, "micro-batches per optimizer update", type=POSITIVE, quick=TRAINING)
     freeze_encoder: bool = flag(False, "no gradients for the encoder", action="store_true")
-    freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true")
+    freeze_embeds: bool = flag(False, "freeze token and position embeddings", action="store_true", quick=(FINETUNE,))
     max_consecutive_nonfinite: int = flag(5, "bf16/fp32: stop after this many consecutive NaN/inf losses",
                                           type=POSITIVE)
     min_loss_scale: float = flag(1e-4, "fp16: stop when the dynamic loss scale falls below this (every update "
@@ -235,12 +223,13 @@ class OptimizationSettings:
 class ScheduleSettings:
     """The learning-rate schedule and the run's length in updates (epochs become updates at run start)."""
     GROUP: ClassVar[str] = "schedule"
-    lr_scheduler: str = flag("linear", "the learning-rate schedule", choices=SCHEDULES,
-                             per_script={PRETRAIN: dict(default="polynomial")}, resume="may_change", schedule=True)
+    lr_scheduler: str = flag("linear", "the learning-rate schedule: %(choices)s", choices=SCHEDULES, metavar="NAME",
+                             per_script={PRETRAIN: dict(default="polynomial")}, resume="may_change", schedule=True,
+                             quick=TRAINING)
     warmup_steps: int | float = flag(
-        0, "updates of linear learning-rate warmup, or, below 1, that fraction of --max_steps (transformers 5; "
-           "--warmup_ratio)", type=updates_or_ratio, quick=(PRETRAIN,), resume="may_change", schedule=True)
-    lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (must not exceed --learning_rate)",
+        0, "updates of linear learning-rate warmup, or below 1 that fraction of --max_steps",
+        type=updates_or_ratio, quick=TRAINING, resume="may_change", schedule=True)
+    lr_end: float = flag(1e-7, "polynomial schedule: the learning rate it decays to (at most --learning_rate)",
                          type=NON_NEGATIVE_FLOAT, resume="may_change", schedule=True)
     max_steps: int | None = flag(None, "optimizer updates in this run (required)", type=POSITIVE, quick=TRAINING,
                                     per_script={FINETUNE: dict(help="optimizer updates in this run (required, or "
@@ -254,10 +243,11 @@ class ScheduleSettings:
 class LossSettings:
     """The training loss."""
     GROUP: ClassVar[str] = "loss"
-    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY, resume="may_change")
+    label_smoothing: float = flag(0.0, "label smoothing of the loss", type=PROBABILITY, resume="may_change",
+                                  quick=(FINETUNE,))
     fused_cross_entropy: bool = flag(
-        False, "LM head and loss computed in token chunks: the (tokens x vocab) logits are never stored (less memory "
-               "for large batches; same loss and gradients)", action="store_true")
+        False, "LM head and loss in token chunks, never all logits at once (less memory, same loss)",
+        action="store_true")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,7 +256,7 @@ class RandomnessSettings:
     GROUP: ClassVar[str] = "randomness"
     seed: int = flag(42, "seed of the weights' initialisation, the data order and dropout", type=NON_NEGATIVE,
                      scripts=ALL, per_script={EVAL: dict(help="seeds torch before generating (sampling)", type=int)},
-                     resume="may_change")
+                     resume="may_change", quick=TRAINING)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,26 +265,26 @@ class ValidationSettings:
     GROUP: ClassVar[str] = "validation"
     n_val: int | None = flag(
         None, "validation examples per evaluation (-1, the default: all; 0: none)", type=count_or_all(0),
-        quick=TRAINING, resume="may_change", per_script={PRETRAIN: dict(help="rows held out of training for the validation loss (default "
-                                                        "none)")})
+        quick=TRAINING, resume="may_change",
+        per_script={PRETRAIN: dict(help="rows held out of training for the validation loss (default none)")})
     val_check_interval: int | float = flag(
-        0, "validate every N updates (0: at the end), or, written with a decimal point, every F in (0, 1] of an "
-           "epoch of the training data (1.0 = every epoch)", type=updates_or_fraction, quick=TRAINING,
-        resume="may_change", per_script={PRETRAIN: dict(help="validate every N updates (0: at the end; needs --n_val), or, written with a "
-                                        "decimal point, every F in (0, 1] of an epoch of the training data")})
+        0, "validate every N updates (0: at the end), or every F in (0, 1.0] of an epoch",
+        type=updates_or_fraction, quick=TRAINING, resume="may_change",
+        per_script={PRETRAIN: dict(help="validate every N updates (0: at the end; needs --n_val)")})
     val_metric: str | None = flag(
-        None, "the metric best-k and early stopping rank by (default: the task's, rouge2 or bleu; loss: the token "
-              "loss, lower is better)", type=_val_metric,
+        None, "what best-k and early stopping rank by (default: rouge2, or bleu for translation)",
+        type=_val_metric,
         choices=VAL_METRICS, metavar="NAME", refused_in=(PRETRAIN,), resume="may_change")
     val_max_target_length: int | None = flag(None, "longest generation in validation", type=POSITIVE,
-                                                refused_in=(PRETRAIN,))
+                                                refused_in=(PRETRAIN,), quick=(FINETUNE,))
     early_stopping_patience: int = flag(
-        -1, "stop after N validations in a row without improvement of --val_metric (-1, the default: never; 0 stops "
-            "at the first one, as Lightning's patience 0 did)", type=int_at_least(-1), refused_in=(PRETRAIN,))
+        -1, "stop after N validations in a row without improvement (-1, the default: never)",
+        type=int_at_least(-1), refused_in=(PRETRAIN,))
     early_stopping_threshold: float = flag(
-        0.0, "an improvement of --val_metric by this much or less does not reset the patience (transformers' "
-             "EarlyStoppingCallback)", type=NON_NEGATIVE_FLOAT, metavar="X", refused_in=(PRETRAIN,))
-    save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,))
+        0.0, "an improvement of --val_metric by X or less does not reset the patience", type=NON_NEGATIVE_FLOAT,
+        metavar="X", refused_in=(PRETRAIN,))
+    save_top_k: int = flag(1, "keep the K best validation checkpoints", type=NON_NEGATIVE, refused_in=(PRETRAIN,),
+                           quick=(FINETUNE,), metavar="K")
     num_sanity_val_steps: int | None = reference()
 
 
@@ -318,13 +308,13 @@ class GenerationSettings:
     ``--max_target_length`` as aliases)."""
     GROUP: ClassVar[str] = "generation"
     eval_beams: int | None = flag(
-        None, "beams (default: the model config's num_beams; 0: no beam search, i.e. greedy, as the reference)",
-        "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(EVAL,))
+        None, "beams (default: the model config's num_beams; 0: greedy, as the reference)",
+        "--eval_beams", "--num_beams", scripts=ALL, type=NON_NEGATIVE, refused_in=(PRETRAIN,), quick=(FINETUNE, EVAL))
     eval_max_gen_length: int | None = flag(
         None, "longest generated sequence in tokens", scripts=ALL, type=POSITIVE, refused_in=(PRETRAIN,), quick=(EVAL,),
         per_script={EVAL: dict(default=142, options=("--eval_max_gen_length", "--max_target_length"))})
     eval_batch_size: int | None = flag(
-        None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(EVAL,),
+        None, "sources per generation batch", scripts=ALL, type=POSITIVE, quick=(FINETUNE, EVAL),
         per_script={FINETUNE: dict(default=8), EVAL: dict(default=8, options=("--eval_batch_size", "--bs")),
                     PRETRAIN: dict(help="sequences per held-out loss batch (default: --train_batch_size)")})
 
@@ -335,20 +325,20 @@ class CheckpointSettings:
     GROUP: ClassVar[str] = "checkpoints"
     output_dir: str = flag("results", "checkpoints, logs and run_config.json go here", quick=TRAINING)
     resume_from_checkpoint: bool | str | None = flag(
-        None, "True or auto: the newest training checkpoint in --output_dir, else a new run (one command for a first "
-              "start and its restarts; True notes it, as the reference); or a path. Restores everything", type=_bool_or_path, quick=TRAINING, once=True)
+        None, "resume from this checkpoint; True / auto: the newest in --output_dir (auto: if any)",
+        type=_bool_or_path, quick=TRAINING, once=True, metavar="PATH")
     overwrite_output_dir: bool = flag(
-        False, "a new run into an --output_dir that holds another run's checkpoints or log: remove that run's files "
-               "(checkpoints, logs, rankings, predictions, tokenizer, TensorBoard events; nothing else) and start over. "
-               "Without it such a folder is refused", action="store_true", once=True)
-    allow_resume_change: tuple = flag((), "resume although the checkpoint was written with another", nargs="+", metavar="NAME",
-                                      lazy=_resume_changes)
+        False, "a new run over another run's files in --output_dir: remove them (else refused)",
+        action="store_true", once=True, quick=TRAINING)
+    allow_resume_change: tuple = flag((), "resume although the checkpoint's run had another NAME", nargs="+",
+                                      metavar="NAME", lazy=_resume_changes)
     init_checkpoint: str | None = flag(
         None, "start a new run from this checkpoint's model weights only (phase 2)", quick=TRAINING)
     from_scratch: bool = flag(False, "start from random weights (no checkpoint)", scripts=(FINETUNE,),
                               action="store_true", quick=(FINETUNE,))
-    phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE)
-    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE)
+    phase1_end_step: int = flag(0, "updates phase 1 ran: phase 2 numbers its updates after them", type=NON_NEGATIVE,
+                                quick=(PRETRAIN,))
+    save_checkpoint_steps: int = flag(0, "save every N updates (0: at the end)", type=NON_NEGATIVE, quick=(PRETRAIN,))
     keep_checkpoints: int = flag(3, "keep the newest K step checkpoints (0: all)", type=NON_NEGATIVE)
 
 
@@ -356,10 +346,10 @@ class CheckpointSettings:
 class LoggingSettings:
     """What the run logs, and where."""
     GROUP: ClassVar[str] = "logging"
-    log_freq: int = flag(10, "log every N updates", type=POSITIVE)
+    log_freq: int = flag(10, "log every N updates", type=POSITIVE, quick=(PRETRAIN,))
     json_summary: str | None = flag(
         None, "dllogger JSON log (default: OUTPUT_DIR/dllogger.json)", "--json-summary", "--json_summary", scripts=ALL,
-        per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")})
+        per_script={EVAL: dict(help="dllogger log (default SAVE_PATH/dllogger.json)")}, quick=ALL)
     tensorboard_dir: str | None = flag(
         None, "TensorBoard event folder, written by rank 0 (default: OUTPUT_DIR/tensorboard)")
     no_tensorboard: bool = flag(False, "write no TensorBoard events", action="store_true")
@@ -377,14 +367,14 @@ class PrecisionSettings:
     fp16: bool = flag(PRECISION_DEFAULTS["fp16"], "fp16 autocast with loss scaling", scripts=ALL, quick=ALL,
                       action="store_true")
     bf16: bool = flag(PRECISION_DEFAULTS["bf16"], "bf16 autocast", scripts=ALL, quick=ALL, action="store_true")
-    fp8: bool = flag(PRECISION_DEFAULTS["fp8"], f"float8 linear layers (torchao's float8 training, {FP8_LIBRARY}) "
-                     f"under bf16 autocast; CUDA compute capability >= 8.9", scripts=ALL, action="store_true",
-                     per_script={EVAL: dict(action=TrainingOnly, help=argparse.SUPPRESS)})
-    fp8_emulate: bool = flag(PRECISION_DEFAULTS["fp8_emulate"], "--fp8 with the float8 products emulated in higher "
-                             "precision: any device, slow (tests, CPU checks)", scripts=ALL, action="store_true",
+    fp8: bool = flag(PRECISION_DEFAULTS["fp8"], f"float8 linear layers ({FP8_LIBRARY}) under bf16 autocast; CUDA "
+                     f"capability 8.9+", scripts=ALL, action="store_true",
+                     per_script={EVAL: dict(action=TrainingOnly, help=argparse.SUPPRESS)}, quick=TRAINING)
+    fp8_emulate: bool = flag(PRECISION_DEFAULTS["fp8_emulate"], "--fp8 with the float8 products emulated: any "
+                             "device, slow (tests, CPU checks)", scripts=ALL, action="store_true",
                              per_script={EVAL: dict(action=TrainingOnly, help=argparse.SUPPRESS)})
     tf32: bool = flag(PRECISION_DEFAULTS["tf32"], "TF32 matmuls on Ampere+ for the fp32 parts (--no-tf32 for strict "
-                      "fp32)", scripts=ALL, action=argparse.BooleanOptionalAction)
+                      "fp32)", scripts=ALL, action=argparse.BooleanOptionalAction, quick=ALL)
 
     @classmethod
     def named(cls, name: str, emulate_fp8: bool = False) -> PrecisionSettings:
@@ -398,27 +388,23 @@ class PrecisionSettings:
 class DistributedSettings:
     """Several processes: how they share the model, wait for each other and sit on the CPUs."""
     GROUP: ClassVar[str] = "distributed"
-    distributed_strategy: str | None = flag(None, "how several processes share the model", lazy=_strategies)
+    distributed_strategy: str | None = flag(None, "how processes share the model", lazy=_strategies)
     allreduce_post_accumulation_half_precision: bool = flag(
         False, "all-reduce gradients in bf16/fp16 once per update (fp32 parameters)",
-        "--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16", action="store_true")
-    dist_timeout: float = flag(10.0, "minutes a collective waits for the other ranks before the run stops naming the "
-                                     "rank (a hung or dead process); checkpoint writes and validation must fit in it",
-                               scripts=ALL, type=POSITIVE_FLOAT)
+        "--allreduce_post_accumulation_half_precision", "--allreduce_post_accumulation_fp16", action="store_true",
+        quick=(PRETRAIN,))
+    dist_timeout: float = flag(10.0, "minutes a collective waits for the other ranks before the run stops, naming "
+                                     "them", scripts=ALL, type=POSITIVE_FLOAT, metavar="MINUTES")
     rendezvous_timeout: float = flag(
-        600.0, "seconds the processes of a multi-process run wait for each other at start-up (and after a torchrun "
-               "--max_restarts restart) before it stops naming the ones missing", scripts=ALL, type=POSITIVE_FLOAT,
+        600.0, "seconds processes wait for each other at start-up (then: stop, naming the missing)",
+        scripts=ALL, type=POSITIVE_FLOAT,
         metavar="SECONDS")
     heartbeat_timeout: float = flag(
-        60.0, "seconds without a heartbeat from a process (stopped, frozen, its machine gone) before the job ends "
-              "naming it; a busy process keeps beating (bart.runtime.heartbeat); 0: off", scripts=ALL,
+        60.0, "seconds without a heartbeat from a process before the job ends, naming it (0: off)", scripts=ALL,
         type=NON_NEGATIVE_FLOAT, metavar="SECONDS")
     affinity: str = flag(
-        DEFAULT_AFFINITY, "CPU affinity of each GPU process, within the CPUs the job was given: socket (its GPU's NUMA "
-                          "node), single (that node's first core), single_unique (a core of its own), "
-                          "socket_unique_interleaved / socket_unique_continuous (the node's cores shared out among its "
-                          "GPUs, each with its SMT siblings), disabled (left alone). Default: %(default)s",
-        choices=AFFINITY_MODES)
+        DEFAULT_AFFINITY, "CPU affinity of each GPU process (modes: docs/TRAINING.md; default: %(default)s)",
+        choices=AFFINITY_MODES, metavar="MODE")
     local_rank: int | None = flag(None, "set by old launchers; torchrun's LOCAL_RANK is used", "--local_rank",
                                      "--local-rank", type=int)  # run_eval.py: the reference's row (SPECS)
 
@@ -428,8 +414,7 @@ class HubSettings:
     """The best model uploaded to the Hugging Face hub at the end."""
     GROUP: ClassVar[str] = "publishing"
     push_to_hub: str | None = flag(
-        None, "at the end, upload best_tfmr/ (the best checkpoint as a Hugging Face folder, verified in transformers) "
-              "to the hub's model repository REPO (OWNER/NAME; made if missing); the token is checked before training",
+        None, "at the end, upload best_tfmr/ to the hub's model repository REPO (OWNER/NAME)",
         scripts=(FINETUNE,), metavar="REPO", nargs="?", const=True)
     hub_private_repo: bool = flag(False, "with --push_to_hub: make the repository private", scripts=(FINETUNE,),
                                   action="store_true")
@@ -442,10 +427,10 @@ class EvaluationSettings:
     model_path: str | None = flag(None, "checkpoint (.ckpt) or Hugging Face folder", scripts=(EVAL,),
                                      per_script={EVAL: dict(position=0)})
     save_path: str | None = flag(None, "output folder", scripts=(EVAL,), per_script={EVAL: dict(position=3)})
-    overwrite: bool = flag(False, "replace an earlier evaluation of the same split in SAVE_PATH "
-                                  "({type_path}_generations.txt, its metrics file); without it such a folder is refused",
+    overwrite: bool = flag(False, "replace an earlier evaluation of the same split in SAVE_PATH (else it is refused)",
                            scripts=(EVAL,), action="store_true")
-    type_path: str = flag("test", "split to evaluate (train, val, test)", scripts=(EVAL,), quick=(EVAL,))
+    type_path: str = flag("test", "split to evaluate (train, val, test)", scripts=(EVAL,), quick=(EVAL,),
+                          metavar="SPLIT")
     n_obs: int | None = flag(None, "only the first N examples (-1: all)", scripts=(EVAL,), type=count_or_all(1),
                                 quick=(EVAL,))
     num_return_sequences: int = flag(1, "sequences generated per source", scripts=(EVAL,), type=POSITIVE)
@@ -454,10 +439,10 @@ class EvaluationSettings:
     dump_args: bool = flag(False, "store the generation arguments in the metrics file", "--dump-args", "--dump_args",
                            scripts=(EVAL,), action="store_true")
     decode_precision: str = flag(
-        "fp32", "weights to decode with: fp32, a bf16 copy, int8 dynamically quantized linear layers (CPU); see "
-                "bart/generation/precision.py", scripts=(EVAL,), choices=DECODE_PRECISIONS, quick=(EVAL,))
+        "fp32", "weights to decode with: fp32, a bf16 copy, or int8 linear layers (CPU)", scripts=(EVAL,),
+        choices=DECODE_PRECISIONS, quick=(EVAL,))
     compile_generation: bool | str = flag(
-        False, "the decode step under torch.compile (no value: default mode; reduce-overhead: CUDA graphs)",
+        False, "the decode step under torch.compile (reduce-overhead: CUDA graphs)",
         scripts=(EVAL,), nargs="?", const="default", choices=("default", "reduce-overhead"))
     device: str | None = reference()
     debug: bool | None = reference()

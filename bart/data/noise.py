@@ -64,7 +64,8 @@ _HELP = {
 def add_noise_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("denoising noise (BART)")
     for f in fields(NoiseConfig):
-        group.add_argument(f"--{f.name}", type=type(f.default), default=f.default, help=_HELP[f.name])
+        group.add_argument(f"--{f.name}", type=type(f.default), default=f.default, help=_HELP[f.name],
+                           metavar="N" if isinstance(f.default, int) else "X")
 
 
 def noise_config_from_args(args: argparse.Namespace) -> NoiseConfig:

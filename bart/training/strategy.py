@@ -100,7 +100,7 @@ class DDPStrategy(Strategy):
 
 class FSDPStrategy(Strategy):
     name = "fsdp"
-    summary = "FSDP2: parameters, gradients and optimizer state sharded"
+    summary = "FSDP2, sharded"
 
     def _prepare(self, model):
         from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard

@@ -50,7 +50,10 @@ def test_every_flag_is_one_field_with_one_default_and_one_help(script):
         own = declared.per_script.get(script, {})
         default = own.get("default", fields[action.dest].default)
         assert parser.get_default(action.dest) == default or not action.option_strings, (script, action.dest)
-        assert action.help.startswith(own.get("help", declared.help)), (script, action.dest)  # (+ a table's)
+        if script in declared.refused_in:  # another script's flag: named in one line of --help-all, no help here
+            assert action.help == argparse.SUPPRESS, (script, action.dest)
+        else:
+            assert action.help.startswith(own.get("help", declared.help)), (script, action.dest)  # (+ a table's)
     assert all(len(actions) == 1 for actions in own_actions.values())
     # every field that declares this script has its action (none dropped by the generator)
     assert {name for name, f in fields.items() if "flag" in f.metadata and script in f.metadata["flag"].scripts} \
@@ -199,12 +202,27 @@ def test_help_is_short_and_names_help_all(script, capsys):
     full = capsys.readouterr().out
     assert full.startswith(f"usage: {script} ")
     groups = {cls.GROUP for cls in SECTIONS.values() if any(
-        "flag" in f.metadata and script in f.metadata["flag"].scripts and "position" not in
-        f.metadata["flag"].per_script.get(script, {}) for f in dataclasses.fields(cls))}
+        "flag" in f.metadata and script in f.metadata["flag"].scripts and script not in f.metadata["flag"].refused_in
+        and "position" not in f.metadata["flag"].per_script.get(script, {}) for f in dataclasses.fields(cls))}
     assert all(f"\n{group}:\n" in full for group in groups), groups
     assert len(full.splitlines()) > len(lines)
     for flag in ("--config_path",) if script != EVAL else ("--decode_precision",):
         assert flag in short
+
+
+@pytest.mark.parametrize("script, shell", [(PRETRAIN, "run_pretraining.sh"), (FINETUNE, "run_summarization.sh"),
+                                           (EVAL, "run_eval_summarization.sh")])
+def test_the_flags_a_shell_script_passes_are_in_the_short_help(script, shell, capsys):
+    """A user reading scripts/run_*.sh finds each flag it passes to the entry script in that script's --help (each
+    flag there by its first spelling)."""
+    parser = build_parser(script)
+    action_of = {option: action for action in parser._actions for option in action.option_strings}
+    text = "\n".join(re.sub(r"(^|\s)#.*", "", line) for line in open(os.path.join(ROOT, "scripts", shell)))
+    passed = sorted(set(re.findall(r"(?<![\w-])--[A-Za-z][\w-]*", text)) & set(action_of))
+    assert len(passed) >= 8, passed
+    assert run_entry(script, ["--help"]) == 0
+    short = capsys.readouterr().out
+    assert [flag for flag in passed if f"  {action_of[flag].option_strings[0]}" not in short] == []
 
 
 def test_the_usage_line_names_the_command_typed():
