@@ -56,6 +56,28 @@ def test_flags_named_in_the_readme_are_accepted():
     assert not missing
 
 
+def _parameter_lists() -> dict:
+    """The README's parameter lists: name ("Both training scripts", "finetune.py", "pretrain.py") -> the flags its
+    lines name before their ": "."""
+    section = README.split("### Parameters")[1].split("### Command-line")[0]
+    blocks = re.findall(r"^(Both training scripts|`finetune.py`|`pretrain.py`):\n```\n(.*?)```", section, flags=re.S | re.M)
+    return {name.strip("`"): {flag for line in block.splitlines() for flag in re.findall(r"--[\w-]+", line.split(": ")[0])}
+            for name, block in blocks}
+
+
+def test_the_readmes_parameter_lists_are_the_flags_of_each_training_scripts_help():
+    """The README lists each training script's --help flags (the settings' quick= marks), no more, no fewer."""
+    from bart.cli.parsing import build_parser
+
+    lists = _parameter_lists()
+    assert set(lists) == {"Both training scripts", "finetune.py", "pretrain.py"}, lists
+    for script in ("pretrain.py", "finetune.py"):
+        quick = [a for a in build_parser(script).quick_actions if a.dest not in ("help", "help_all", "config_file")]
+        listed = lists["Both training scripts"] | lists[script]
+        assert sorted(listed - {option for a in quick for option in a.option_strings}) == [], script
+        assert [a.option_strings[0] for a in quick if not listed & set(a.option_strings)] == [], script
+
+
 def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
     """The "Exporting to Hugging Face" block, each line run as printed in a folder laid out as Quick Start step 5
     leaves it (a fine-tuning run's results/cnn_dm, its tokenizer saved beside its checkpoints). Rules out: exit 2 on
