@@ -1,8 +1,8 @@
 """Beam-search speed: this project's generate against transformers' generate and CTranslate2, same weights
 and inputs.
 
-bart-base geometry (configs/config_base.json; --config configs/config_large.json for bart-large) with
-random weights, beams 4, no-repeat 3. Three workloads: ``full`` (512-token sources, 64 new tokens, batch
+bart-base geometry (configs/config_base.json; --config configs/config.json for bart-large; a Pre-LN config
+runs against transformers' mBART) with random weights, beams 4, no-repeat 3. Three workloads: ``full`` (512-token sources, 64 new tokens, batch
 sizes 1, 8, 32, 64) suppresses EOS until the last step (min_length), so every row decodes every step (pure
 decode cost); ``short`` (128-token sources, 24 new tokens, batch 4 and 8) likewise, where per-step
 overheads weigh most; ``ragged`` (as full) makes EOS likely (a bias on its logit, --eos_bias; min_length 8,
@@ -43,7 +43,7 @@ thread, which on a 2-core machine preempts one of torch's OpenMP threads), the s
 gives the versions and the load average.
 
     python benchmarks/bench_generation.py [--workload full|short|ragged] [--batch_sizes 1 8 32 64] [--threads 2]
-        [--repeats 1] [--source_length 512] [--new_tokens 64] [--config configs/config_large.json] [--device cpu]
+        [--repeats 1] [--source_length 512] [--new_tokens 64] [--config configs/config.json] [--device cpu]
         [--contenders all] [--sources lee] [--hf_max_batch 8] [--json rows.json] [--bandwidth GB/s]
 
 With --json the rows are also written there (rewritten after every batch size, so a process stopped
@@ -380,8 +380,12 @@ def build(args, names) -> Bench:
     values = json.load(open(args.config))
     values.update(dropout=0.0, forced_bos_token_id=None, forced_eos_token_id=None)
     # transformers' aliases (num_hidden_layers, ...) left out: 5.x reads a leftover one over encoder_layers
-    hf_values = {k: v for k, v in values.items() if k not in ("pre_ln", "dtype", *transformers.BartConfig.attribute_map)}
-    hf = transformers.BartForConditionalGeneration(transformers.BartConfig(**hf_values, attn_implementation="sdpa"))
+    hf_values = {k: v for k, v in values.items()
+                 if k not in ("pre_ln", "dtype", "model_type", *transformers.BartConfig.attribute_map)}
+    # a Pre-LN config is transformers' mBART (its layer norms inside each branch and a final one per stack)
+    kind, config = ((transformers.MBartForConditionalGeneration, transformers.MBartConfig) if values.get("pre_ln")
+                    else (transformers.BartForConditionalGeneration, transformers.BartConfig))
+    hf = kind(config(**{"scale_embedding": False, **hf_values}, attn_implementation="sdpa"))
     ours = BartForConditionalGeneration(BartConfig(**values))
     if args.workload == "ragged":
         if args.eos_bias is None:

@@ -83,3 +83,21 @@ def test_benchmark_prints_and_writes_every_contender_checked_against_ours(tmp_pa
         else:
             assert re.fullmatch(rf"\d+/{batch}", same)
     assert "token-identical rows (ours vs transformers): 1/1, 2/2" in printed
+
+
+def test_a_pre_ln_config_is_benchmarked_against_transformers_mbart(tmp_path, capsys):
+    """A Pre-LN config (configs/config_tiny.json as shipped) runs against transformers' mBART, the Pre-LN layout,
+    with the same weights: every row token-identical, where transformers' BART could not load them."""
+    argv = ["--config", os.path.join(ROOT, "configs", "config_tiny.json"), "--device", "cpu", "--threads", "1",
+            "--batch_sizes", "2", "--new_tokens", "4", "--source_length", "12", "--contenders", "ours,hf"]
+    threads = torch.get_num_threads()
+    try:
+        assert type(bench_generation.build(*bench_generation.parse_args(argv)).hf).__name__ == \
+            "MBartForConditionalGeneration"
+        bench_generation.main(argv + ["--json", str(tmp_path / "beam.json")])
+    finally:
+        torch.set_num_threads(threads)
+        gc.unfreeze()  # main freezes what exists for its runs' collections
+    capsys.readouterr()
+    report = json.loads((tmp_path / "beam.json").read_text())
+    assert [(row["batch"], row["identical_rows"]) for row in report["rows"]] == [(2, 2)]
