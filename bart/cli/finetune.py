@@ -10,9 +10,7 @@ from bart.cli.parsing import parse_command_line, resolve_epochs
 from bart.cli.reference_flags import validate_before_training, weights_summary
 from bart.cli.settings import FINETUNE, Settings, generation_kwargs
 from bart.data.summarization import read_split
-from bart.evaluation import predict_split
-from bart.export import export_best
-from bart.hub import check_can_push, push_folder, resolve_model_path
+from bart.hub import check_can_push, resolve_model_path
 from bart.modeling.weights import resolve_weights
 from bart.runtime import distributed as dist_utils
 from bart.training.checkpoint import save_final_weights
@@ -34,8 +32,6 @@ def main(argv=None) -> dict:
     init = None if args.checkpoints.from_scratch or args.checkpoints.resume_from_checkpoint else \
         resolve_weights(resolve_model_path(args.checkpoints.init_checkpoint, args.model.model_revision))
     args, tokenizer, model = builder.build_model_and_tokenizer(args, init, LENGTHS)
-    if args.data.prefix:  # --source_prefix: the model's own from now on (its checkpoints, the export, run_eval.py)
-        model.config.prefix = args.data.prefix
     if args.logging.weights_summary and env.is_main:
         print(weights_summary(model, args.logging.weights_summary), flush=True)
     torch.manual_seed(args.randomness.seed + env.rank)
@@ -55,20 +51,10 @@ def main(argv=None) -> dict:
     if args.prediction.do_train and (path := save_final_weights(args.checkpoints.output_dir, trainer)):
         summary["final_weights"] = path
     if args.prediction.do_predict:
-        test_kwargs = dict(gen_kwargs, max_length=args.prediction.test_max_target_length or gen_kwargs.get("max_length")
-                           or model.config.max_length)
-        with trainer.strategy.whole_model(model) as whole:  # collective; FSDP: the gathered weights
-            summary["test"] = predict_split(whole, tokenizer, args.data.data_dir, "test", args.checkpoints.output_dir,
-                                            args.data.task, args.generation.eval_batch_size,
-                                            args.data.max_source_length, test_kwargs, args.prediction.n_test,
-                                            args.precision,
-                                            trained=summary.get("final_weights"), prefix=args.data.prefix or "")
-    trained = args.prediction.do_train and validation is not None
-    if trained and env.is_main and (best := export_best(args.checkpoints.output_dir)):
-        summary["best_tfmr"] = best["out_dir"]  # the best checkpoint as a Hugging Face folder (with its tokenizer)
-        if args.hub.push_to_hub:  # once, at the end, the verified folder
-            summary["hub_url"] = push_folder(best["out_dir"], args.hub.push_to_hub, private=args.hub.hub_private_repo)
-            print(f"pushed {best['out_dir']} to {summary['hub_url']}", flush=True)
+        summary["test"] = builder.predict_test_split(args, trainer, model, tokenizer, gen_kwargs,
+                                                     summary.get("final_weights"))
+    if args.prediction.do_train and validation is not None:  # best_tfmr/, and the hub's copy
+        summary.update(builder.hand_off_best(args, env))
     if validation is not None:
         summary["validation"] = validation.history
     if env.is_main:
