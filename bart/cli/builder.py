@@ -230,7 +230,8 @@ def pretraining_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv
                                     args.data.max_source_length, args.data.noise, seed=args.randomness.seed,
                                     num_workers=args.data.num_workers,
                                     local_rank=env.local_rank, n_val=args.validation.n_val or 0,
-                                    shuffle_buffer_size=args.data.buffer_size)
+                                    shuffle_buffer_size=args.data.buffer_size,
+                                    accumulation=args.optimization.gradient_accumulation_steps)
 
 
 def finetuning_loader(args: Settings, tokenizer, env: dist_utils.DistributedEnv):

@@ -246,33 +246,37 @@ class BalancedParquetDataset(_base_dataset()):
     def epoch(self) -> int:
         return self._epoch
 
-    def worker_files(self, worker: int, num_workers: int) -> list:
+    def worker_files(self, worker: int, num_workers: int, ranks: tuple | None = None) -> list:
         """LDDL's split: the files shuffled alike on every rank (seed: base seed + epoch), then
-        dealt to ranks and to each rank's workers."""
+        dealt to ranks and to each rank's workers. ``ranks``: (rank, processes) of the layout dealt,
+        this process's own when None (a resume on other processes reads the checkpoint's)."""
+        rank, world_size = ranks or (self._rank, self._world_size)
         self._init_rng_states(worker, num_workers)
         files = self._world_identical_sample(self._files, k=len(self._files))
-        return files[self._rank::self._world_size][worker::num_workers]
+        return files[rank::world_size][worker::num_workers]
 
-    def worker_rows(self, worker: int, num_workers: int, start: int = 0):
+    def worker_rows(self, worker: int, num_workers: int, start: int = 0, ranks: tuple | None = None):
         """``(row number, text, samples)`` for a worker's rows of the epoch in order, from row
         ``start``: the rows of its files one after another, cut in windows of shuffle_buffer_size
         rows, each window permuted. Rows before ``start`` are neither decoded nor, outside
-        ``start``'s window, read."""
-        files = self.worker_files(worker, num_workers)
+        ``start``'s window, read. ``ranks``: as :meth:`worker_files`'s."""
+        files = self.worker_files(worker, num_workers, ranks)
         total, size = sum(f.num_samples for f in files), self._shuffle_buffer_size
         cache: dict = {}
         for window in range(start // size, -(-total // size)):
             low, high = window * size, min(total, (window + 1) * size)
             texts = self._read_rows(files, low, high, cache)
-            order = self._window_order(high - low, worker, num_workers, window)
+            order = self._window_order(high - low, worker, num_workers, window, ranks)
             for first in range(max(start - low, 0), high - low, self.decode_chunk_rows):
                 picked = order[first:first + self.decode_chunk_rows]
                 chunk = [texts[i] for i in picked]
                 for offset, (text, samples) in enumerate(zip(chunk, self._decode_rows(chunk))):
                     yield low + first + offset, text, samples
 
-    def _window_order(self, rows: int, worker: int, num_workers: int, window: int) -> np.ndarray:
-        seed = [self._base_seed % 2**63, self._epoch, self._world_size, self._rank, num_workers, worker, window]
+    def _window_order(self, rows: int, worker: int, num_workers: int, window: int,
+                      ranks: tuple | None = None) -> np.ndarray:
+        rank, world_size = ranks or (self._rank, self._world_size)
+        seed = [self._base_seed % 2**63, self._epoch, world_size, rank, num_workers, worker, window]
         return np.random.default_rng(seed).permutation(rows)
 
     def _read_rows(self, files: list, start: int, stop: int, cache: dict) -> list:

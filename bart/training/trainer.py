@@ -10,7 +10,8 @@ exactly ``max_steps`` updates. Everything a resumed run needs is in ``state_dict
 A stop signal is agreed before each update, or at a validation's batch (``StoppedAtBatch``: that validation is
 abandoned, recorded in the checkpoint and done first by the resumed run); either ends in ``stop_for_signal``
 (a checkpoint, exit 75). A checkpoint of a finished run resumed at ``max_steps`` trains, validates and writes
-nothing. ``state_dict`` holds each rank's data position: loaders with ``seek`` start there, others are replayed.
+nothing. ``state_dict`` holds each rank's data position: loaders with ``seek`` start there (a loader's ``position_of``
+makes this rank's of every rank's, on any number of processes), others are replayed.
 The trainer reads its sections of the run's ``Settings`` and holds its ``Precision`` (``settings.precision``);
 validation takes it from there.
 
@@ -438,12 +439,13 @@ class Trainer:
         current = {"args": _plain(self.settings.as_dict()), "config": self.model.config.to_dict(),
                    "world_size": self.world_size, "data": self._data_identity}
         sections = self.settings.sections().values()  # their fields declare the resume rules
-        for note in check_resume(saved, current, path, self.settings.checkpoints.allow_resume_change,
-                                 sections=sections):
-            if self.rank == 0:
-                print(note, file=sys.stderr, flush=True)
+        notes = check_resume(saved, current, path, self.settings.checkpoints.allow_resume_change, sections=sections)
         self.resume_changes = resume_changes(saved, current, sections=sections)  # allowed (check_resume refused the rest): the banner says them
         self._check_data_position(state, saved["world_size"], path)
+        self._seek_data_position(state, path)  # before the weights load: a position that cannot be read is one line
+        for note in notes:
+            if self.rank == 0:
+                print(note, file=sys.stderr, flush=True)
         from bart.modeling.weights import (
             check_weight_values,  # the rule every weight file meets
         )
@@ -484,17 +486,26 @@ class Trainer:
             self.eval_hook.load_state_dict(state["eval_hook"])
         self._validation_due, self._finished = bool(state.get("validation_due")), bool(state.get("finished"))
         self._validated_at = None if self._validation_due else self.global_step
-        positions = state.get("data_position")  # absent from older checkpoints: replayed instead
-        if positions and hasattr(self.train_data, "seek"):  # a global position is every rank's: rank 0's is taken
-            self._data_position = positions[0 if len(positions) != self.world_size else self.rank]
-            try:  # checked now, used when the epoch starts
-                self.train_data.set_epoch(self.epoch)
-                self.train_data.seek(self._data_position)
-            except ValueError as err:
-                raise CheckpointError(f"{path}: {err}") from err
         layout = layout_changes(saved, current)
-        if layout and self.rank == 0:
-            print(self._layout_said(path, layout, saved["world_size"], state["global_step"]), flush=True)
+        data_said = getattr(self.train_data, "resume_said", lambda: None)()
+        if (layout or data_said) and self.rank == 0:
+            print(self._layout_said(path, layout, saved["world_size"], state["global_step"], data_said), flush=True)
+
+    def _seek_data_position(self, state: dict, path: str) -> None:
+        """The loader set at the checkpoint's data position (checked now, used when the epoch starts): a loader with
+        ``position_of`` makes this rank's position of every rank's; of another, a global position is every rank's
+        (rank 0's is taken). Older checkpoints hold none: their epoch is replayed instead."""
+        positions = state.get("data_position")
+        if not positions or not hasattr(self.train_data, "seek"):
+            return
+        position_of = getattr(self.train_data, "position_of", None)
+        try:
+            self._data_position = (position_of(positions, path) if position_of is not None else
+                                   positions[0 if len(positions) != self.world_size else self.rank])
+            self.train_data.set_epoch(int(state["epoch"]))
+            self.train_data.seek(self._data_position)
+        except ValueError as err:
+            raise CheckpointError(f"{path}: {err}") from err
 
     def _check_data_position(self, state: dict, written_by: int, path: str) -> None:
         """A checkpoint written by another number of processes resumes only where the data position is global."""
@@ -505,18 +516,22 @@ class Trainer:
         raise CheckpointError(
             f"{path} was written by {_processes(written_by)} and this run has {self.world_size}: {per_process}, so it "
             f"resumes only on {written_by}; resume with {_processes(written_by)}, or start a new run from its weights "
-            f"with --init_checkpoint {path} (fine-tuning checkpoints resume on any number of processes that keeps the "
-            f"global batch)")
+            f"with --init_checkpoint {path} (fine-tuning and pretraining checkpoints resume on any number of "
+            f"processes that keeps the global batch)")
 
-    def _layout_said(self, path: str, layout: dict, written_by: int, step: int) -> str:
-        """The line a resume prints when the processes, batch size or accumulation changed."""
+    def _layout_said(self, path: str, layout: dict, written_by: int, step: int, data_said: str | None = None) -> str:
+        """The line a resume prints when the processes, batch size or accumulation changed, or the loader reads the
+        data otherwise than this run's own layout would (``data_said``: the loader's ``resume_said()``)."""
         said = [f"[checkpoint] resuming {path}, written by {_processes(written_by)}, on {self.world_size}: "
-                + ", ".join(f"{name} {change}" for name, change in layout.items())]
+                + (", ".join(f"{name} {change}" for name, change in layout.items())
+                   or "the same processes, batch size and accumulation")]
         position = self._data_position
         if position is not None and "taken" in position:
             unit = "micro-batches" if position["layout"].get("max_tokens") else "examples"
             said.append(f"the data position (epoch {position['epoch']}, {position['taken']} {unit} in) carries over: "
                         f"the same next examples in the same order")
+        if data_said:
+            said.append(data_said)
         if "global_batch" not in self.resume_changes:
             said.append("the global batch, schedule, optimizer state (full tensors"
                         + (", resharded" if self.strategy.name == "fsdp" else "") + ") and loss scale too")

@@ -271,6 +271,7 @@ DOC_COMMANDS = {
         "python benchmarks/bench_pretraining_loader.py": _HERE,
         "python benchmarks/bench_pretraining.py": _HERE,
         "python benchmarks/bench_resume.py": _HERE,
+        "python benchmarks/bench_pretraining_layouts.py": _HERE,
         "python benchmarks/bench_run_eval.py": _HERE,
         # the GPU suite: on a CPU machine the first is one line and exit 2; the dry run runs whole
         "bash benchmarks/gpu_suite.sh results/gpu_suite":
