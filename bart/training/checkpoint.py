@@ -54,6 +54,7 @@ from bart.tokenization.identity import (
     record,
     tokenizer_identity,
 )
+from bart.training.strategy import DEFAULT_STRATEGY
 
 TRAINING_KIND = "bart-training-checkpoint"
 _STEP_FILE = re.compile(r"^_step(\d+)\.ckpt$")
@@ -421,10 +422,10 @@ def _precision_of(args: dict):
 
 def _strategy_of(record: dict):
     """The strategy that ran (bart.training.strategy.build_strategy's rule): none with one process, else the
-    flag's, DDP by default."""
+    flag's, DEFAULT_STRATEGY when none was named."""
     if "distributed_strategy" not in record["args"]:
         return None
-    return "single process" if record["world_size"] <= 1 else record["args"]["distributed_strategy"] or "ddp"
+    return "single process" if record["world_size"] <= 1 else record["args"]["distributed_strategy"] or DEFAULT_STRATEGY
 
 
 def _arg(name: str, plain=lambda v: v):
