@@ -21,7 +21,7 @@ into the K-th such file (``write_faults: held in the write of NAME``, the partia
 lands inside that checkpoint write, a SIGKILL kills the process in the middle of it. A hold that no signal ends
 within HOLD_LIMIT_S ends the run (exit 1, one line), so that a test that failed to send one leaves no process
 behind. The script runs as ``__main__`` (``runpy``), so it is the real entry script; under a launcher:
-``torchrun ... -m tests.helpers.write_faults MODE pretrain.py ...``.
+``torchrun ... -m tests.helpers.write_faults MODE pretrain.py ...``; a module: ``... MODE -m MODULE ARGS``.
 """
 import errno
 import os
@@ -143,6 +143,10 @@ def install(mode: str) -> None:
 
 if __name__ == "__main__":
     install(sys.argv[1])
-    sys.argv = sys.argv[2:]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    if sys.argv[2] == "-m":  # a module: python -m tests.helpers.write_faults MODE -m MODULE ARGS
+        sys.argv = sys.argv[3:]
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = sys.argv[2:]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+        runpy.run_path(sys.argv[0], run_name="__main__")
