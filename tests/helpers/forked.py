@@ -17,6 +17,7 @@ code, 1 and the traceback for an exception, its own exit handlers run. Where thi
 process group (which a fork cannot share), or fork is not available, the command runs as a subprocess instead.
 """
 import atexit
+import faulthandler
 import logging
 import os
 import runpy
@@ -78,6 +79,8 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
             os.environ.update(env)
         if cwd is not None:
             os.chdir(cwd)
+        if faulthandler.is_enabled() or os.environ.get("PYTHONFAULTHANDLER"):
+            faulthandler.enable(file=sys.stderr, all_threads=True)  # its stacks on SIGABRT into its own stderr
         threads = os.environ.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))

@@ -217,8 +217,8 @@ def _run(argv, timeout=300) -> subprocess.CompletedProcess:
     return run_python([sys.executable, *argv], cwd=ROOT, env=_env(), timeout=timeout)
 
 
-def _wait_for_step(out, proc, step, timeout=180):
-    wait_for(lambda: logged_step(out) >= step, proc, f"update {step}", timeout)
+def _wait_for_step(out, proc, step):
+    wait_for(lambda: logged_step(out) >= step, proc, f"update {step}")
 
 
 def _logged_steps(out) -> list[int]:
