@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.helpers import ROOT
+from tests.helpers.forked import run_python
 
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
 
@@ -49,7 +50,8 @@ def test_script_usage_and_argument_count_checks():
 
 def test_flags_named_in_the_readme_are_accepted():
     flags = set(re.findall(r"(--[a-z][\w-]+)", README.split("### Parameters")[1].split("### Command-line")[0]))
-    helps = {name: subprocess.run([sys.executable, name, "--help-all"], cwd=ROOT, capture_output=True, text=True).stdout
+    # each script's --help-all forked from this process (its output is the point, not an interpreter's start-up)
+    helps = {name: run_python([sys.executable, name, "--help-all"], cwd=ROOT, timeout=300).stdout
              for name in ("pretrain.py", "finetune.py", "run_eval.py")}
     assert all(h for h in helps.values())
     missing = [f for f in flags if f not in helps["pretrain.py"] + helps["finetune.py"]]
