@@ -141,6 +141,7 @@ class Watch:
         self._thread: threading.Thread | None = None
         self._tid = 0
         self._main = threading.main_thread().ident
+        self._armed = False  # the interrupt's handler is installed (never SIGVTALRM's default: the end of the process)
 
     # -- set up once per pytest process -----------------------------------------------------------------
     def configure(self) -> None:
@@ -151,6 +152,7 @@ class Watch:
             resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
         if threading.current_thread() is threading.main_thread():
             signal.signal(INTERRUPT, self._interrupt)
+            self._armed = True
 
     def _interrupt(self, signum, frame) -> None:
         item = self.item
@@ -255,7 +257,8 @@ class Watch:
                 if self.item is not item:
                     return
             time.sleep(0.1)
-        signal.pthread_kill(self._main, INTERRUPT)  # it still waits: interrupted where it waits
+        if self._armed:  # it still waits: interrupted where it waits
+            signal.pthread_kill(self._main, INTERRUPT)
 
 
 WATCH = Watch()
