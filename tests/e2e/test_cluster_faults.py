@@ -12,6 +12,7 @@ import pytest
 
 from bart.errors import EXIT_DIST_TIMEOUT, EXIT_USER_ERROR
 from tests.helpers import ROOT
+from tests.helpers.forked import run_python
 from tests.helpers.ports import free_port
 from tests.helpers.processes import logged_step, wait_for
 
@@ -61,9 +62,9 @@ def test_a_taken_master_port_without_torchrun_is_one_line_from_rank_0(argv, take
     """srun (or RANK/WORLD_SIZE by hand): rank 0 serves the store itself: the taken port is
     named in one line at once (not a rendezvous timeout it never waited for)."""
     env = _env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(taken_port))
-    out = subprocess.run([sys.executable, *argv["argv"], "--max_steps", "1", "--output_dir",
-                          str(argv["base"] / "port_srun")], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    # forked from this process (rank 0's line and exit code are the point, not an interpreter's start-up)
+    out = run_python([sys.executable, *argv["argv"], "--max_steps", "1", "--output_dir",
+                      str(argv["base"] / "port_srun")], cwd=ROOT, env=env, timeout=300)
     lines = [line for line in _lines(out.stderr) if not line.startswith("note:")]
     assert out.returncode == EXIT_USER_ERROR and len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith(f"pretrain.py: error: rank 0 of 2: the rendezvous port {taken_port} (MASTER_PORT) is "
