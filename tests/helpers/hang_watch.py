@@ -11,7 +11,8 @@ GRACE_S of that is interrupted where it waits (SIGVTALRM).
 
 Left behind: after a test's teardown, a process that started during the test and still runs, whether under this
 one or in a session of its own (``BART_TEST_OWNER``, this process's pid, marks every process the tests start and
-their children), fails the test's teardown, named, and is killed. Helper processes that libraries keep for the
+their children), fails the test's teardown, named, and is killed. At the run's end (its xdist workers ended), one
+the run started (``BART_TEST_RUN``) outside any test and still running fails the run the same way. Helper processes that libraries keep for the
 whole session (multiprocessing's resource tracker and forkserver, torch inductor's compile workers) are not a
 test's."""
 from __future__ import annotations
@@ -20,6 +21,7 @@ import faulthandler
 import os
 import resource
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -31,6 +33,7 @@ MIN_CPU_S = 1.0 * STALL_S / 60
 GRACE_S = STALL_S / 6
 POLL_S = 1.0
 OWNER = "BART_TEST_OWNER"
+RUN = "BART_TEST_RUN"  # the whole run's mark: its main pytest process's pid, which xdist's workers inherit
 INTERRUPT = signal.SIGVTALRM
 _TICK = os.sysconf("SC_CLK_TCK")
 # session-long helpers of the libraries: not a test's process
@@ -82,9 +85,9 @@ def _cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
-def _owner(pid: int) -> str | None:
+def _environ(pid: int, name: str) -> str | None:
     for entry in (_read(f"/proc/{pid}/environ") or b"").split(b"\0"):
-        if entry.startswith(OWNER.encode() + b"="):
+        if entry.startswith(name.encode() + b"="):
             return entry.split(b"=", 1)[1].decode()
     return None
 
@@ -135,7 +138,7 @@ class Watch:
     def __init__(self) -> None:
         self.item = None
         self.report: dict = {}  # nodeid -> the hang's report
-        self.started_ticks = 0
+        self.started_ticks = self.session_ticks = 0
         self._history: list[tuple[float, int]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -144,8 +147,11 @@ class Watch:
         self._armed = False  # the interrupt's handler is installed (never SIGVTALRM's default: the end of the process)
 
     # -- set up once per pytest process -----------------------------------------------------------------
-    def configure(self) -> None:
+    def configure(self, config) -> None:
         os.environ[OWNER] = str(os.getpid())
+        if not hasattr(config, "workerinput"):  # not an xdist worker: a run of its own (a nested one too)
+            os.environ[RUN] = str(os.getpid())
+        self.session_ticks = _now_ticks()
         os.environ["PYTHONFAULTHANDLER"] = "1"  # every process the tests start dumps its stacks on SIGABRT
         soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
         if soft != 0:  # and writes no core file doing so
@@ -172,18 +178,21 @@ class Watch:
         with self._lock:
             self.item = None
 
-    def leftovers(self, settle_s: float = 5.0) -> list[str]:
-        """The processes the test started that still run after its teardown, killed; each named."""
+    def leftovers(self, settle_s: float = 5.0, whole_run: bool = False) -> list[str]:
+        """The processes the test started that still run after its teardown (``whole_run``: that the run started
+        and still run at its end), killed; each named."""
         me = os.getpid()
+        since, mark, value = (self.session_ticks, RUN, os.environ.get(RUN)) if whole_run else \
+            (self.started_ticks, OWNER, str(me))
 
         def ours() -> list[int]:
             table = _table()
             under = set(_descendants(table, me))
             found = []
             for pid, (_ppid, state, _ticks, start) in table.items():
-                if pid == me or state in ("Z", "X") or start < self.started_ticks:
+                if pid == me or state in ("Z", "X") or start < since:
                     continue
-                if pid in under or _owner(pid) == str(me):
+                if pid in under or _environ(pid, mark) == value:
                     if not any(pool in _cmdline(pid) for pool in _POOLS):
                         found.append(pid)
             return found
@@ -266,7 +275,24 @@ WATCH = Watch()
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config) -> None:
-    WATCH.configure()
+    WATCH.configure(config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Once the run ended (xdist's workers too): a process it started that still runs fails the run, named, and is
+    killed (one a test started is found at that test's teardown; this finds one started outside any test)."""
+    if hasattr(session.config, "workerinput"):
+        return  # the run's main process checks, after its workers ended
+    named = WATCH.leftovers(whole_run=True)
+    if named:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "the test run left these processes running (now killed):\n" + "\n".join(named)
+        if reporter is not None:
+            reporter.write_line(text, red=True)
+        else:
+            print(text, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(wrapper=True)

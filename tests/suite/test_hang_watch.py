@@ -1,7 +1,8 @@
 """The suite's hang watch (tests/helpers/hang_watch.py) in a pytest session of its own, its silence budget cut to 3 s:
 a test waiting on a silent child, and a test deadlocked in its own process, fail with the stacks of every process;
 a test that computes longer than the budget passes (the budget is on silence, not on time); a process a test leaves
-running fails its teardown, named, and is gone after it."""
+running fails its teardown, named, and is gone after it; one the run started outside any test fails the run at
+its end."""
 import os
 import subprocess
 import sys
@@ -38,6 +39,20 @@ def test_leaves_a_process_running():
 '''
 
 
+# a process the run starts outside any test (at its start), left running at its end, and not under the run's
+# process (its parent ended at once): found by the run's mark in its environment
+INNER_CONFTEST = '''
+import subprocess, sys
+
+SLEEPER = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+DETACH = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1], 'session.pid'])"
+
+
+def pytest_sessionstart(session):
+    subprocess.run([sys.executable, "-c", DETACH, SLEEPER], check=True)
+'''
+
+
 def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -48,9 +63,9 @@ def _gone(pid: int) -> bool:
 
 def test_hangs_fail_with_every_stack_and_no_process_is_left(tmp_path):
     (tmp_path / "test_inner.py").write_text(INNER)
+    (tmp_path / "conftest.py").write_text(INNER_CONFTEST)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     env = dict(os.environ, PYTHONPATH=ROOT, BART_TESTS_STALL_S="3")
-    env.pop("PYTEST_XDIST_WORKER", None)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.helpers.hang_watch", "-p", "no:cacheprovider",
                            "-p", "no:xdist", "-p", "no:timeout", "-rA", "test_inner.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -70,7 +85,10 @@ def test_hangs_fail_with_every_stack_and_no_process_is_left(tmp_path):
     # the process left running: named, killed
     left = int((tmp_path / "left.pid").read_text())
     assert f"the test left these processes running after its teardown (now killed):\npid {left}: " in out, out[-4000:]
+    # the process started outside any test: named at the run's end, killed
+    session = int((tmp_path / "session.pid").read_text())
+    assert f"the test run left these processes running (now killed):\npid {session}: " in out, out[-4000:]
     deadline = time.monotonic() + 30
-    while not _gone(left) and time.monotonic() < deadline:  # reaped by init once its session ended
+    while not all(map(_gone, (left, child, session))) and time.monotonic() < deadline:  # reaped by init
         time.sleep(0.1)
-    assert _gone(left) and _gone(child)
+    assert _gone(left) and _gone(child) and _gone(session)
