@@ -210,7 +210,7 @@ def pytest_collection_modifyitems(session, config, items):
         return first, -slow[where], -size[where], where, -slow[path], -size[path], path
 
     items.sort(key=order)  # stable: a file's tests keep their order
-    for item in items:  # pytest.ini's --timeout (300 s) is for the others
+    for item in items:  # pytest.ini's --timeout (600 s) is for the others
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
