@@ -1,4 +1,4 @@
-"""Every test watched for a hang and for processes it leaves behind (tests/conftest.py's hooks call this module).
+"""Every test watched for a hang and for processes it leaves behind: a pytest plugin (tests/conftest.py loads it).
 
 A hang: the test's processes (this one, less this watcher's own thread, and every process started under it) used
 less than MIN_CPU_S of CPU time over STALL_S seconds of the test. A slow machine slows work down but does not stop
@@ -12,9 +12,9 @@ GRACE_S of that is interrupted where it waits (SIGVTALRM).
 Left behind: after a test's teardown, a process that started during the test and still runs, whether under this
 one or in a session of its own (``BART_TEST_OWNER``, this process's pid, marks every process the tests start and
 their children), fails the test's teardown, named, and is killed. At the run's end (its xdist workers ended), one
-the run started (``BART_TEST_RUN``) outside any test and still running fails the run the same way. Helper processes that libraries keep for the
-whole session (multiprocessing's resource tracker and forkserver, torch inductor's compile workers) are not a
-test's."""
+the run started (``BART_TEST_RUN``) outside any test and still running fails the run the same way. Helper
+processes that libraries keep for the whole session (multiprocessing's resource tracker and forkserver, torch
+inductor's compile workers) are not a test's."""
 from __future__ import annotations
 
 import faulthandler
@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-STALL_S = float(os.environ.get("BART_TESTS_STALL_S", "60"))  # its own test sets it to seconds
+STALL_S = float(os.environ.get("BART_TESTS_STALL_S", "60"))  # tests/suite/test_hang_watch.py sets a few seconds
 MIN_CPU_S = 1.0 * STALL_S / 60
 GRACE_S = STALL_S / 6
 POLL_S = 1.0
