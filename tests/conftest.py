@@ -25,6 +25,10 @@ if os.environ.get("TORCHINDUCTOR_CACHE_DIR", _INDUCTOR_PREFIX).startswith(_INDUC
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=os.path.basename(_INDUCTOR_PREFIX))
     atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
+# A hang fails its test within about a minute of silence with every process's stacks, and a process a test leaves
+# running fails its teardown, named, and is killed: tests/helpers/hang_watch.py's hooks.
+pytest_plugins = ["tests.helpers.hang_watch"]
+
 # at module level, so that --quick's rule (below) sees that plain_loss runs an entry script
 from tests.helpers.user_inputs import one_update_first_loss, write_user_inputs  # noqa: E402
 
@@ -105,6 +109,7 @@ def container_image(tmp_path_factory):
 # larger); in a folder, the file holding the most `slow` tests first, then the larger file. A new file or folder
 # needs no entry here.
 FIRST_FOLDERS = ("e2e", "scripts")
+SLOW_TIMEOUT_S = 900  # pytest-timeout's budget of a `slow` test
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -205,6 +210,9 @@ def pytest_collection_modifyitems(session, config, items):
         return first, -slow[where], -size[where], where, -slow[path], -size[path], path
 
     items.sort(key=order)  # stable: a file's tests keep their order
+    for item in items:  # pytest.ini's --timeout (600 s) is for the others
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)
@@ -220,3 +228,4 @@ def _signal_handlers_restored():
     for sig, handler in saved.items():
         if handler is not None and signal.getsignal(sig) != handler:
             signal.signal(sig, handler)
+

@@ -102,7 +102,7 @@ def test_best_checkpoint_is_the_top_of_the_ranking(run, tmp_path, capsys, monkey
     _, out, _, _ = run
     ranking = json.load(open(os.path.join(out, "best_rouge2.json")))
     # `python -m bart.training.checkpoint best OUT` in this process (its __main__ block); the refusal's exit
-    # code below from a process
+    # code below from a process (forked from this one: its exit code and line are the point)
     monkeypatch.setattr(sys, "argv", ["checkpoint.py", "best", out])
     capsys.readouterr()
     with warnings.catch_warnings():  # the module is already imported (by run_eval): runpy runs a fresh copy
@@ -110,8 +110,8 @@ def test_best_checkpoint_is_the_top_of_the_ranking(run, tmp_path, capsys, monkey
         runpy.run_module("bart.training.checkpoint", run_name="__main__")
     found = capsys.readouterr().out.strip()
     assert found == os.path.join(out, ranking["best"][0][1]) and os.path.isfile(found)
-    missing = subprocess.run([sys.executable, "-m", "bart.training.checkpoint", "best", str(tmp_path)], cwd=ROOT,
-                             capture_output=True, text=True)
+    missing = run_python([sys.executable, "-m", "bart.training.checkpoint", "best", str(tmp_path)], cwd=ROOT,
+                         timeout=300)
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
     assert "needs validation during training" in missing.stderr
 

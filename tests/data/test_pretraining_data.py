@@ -18,6 +18,7 @@ from bart.records.dllogger_compat import Logger, read_dllogger
 from bart.training.trainer import Trainer
 from tests.helpers import ROOT, loader_rank
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
+from tests.helpers.forked import run_python
 from tests.helpers.ports import free_port
 from tests.helpers.synthetic import one_process, run_settings, tiny_config
 
@@ -219,7 +220,7 @@ def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch_and_resume(shard
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                     f"--master_port={free_port()}", "-m", "tests.helpers.loader_rank", folder, tokenizer_dir,
-                    str(tmp_path), "1"], cwd=ROOT, env=env, check=True, timeout=240, capture_output=True)
+                    str(tmp_path), "1"], cwd=ROOT, env=env, check=True, timeout=None, capture_output=True)
     os.makedirs(tmp_path / "one")
     loader_rank.main([folder, tokenizer_dir, str(tmp_path / "one"), "0"])  # the reference: one process (this one)
     r0, r1 = (json.load(open(tmp_path / f"rank{r}.json")) for r in (0, 1))
@@ -300,6 +301,6 @@ def test_preprocess_script_reads_the_layouts_lddl_downloaders_write(tmp_path, pu
         assert sum(counts.values()) > 0
         assert sum(counts.values()) == direct_rows[length]
     (tmp_path / "empty" / "source").mkdir(parents=True)
-    bad = subprocess.run([sys.executable, "-m", "bart.data.preprocess", "--wikipedia", str(tmp_path / "empty"),
-                          "--out", str(tmp_path / "x")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    bad = run_python([sys.executable, "-m", "bart.data.preprocess", "--wikipedia", str(tmp_path / "empty"),
+                      "--out", str(tmp_path / "x")], cwd=ROOT, timeout=300)  # forked: its line is the point
     assert bad.returncode != 0 and "download_wikipedia" in bad.stderr and "Traceback" not in bad.stderr

@@ -23,7 +23,7 @@ from gpu_suite_report import render  # noqa: E402
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_suite.sh")
 
 
-def _suite(*args, faults=None, cuda_hidden=False, timeout=240):
+def _suite(*args, faults=None, cuda_hidden=False, timeout=None):
     env = {k: v for k, v in os.environ.items() if k != gpu_suite.FAULTS_ENV}
     env["OMP_NUM_THREADS"] = "1"  # tiny models: robust when other work shares the cores
     if faults:

@@ -17,6 +17,7 @@ code, 1 and the traceback for an exception, its own exit handlers run. Where thi
 process group (which a fork cannot share), or fork is not available, the command runs as a subprocess instead.
 """
 import atexit
+import faulthandler
 import logging
 import os
 import runpy
@@ -54,6 +55,9 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
     try:
         for fd, path, flags in ((0, stdin_path or os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY),
                                 (2, err_path, os.O_WRONLY)):
+            if path is None:  # stderr into stdout's file, one offset (subprocess's stderr=STDOUT)
+                os.dup2(1, fd)
+                continue
             opened = os.open(path, flags)
             os.dup2(opened, fd)
             os.close(opened)
@@ -78,6 +82,8 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
             os.environ.update(env)
         if cwd is not None:
             os.chdir(cwd)
+        if faulthandler.is_enabled() or os.environ.get("PYTHONFAULTHANDLER"):
+            faulthandler.enable(file=sys.stderr, all_threads=True)  # its stacks on SIGABRT into its own stderr
         threads = os.environ.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))
@@ -134,12 +140,18 @@ def _exit_code(code) -> int:
 
 
 def run_python(argv: list[str], env: dict | None = None, cwd=None, timeout: float | None = None,
-               input: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
+               input: str | None = None, check: bool = False,
+               stderr_to_stdout: bool = False) -> subprocess.CompletedProcess:
     """``subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True)`` for
-    a Python command (``argv[0]`` is an interpreter), forked from this process (see the module's docstring)."""
+    a Python command (``argv[0]`` is an interpreter), forked from this process (see the module's docstring).
+    ``stderr_to_stdout``: both streams into one, in the order written (``stderr=subprocess.STDOUT``: a log file);
+    the result's ``stderr`` is then empty."""
     if not _forkable(env):
-        return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True,
-                              check=check)
+        streams = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) if stderr_to_stdout else \
+            dict(capture_output=True)
+        done = subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, input=input, text=True, check=check, **streams)
+        done.stderr = done.stderr or ""
+        return done
     with tempfile.TemporaryDirectory(prefix="forked-") as folder:
         out_path, err_path = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
         for path in (out_path, err_path):
@@ -153,7 +165,7 @@ def run_python(argv: list[str], env: dict | None = None, cwd=None, timeout: floa
             stream.flush()
         pid = os.fork()
         if pid == 0:
-            _child(list(argv), env, cwd, stdin_path, out_path, err_path)
+            _child(list(argv), env, cwd, stdin_path, out_path, None if stderr_to_stdout else err_path)
         status = _wait(pid, timeout, argv)
         with open(out_path, encoding="utf-8", errors="replace") as f:
             stdout = f.read()

@@ -13,6 +13,8 @@ import threading
 import time
 import uuid
 
+from tests.helpers import hang_watch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARK = "BART_TEST_LAUNCH"
 # A multi-process test whose processes all print nothing for this long is hung (their stacks, then a failure): a
@@ -149,19 +151,37 @@ def run_ranks(cmd: list[str], stall_s: float = STALL_S, **extra_env) -> tuple[in
         reader.join(timeout=5)
 
 
-def wait_for(predicate, proc, what, timeout=180):
+def wait_for(predicate, proc, what, output=None, stall_s: float | None = None):
     """Until ``predicate()``; fails once ``proc`` ended first (with its stderr's end where that is a pipe of its own,
-    not read by a thread) or after ``timeout`` seconds."""
-    deadline = time.time() + timeout
+    not read by a thread), or once ``proc`` and the processes under it used almost no CPU for ``stall_s`` seconds
+    (tests/helpers/hang_watch.py's rule; a slow machine is not a hung run): each is sent SIGABRT (its threads'
+    Python stacks into its stderr), and the failure names them, with ``output()`` (what they printed) where given."""
+    stall_s = hang_watch.STALL_S if stall_s is None else stall_s
+    history = [(time.monotonic(), hang_watch.tree_cpu_s(proc.pid))]
+    polls = 0
     while not predicate():
         if proc.poll() is not None:
             time.sleep(0.5)  # what it printed last may still be on its way to a reader thread
             if predicate():
                 return
             said = proc.communicate()[1] if proc.stderr is not None and not proc.stderr.closed else ""
+            said = said or (output() if output else "")
             raise AssertionError(f"the run ended before {what}" + (f": {said[-2000:]}" if said else ""))
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+        time.sleep(0.02)
+        polls += 1
+        if polls % 50 == 0:  # about a second
+            now = time.monotonic()
+            history.append((now, hang_watch.tree_cpu_s(proc.pid)))
+            while len(history) > 1 and now - history[1][0] >= stall_s:
+                history.pop(0)
+            used = history[-1][1] - history[0][1]
+            if now - history[0][0] >= stall_s and used < hang_watch.MIN_CPU_S * stall_s / hang_watch.STALL_S:
+                named = hang_watch.abort_tree(proc.pid)
+                time.sleep(2)  # their stacks, on their way to a reader thread
+                said = output()[-6000:] if output else "(in their stderr)"
+                raise AssertionError(f"hung: waiting for {what}, the run used {used:.2f} s of CPU in "
+                                     f"{now - history[0][0]:.0f} s; its processes, each Python one sent SIGABRT:\n"
+                                     + "\n".join(named) + f"\ntheir output and stacks:\n{said}")
 
 
 def logged_step(out_dir) -> int:
@@ -186,10 +206,10 @@ class Watched:
         self._reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")))
         self._reader.start()
 
-    def wait_for(self, text, timeout=180):
-        wait_for(lambda: any(text in line for line in self.lines), self.proc, repr(text), timeout)
+    def wait_for(self, text):
+        wait_for(lambda: any(text in line for line in self.lines), self.proc, repr(text), lambda: "".join(self.lines))
 
-    def finish(self, timeout=120) -> tuple[int, str]:
+    def finish(self, timeout=None) -> tuple[int, str]:
         try:
             code = self.proc.wait(timeout=timeout)
         finally:

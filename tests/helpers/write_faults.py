@@ -13,8 +13,15 @@ keeps that checkpoint, no second write follows there). ``ctrlc_step:N``: the fir
 N-th optimizer step (between updates, outside any write), the second at the first write into the next such
 file (the checkpoint that first one asked for). ``slow:MS``: the first write into every such file waits MS
 milliseconds (a slow shared filesystem), so that a signal sent once a stop began lands inside its checkpoint
-write whatever the machine's load. The script runs as ``__main__`` (``runpy``), so it is the real entry
-script; under a launcher: ``torchrun ... -m tests.helpers.write_faults MODE pretrain.py ...``.
+write whatever the machine's load. ``hold_step:N``: right after the N-th optimizer step the run prints
+``write_faults: held after update N`` on stderr and waits there until a stop signal reached it (its handler ran:
+``bart.runtime.signals``), then goes on: a test sends the signal once it read that line, and the run cannot end
+before the signal is taken, however fast or loaded the machine. ``hold_write:K``: the same at the first write
+into the K-th such file (``write_faults: held in the write of NAME``, the partial file on disk): a stop signal
+lands inside that checkpoint write, a SIGKILL kills the process in the middle of it. A hold that no signal ends
+within HOLD_LIMIT_S ends the run (exit 1, one line), so that a test that failed to send one leaves no process
+behind. The script runs as ``__main__`` (``runpy``), so it is the real entry script; under a launcher:
+``torchrun ... -m tests.helpers.write_faults MODE pretrain.py ...``; a module: ``... MODE -m MODULE ARGS``.
 """
 import errno
 import os
@@ -25,11 +32,27 @@ import sys
 import time
 
 _PARTIAL = re.compile(r"^\.tmp-.*\.partial$")
+HOLD_LIMIT_S = 600.0
+
+
+def hold(where: str) -> None:
+    """Say ``write_faults: held WHERE`` on stderr, then wait until a stop signal's handler ran in this process."""
+    from bart.runtime.signals import StopRequest
+
+    print(f"write_faults: held {where}", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while StopRequest().received is None:  # the handler runs in this (main) thread, between two sleeps
+        if time.monotonic() > deadline:
+            print(f"write_faults: no stop signal came within {HOLD_LIMIT_S:g} s of the hold {where}: ended",
+                  file=sys.stderr, flush=True)
+            os._exit(1)
+        time.sleep(0.01)
 
 
 class FaultyFile:
-    def __init__(self, file, kind: str, limit: int = 0) -> None:
+    def __init__(self, file, kind: str, limit: int = 0, name: str = "") -> None:
         self._file, self._kind, self._limit, self._written, self._signalled = file, kind, limit, 0, False
+        self._name = name
 
     def write(self, data) -> int:
         kind, limit = self._kind, self._limit
@@ -39,6 +62,9 @@ class FaultyFile:
         elif kind == "slow" and not self._signalled:
             self._signalled = True
             time.sleep(limit / 1000)
+        elif kind == "hold" and not self._signalled:
+            self._signalled = True
+            hold(f"in the write of {self._name}")
         elif kind in ("enospc", "edquot") and self._written + len(data) > limit:
             room = max(int(limit) - self._written, 0)
             if room:
@@ -65,6 +91,17 @@ def install(mode: str) -> None:
     numbers = [int(v) for v in values]
 
     armed = [kind != "ctrlc_step"]
+    if kind == "hold_step":
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        held = [0]
+
+        def hold_after(optimizer, args, kwargs):
+            held[0] += 1
+            if held[0] == numbers[0]:
+                hold(f"after update {numbers[0]}")
+
+        register_optimizer_step_post_hook(hold_after)
     if kind == "ctrlc_step":
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -95,6 +132,8 @@ def install(mode: str) -> None:
             return FaultyFile(file, "sigint")
         if kind == "slow":
             return FaultyFile(file, "slow", numbers[0])
+        if kind == "hold_write" and opened[0] == numbers[0]:
+            return FaultyFile(file, "hold", name=name)
         if kind in ("enospc", "edquot") and opened[0] == (numbers[1] if len(numbers) > 1 else 1):
             return FaultyFile(file, kind, numbers[0])
         return file
@@ -104,6 +143,10 @@ def install(mode: str) -> None:
 
 if __name__ == "__main__":
     install(sys.argv[1])
-    sys.argv = sys.argv[2:]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    if sys.argv[2] == "-m":  # a module: python -m tests.helpers.write_faults MODE -m MODULE ARGS
+        sys.argv = sys.argv[3:]
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = sys.argv[2:]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+        runpy.run_path(sys.argv[0], run_name="__main__")

@@ -19,8 +19,9 @@ from bart.errors import EXIT_PREEMPTED, EXIT_RUN_STOPPED, EXIT_USER_ERROR
 from bart.records.dllogger_compat import read_dllogger
 from bart.runtime import run_lock
 from tests.helpers import ROOT
+from tests.helpers.faulty_runs import faulty
 from tests.helpers.forked import run_python
-from tests.helpers.processes import logged_step, wait_for
+from tests.helpers.processes import Watched, logged_step, wait_for
 
 HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.runtime import run_lock; "
           "run_lock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)")
@@ -180,7 +181,7 @@ def test_released_at_exit_error_and_sigterm_and_the_empty_folder_it_made_goes(tm
         else:
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        assert proc.wait(timeout=60) == code, name  # ended as it would have without the lock
+        assert proc.wait(timeout=None) == code, name  # ended as it would have without the lock
         assert not folder.exists() and (tmp_path / name).is_dir(), name  # the folder it made, empty, went
 
 
@@ -217,8 +218,8 @@ def _run(argv, timeout=300) -> subprocess.CompletedProcess:
     return run_python([sys.executable, *argv], cwd=ROOT, env=_env(), timeout=timeout)
 
 
-def _wait_for_step(out, proc, step, timeout=180):
-    wait_for(lambda: logged_step(out) >= step, proc, f"update {step}", timeout)
+def _wait_for_step(out, proc, step):
+    wait_for(lambda: logged_step(out) >= step, proc, f"update {step}")
 
 
 def _logged_steps(out) -> list[int]:
@@ -238,49 +239,52 @@ def test_an_entry_script_run_in_process_frees_its_folder_when_it_ends(pretrainin
     assert (out / "_step2.ckpt").is_file()
 
 
+def _held(argv, step: int) -> Watched:
+    """``argv`` started, once it is held after update ``step`` (write_faults' hold_step: it waits for a stop signal
+    there, idle, however long the test takes)."""
+    run = Watched([sys.executable, *faulty(f"hold_step:{step}", argv)])
+    run.wait_for(f"write_faults: held after update {step}")
+    return run
+
+
 def test_a_second_run_into_the_same_folder_is_refused_and_changes_nothing(pretraining):
     out = pretraining["base"] / "shared"
     argv = pretraining["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "5"]
-    first = _start(argv + ["--max_steps", "100000"])
+    first = _held(argv + ["--max_steps", "100000"], 6)
     try:
-        _wait_for_step(out, first, 6)
         run_config = (out / "run_config.json").read_text()
         second = _run(argv + ["--max_steps", "3", "--seed", "8"])
         assert second.returncode == EXIT_USER_ERROR, second.stderr[-2000:]
         errors = _errors(second.stderr)
         assert len(errors) == 1 and "Traceback" not in second.stderr, second.stderr[-2000:]
-        assert errors[0].startswith(f"pretrain.py: error: {out} is in use by another run: pid {first.pid} on host "
-                                    f"{socket.gethostname()}, running since "), errors[0]
+        assert errors[0].startswith(f"pretrain.py: error: {out} is in use by another run: pid {first.proc.pid} on "
+                                    f"host {socket.gethostname()}, running since "), errors[0]
         assert "--output_dir" in errors[0] and "--max_steps 100000" in errors[0], errors[0]  # its command
         assert (out / "run_config.json").read_text() == run_config  # the second run wrote nothing there
-        first.send_signal(signal.SIGTERM)
-        _, err = first.communicate(timeout=120)
+        first.proc.send_signal(signal.SIGTERM)
     finally:
-        first.kill()
-    assert first.returncode == EXIT_PREEMPTED, err[-2000:]
+        code, output = first.finish()
+    assert code == EXIT_PREEMPTED, output[-2000:]
     assert not (out / run_lock.LOCK_NAME).exists()  # released at exit
     steps = _logged_steps(out)
-    assert steps == list(range(1, len(steps) + 1)), steps  # one run's log, whole
+    assert steps == list(range(1, 7)), steps  # one run's log, whole, to the update it stopped after
     checkpoints = sorted(n for n in os.listdir(out) if n.endswith(".ckpt"))
-    assert checkpoints and all(int(n[5:-5]) % 5 == 0 or int(n[5:-5]) == steps[-1] for n in checkpoints), checkpoints
+    assert checkpoints == ["_step5.ckpt", "_step6.ckpt"], checkpoints  # its periodic one, and the stop's
 
 
 def test_a_killed_run_leaves_a_stale_lock_that_its_restart_reports_and_takes_over(pretraining):
     out = pretraining["base"] / "killed"
     argv = pretraining["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "2", "--max_steps", "100000"]
-    proc = _start(argv)
-    try:
-        _wait_for_step(out, proc, 3)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert _record(out)["pid"] == proc.pid  # SIGKILL: left behind
+    run = _held(argv, 3)
+    run.proc.kill()
+    run.finish()
+    assert _record(out)["pid"] == run.proc.pid  # SIGKILL: left behind
     resumed = _run(pretraining["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "2",
                                           "--max_steps", "6", "--resume_from_checkpoint", "True",
                                           "--allow_resume_change", "max_steps"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     notes = [line for line in resumed.stderr.splitlines() if "[run lock]" in line]
-    assert len(notes) == 1 and f"a stale lock of pid {proc.pid} on host {socket.gethostname()}" in notes[0] and \
+    assert len(notes) == 1 and f"a stale lock of pid {run.proc.pid} on host {socket.gethostname()}" in notes[0] and \
         notes[0].endswith("that process is no longer running"), resumed.stderr[-2000:]
     assert _logged_steps(out)[-1] == 6 and not (out / run_lock.LOCK_NAME).exists()
 
@@ -328,7 +332,7 @@ def test_a_deleted_output_folder_stops_the_run_without_re_creating_it(pretrainin
     try:
         _wait_for_step(out, proc, 3)
         shutil.rmtree(out)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=None)
     finally:
         proc.kill()
     assert proc.returncode == EXIT_RUN_STOPPED, err[-2000:]
@@ -348,7 +352,7 @@ def test_deleted_run_files_stop_the_run_and_the_resume_writes_them_again(pretrai
         _wait_for_step(out, proc, 5)
         (out / "run_config.json").unlink()
         (out / "dllogger.json").unlink()
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=None)
     finally:
         proc.kill()
     assert proc.returncode == EXIT_RUN_STOPPED, err[-2000:]

@@ -85,7 +85,7 @@ def test_hadolint_passes():
     """hadolint's findings fail the test; the ones the project accepts are listed, with the reason, in
     .hadolint.yaml."""
     out = subprocess.run([HADOLINT, "--no-color", "--config", os.path.join(ROOT, ".hadolint.yaml"), "Dockerfile"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+                         cwd=ROOT, capture_output=True, text=True, timeout=None)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -105,7 +105,7 @@ def test_the_build_steps_run_on_cpu(container_image):
     # double imports torch; its FusedLAMB at work is tests/optim/test_apex_lamb.py's)
     out = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('dllogger').origin); "
                           "print(u.find_spec('apex').origin)"], env=env, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=None)
     assert out.returncode == 0, out.stderr
     found = out.stdout.splitlines()
     assert len(found) == 2 and all(path.startswith(DOUBLES) for path in found), found
@@ -130,7 +130,7 @@ def test_the_seed_readmes_printed_commands_in_the_container(container_image, tmp
           data, "configs/config.json"], "data/nvidia-pretrained/model.ckpt128"),
     ]
     for command, named in commands:
-        out = subprocess.run(["bash", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(["bash", *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=None)
         errors = [line for line in out.stderr.splitlines()  # the eval example's note on its missing NUM_GPU kept apart
                   if line.strip() and "reading the arguments without NUM_GPU" not in line]
         assert out.returncode == 2 and len(errors) == 1 and named in errors[0], (command, out.stderr)

@@ -33,7 +33,7 @@ def _git(*args):
 def _venv(path, layered=True):
     """A virtual environment; ``layered``: its own packages first, then this Python's (a .pth file); else bare
     (no site packages at all)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=None)
     python = path / "bin" / "python"
     if layered:
         purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -128,7 +128,7 @@ def _wheel_build(wheel):
 def clone(tmp_path_factory):
     """A `git clone` of this repository (its HEAD, as committed)."""
     repo = tmp_path_factory.mktemp("clone") / "repo"
-    subprocess.run(["git", "clone", "-q", ROOT, str(repo)], check=True, timeout=120)
+    subprocess.run(["git", "clone", "-q", ROOT, str(repo)], check=True, timeout=None)
     return repo
 
 
@@ -167,7 +167,7 @@ def test_an_archives_build_names_and_records_its_commit(clone, tmp_path):
                           check=True).stdout.strip()
     source = tmp_path / "archive"
     source.mkdir()
-    subprocess.run(f"git archive HEAD | tar -x -C {source}", shell=True, cwd=clone, check=True, timeout=120)
+    subprocess.run(f"git archive HEAD | tar -x -C {source}", shell=True, cwd=clone, check=True, timeout=None)
     assert f"node: {head}\n" in (source / ".git_archival.txt").read_text()
     built = _build_wheel(source, tmp_path / "dist")
     version = built.name.split("-")[1]
@@ -360,5 +360,5 @@ def test_ruff_passes_with_the_projects_configuration():
     ruff = shutil.which("ruff") or os.path.join(os.path.dirname(sys.executable), "ruff")
     if not os.path.isfile(ruff):
         pytest.skip("ruff (requirements.txt) is not installed")
-    out = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=None)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -81,7 +81,7 @@ class Sandbox:
         if self.log.exists():
             self.log.unlink()
         argv = ["bash", "-c", command] if command else ["bash", *args]
-        return subprocess.run(argv, cwd=self.root, env=base, capture_output=True, text=True, timeout=60)
+        return subprocess.run(argv, cwd=self.root, env=base, capture_output=True, text=True, timeout=None)
 
     def calls(self):
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -431,7 +431,7 @@ def _launch(env_extra: dict, processes: int = 2) -> subprocess.CompletedProcess:
                                                             "SLURM_JOB_ID", "NODE_RANK", "MASTER_ADDR")}
     env.update(env_extra)
     script = f'source scripts/params/common.sh; launch_command {processes}; printf "%s\\n" "${{LAUNCH[@]}}"'
-    return subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=None)
 
 
 def test_max_restarts_reaches_torchrun_with_c10d_rendezvous_across_nodes():

@@ -3,9 +3,7 @@ checkpoints across a resume and on ties."""
 import os
 import random
 import signal
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,25 +17,24 @@ from bart.training.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from tests.helpers import ROOT
+from tests.helpers.processes import Watched
 
 WRITER = """
 import sys, torch
-sys.path.insert(0, {root!r})
+from tests.helpers.write_faults import install
+install("hold_write:1")  # the write waits, its partial file there, until the kill
 from bart.training.checkpoint import save_checkpoint
-save_checkpoint({path!r}, {{"step": 2, "big": torch.randn(60_000_000)}})
+save_checkpoint({path!r}, {{"step": 2, "w": torch.randn(1000)}})
 """
 
 
 def test_killed_writer_leaves_previous_checkpoint_intact(tmp_path):
     save_checkpoint(str(tmp_path / "_step1.ckpt"), {"step": 1, "w": torch.ones(3)})
-    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(root=ROOT, path=str(tmp_path / "_step2.ckpt"))])
-    deadline = time.time() + 60
-    while not any(n.endswith(".partial") for n in os.listdir(tmp_path)):  # the write has started
-        assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    run = Watched([sys.executable, "-c", WRITER.format(path=str(tmp_path / "_step2.ckpt"))])
+    run.wait_for("write_faults: held in the write of")
+    assert any(n.endswith(".partial") for n in os.listdir(tmp_path))  # the write has started
+    run.proc.send_signal(signal.SIGKILL)
+    assert run.finish()[0] == -signal.SIGKILL
     assert not (tmp_path / "_step2.ckpt").exists()
     assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "_step1.ckpt")
     assert load_checkpoint(latest_checkpoint(str(tmp_path)))["step"] == 1

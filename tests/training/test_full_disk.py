@@ -84,7 +84,7 @@ def _mount_tmpfs_and_run(mount: str, size_kib: int, argv: list, copy_to: str):
     script = (f'mount -t tmpfs -o size={size_kib}k tmpfs {mount} || exit 99; "$@"; rc=$?; '
               f'cp -a {mount}/. {copy_to}; exit $rc')
     return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, *argv], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=None)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ prediction and under torchrun: test_signals.py; a full disk: test_full_disk.py.)
 import os
 import signal
 import stat
-import subprocess
 import sys
 
 import pytest
@@ -15,9 +14,9 @@ import torch
 from bart.errors import EXIT_PREEMPTED
 from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
+from tests.helpers.faulty_runs import faulty
 from tests.helpers.forked import run_python
 from tests.helpers.processes import Watched as _Watched
-from tests.helpers.processes import logged_step, wait_for
 from tests.helpers.processes import ours as _ours
 
 STEPS = 8
@@ -56,18 +55,24 @@ def _assert_same_run(setup, out_dir):
         assert got[step] == pytest.approx(loss, abs=1e-6), (step, got[step], loss)
 
 
+def _held(argv, mode: str, held: str, **kwargs) -> _Watched:
+    """``argv`` started under write_faults' ``mode`` (tests/helpers/write_faults.py), once it said it is held there
+    (``held``): it waits for a signal, which lands where the test means it to whatever the machine's speed."""
+    run = _Watched([sys.executable, *faulty(mode, argv)], **kwargs)
+    run.wait_for(f"write_faults: held {held}")
+    return run
+
+
 def test_sigterm_writes_a_checkpoint_and_the_resumed_run_is_exact(setup):
     out = setup["base"] / "sigterm"
     argv = setup["argv"] + ["--output_dir", str(out)]  # default --save_checkpoint_steps 0: no periodic checkpoint
-    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: logged_step(out) >= 3, proc, "update 3")
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
-    assert "Traceback" not in err and "pretrain.py: stopped: SIGTERM received" in err, err[-2000:]
+    run = _held(argv, "hold_step:3", "after update 3")
+    run.proc.send_signal(signal.SIGTERM)
+    code, output = run.finish()
+    assert code == EXIT_PREEMPTED, output[-2000:]
+    assert "Traceback" not in output and "pretrain.py: stopped: SIGTERM received" in output, output[-2000:]
     saved = [name for name in os.listdir(out) if name.startswith("_step")]
-    assert len(saved) == 1 and saved[0] != f"_step{STEPS}.ckpt", saved
+    assert saved == ["_step3.ckpt"], saved
     mode = stat.S_IMODE(os.stat(out / saved[0]).st_mode)
     assert mode == 0o666 & ~_umask(), oct(mode)  # readable by the team where the umask allows, not 0600
     resumed = _run(argv + ["--resume_from_checkpoint", "True"])
@@ -82,14 +87,12 @@ def test_sigterm_to_the_process_group_with_loader_workers(setup):
     out = setup["base"] / "group"
     argv = [a if a != "0" or setup["argv"][i - 1] != "--num_workers" else "2" for i, a in enumerate(setup["argv"])]
     argv += ["--output_dir", str(out)]
-    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    wait_for(lambda: logged_step(out) >= 3, proc, "update 3")
-    os.killpg(proc.pid, signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
-    assert "Traceback" not in err and "DataLoader worker" not in err, err[-2000:]
-    assert [n for n in os.listdir(out) if n.startswith("_step")]
+    run = _held(argv, "hold_step:3", "after update 3", start_new_session=True)
+    os.killpg(run.proc.pid, signal.SIGTERM)
+    code, output = run.finish()
+    assert code == EXIT_PREEMPTED, output[-2000:]
+    assert "Traceback" not in output and "DataLoader worker" not in output, output[-2000:]
+    assert [n for n in os.listdir(out) if n.startswith("_step")] == ["_step3.ckpt"]
     resumed = _run(argv + ["--resume_from_checkpoint", "True"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert sorted(_losses(out)) == list(range(1, STEPS + 1))
@@ -100,22 +103,12 @@ def test_sigkill_mid_checkpoint_write_and_a_damaged_checkpoint_then_resume_is_ex
     checkpoints under real names are whole, and the resumed run ends where the straight one does."""
     out = setup["base"] / "sigkill"
     argv = setup["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "1", "--keep_checkpoints", "2"]
-    caught = False
-    for attempt in range(3):  # the write window is short: try to land the kill inside it
-        proc = subprocess.Popen([sys.executable, *argv, *(["--resume_from_checkpoint", "True"] if attempt else [])],
-                                cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        partial = lambda out=out: any(n.endswith(".partial") for n in os.listdir(out)) if out.exists() else False  # noqa: E731
-        try:
-            wait_for(lambda partial=partial: partial() and logged_step(out) >= 2, proc, "a checkpoint write", timeout=120)
-            proc.send_signal(signal.SIGKILL)
-        except AssertionError:
-            proc.kill()
-        proc.wait()
-        if partial() and any(n.startswith("_step") for n in os.listdir(out)):
-            caught = True
-            break
-    if not caught:  # the kill never landed inside a write on this machine: leave what a killed write leaves
-        (out / ".tmp-killed.partial").write_bytes(os.urandom(4096))
+    run = _held(argv, "hold_write:3", "in the write of .tmp-")  # the checkpoint of update 3
+    run.proc.send_signal(signal.SIGKILL)
+    code, output = run.finish()
+    assert code == -signal.SIGKILL, output[-2000:]
+    names = os.listdir(out)
+    assert [n for n in names if n.endswith(".partial")] and {"_step1.ckpt", "_step2.ckpt"} <= set(names), names
     resumed = _run(argv + ["--resume_from_checkpoint", "True"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "left by a write that was killed midway" in resumed.stderr
@@ -131,12 +124,6 @@ def test_sigkill_mid_checkpoint_write_and_a_damaged_checkpoint_then_resume_is_ex
     _assert_same_run(setup, out)
 
 
-def _with_steps(argv, steps):
-    argv = list(argv)
-    argv[argv.index("--max_steps") + 1] = str(steps)
-    return argv
-
-
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -147,17 +134,16 @@ def test_sigterm_during_a_checkpoint_write_keeps_that_checkpoint_and_stops_with_
     """The signal sent while a periodic checkpoint is being written (its .partial file there): the write ends
     whole, the run stops after that update naming that very checkpoint (not written twice), exit 75."""
     out = setup["base"] / "during_write"
-    run = _Watched([sys.executable, *_with_steps(setup["argv"], 400), "--output_dir", str(out),
-                    "--save_checkpoint_steps", "1", "--keep_checkpoints", "2"])
-    writing = lambda: out.exists() and any(n.endswith(".partial") for n in os.listdir(out))  # noqa: E731
-    wait_for(lambda: logged_step(out) >= 2 and writing(), run.proc, "a checkpoint write")
+    run = _held(setup["argv"] + ["--output_dir", str(out), "--save_checkpoint_steps", "1", "--keep_checkpoints", "2"],
+                "hold_write:2", "in the write of .tmp-")  # the checkpoint of update 2
+    assert [n for n in os.listdir(out) if n.endswith(".partial")], os.listdir(out)
     run.proc.send_signal(signal.SIGTERM)
     code, output = run.finish()
     assert code == EXIT_PREEMPTED, output[-3000:]
     said = _ours(output, "pretrain.py")
     assert "Traceback" not in output and len(said) == 1, output[-3000:]
-    newest = max((n for n in os.listdir(out) if n.startswith("_step")), key=lambda n: int(n[5:-5]))
-    assert said[0].startswith(f"pretrain.py: stopped: SIGTERM received: stopped after update {newest[5:-5]} and "
-                              f"wrote {out / newest}"), said
+    assert said[0].startswith(f"pretrain.py: stopped: SIGTERM received: stopped after update 2 and wrote "
+                              f"{out / '_step2.ckpt'}"), said
+    assert sorted(n for n in os.listdir(out) if n.startswith("_step")) == ["_step1.ckpt", "_step2.ckpt"]
     assert not [n for n in os.listdir(out) if n.endswith(".partial")]
-    assert torch.load(out / newest, weights_only=True)["global_step"] == int(newest[5:-5])
+    assert torch.load(out / "_step2.ckpt", weights_only=True)["global_step"] == 2

@@ -2,7 +2,6 @@
 reader), pretraining's held-out loss, the run banner, early stopping, dllogger flushed per line, plots."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_shards
 from tests.helpers.doubles import use_doubles
 from tests.helpers.entry import run_entry
+from tests.helpers.forked import run_python
 from tests.helpers.summaries import write_summarization_data
 
 
@@ -19,10 +19,11 @@ def _run(script, *args, log_path, env=None):
     """The script with stdout and stderr going to a file, as under SLURM (not a terminal)."""
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", PROGRESS_INTERVAL_S="3600", **(env or {}))
     env.pop("PROGRESS", None)
+    # forked from this process: what the run writes is the point, not an interpreter's start-up
+    done = run_python([sys.executable, script, *args], cwd=ROOT, env=env, timeout=300, stderr_to_stdout=True)
     with open(log_path, "w") as log:
-        code = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              timeout=300).returncode
-    return code, open(log_path).read()
+        log.write(done.stdout)
+    return done.returncode, done.stdout
 
 
 @pytest.fixture(scope="module")

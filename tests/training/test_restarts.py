@@ -99,11 +99,12 @@ def test_auto_with_load_model_weights_only_is_refused(world, capsys):
 
 
 # -- the process group of a restarted attempt ----------------------------------------------------------
-def _store():
+def _store(timeout_s: float = 10):
     import datetime
 
     from torch.distributed import TCPStore
-    return TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
+    return TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=timeout_s),
+                    wait_for_workers=False)
 
 
 def _join(store, rank, world_size, timeout_s, results, delay=0.0):
@@ -146,11 +147,12 @@ def test_a_process_that_never_joins_is_named_after_rendezvous_timeout(present):
 
     results = {}
     start = time.monotonic()
-    _join(_store(), present, 3 if present == 0 else 2, 0.5, results).join()
+    _join(_store(600), present, 3 if present == 0 else 2, 0.5, results).join()
     waited = time.monotonic() - start
     err = results[present]
     assert isinstance(err, RendezvousTimeout) and err.exit_code == EXIT_DIST_TIMEOUT, err
-    assert "--rendezvous_timeout 0.5 s" in str(err) and 0.4 < waited < 5, (str(err), waited)
+    # after the 0.5 s asked for, not the store's own 600 s (the bound leaves a loaded machine room)
+    assert "--rendezvous_timeout 0.5 s" in str(err) and 0.4 < waited < 60, (str(err), waited)
     if present == 0:
         assert str(err).startswith("rank 0 of 3: 2 process(es) did not join") and "(rank 1, 2)" in str(err)
     else:
@@ -158,7 +160,7 @@ def test_a_process_that_never_joins_is_named_after_rendezvous_timeout(present):
 
 
 # -- torchrun --max_restarts 1, one rank killed mid-run ------------------------------------------------
-def _torchrun(argv, env_extra=None, restarts=0, timeout=120):
+def _torchrun(argv, env_extra=None, restarts=0, timeout=None):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **(env_extra or {}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--max_restarts={restarts}",
            f"--master_port={free_port()}", "-m", "tests.helpers.restart_driver", "finetune.py", *argv]

@@ -98,7 +98,7 @@ def _finetune(summaries, out, *flags, launch=()):
                    start_new_session=bool(launch))
 
 
-def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, progress_lines):
+def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, progress_lines, capsys):
     """It stops at the next generation batch with 75 (the sbatch script requeues on it): not exit 143 and no message
     (SIGTERM's default action), nor 75 only once the whole validation has ended (400 examples here, minutes on
     CNN/DM, longer than SLURM's grace)."""
@@ -114,8 +114,10 @@ def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, 
     assert "the validation under way was abandoned" in ours(output, "finetune.py")[0]
     assert not [n for n in os.listdir(out) if n.startswith(("_", "best_"))]  # no checkpoint of nothing trained
     # the command again, its validation cut to 8 rows for time (what a requeue reruns; not refused as "another
-    # run's files (dllogger.json)")
-    code, output = _finetune(summaries, out, "--max_steps", "4", "--val_check_interval", "2", "--n_val", "8").finish()
+    # run's files (dllogger.json)"), in this process: no second start-up
+    code = run_entry("finetune.py", _finetune_argv(summaries, out, "--max_steps", "4", "--val_check_interval", "2",
+                                                   "--n_val", "8"))
+    output = "".join(capsys.readouterr())
     assert code == 0, output[-3000:]
     assert "holds the records of a run that stopped before its first checkpoint" in output, output[-3000:]
 

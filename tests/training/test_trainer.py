@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from bart.training.trainer import NonFiniteLossError, Trainer
 from tests.helpers import ROOT
 from tests.helpers.inductor import scalar_inductor
 from tests.helpers.ports import free_port
+from tests.helpers.processes import Watched
 from tests.helpers.synthetic import (
     SyntheticBatches,
     WalkBatches,
@@ -223,23 +223,18 @@ def test_fp16_loss_scale_floor_stops_the_run(tmp_path):
 
 @pytest.mark.slow
 def test_exact_resume_after_sigkill(tmp_path):
-    """A driver process SIGKILLed after writing its step-5 checkpoint, resumed from it, logs the losses and
-    learning rates of the uninterrupted run (dropout on: the RNG state travels too). The killed run is a real
-    process; the uninterrupted and the resumed ones run in this process (the same arithmetic, one thread)."""
+    """A driver process SIGKILLed after writing its step-5 checkpoint (held in the write of the next: write_faults'
+    hold_write), resumed from it, logs the losses and learning rates of the uninterrupted run (dropout on: the RNG
+    state travels too). The killed run is a real process; the uninterrupted and the resumed ones run in this process
+    (the same arithmetic, one thread)."""
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.train_driver", str(killed), "--max_steps", "10"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = Watched([sys.executable, "-m", "tests.helpers.write_faults", "hold_write:6", "-m", "tests.helpers.train_driver",
+                   str(killed), "--max_steps", "10"])
     _in_process(straight, "--max_steps", "10")  # while the driver starts
-    deadline = time.time() + 120
-    while not (killed / "_step5.ckpt").exists():
-        assert time.time() < deadline and proc.poll() is None, "driver ended before step 5"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    for name in os.listdir(killed):  # forget what happened after step 5, as a crash would
-        if name.startswith("_step") and int(name[5:-5]) > 5:
-            os.remove(killed / name)
+    run.wait_for("write_faults: held in the write of")
+    run.proc.send_signal(signal.SIGKILL)
+    assert run.finish()[0] == -signal.SIGKILL
+    assert max(int(n[5:-5]) for n in os.listdir(killed) if n.startswith("_step") and n.endswith(".ckpt")) == 5
     _in_process(killed, "--max_steps", "10", "--resume", killed / "_step5.ckpt")
     a, b = _steps(straight / "log.json"), _steps(killed / "log.json")
     for step in range(6, 11):

@@ -36,3 +36,15 @@ def test_a_forked_command_ends_as_in_a_fresh_interpreter(name, tmp_path):
 def test_a_forked_command_is_killed_at_its_timeout():
     with pytest.raises(subprocess.TimeoutExpired):
         run_python([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+
+
+def test_a_forked_command_can_write_both_streams_into_one_as_a_log_file_gets_them(tmp_path):
+    """``stderr_to_stdout``: the lines of both streams in the order written, as ``stderr=subprocess.STDOUT`` gives."""
+    code = "import sys\nfor i in range(3):\n    print('out', i)\n    print('err', i, file=sys.stderr)\nsys.exit(3)"
+    argv = [sys.executable, "-c", code]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")  # the fresh one's lines as they come, too
+    fresh = subprocess.run(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=300)
+    forked = run_python(argv, env=env, cwd=tmp_path, timeout=300, stderr_to_stdout=True)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (3, fresh.stdout, "")
+    assert forked.stdout.splitlines() == ["out 0", "err 0", "out 1", "err 1", "out 2", "err 2"]
