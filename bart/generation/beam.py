@@ -3,7 +3,8 @@
 The beam bookkeeping is tensor-shaped over (batch, beams) and follows transformers' vectorised beam
 search step for step, so the same weights give the same sequences. Beam sampling draws with
 ``torch.multinomial`` in the same order and shapes as transformers' ``_beam_search(do_sample=True)``.
-A source whose groups are all done leaves the running batch; its results wait. One host sync per step.
+A source whose groups are all done leaves the running batch; its results wait. One host sync per
+``sync_every`` steps: in between, a done source runs on frozen (its hypotheses cannot change).
 """
 from __future__ import annotations
 
@@ -128,7 +129,8 @@ class _BeamState:
         return self.improvable.any() & exists_open & ~self.hits_stop.all()
 
 
-def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
+def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list,
+                sync_every: int = 1):
     """Beam search; with ``num_beam_groups`` > 1, diverse (group) beam search: each group of
     num_beams / groups beams runs its own search and is penalised (Hamming diversity) for tokens
     that earlier groups chose at the same step.
@@ -136,7 +138,10 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
     A source whose groups are all done (no running beam can still improve its finished ones, or all
     are finished with ``early_stopping=True``) keeps its finished hypotheses as they are, in
     transformers as here: it leaves the running batch (its decoder rows, cache rows and bookkeeping)
-    so that it stops costing work; its results wait in ``results``."""
+    so that it stops costing work; its results wait in ``results``. Which sources are done is read on the host
+    every ``sync_every`` steps; in between, done sources run on without changing their hypotheses (a done
+    group idles on pad tokens, and no candidate of it can enter its finished ones), so every k gives the same
+    sequences."""
     batch, device = encoder_ids.shape[0], encoder_ids.device
     groups = opts.num_beam_groups
     group_size = opts.num_beams // groups
@@ -174,15 +179,20 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
         offsets = torch.arange(batch, device=device)[:, None] * opts.num_beams
         rows = torch.cat(sources, 1) + offsets  # (batch, num_beams) decoder rows of the next step
         cur_len += 1
+        if last:
+            break
+        if (cur_len - opts.prompt_length) % sync_every:  # no read this step
+            decoder.reorder(rows.view(-1))
+            continue
         still_open = torch.stack([s.open(opts) for s in states]).any()
         if not drop:
-            if last or not bool(still_open):  # the search's one host sync per step (the cache's mapped reorder adds one on CUDA)
+            if not bool(still_open):  # the search's host sync (the cache's mapped reorder adds one on CUDA)
                 break
             decoder.reorder(rows.view(-1))
             continue
         done = torch.stack([s.done(opts).view(-1) for s in states]).all(0)
-        flags = torch.cat([still_open.view(1), done]).tolist()  # the search's one host sync per step
-        if last or not flags[0]:
+        flags = torch.cat([still_open.view(1), done]).tolist()  # the search's host sync
+        if not flags[0]:
             break
         keep = [i for i, finished in enumerate(flags[1:]) if not finished]
         if len(keep) == batch:

@@ -138,3 +138,54 @@ def test_beam_reorder_moves_only_what_it_must(one_thread, monkeypatch, settings)
     every = model.generate(ids, **kwargs)
     assert torch.equal(mapped, every)
     assert moved < made[-1].moved_rows
+
+
+def _ragged_eos_pair(seed: int, eos_bias: float):
+    """Our tiny model with EOS made likely, and six sources (two padded): rows finish at different steps."""
+    ours, _ = _pair(seed, 0.3)
+    with torch.no_grad():
+        ours.final_logits_bias[0, 2] = eos_bias
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 99, (6, 14), generator=generator)
+    ids[:, 0], ids[:, -1] = 0, 2
+    ids[1, 9:], ids[1, 8], ids[4, 6:], ids[4, 5] = 1, 2, 1, 2
+    return ours, ids, (ids != 1).long()
+
+
+@pytest.mark.parametrize("fixed_rows", [False, True], ids=["rows_leave", "rows_stay"])
+def test_reading_done_rows_every_k_steps_gives_the_same_tokens(one_thread, monkeypatch, fixed_rows):
+    """sync_every=k reads which rows are done every k-th step: done rows run on frozen in between, so greedy
+    decoding, beam search (early stopping on, off and "never", groups, several returned sequences) and the
+    uncached decoder give the tokens, and the output width, of a read after every step; with sources leaving
+    the batch and with the rows fixed for the call (the compiled step's search)."""
+    from bart.generation.session import Decoder
+    monkeypatch.setattr(Decoder, "fixed_rows", fixed_rows, raising=False)
+    drops = _count_drops(monkeypatch)
+    for seed, eos_bias in ((17, 4.5), (5, 3.0)):
+        ours, ids, mask = _ragged_eos_pair(seed, eos_bias)
+        for settings in (dict(num_beams=1), dict(num_beams=1, min_length=4, no_repeat_ngram_size=3),
+                         dict(num_beams=4), dict(num_beams=4, early_stopping=True),
+                         dict(num_beams=4, early_stopping="never"),
+                         dict(num_beams=3, length_penalty=2.0, num_return_sequences=2),
+                         dict(num_beams=6, num_beam_groups=3, diversity_penalty=0.5),
+                         dict(num_beams=4, use_cache=False), dict(num_beams=1, use_cache=False)):
+            settings = dict(dict(no_repeat_ngram_size=2), **settings, max_length=20, attention_mask=mask)
+            every_step = ours.generate(ids, **settings)
+            for k in (2, 3, 7, 40):
+                got = ours.generate(ids, sync_every=k, **settings)
+                assert got.shape == every_step.shape and torch.equal(got, every_step), (seed, settings, k)
+    assert bool(drops) != fixed_rows  # sources did leave the batch, or never did
+
+
+def test_sync_every_that_cannot_be_honoured_is_refused():
+    """sync_every must be a whole number of steps; with sampling, output_scores or the caller's processors (which
+    see every step of every row, as in transformers) only 1 is honoured, and more is refused naming the option."""
+    from bart.generation import GenerationOptionError
+    model = _tiny_model(1, 0.0)
+    ids, mask = _ragged_inputs(1)
+    for bad in (0, 2.0, True, "4"):
+        with pytest.raises(GenerationOptionError, match="sync_every must be an int >= 1"):
+            model.generate(ids, attention_mask=mask, sync_every=bad)
+    for settings in (dict(do_sample=True), dict(output_scores=True, return_dict_in_generate=True)):
+        with pytest.raises(GenerationOptionError, match="sync_every=3 with do_sample, output_scores"):
+            model.generate(ids, attention_mask=mask, sync_every=3, max_length=8, **settings)
