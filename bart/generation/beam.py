@@ -44,10 +44,13 @@ class _BeamState:
         self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after the prompt
 
     def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions, last: bool,
-             scores: tuple | None = None) -> torch.Tensor:
+             scores: tuple | None = None, frozen: torch.Tensor | None = None) -> torch.Tensor:
         """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams).
         ``last``: every candidate of this step stops (max_length reached, or max_time passed);
-        ``scores``: what the caller's stopping criteria get (the scores so far with output_scores)."""
+        ``scores``: what the caller's stopping criteria get (the scores so far with output_scores);
+        ``frozen``: (batch,) bool, sources whose finished hypotheses stay as they are (a search that reads
+        which sources are done every k-th step: those a read would have stopped)."""
+        before = (self.finished, self.finished_scores, self.is_finished, self.generated)
         batch, beams, vocab = log_probs.shape
         keep = 2 * beams
         # in place: log_probs is the decoder's step buffer (or a copy of it), not needed after this
@@ -89,6 +92,12 @@ class _BeamState:
         self.is_finished = _gather(torch.cat([self.is_finished, just_finished], dim=1), best)
         self.generated = _gather(torch.cat([self.generated, torch.full_like(just_finished, generated, dtype=torch.long)], 1), best)
         self.hits_stop = hits_stop
+        if frozen is not None:  # not only below NEG: exact ties among finished ones would be re-ranked by topk
+            keep = frozen.view(-1, 1)
+            self.finished = torch.where(keep[..., None], before[0], self.finished)
+            self.finished_scores = torch.where(keep, before[1], self.finished_scores)
+            self.is_finished = torch.where(keep, before[2], self.is_finished)
+            self.generated = torch.where(keep, before[3], self.generated)
         # plain beam search follows transformers >= 4.50 (best running beam); group beam search follows
         # the classic BeamSearchScorer, whose is_done takes the best of all candidates, eos ones included
         best = top_scores[:, :1] if opts.num_beam_groups > 1 else self.running_scores[:, :1]
@@ -139,9 +148,8 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
     are finished with ``early_stopping=True``) keeps its finished hypotheses as they are, in
     transformers as here: it leaves the running batch (its decoder rows, cache rows and bookkeeping)
     so that it stops costing work; its results wait in ``results``. Which sources are done is read on the host
-    every ``sync_every`` steps; in between, done sources run on without changing their hypotheses (a done
-    group idles on pad tokens, and no candidate of it can enter its finished ones), so every k gives the same
-    sequences."""
+    every ``sync_every`` steps; in between, the sources a read would have stopped run on frozen (their finished
+    hypotheses kept as they are, on the device), so every k gives the same sequences."""
     batch, device = encoder_ids.shape[0], encoder_ids.device
     groups = opts.num_beam_groups
     group_size = opts.num_beams // groups
@@ -152,6 +160,8 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
     live = list(range(batch))  # original indices of the running sources
     all_scores = []
     cur_len = opts.prompt_length
+    # sync_every > 1: the sources that a read after every step would have stopped (left the batch, or ended the search)
+    frozen = torch.zeros(batch, dtype=torch.bool, device=device) if sync_every > 1 else None
     while True:
         batch = len(live)
         # rows of the decoder batch: source-major, then group, then beam
@@ -171,7 +181,7 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
             done = state.done(opts)  # a group already done for a source idles on pad tokens
             so_far = tuple(all_scores) + (torch.stack(step_scores, 1).view(batch * group_size, -1),) \
                 if opts.output_scores and opts.stopping_criteria and groups == 1 else None
-            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts, last, so_far)
+            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts, last, so_far, frozen)
             sources.append(source + g * group_size)
             chosen.append(state.running[:, :, cur_len].masked_fill(done, opts.pad_token_id))
         if opts.output_scores:
@@ -181,37 +191,50 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
         cur_len += 1
         if last:
             break
-        if (cur_len - opts.prompt_length) % sync_every:  # no read this step
-            decoder.reorder(rows.view(-1))
-            continue
         still_open = torch.stack([s.open(opts) for s in states]).any()
-        if not drop:
-            if not bool(still_open):  # the search's host sync (the cache's mapped reorder adds one on CUDA)
+        done = torch.stack([s.done(opts).view(-1) for s in states]).all(0) if drop else None
+        if frozen is not None:
+            frozen |= ~still_open if done is None else done | ~still_open
+            if (cur_len - opts.prompt_length) % sync_every:  # no read this step
+                decoder.reorder(rows.view(-1))
+                continue
+            if not drop:
+                if bool(frozen.all()):  # the search's host sync
+                    break
+                decoder.reorder(rows.view(-1))
+                continue
+            stopped = frozen.tolist()  # the search's host sync
+        else:
+            if not drop:
+                if not bool(still_open):  # the search's host sync (the cache's mapped reorder adds one on CUDA)
+                    break
+                decoder.reorder(rows.view(-1))
+                continue
+            flags = torch.cat([still_open.view(1), done]).tolist()  # the search's host sync
+            if not flags[0]:
                 break
-            decoder.reorder(rows.view(-1))
-            continue
-        done = torch.stack([s.done(opts).view(-1) for s in states]).all(0)
-        flags = torch.cat([still_open.view(1), done]).tolist()  # the search's host sync
-        if not flags[0]:
-            break
-        keep = [i for i, finished in enumerate(flags[1:]) if not finished]
+            stopped = flags[1:]
+        keep = [i for i, finished in enumerate(stopped) if not finished]
         if len(keep) == batch:
             decoder.reorder(rows.view(-1))
             continue
         if not keep:
             break
-        gone = [i for i, finished in enumerate(flags[1:]) if finished]
-        for state, stored in zip(states, results):
+        gone = torch.tensor([i for i, finished in enumerate(stopped) if finished], device=device)
+        gone_sources = torch.tensor([live[i] for i, finished in enumerate(stopped) if finished], device=device)
+        for state, stored in zip(states, results):  # two index uploads, not three list indexings per tensor
             for full, part in zip(stored, state.results()):
-                full[[live[i] for i in gone]] = part[gone]
+                full.index_copy_(0, gone_sources, part.index_select(0, gone))
         index = torch.tensor(keep, device=device)
         states = [state.select(index) for state in states]
         encoder_ids = encoder_ids[index]
+        frozen = None if frozen is None else frozen[index]
         decoder.keep_sources(keep, rows[index].view(-1))  # rows of the cache before compaction
         live = [live[i] for i in keep]
+    live_sources = torch.tensor(live, device=device)
     for state, stored in zip(states, results):
         for full, part in zip(stored, state.results()):
-            full[live] = part
+            full.index_copy_(0, live_sources, part)
     return _finalize(results, opts, all_scores)
 
 

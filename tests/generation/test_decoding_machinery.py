@@ -177,6 +177,33 @@ def test_reading_done_rows_every_k_steps_gives_the_same_tokens(one_thread, monke
     assert bool(drops) != fixed_rows  # sources did leave the batch, or never did
 
 
+def test_reading_every_k_steps_keeps_the_order_of_tied_hypotheses(one_thread):
+    """A peaked model (bart-base's 6+6 layers, narrow, large random weights, EOS likely) finishes hypotheses with
+    exactly equal scores (the same tokens in another order, log-probs of 0): a source that a read would have
+    stopped keeps its finished hypotheses as they were, not re-ranked among the ties by the steps it runs on."""
+    import json
+
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from tests.helpers import ROOT
+    values = json.load(open(f"{ROOT}/configs/config_base.json"))
+    values.update(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1024, max_position_embeddings=66,
+                  encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.0, init_std=0.3, min_length=4,
+                  forced_bos_token_id=None, forced_eos_token_id=None)
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig(**values)).eval()
+    with torch.no_grad():
+        model.final_logits_bias[0, 2] = 8.0
+    ids = torch.randint(4, 1024, (8, 64), generator=torch.Generator().manual_seed(0))
+    settings = dict(max_length=49, num_beams=4, no_repeat_ngram_size=3)
+    every_step = model.generate(ids, **settings)
+    for k in (2, 8):
+        assert torch.equal(model.generate(ids, sync_every=k, **settings), every_step), k
+    # the case holds a tie: two finished hypotheses of one source with the same score
+    out = model.generate(ids[5:6], return_dict_in_generate=True, output_scores=True, num_return_sequences=2, **settings)
+    assert out.sequences_scores[0] == out.sequences_scores[1] and not torch.equal(*out.sequences)
+
+
 def test_sync_every_that_cannot_be_honoured_is_refused():
     """sync_every must be a whole number of steps; with sampling, output_scores or the caller's processors (which
     see every step of every row, as in transformers) only 1 is honoured, and more is refused naming the option."""
