@@ -132,6 +132,10 @@ class ModelSettings:
                     "graphs and graph breaks, through AOTAutograd, run by eager kernels) or eager (dynamo's graphs "
                     "alone: the same graph breaks and recompiles, the cheapest check of what inductor would compile)",
         lazy=_compile_backends)
+    cast_weights_once: bool = flag(
+        False, "--bf16/--fp16/--fp8, eager: cast the linear layers' weights to the autocast dtype once per optimizer "
+               "update, not in every micro-batch's forward (the same losses; bart/modeling/weight_casts.py)",
+        action="store_true")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -626,6 +630,19 @@ def _val_metric_of_the_task(s: Settings):
         return check_val_metric(s.data.task, s.validation.val_metric)
 
 
+def _cast_weights_once_needs_autocast(s: Settings):
+    if not s.model.cast_weights_once:
+        return None
+    if s.precision.autocast_dtype is None:
+        return (f"--cast_weights_once casts the weights to the autocast dtype, and this run computes in "
+                f"{s.precision.name}: add --bf16 or --fp16, or drop --cast_weights_once")
+    if s.model.compile:
+        return "--cast_weights_once is an eager path (a compiled step fuses its casts): drop --compile or it"
+    if s.distributed.distributed_strategy == "fsdp":
+        return ("--cast_weights_once casts whole weights and FSDP holds shards of them: drop --cast_weights_once "
+                "or use --distributed_strategy ddp")
+
+
 def _decode_precision_with_autocast(s: Settings):
     if s.script == EVAL:
         try:  # a bf16/int8 copy of the weights under --bf16/--fp16 autocast: one home, bart.generation.precision
@@ -636,7 +653,8 @@ def _decode_precision_with_autocast(s: Settings):
 
 _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_is_the_source,
           _pretraining_validation_needs_rows, _finetuning_needs_weights, _early_stopping_needs_validation,
-          _finetuning_data, _val_metric_of_the_task, _decode_precision_with_autocast)
+          _finetuning_data, _val_metric_of_the_task, _cast_weights_once_needs_autocast,
+          _decode_precision_with_autocast)
 
 
 __all__ = ["Settings", "SettingsError", "SECTIONS", "PRETRAIN", "FINETUNE", "EVAL", "TRAINING"]
