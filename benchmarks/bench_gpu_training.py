@@ -27,6 +27,18 @@ the achieved FLOP/s by (a) the bf16 matmul peak measured in this run (8192^3, be
 
     python benchmarks/bench_gpu_training.py [--shapes pretrain128,pretrain512,xsum]
         [--contenders hf,adamw,lamb,lamb_fce] [--steps 10] [--warmup 3] [--profile]
+    python benchmarks/bench_gpu_training.py --lengths xsum [--contenders hf,hf_tokens,adamw,adamw_tokens]
+        [--examples 2000] [--batch 40] [--max_tokens_per_batch 40960]
+
+Fine-tuning at XSum's lengths (``--lengths xsum``, in place of the shapes): ``--examples`` sources and targets whose
+lengths are drawn from lognormal distributions with XSum's published means (Narayan et al. 2018: documents of 431
+words, summaries of 23; here as tokens), cut at 1024 and 60 tokens, random token ids. Every contender trains on the
+same examples after ``--warmup`` updates of its own batches; ``_tokens`` contenders (``hf_tokens``,
+``adamw_tokens``, ``lamb_tokens``, ...) take them in token-budget batches (the fine-tuning loader's
+``SortishSampler`` with ``--max_tokens_per_batch``, default batch x 1024: the same longest padded batch), the others
+in shuffled batches of ``--batch`` padded to their longest row. The figure is tokens of real text per second (source
+and target, padding excluded), with the share of padding in the batches. ``--source_length``/``--target_length``
+shrink the caps (and the means with them) for dry runs.
 
 benchmarks/gpu_suite.py runs it one shape per process with --json (rewritten after every row, so a
 process stopped part-way keeps the rows it finished), --shrink_on_oom (a batch that does not fit is
@@ -38,6 +50,7 @@ import argparse
 import functools
 import gc
 import json
+import math
 import os
 import resource
 import subprocess
@@ -228,6 +241,111 @@ def versions(device="cuda") -> str:
 
 CONTENDERS = ("hf", "adamw", "adamw_fce", "lamb", "lamb_foreach", "lamb_fce", "lamb_compile", "lamb_fce_compile",
               "lamb_fce_fp8_compile")
+LENGTH_CONTENDERS = ("hf", "hf_tokens", "adamw", "adamw_tokens", "lamb", "lamb_tokens", "adamw_fce", "adamw_fce_tokens")
+# XSum's published mean lengths (Narayan et al. 2018, words; here tokens) and the recipe's caps for XSum
+XSUM_LENGTHS = {"source_mean": 431, "target_mean": 23, "source_max": 1024, "target_max": 60}
+
+
+def xsum_like_lengths(count: int, source_max: int, target_max: int, seed: int = 0) -> tuple[list, list]:
+    """(source lengths, target lengths) of ``count`` examples: lognormal with XSum's means scaled by the caps' share
+    of the recipe's (1024, 60), cut at the caps, at least 4 tokens."""
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(mean: float, sigma: float, cap: int) -> list:
+        mu = math.log(mean) - sigma * sigma / 2  # a lognormal of this mean
+        return torch.exp(mu + sigma * torch.randn(count, generator=g)).round().clamp(4, cap).long().tolist()
+    scale_source = source_max / XSUM_LENGTHS["source_max"]
+    scale_target = target_max / XSUM_LENGTHS["target_max"]
+    return (draw(XSUM_LENGTHS["source_mean"] * scale_source, 0.6, source_max),
+            draw(XSUM_LENGTHS["target_mean"] * scale_target, 0.35, target_max))
+
+
+def length_batches(sources: list, targets: list, vocab: int, batch: int, max_tokens: int | None, device="cuda",
+                   seed: int = 0) -> list[dict]:
+    """The examples of these lengths (random token ids) in batches: shuffled, ``batch`` at a time, or with
+    ``max_tokens`` the fine-tuning loader's token-budget batches (``SortishSampler``); each padded to its longest
+    row (pad 1, labels -100 there)."""
+    from bart.data.summarization import SortishSampler
+    g = torch.Generator().manual_seed(seed)
+    if max_tokens:
+        groups = list(SortishSampler(sources, batch, seed=seed, max_tokens=max_tokens))
+    else:
+        order = torch.randperm(len(sources), generator=g).tolist()
+        groups = [order[i:i + batch] for i in range(0, len(order), batch)]
+    out = []
+    for group in groups:
+        width, height = max(sources[i] for i in group), max(targets[i] for i in group)
+        ids = torch.full((len(group), width), 1, dtype=torch.long)
+        labels = torch.full((len(group), height), -100, dtype=torch.long)
+        for row, i in enumerate(group):
+            ids[row, :sources[i]] = torch.randint(4, vocab, (sources[i],), generator=g)
+            labels[row, :targets[i]] = torch.randint(4, vocab, (targets[i],), generator=g)
+        decoder_ids = torch.cat([torch.full_like(labels[:, :1], 2), labels[:, :-1]], 1).masked_fill(
+            torch.cat([torch.zeros_like(labels[:, :1]), labels[:, :-1]], 1) == -100, 1)
+        decoder_ids[:, 0] = 2
+        out.append({k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=(ids != 1).long(),
+                                                     decoder_input_ids=decoder_ids, labels=labels).items()})
+    return out
+
+
+def real_tokens(batch: dict) -> int:
+    return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
+
+
+def run_lengths(args, config, values, state_dict) -> list:
+    """--lengths xsum: every contender on the same XSum-like examples; tokens of real text per second."""
+    source_max = args.source_length or XSUM_LENGTHS["source_max"]
+    target_max = args.target_length or XSUM_LENGTHS["target_max"]
+    batch = args.batch or SHAPES["xsum"][0]
+    max_tokens = args.max_tokens_per_batch or batch * source_max
+    sources, targets = xsum_like_lengths(args.examples, source_max, target_max)
+    print(f"\nfine-tuning at XSum's lengths: {os.path.basename(args.config)}, {args.examples} examples, source mean "
+          f"{sum(sources) / len(sources):.0f} (max {source_max}), target mean {sum(targets) / len(targets):.1f} "
+          f"(max {target_max}), bf16; batches of {batch} padded to their longest, or token budgets of {max_tokens}")
+    print("| contender | batching | updates timed | sequences/update | real tokens/s | padding | s/update | peak GiB "
+          "| vs hf |\n|---|---|---|---|---|---|---|---|---|")
+    rows, reference = [], None
+    batchings = {}
+    for name in args.contenders.split(","):
+        budget = name.endswith("_tokens")
+        key = "tokens" if budget else "padded"
+        if key not in batchings:
+            batchings[key] = length_batches(sources, targets, config.vocab_size, batch, max_tokens if budget else None,
+                                            device=args.device)
+        batches = batchings[key]
+        if len(batches) <= args.warmup:
+            raise SystemExit(f"--examples {args.examples} make {len(batches)} {key} batches, not more than --warmup "
+                             f"{args.warmup}: give more examples")
+        base = name[:-len("_tokens")] if budget else name
+        step, label = (hf_step_fn(state_dict, values, args.device) if base == "hf"
+                       else project_step_fn(state_dict, config, base, args.device))
+        for b in batches[:args.warmup]:
+            step(b)
+        synchronize(args.device)
+        if args.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        timed = batches[args.warmup:]
+        start = time.perf_counter()
+        for b in timed:
+            step(b)
+        synchronize(args.device)
+        seconds = time.perf_counter() - start
+        memory = (torch.cuda.max_memory_allocated() if args.device.startswith("cuda")
+                  else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2 ** 30
+        real = sum(real_tokens(b) for b in timed)
+        padded = sum(b["input_ids"].numel() + b["labels"].numel() for b in timed)
+        rate = real / seconds
+        reference = reference or (rate if name == "hf" else None)
+        ratio = f"{rate / reference:.2f}x" if reference else "-"
+        sequences = sum(b["input_ids"].shape[0] for b in timed) / len(timed)
+        print(f"| {label} | {key} | {len(timed)} | {sequences:.1f} | {rate:,.0f} | {100 * (1 - real / padded):.1f}% "
+              f"| {seconds / len(timed):.4f} | {memory:.1f} | {ratio} |", flush=True)
+        rows.append(dict(lengths="xsum", contender=name, label=label, batching=key, updates=len(timed),
+                         sequences_per_update=sequences, real_tokens_s=rate, padding=1 - real / padded,
+                         seconds_per_update=seconds / len(timed), peak_gib=memory,
+                         vs_hf=rate / reference if reference else None))
+        del step
+    return rows
 
 
 def _batch_candidates(batch: int, shrink: bool) -> list:
@@ -271,13 +389,19 @@ def main() -> None:
                         help="a batch that runs out of memory is retried at 3/4, 1/2, 1/4, 1/8 of it")
     parser.add_argument("--measured_tflops", type=float,
                         help="the measured bf16 matmul peak to divide by (measured here when not given)")
+    parser.add_argument("--lengths", choices=("xsum",),
+                        help="fine-tuning at XSum's length distribution instead of --shapes (see above)")
+    parser.add_argument("--examples", type=int, default=2000, help="--lengths: the examples every contender trains on")
+    parser.add_argument("--max_tokens_per_batch", type=int,
+                        help="--lengths: the _tokens contenders' token budget (default: batch x the source cap)")
     parser.add_argument("--compile_backend", default="inductor",
                         help="torch.compile backend of the *_compile contenders (eager: dynamo only, for dry runs)")
     args = parser.parse_args()
-    unknown = [n for n in args.contenders.split(",") if n not in CONTENDERS]
+    known = LENGTH_CONTENDERS if args.lengths else CONTENDERS
+    unknown = [n for n in args.contenders.split(",") if n not in known]
     unknown += [n for n in args.shapes.split(",") if n not in SHAPES]
     if unknown:
-        parser.error(f"unknown contender or shape {unknown}: contenders {CONTENDERS}, shapes {tuple(SHAPES)}")
+        parser.error(f"unknown contender or shape {unknown}: contenders {known}, shapes {tuple(SHAPES)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("bench_gpu_training.py needs a CUDA GPU (--device cpu runs the code paths on CPU)")
     if args.compile_backend != "inductor":  # the Trainer calls torch.compile(model)
@@ -287,6 +411,14 @@ def main() -> None:
     config = BartConfig(**values)
     torch.manual_seed(0)
     state_dict = BartForConditionalGeneration(config).state_dict()
+    if args.lengths:
+        version_line = versions(args.device)
+        print(version_line)
+        rows = run_lengths(args, config, values, state_dict)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"versions": version_line, "rows": rows}, f, indent=1)
+        return
     peak = args.measured_tflops or measured_peak_tflops(device=args.device)
     version_line = versions(args.device)
     print(f"{version_line}\nmeasured bf16 matmul peak {peak:.0f} TFLOP/s, datasheet {args.peak_tflops:.0f}")

@@ -128,6 +128,9 @@ class ModelSettings:
     compile_backend: str = flag(
         "inductor", "--compile's backend: inductor, or aot_eager / eager to check its graphs cheaply",
         lazy=_compile_backends)
+    cast_weights_once: bool = flag(
+        False, "with --bf16/--fp16/--fp8, eager: cast weights once per update, not in every micro-batch",
+        action="store_true")
     # the process's own, applied once at run start (bart.cli.start.begin_run), never while parsing
     cache_dir: str | None = reference()  # where hub downloads are cached: HF_HUB_CACHE for the run
     cudnn_benchmark: bool | None = reference()  # torch.backends.cudnn.benchmark for the run (None: left as is)
@@ -622,6 +625,19 @@ def _val_metric_of_the_task(s: Settings):
         return check_val_metric(s.data.task, s.validation.val_metric)
 
 
+def _cast_weights_once_needs_autocast(s: Settings):
+    if not s.model.cast_weights_once:
+        return None
+    if s.precision.autocast_dtype is None:
+        return (f"--cast_weights_once casts the weights to the autocast dtype, and this run computes in "
+                f"{s.precision.name}: add --bf16 or --fp16, or drop --cast_weights_once")
+    if s.model.compile:
+        return "--cast_weights_once is an eager path (a compiled step fuses its casts): drop --compile or it"
+    if s.distributed.distributed_strategy == "fsdp":
+        return ("--cast_weights_once casts whole weights and FSDP holds shards of them: drop --cast_weights_once "
+                "or use --distributed_strategy ddp")
+
+
 def _decode_precision_with_autocast(s: Settings):
     if s.script == EVAL:
         try:  # a bf16/int8 copy of the weights under --bf16/--fp16 autocast: one home, bart.generation.precision
@@ -632,7 +648,8 @@ def _decode_precision_with_autocast(s: Settings):
 
 _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_is_the_source,
           _pretraining_validation_needs_rows, _finetuning_needs_weights, _early_stopping_needs_validation,
-          _finetuning_data, _val_metric_of_the_task, _decode_precision_with_autocast)
+          _finetuning_data, _val_metric_of_the_task, _cast_weights_once_needs_autocast,
+          _decode_precision_with_autocast)
 
 
 __all__ = ["Settings", "SettingsError", "SECTIONS", "PRETRAIN", "FINETUNE", "EVAL", "TRAINING"]

@@ -17,6 +17,15 @@ of its linear layers kept beside it (:func:`bart.generation.precision.packed_bes
 faster; the model, its ``state_dict()`` and training untouched); ``packed=False`` decodes with the model's
 own weights.
 
+``sync_every`` (not an option of transformers; default 1): the steps between the searches' host reads of which
+rows are done. 1 reads them after every step, and lets beam search's cache reorder copy only the histories it
+must (one more read per step, see :class:`~bart.generation.cache.StaticCache`). k > 1 reads them every k-th step:
+done rows run on, frozen (their tokens and hypotheses do not change), until the next read, and the cache reorder
+then gathers every live row with no read. The tokens are the same for every k; what changes is how often the host
+waits for the device, against up to k - 1 steps of finished rows. It applies where finished rows leave the batch
+(not with ``do_sample``, ``output_scores`` or the caller's ``logits_processor`` / ``stopping_criteria``, which
+see every step as in transformers): there, k > 1 is refused.
+
 Sampling (``do_sample=True``) draws from ``generator=`` (a ``torch.Generator``) or, without one,
 from torch's global generator: after ``torch.manual_seed(s)`` the tokens are those of transformers'
 ``generate(do_sample=True, ...)`` after the same seed.
@@ -38,7 +47,7 @@ from bart.generation.options import (
 )
 from bart.generation.precision import PackedLinear, decodes_packed, packed_beside
 from bart.generation.processing import logits_processors
-from bart.generation.session import Decoder, default_attention_mask
+from bart.generation.session import Decoder, default_attention_mask, drops_finished
 
 
 def check_generate_options(model, kwargs: dict) -> None:
@@ -48,8 +57,8 @@ def check_generate_options(model, kwargs: dict) -> None:
 
 
 def _options(model, kwargs: dict):
-    """(compile mode, packed, :class:`GenerationOptions`) of ``generate(model, **kwargs)``; ``kwargs`` is consumed.
-    A bad option is a :class:`GenerationOptionError`."""
+    """(compile mode, packed, sync_every, :class:`GenerationOptions`) of ``generate(model, **kwargs)``; ``kwargs``
+    is consumed. A bad option is a :class:`GenerationOptionError`."""
     try:
         mode = compile_mode(kwargs.pop("compile_generation", False))
     except ValueError as err:
@@ -57,7 +66,15 @@ def _options(model, kwargs: dict):
     packed = kwargs.pop("packed", True)
     if not isinstance(packed, bool):
         raise GenerationOptionError(f"generate: packed must be True or False, got {packed!r}")
+    sync_every = kwargs.pop("sync_every", 1)
+    if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
+        raise GenerationOptionError(f"generate: sync_every must be an int >= 1 (steps between the host's reads of "
+                                    f"which rows are done), got {sync_every!r}")
     opts = resolve(model.config, kwargs)
+    if sync_every > 1 and not drops_finished(opts):
+        raise GenerationOptionError(f"generate: sync_every={sync_every} with do_sample, output_scores or the "
+                                    f"caller's logits_processor/stopping_criteria, which see every step of every row "
+                                    f"as in transformers: use sync_every=1 (the default)")
     if mode is not None and not opts.use_cache:
         raise GenerationOptionError("generate: compile_generation needs use_cache=True (the compiled step runs on "
                                     "the preallocated cache)")
@@ -65,7 +82,7 @@ def _options(model, kwargs: dict):
         raise GenerationOptionError("generate: compile_generation cannot compile a packed decoding copy (its oneDNN "
                                     "weights are opaque to torch.compile); compile the model itself, or decode "
                                     "the packed copy without compile_generation")
-    return mode, packed, opts
+    return mode, packed, sync_every, opts
 
 
 @torch.inference_mode()
@@ -78,7 +95,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     with pad_token_id, or with ``return_dict_in_generate=True`` a :class:`GenerateOutput`
     (sequences, sequences_scores for beam search, scores per step when ``output_scores``)."""
     start = time.monotonic()
-    mode, packed, opts = _options(model, kwargs)
+    mode, packed, sync_every, opts = _options(model, kwargs)
     opts.start_time = start
     if input_ids.dim() != 2:
         raise ValueError(f"generate: input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
@@ -102,11 +119,12 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
         encoder_hidden = runner.model.encoder(input_ids, attention_mask)
         rows_per_source = opts.num_beams if opts.num_beams > 1 else (opts.num_return_sequences if opts.do_sample else 1)
         if mode is None:
-            decoder = Decoder(runner, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length)
+            decoder = Decoder(runner, encoder_hidden, attention_mask, opts.use_cache, rows_per_source, opts.max_length,
+                              mapped=sync_every == 1)
         else:
             decoder = make_decoder(model, encoder_hidden, attention_mask, rows_per_source, opts.max_length, mode)
         search = greedy_search if opts.num_beams == 1 else beam_search
-        sequences, sequence_scores, scores = search(decoder, opts, input_ids, processors)
+        sequences, sequence_scores, scores = search(decoder, opts, input_ids, processors, sync_every)
     finally:
         model.train(was_training)
     if opts.return_dict_in_generate:

@@ -3,7 +3,8 @@
 The beam bookkeeping is tensor-shaped over (batch, beams) and follows transformers' vectorised beam
 search step for step, so the same weights give the same sequences. Beam sampling draws with
 ``torch.multinomial`` in the same order and shapes as transformers' ``_beam_search(do_sample=True)``.
-A source whose groups are all done leaves the running batch; its results wait. One host sync per step.
+A source whose groups are all done leaves the running batch; its results wait. One host sync per
+``sync_every`` steps: in between, a done source runs on frozen (its hypotheses cannot change).
 """
 from __future__ import annotations
 
@@ -43,10 +44,13 @@ class _BeamState:
         self.generated = torch.zeros(batch, beams, dtype=torch.long, device=device)  # tokens after the prompt
 
     def step(self, log_probs: torch.Tensor, cur_len: int, opts: GenerationOptions, last: bool,
-             scores: tuple | None = None) -> torch.Tensor:
+             scores: tuple | None = None, frozen: torch.Tensor | None = None) -> torch.Tensor:
         """Advance with (batch, beams, V) processed log-probs; returns the source beam (batch, beams).
         ``last``: every candidate of this step stops (max_length reached, or max_time passed);
-        ``scores``: what the caller's stopping criteria get (the scores so far with output_scores)."""
+        ``scores``: what the caller's stopping criteria get (the scores so far with output_scores);
+        ``frozen``: (batch,) bool, sources whose finished hypotheses stay as they are (a search that reads
+        which sources are done every k-th step: those a read would have stopped)."""
+        before = (self.finished, self.finished_scores, self.is_finished, self.generated)
         batch, beams, vocab = log_probs.shape
         keep = 2 * beams
         # in place: log_probs is the decoder's step buffer (or a copy of it), not needed after this
@@ -88,6 +92,12 @@ class _BeamState:
         self.is_finished = _gather(torch.cat([self.is_finished, just_finished], dim=1), best)
         self.generated = _gather(torch.cat([self.generated, torch.full_like(just_finished, generated, dtype=torch.long)], 1), best)
         self.hits_stop = hits_stop
+        if frozen is not None:  # not only below NEG: exact ties among finished ones would be re-ranked by topk
+            keep = frozen.view(-1, 1)
+            self.finished = torch.where(keep[..., None], before[0], self.finished)
+            self.finished_scores = torch.where(keep, before[1], self.finished_scores)
+            self.is_finished = torch.where(keep, before[2], self.is_finished)
+            self.generated = torch.where(keep, before[3], self.generated)
         # plain beam search follows transformers >= 4.50 (best running beam); group beam search follows
         # the classic BeamSearchScorer, whose is_done takes the best of all candidates, eos ones included
         best = top_scores[:, :1] if opts.num_beam_groups > 1 else self.running_scores[:, :1]
@@ -128,7 +138,8 @@ class _BeamState:
         return self.improvable.any() & exists_open & ~self.hits_stop.all()
 
 
-def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list):
+def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Tensor, processors: list,
+                sync_every: int = 1):
     """Beam search; with ``num_beam_groups`` > 1, diverse (group) beam search: each group of
     num_beams / groups beams runs its own search and is penalised (Hamming diversity) for tokens
     that earlier groups chose at the same step.
@@ -136,7 +147,9 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
     A source whose groups are all done (no running beam can still improve its finished ones, or all
     are finished with ``early_stopping=True``) keeps its finished hypotheses as they are, in
     transformers as here: it leaves the running batch (its decoder rows, cache rows and bookkeeping)
-    so that it stops costing work; its results wait in ``results``."""
+    so that it stops costing work; its results wait in ``results``. Which sources are done is read on the host
+    every ``sync_every`` steps; in between, the sources a read would have stopped run on frozen (their finished
+    hypotheses kept as they are, on the device), so every k gives the same sequences."""
     batch, device = encoder_ids.shape[0], encoder_ids.device
     groups = opts.num_beam_groups
     group_size = opts.num_beams // groups
@@ -147,6 +160,8 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
     live = list(range(batch))  # original indices of the running sources
     all_scores = []
     cur_len = opts.prompt_length
+    # sync_every > 1: the sources that a read after every step would have stopped (left the batch, or ended the search)
+    frozen = torch.zeros(batch, dtype=torch.bool, device=device) if sync_every > 1 else None
     while True:
         batch = len(live)
         # rows of the decoder batch: source-major, then group, then beam
@@ -166,7 +181,7 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
             done = state.done(opts)  # a group already done for a source idles on pad tokens
             so_far = tuple(all_scores) + (torch.stack(step_scores, 1).view(batch * group_size, -1),) \
                 if opts.output_scores and opts.stopping_criteria and groups == 1 else None
-            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts, last, so_far)
+            source = state.step(group_log_probs.view(batch, group_size, -1), cur_len, opts, last, so_far, frozen)
             sources.append(source + g * group_size)
             chosen.append(state.running[:, :, cur_len].masked_fill(done, opts.pad_token_id))
         if opts.output_scores:
@@ -174,34 +189,52 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
         offsets = torch.arange(batch, device=device)[:, None] * opts.num_beams
         rows = torch.cat(sources, 1) + offsets  # (batch, num_beams) decoder rows of the next step
         cur_len += 1
-        still_open = torch.stack([s.open(opts) for s in states]).any()
-        if not drop:
-            if last or not bool(still_open):  # the search's one host sync per step (the cache's mapped reorder adds one on CUDA)
-                break
-            decoder.reorder(rows.view(-1))
-            continue
-        done = torch.stack([s.done(opts).view(-1) for s in states]).all(0)
-        flags = torch.cat([still_open.view(1), done]).tolist()  # the search's one host sync per step
-        if last or not flags[0]:
+        if last:
             break
-        keep = [i for i, finished in enumerate(flags[1:]) if not finished]
+        still_open = torch.stack([s.open(opts) for s in states]).any()
+        done = torch.stack([s.done(opts).view(-1) for s in states]).all(0) if drop else None
+        if frozen is not None:
+            frozen |= ~still_open if done is None else done | ~still_open
+            if (cur_len - opts.prompt_length) % sync_every:  # no read this step
+                decoder.reorder(rows.view(-1))
+                continue
+            if not drop:
+                if bool(frozen.all()):  # the search's host sync
+                    break
+                decoder.reorder(rows.view(-1))
+                continue
+            stopped = frozen.tolist()  # the search's host sync
+        else:
+            if not drop:
+                if not bool(still_open):  # the search's host sync (the cache's mapped reorder adds one on CUDA)
+                    break
+                decoder.reorder(rows.view(-1))
+                continue
+            flags = torch.cat([still_open.view(1), done]).tolist()  # the search's host sync
+            if not flags[0]:
+                break
+            stopped = flags[1:]
+        keep = [i for i, finished in enumerate(stopped) if not finished]
         if len(keep) == batch:
             decoder.reorder(rows.view(-1))
             continue
         if not keep:
             break
-        gone = [i for i, finished in enumerate(flags[1:]) if finished]
-        for state, stored in zip(states, results):
+        gone = torch.tensor([i for i, finished in enumerate(stopped) if finished], device=device)
+        gone_sources = torch.tensor([live[i] for i, finished in enumerate(stopped) if finished], device=device)
+        for state, stored in zip(states, results):  # two index uploads, not three list indexings per tensor
             for full, part in zip(stored, state.results()):
-                full[[live[i] for i in gone]] = part[gone]
+                full.index_copy_(0, gone_sources, part.index_select(0, gone))
         index = torch.tensor(keep, device=device)
         states = [state.select(index) for state in states]
         encoder_ids = encoder_ids[index]
+        frozen = None if frozen is None else frozen[index]
         decoder.keep_sources(keep, rows[index].view(-1))  # rows of the cache before compaction
         live = [live[i] for i in keep]
+    live_sources = torch.tensor(live, device=device)
     for state, stored in zip(states, results):
         for full, part in zip(stored, state.results()):
-            full[live] = part
+            full.index_copy_(0, live_sources, part)
     return _finalize(results, opts, all_scores)
 
 

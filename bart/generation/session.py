@@ -32,7 +32,9 @@ class Decoder:
     buffers: valid until the next step (clone what must outlive it)."""
 
     def __init__(self, model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor, use_cache: bool,
-                 rows_per_source: int = 1, max_length: int = 0):
+                 rows_per_source: int = 1, max_length: int = 0, mapped: bool = True):
+        """``mapped``: a beam reorder copies only the histories it must, reading on the host how many
+        (:meth:`StaticCache.reorder`); False: it gathers every live row, with no read."""
         self.model, self.encoder_hidden, self.encoder_mask = model, encoder_hidden, encoder_mask
         self.cache = None
         if use_cache:
@@ -41,7 +43,7 @@ class Decoder:
             attention = layers[0].self_attn
             self.cache = StaticCache(len(layers), encoder_hidden.shape[0] * rows_per_source, attention.num_heads,
                                      attention.head_dim, max_length, cross, cross[0][0].dtype, encoder_hidden.device)
-            self.cache.mapped = True  # a beam reorder copies only the histories it must (StaticCache.reorder)
+            self.cache.mapped = mapped
         self.logits_buffer: torch.Tensor | None = None
         self.log_probs_buffer: torch.Tensor | None = None
         self.transposed_buffer: torch.Tensor | None = None  # CPU, < 16 rows: the (V, N) product of lm_head

@@ -21,6 +21,7 @@ from bart.generation.cache import StaticCache, StaticLayerCache, padding_mask_to
 from bart.generation.precision import forget_packed
 from bart.modeling.cross_entropy import cross_entropy, linear_cross_entropy
 from bart.modeling.vocab_padding import fit_vocab_rows, head_bias, padded_vocab_size
+from bart.modeling.weight_casts import head_weight, linear, projections
 
 # One decoder layer's cache: (self_key, self_value, cross_key, cross_value), each (B, H, T, Dh).
 LayerCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -103,23 +104,28 @@ class BartAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def _project(self, states: torch.Tensor, projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
-        """Several projections of the same states, split into heads. In training as ONE matrix
+    def _project(self, states: torch.Tensor, names: str) -> tuple[torch.Tensor, ...]:
+        """Several projections (``names``: "qkv", "kv") of the same states, split into heads. In training as ONE matrix
         multiplication (fewer GEMMs forward and backward; the weights are concatenated per call, not
         stored fused, so parameter names stay Hugging Face's). Without autograd (generation, one token
         per step, bound by reading weights) that copy would cost more than it saves: one GEMM each. Layers
-        that own their product (``--fp8``'s ``Float8Linear``: a scale per weight) also run one GEMM each."""
-        if not torch.is_grad_enabled() or any(type(p) is not nn.Linear for p in projections):
-            return tuple(self._heads(p(states)) for p in projections)
-        weight = torch.cat([p.weight for p in projections])
-        bias = torch.cat([p.bias for p in projections])
+        that own their product (``--fp8``'s ``Float8Linear``: a scale per weight) also run one GEMM each. Under
+        :func:`~bart.modeling.weight_casts.cast_once` the concatenation made for the update is used."""
+        cast = projections(self, names)
+        if cast is not None:
+            return tuple(self._heads(x) for x in F.linear(states, *cast).split(self.embed_dim, dim=-1))
+        layers = [getattr(self, f"{name}_proj") for name in names]
+        if not torch.is_grad_enabled() or any(type(p) is not nn.Linear for p in layers):
+            return tuple(self._heads(p(states)) for p in layers)
+        weight = torch.cat([p.weight for p in layers])
+        bias = torch.cat([p.bias for p in layers])
         return tuple(self._heads(x) for x in F.linear(states, weight, bias).split(self.embed_dim, dim=-1))
 
     def project_kv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._project(states, (self.k_proj, self.v_proj))
+        return self._project(states, "kv")
 
     def project_qkv(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self._project(states, (self.q_proj, self.k_proj, self.v_proj))
+        return self._project(states, "qkv")
 
     def forward(
         self,
@@ -137,7 +143,7 @@ class BartAttention(nn.Module):
         else:
             key, value = key_value
             if query is None:
-                query = self._heads(self.q_proj(hidden_states))
+                query = self._heads(linear(self.q_proj, hidden_states))
         fold = batch // key.shape[0]
         if fold > 1:  # (B*r, H, T, Dh) → (B, H, r*T, Dh)
             query = query.view(key.shape[0], fold, self.num_heads, q_len, self.head_dim)
@@ -148,7 +154,7 @@ class BartAttention(nn.Module):
         if fold > 1:
             out = out.view(key.shape[0], self.num_heads, fold, q_len, self.head_dim).transpose(1, 2)
             out = out.reshape(batch, self.num_heads, q_len, self.head_dim)
-        return self.out_proj(out.transpose(1, 2).reshape(batch, q_len, self.embed_dim))
+        return linear(self.out_proj, out.transpose(1, 2).reshape(batch, q_len, self.embed_dim))
 
 
 class _Residual:
@@ -177,7 +183,7 @@ class _Layer(nn.Module):
         self.final_layer_norm = nn.LayerNorm(dim)
 
     def _ffn(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training))
+        return linear(self.fc2, F.dropout(self.activation(linear(self.fc1, x)), self.activation_dropout, self.training))
 
     def _residual(self, x: torch.Tensor, norm: nn.LayerNorm, branch) -> torch.Tensor:
         return _Residual.apply(x, norm, branch, self.dropout, self.training, self.pre_ln)
@@ -467,7 +473,9 @@ class BartForConditionalGeneration(BartPreTrainedModel):
     def padded_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over every row of the (padded) LM head: the aligned product; the padded columns are -inf."""
         bias = head_bias(self.final_logits_bias[0], self.config.vocab_size).to(hidden.dtype)
-        weight = getattr(self.lm_head, "weight", None)
+        weight = head_weight(self.lm_head)
+        if weight is None:
+            weight = getattr(self.lm_head, "weight", None)
         if not isinstance(weight, torch.Tensor):  # a decoding copy's head (oneDNN-packed or int8) owns its product
             return self.lm_head(hidden) + bias
         # the bias inside the matrix multiplication: no second pass over the (tokens x vocab) logits

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from bart.errors import Preempted, RunStopped
+from bart.errors import Preempted, RunStopped, UserError
 from bart.files.checkpoint_io import CheckpointError, first_line
 from bart.modeling.vocab_padding import (
     fit_optimizer_rows,
@@ -44,6 +44,7 @@ from bart.modeling.vocab_padding import (
     unpad_state,
     vocab_axis,
 )
+from bart.modeling.weight_casts import cast_once
 from bart.records.dllogger_compat import Logger
 from bart.records.progress import Progress
 from bart.runtime import distributed as dist_utils
@@ -149,6 +150,9 @@ class Trainer:
             raise ValueError(f"the optimizer does not hold the model's parameters: build it after "
                              f"strategy.prepare(model) ({self.strategy.name} replaces the parameters)")
         self.compilation: Compilation | None = None
+        if compile and settings.model.cast_weights_once:  # --compile by default on CUDA (the flags' rule: given)
+            raise UserError("--cast_weights_once is an eager path (a compiled step fuses its casts), and this run "
+                            "compiles (the default with CUDA): add --no-compile, or drop --cast_weights_once")
         module = model
         if compile:  # see bart.training.compilation: logged, recompiles counted, a failure runs eager
             module = CompiledOrEager(model, compile_backend or settings.model.compile_backend, varying_lengths)
@@ -210,19 +214,29 @@ class Trainer:
     def _accumulate(self, batches: list[dict], loss_scale: torch.Tensor) -> torch.Tensor:
         """The forward and backward passes of one update's micro-batches; their summed loss."""
         loss_sum = torch.zeros((), device=self.device)
-        for i, batch in enumerate(batches):
-            last = i == len(batches) - 1
-            sync = contextlib.nullcontext() if last else self.strategy.no_sync(self.forward_model)
-            with sync:
-                with self._autocast():
-                    out = self.forward_model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                                             decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
-                                             label_smoothing=self.settings.loss.label_smoothing, reduction="sum",
-                                             fused_cross_entropy=self.settings.loss.fused_cross_entropy)
-                loss = out.loss * loss_scale
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            loss_sum += out.loss.detach().float()
+        with self._weight_casts():
+            for i, batch in enumerate(batches):
+                last = i == len(batches) - 1
+                sync = contextlib.nullcontext() if last else self.strategy.no_sync(self.forward_model)
+                with sync:
+                    with self._autocast():
+                        out = self.forward_model(input_ids=batch["input_ids"],
+                                                 attention_mask=batch.get("attention_mask"),
+                                                 decoder_input_ids=batch.get("decoder_input_ids"),
+                                                 labels=batch["labels"],
+                                                 label_smoothing=self.settings.loss.label_smoothing, reduction="sum",
+                                                 fused_cross_entropy=self.settings.loss.fused_cross_entropy)
+                    loss = out.loss * loss_scale
+                    (self.scaler.scale(loss) if self.scaler else loss).backward()
+                loss_sum += out.loss.detach().float()
         return loss_sum
+
+    def _weight_casts(self):
+        """``--cast_weights_once``: the weights cast to the autocast dtype once for all of an update's micro-batches
+        (bart.modeling.weight_casts); else nothing."""
+        if not self.settings.model.cast_weights_once:
+            return contextlib.nullcontext()
+        return cast_once(self.model, self.precision.autocast_dtype, lm_head=not self.settings.loss.fused_cross_entropy)
 
     def _apply_update(self, loss_sum: torch.Tensor):
         params = [p for p in self.model.parameters() if p.requires_grad]

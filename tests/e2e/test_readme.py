@@ -275,6 +275,12 @@ DOC_COMMANDS = {
         "python benchmarks/bench_resume.py": _HERE,
         "python benchmarks/bench_pretraining_layouts.py": _HERE,
         "python benchmarks/bench_run_eval.py": _HERE,
+        # needs CUDA: its dry run on CPU (a tiny config, two of the contenders)
+        "python benchmarks/bench_gpu_training.py --lengths xsum --contenders hf,hf_tokens,adamw,adamw_tokens":
+            "tests/scripts/test_bench_gpu_training_lengths.py::test_dry_run_reports_real_tokens_per_second",
+        # its full run at tiny widths, in process, its counts checked
+        "python benchmarks/count_step_ops.py":
+            "tests/scripts/test_count_step_ops.py::test_counts_of_each_contender_and_of_the_decode_reads",
         # the GPU suite: on a CPU machine the first is one line and exit 2; the dry run runs whole
         "bash benchmarks/gpu_suite.sh results/gpu_suite":
             "tests/e2e/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",

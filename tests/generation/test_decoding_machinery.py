@@ -138,3 +138,81 @@ def test_beam_reorder_moves_only_what_it_must(one_thread, monkeypatch, settings)
     every = model.generate(ids, **kwargs)
     assert torch.equal(mapped, every)
     assert moved < made[-1].moved_rows
+
+
+def _ragged_eos_pair(seed: int, eos_bias: float):
+    """Our tiny model with EOS made likely, and six sources (two padded): rows finish at different steps."""
+    ours, _ = _pair(seed, 0.3)
+    with torch.no_grad():
+        ours.final_logits_bias[0, 2] = eos_bias
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 99, (6, 14), generator=generator)
+    ids[:, 0], ids[:, -1] = 0, 2
+    ids[1, 9:], ids[1, 8], ids[4, 6:], ids[4, 5] = 1, 2, 1, 2
+    return ours, ids, (ids != 1).long()
+
+
+@pytest.mark.parametrize("fixed_rows", [False, True], ids=["rows_leave", "rows_stay"])
+def test_reading_done_rows_every_k_steps_gives_the_same_tokens(one_thread, monkeypatch, fixed_rows):
+    """sync_every=k reads which rows are done every k-th step: done rows run on frozen in between, so greedy
+    decoding, beam search (early stopping on, off and "never", groups, several returned sequences) and the
+    uncached decoder give the tokens, and the output width, of a read after every step; with sources leaving
+    the batch and with the rows fixed for the call (the compiled step's search)."""
+    from bart.generation.session import Decoder
+    monkeypatch.setattr(Decoder, "fixed_rows", fixed_rows, raising=False)
+    drops = _count_drops(monkeypatch)
+    for seed, eos_bias in ((17, 4.5), (5, 3.0)):
+        ours, ids, mask = _ragged_eos_pair(seed, eos_bias)
+        for settings in (dict(num_beams=1), dict(num_beams=1, min_length=4, no_repeat_ngram_size=3),
+                         dict(num_beams=4), dict(num_beams=4, early_stopping=True),
+                         dict(num_beams=4, early_stopping="never"),
+                         dict(num_beams=3, length_penalty=2.0, num_return_sequences=2),
+                         dict(num_beams=6, num_beam_groups=3, diversity_penalty=0.5),
+                         dict(num_beams=4, use_cache=False), dict(num_beams=1, use_cache=False)):
+            settings = dict(dict(no_repeat_ngram_size=2), **settings, max_length=20, attention_mask=mask)
+            every_step = ours.generate(ids, **settings)
+            for k in (2, 3, 7, 40):
+                got = ours.generate(ids, sync_every=k, **settings)
+                assert got.shape == every_step.shape and torch.equal(got, every_step), (seed, settings, k)
+    assert bool(drops) != fixed_rows  # sources did leave the batch, or never did
+
+
+def test_reading_every_k_steps_keeps_the_order_of_tied_hypotheses(one_thread):
+    """A peaked model (bart-base's 6+6 layers, narrow, large random weights, EOS likely) finishes hypotheses with
+    exactly equal scores (the same tokens in another order, log-probs of 0): a source that a read would have
+    stopped keeps its finished hypotheses as they were, not re-ranked among the ties by the steps it runs on."""
+    import json
+
+    from bart.configuration import BartConfig
+    from bart.modeling import BartForConditionalGeneration
+    from tests.helpers import ROOT
+    values = json.load(open(f"{ROOT}/configs/config_base.json"))
+    values.update(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1024, max_position_embeddings=66,
+                  encoder_attention_heads=8, decoder_attention_heads=8, dropout=0.0, init_std=0.3, min_length=4,
+                  forced_bos_token_id=None, forced_eos_token_id=None)
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig(**values)).eval()
+    with torch.no_grad():
+        model.final_logits_bias[0, 2] = 8.0
+    ids = torch.randint(4, 1024, (8, 64), generator=torch.Generator().manual_seed(0))
+    settings = dict(max_length=49, num_beams=4, no_repeat_ngram_size=3)
+    every_step = model.generate(ids, **settings)
+    for k in (2, 8):
+        assert torch.equal(model.generate(ids, sync_every=k, **settings), every_step), k
+    # the case holds a tie: two finished hypotheses of one source with the same score
+    out = model.generate(ids[5:6], return_dict_in_generate=True, output_scores=True, num_return_sequences=2, **settings)
+    assert out.sequences_scores[0] == out.sequences_scores[1] and not torch.equal(*out.sequences)
+
+
+def test_sync_every_that_cannot_be_honoured_is_refused():
+    """sync_every must be a whole number of steps; with sampling, output_scores or the caller's processors (which
+    see every step of every row, as in transformers) only 1 is honoured, and more is refused naming the option."""
+    from bart.generation import GenerationOptionError
+    model = _tiny_model(1, 0.0)
+    ids, mask = _ragged_inputs(1)
+    for bad in (0, 2.0, True, "4"):
+        with pytest.raises(GenerationOptionError, match="sync_every must be an int >= 1"):
+            model.generate(ids, attention_mask=mask, sync_every=bad)
+    for settings in (dict(do_sample=True), dict(output_scores=True, return_dict_in_generate=True)):
+        with pytest.raises(GenerationOptionError, match="sync_every=3 with do_sample, output_scores"):
+            model.generate(ids, attention_mask=mask, sync_every=3, max_length=8, **settings)

@@ -26,14 +26,14 @@ from tests.helpers.synthetic import (
 
 
 def _trainer(tmp_path, batch_size, grad_accum, max_steps=2, optimizer="adamw", precision="fp32", data=None,
-             compile_model=False, compile_backend="inductor", layers=2):
+             compile_model=False, compile_backend="inductor", layers=2, dropout=0.0, **settings_values):
     torch.manual_seed(0)
-    model = BartForConditionalGeneration(tiny_config(dropout=0.0, encoder_layers=layers, decoder_layers=layers))
+    model = BartForConditionalGeneration(tiny_config(dropout=dropout, encoder_layers=layers, decoder_layers=layers))
     opt, clips = build_optimizer(model, optimizer, lr=1e-2, weight_decay=0.01, max_grad_norm=1.0)
     sched = build_scheduler(opt, "linear", 1, max_steps)
     data = data or SyntheticBatches(8 // batch_size, batch_size)
     settings = run_settings(precision, output_dir=str(tmp_path), max_steps=max_steps,
-                            gradient_accumulation_steps=grad_accum, log_freq=1)
+                            gradient_accumulation_steps=grad_accum, log_freq=1, **settings_values)
     return Trainer(model, opt, sched, data, settings, strategy=one_process(model), clips_internally=clips,
                    progress_bar=False, compile=compile_model, compile_backend=compile_backend)
 
@@ -46,6 +46,49 @@ def test_gradient_accumulation_is_invariant(tmp_path, optimizer):
     for (name, p), q in zip(one.model.named_parameters(), four.model.parameters()):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-5, msg=name)
     assert [h["loss"] for h in one.history] == pytest.approx([h["loss"] for h in four.history], rel=1e-5)
+
+
+def _casts_per_update(trainer) -> int:
+    """Dtype casts (``aten::_to_copy``) in one update of ``trainer``, counted by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    batches = [next(iter(trainer.train_data)) for _ in range(trainer.settings.optimization.gradient_accumulation_steps)]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        trainer.train_step(batches)
+    return sum(e.name == "aten::_to_copy" for e in prof.profiler.function_events)
+
+
+@pytest.mark.parametrize("optimizer,fused_cross_entropy", [("adamw", False), ("lamb", True)])
+def test_weights_cast_once_per_update_train_like_autocast(tmp_path, optimizer, fused_cross_entropy):
+    """--cast_weights_once (bf16, 2 micro-batches an update, dropout on): the linear weights cast once per update
+    give the losses and weights of autocast's casts in every micro-batch, to 1e-6 relative (the same bf16
+    products; only the order of fp32 additions may differ), every parameter trains, and an update casts less."""
+    runs, initial = {}, None
+    for once in (False, True):
+        torch.manual_seed(1)  # the same dropout draws
+        runs[once] = _trainer(tmp_path / str(once), batch_size=2, grad_accum=2, max_steps=3, optimizer=optimizer,
+                              precision="bf16", dropout=0.1, cast_weights_once=once,
+                              fused_cross_entropy=fused_cross_entropy)
+        initial = {name: p.detach().clone() for name, p in runs[once].model.named_parameters()}
+        runs[once].fit()
+    assert [h["loss"] for h in runs[True].history] == pytest.approx([h["loss"] for h in runs[False].history],
+                                                                    rel=1e-6)
+    for (name, p), q in zip(runs[False].model.named_parameters(), runs[True].model.parameters()):
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-6, msg=name)
+        assert not torch.equal(q, initial[name]), name  # it trained
+    assert _casts_per_update(runs[True]) < _casts_per_update(runs[False])
+
+
+def test_weights_cast_once_is_refused_where_it_cannot_be_honoured(tmp_path):
+    """--cast_weights_once without autocast, with --compile or FSDP: one line naming the fix."""
+    from bart.cli.settings import SettingsError
+    from bart.errors import UserError
+    for precision, values, message in (("fp32", {}, "add --bf16 or --fp16"),
+                                       ("bf16", dict(compile=True), "drop --compile or it"),
+                                       ("bf16", dict(distributed_strategy="fsdp"), "use --distributed_strategy ddp")):
+        with pytest.raises(SettingsError, match=message):
+            run_settings(precision, cast_weights_once=True, **values)
+    with pytest.raises(UserError, match="add --no-compile, or drop --cast_weights_once"):
+        _trainer(tmp_path, 2, 1, precision="bf16", cast_weights_once=True, compile_model=True)
 
 
 class _FixedShapeBatches(SyntheticBatches):
