@@ -15,6 +15,10 @@ default signal handlers, Python's own warning filters and no logging handlers, n
 process (its temporary folders are never removed by the child). It ends as the interpreter does: ``sys.exit``'s
 code, 1 and the traceback for an exception, its own exit handlers run. Where this process holds a torch.distributed
 process group (which a fork cannot share), or fork is not available, the command runs as a subprocess instead.
+
+:func:`fork_ranks` is ``torchrun --nproc_per_node=N ARGS`` without torchrun: N such processes with the variables
+torchrun gives its workers, for a test about what the ranks do together (their files, their lines, their exit codes),
+not about torchrun's agent (its restarts, its signals, its exit code, its lines).
 """
 import atexit
 import faulthandler
@@ -53,8 +57,8 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
     """In the forked child: become ``argv``'s process, run it, and end (never returns)."""
     code = 1
     try:
-        for fd, path, flags in ((0, stdin_path or os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY),
-                                (2, err_path, os.O_WRONLY)):
+        for fd, path, flags in ((0, stdin_path or os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_APPEND),
+                                (2, err_path, os.O_WRONLY | os.O_APPEND)):  # (appended: ranks share one file)
             if path is None:  # stderr into stdout's file, one offset (subprocess's stderr=STDOUT)
                 os.dup2(1, fd)
                 continue
@@ -193,4 +197,88 @@ def _wait(pid: int, timeout: float | None, argv) -> int:
         time.sleep(0.02)
 
 
+def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
+               stall_s: float = 60.0) -> tuple[int, str]:
+    """``torchrun --nproc_per_node=NPROC --master_port=<a free port> ARGV...`` (``argv``: an interpreter, then a
+    script or ``-m MODULE`` and their arguments, as torchrun takes them) without torchrun's agent: NPROC processes forked from this one, each with the
+    variables torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_*,
+    MASTER_ADDR/MASTER_PORT, TORCHELASTIC_RESTART_COUNT 0 and its run id; no agent store: rank 0 serves the
+    rendezvous store, as under srun), their stdout and stderr merged into one output as torchrun's are.
+    Returns (0 when every rank ended 0, else the first failing rank's exit code; the others are then sent SIGTERM
+    and, 30 s later, SIGKILL, as torchrun's agent ends them; the merged output). A hang (no rank prints for
+    ``stall_s`` seconds) fails with every rank's Python stacks; no rank outlives the call. Where a fork would not
+    start the ranks as torchrun does (see :func:`run_python`), the real torchrun runs them
+    (``tests.helpers.processes.run_ranks``)."""
+    from tests.helpers.ports import free_port
 
+    port = free_port()
+    base = dict(os.environ if env is None else env, TOKENIZERS_PARALLELISM="false", PYTHONFAULTHANDLER="1",
+                PYTHONUNBUFFERED="1")
+    if not _forkable(base):
+        from tests.helpers.processes import run_ranks
+
+        extra = {k: v for k, v in base.items() if os.environ.get(k) != v and k not in
+                 ("TOKENIZERS_PARALLELISM", "PYTHONFAULTHANDLER", "PYTHONUNBUFFERED")}  # (run_ranks sets these)
+        return run_ranks([argv[0], "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                          f"--master_port={port}", *argv[1:]], stall_s=stall_s, **extra)
+    run_id = f"forked-{os.getpid()}-{port}"
+    with tempfile.TemporaryDirectory(prefix="forked-ranks-") as folder:
+        out_path = os.path.join(folder, "output")
+        open(out_path, "wb").close()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pids: list[int] = []
+        try:
+            for rank in range(nproc):
+                rank_env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
+                                ROLE_NAME="default", LOCAL_WORLD_SIZE=str(nproc), WORLD_SIZE=str(nproc),
+                                GROUP_WORLD_SIZE="1", ROLE_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                                MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0",
+                                TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE="False")
+                pid = os.fork()
+                if pid == 0:
+                    _child(list(argv), rank_env, cwd, None, out_path, None)
+                pids.append(pid)
+            code = _wait_ranks(pids, out_path, stall_s, argv)
+            with open(out_path, encoding="utf-8", errors="replace") as f:
+                return code, f.read()
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+
+
+def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:
+    """Until every rank ended; the exit code (see :func:`fork_ranks`)."""
+    running, code, stopping = list(pids), 0, None
+    size, last = 0, time.monotonic()
+    while running:
+        for pid in list(running):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                running.remove(pid)
+                ended = os.waitstatus_to_exitcode(status)
+                if ended != 0 and code == 0:
+                    code, stopping = ended, time.monotonic()
+                    for other in running:
+                        os.kill(other, signal.SIGTERM)
+        if stopping is not None and running and time.monotonic() - stopping > 30:
+            for other in running:
+                os.kill(other, signal.SIGKILL)
+        now = time.monotonic()
+        if os.path.getsize(out_path) != size:
+            size, last = os.path.getsize(out_path), now
+        elif running and now - last > stall_s:
+            for pid in sorted(running):  # each rank's stacks into the output (faulthandler), one at a time
+                os.kill(pid, signal.SIGABRT)
+                time.sleep(1.0)
+            with open(out_path, encoding="utf-8", errors="replace") as f:
+                said = f.read()[-8000:]
+            raise AssertionError(f"hung: no rank of `{' '.join(map(str, argv[:4]))} ...` printed anything for "
+                                 f"{now - last:.0f} s (stall budget {stall_s:g} s); their last lines and stacks:\n"
+                                 f"{said}")
+        time.sleep(0.05)
+    return code
