@@ -1,8 +1,6 @@
 """finetune.py and run_eval.py end to end on a small generated summarization set (CPU)."""
 import json
 import os
-import socket
-import subprocess
 import sys
 
 import pytest
@@ -14,22 +12,16 @@ from bart.modeling import BartForConditionalGeneration
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
 from tests.helpers.entry import run_entry
+from tests.helpers.forked import fork_ranks
 from tests.helpers.summaries import write_summarization_data
 
 
-def _run(script, *args, nproc=1, timeout=600):
+def _run(script, *args, nproc):
+    """``torchrun --nproc_per_node=NPROC SCRIPT ARGS``'s ranks (forked, with torchrun's variables): their output."""
     # one thread: a tiny model's ops gain little from two, and when other work shares the cores,
     # spinning OpenMP threads made steps an order of magnitude slower (timeouts)
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, script, *args]
-    if nproc > 1:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={port}",
-               script, *args]
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-3000:]
+    code, out = fork_ranks(nproc, [sys.executable, script, *args], env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT)
+    assert code == 0, out[-3000:]
     return out
 
 
@@ -49,7 +41,7 @@ def finetuned(tmp_path_factory, small_tokenizer_dir):
     values.update(max_position_embeddings=128, dropout=0.0, vocab_size=SMALL_VOCAB_SIZE)
     config = base / "config.json"
     config.write_text(json.dumps(values))
-    # in this process (about the run's results: the process-level runs are below, under torchrun)
+    # in this process (about the run's results: the process-level runs are below, forked with torchrun's variables)
     assert run_entry("finetune.py", [
         "--config_path", str(config), "--data_dir", data, "--tokenizer", small_tokenizer_dir,
         "--from_scratch", "--max_steps", str(FINETUNED_STEPS), "--train_batch_size", "32", "--learning_rate", "3e-3",
@@ -85,7 +77,7 @@ def test_final_checkpoint_loads_in_snippet_and_run_eval(finetuned, small_tokeniz
     cfg.dtype, cfg.pre_ln = None, True
     model = BartForConditionalGeneration.from_pretrained(ckpt, config=cfg)
     assert not model.training
-    # the one-process runs in this process (tests.helpers.entry), the three-process one under torchrun
+    # the one-process runs in this process (tests.helpers.entry), the three-process one forked with torchrun's variables
     assert run_entry("run_eval.py", [
         ckpt, config, data, str(tmp_path / "one"), "--tokenizer", small_tokenizer_dir, "--bs", "4", "--n_obs", "8",
         "--eval_beams", "2", "--max_target_length", "24", "--max_source_length", "64", "--no_repeat_ngram_size", "2"]) == 0
@@ -128,7 +120,7 @@ def ddp_and_fsdp(finetuned):
              "--eval_max_gen_length", "24", "--save_top_k", "2", "--do_predict", "--n_test", "6", "--no_tensorboard",
              "--log_freq", "1", "--num_workers", "0", "--distributed_strategy", strategy, "--output_dir", str(runs[strategy]), nproc=2)
     # FSDP2's warning about the logits returned as a slice of the padded vocabulary, on every rank and step: not shown
-    assert "returned a view tensor" not in runs["fsdp_output"].stderr
+    assert "returned a view tensor" not in runs["fsdp_output"]
     return base / "out" / "final_step.ckpt", runs["ddp"], runs["fsdp"]
 
 
