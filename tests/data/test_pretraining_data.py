@@ -18,8 +18,7 @@ from bart.records.dllogger_compat import Logger, read_dllogger
 from bart.training.trainer import Trainer
 from tests.helpers import ROOT, loader_rank
 from tests.helpers.corpus import SMALL_VOCAB_SIZE, write_corpus
-from tests.helpers.forked import run_python
-from tests.helpers.ports import free_port
+from tests.helpers.forked import fork_ranks, run_python
 from tests.helpers.synthetic import one_process, run_settings, tiny_config
 
 # documents with nothing to learn from, as web corpora hold them: LDDL's reader drops the blank
@@ -217,10 +216,9 @@ def test_loader_workers_resume_at_every_position(shards, tokenizer):
 @pytest.mark.slow
 def test_two_ranks_see_disjoint_halves_and_new_order_each_epoch_and_resume(shards, tokenizer_dir, tmp_path):
     folder = shards[0]
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                    f"--master_port={free_port()}", "-m", "tests.helpers.loader_rank", folder, tokenizer_dir,
-                    str(tmp_path), "1"], cwd=ROOT, env=env, check=True, timeout=None, capture_output=True)
+    code, out = fork_ranks(2, [sys.executable, "-m", "tests.helpers.loader_rank", folder, tokenizer_dir, str(tmp_path),
+                               "1"], env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT)
+    assert code == 0, out[-3000:]
     os.makedirs(tmp_path / "one")
     loader_rank.main([folder, tokenizer_dir, str(tmp_path / "one"), "0"])  # the reference: one process (this one)
     r0, r1 = (json.load(open(tmp_path / f"rank{r}.json")) for r in (0, 1))
