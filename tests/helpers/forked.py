@@ -7,13 +7,16 @@ stderr, environment, working folder, signals, files) without the 3-4 CPU-seconds
 
 Use it where the test is about what a script does (its files, its exit code, its lines), not about the start of an
 interpreter: what a fresh process imports, prints at import or finds on ``sys.path`` (an installed copy, a clean
-environment) needs :func:`subprocess.run`, and so do launchers (torchrun) and processes a test signals while they run.
+environment, variables a library reads when imported) needs :func:`subprocess.run`, and so do launchers (torchrun).
+:func:`popen_python` starts such a process as :class:`subprocess.Popen` does, for a test that talks to it or
+signals it while it runs.
 
 The child starts as a new interpreter would for what it runs: the given environment (``os.environ`` replaced, torch's
 thread count from its OMP_NUM_THREADS), working folder, ``sys.argv`` and ``sys.path[0]``, standard streams on files,
 default signal handlers, Python's own warning filters and no logging handlers, no exit handlers of the test's
-process (its temporary folders are never removed by the child). It ends as the interpreter does: ``sys.exit``'s
-code, 1 and the traceback for an exception, its own exit handlers run. Where this process holds a torch.distributed
+process (its temporary folders are never removed by the child; the package's once-per-process exit hooks, the run
+lock's, are installed again by the child's own run). It ends as the interpreter does: ``sys.exit``'s code, 1 and the
+traceback for an exception, killed by SIGINT after Ctrl-C's traceback, its own exit handlers run. Where this process holds a torch.distributed
 process group (which a fork cannot share), or fork is not available, the command runs as a subprocess instead.
 
 :func:`fork_ranks` is ``torchrun --nproc_per_node=N ARGS`` without torchrun: N such processes with the variables
@@ -53,11 +56,16 @@ def _forkable(env: dict | None) -> bool:
     return all(os.path.realpath(p) in ours for p in extra.split(os.pathsep) if p)
 
 
-def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_path: str, err_path: str) -> None:
-    """In the forked child: become ``argv``'s process, run it, and end (never returns)."""
+def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_path: str | None, err_path: str | None,
+           fds: tuple[int, int, int] | None = None) -> None:
+    """In the forked child: become ``argv``'s process, run it, and end (never returns). Its standard streams: the
+    files at the paths given, or (``fds``) the descriptors for 0, 1 and 2 (-1: the one inherited)."""
     code = 1
     try:
-        for fd, path, flags in ((0, stdin_path or os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_APPEND),
+        for fd, source in zip((0, 1, 2), fds or ()):
+            if source != -1 and source != fd:
+                os.dup2(source, fd)
+        for fd, path, flags in () if fds else ((0, stdin_path or os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_APPEND),
                                 (2, err_path, os.O_WRONLY | os.O_APPEND)):  # (appended: ranks share one file)
             if path is None:  # stderr into stdout's file, one offset (subprocess's stderr=STDOUT)
                 os.dup2(1, fd)
@@ -73,6 +81,7 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
         signal.alarm(0)
         atexit._clear()
+        _forget_exit_hooks()
         logging.root.handlers.clear()
         logging.root.setLevel(logging.WARNING)
         for logger in list(logging.Logger.manager.loggerDict.values()):  # a library's handler (transformers')
@@ -94,9 +103,9 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
         code = _run(argv[1:])
     except SystemExit as stop:
         code = _exit_code(stop.code)
-    except KeyboardInterrupt as err:
+    except KeyboardInterrupt as err:  # the interpreter ends killed by SIGINT (a shell's 130)
         _print_traceback(err)
-        code = 130
+        code = -signal.SIGINT
     except BaseException as err:  # noqa: BLE001 (as the interpreter ends on any exception)
         _print_traceback(err)
         code = 1
@@ -106,7 +115,21 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(code)
+            if code == -signal.SIGINT:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
+            os._exit(code if code >= 0 else 130)
+
+
+def _forget_exit_hooks() -> None:
+    """The package's modules that install their exit hooks (atexit, SIGTERM/SIGHUP handlers) once per process, and
+    hold what the hooks release, start over as in a fresh interpreter: the child has neither the test process's
+    hooks (cleared above) nor its locks. Else a script forked after a run in the test's process (which installed
+    them there) would end without releasing its run lock."""
+    run_lock = sys.modules.get("bart.runtime.run_lock")
+    if run_lock is not None:
+        run_lock._hooks_installed = False
+        run_lock._HELD.clear()
 
 
 def _print_traceback(err: BaseException) -> None:
@@ -282,3 +305,39 @@ def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:
                                  f"{said}")
         time.sleep(0.05)
     return code
+
+
+class ForkedPopen(subprocess.Popen):
+    """:class:`subprocess.Popen` of a Python command (``argv[0]`` an interpreter) whose process is forked from this one
+    and becomes the command as :func:`run_python`'s does: the same pipes, ``wait``, ``poll``, ``send_signal``,
+    ``kill``, ``start_new_session`` and ``pid`` (a real process: signals, exit codes and files as a fresh
+    interpreter's). Started through :func:`popen_python`."""
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags,
+                       shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, restore_signals, gid, gids, uid,
+                       umask, start_new_session, *rest):
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for fd in (p2cwrite, c2pread, errread):  # the parent's ends
+                    if fd != -1:
+                        os.close(fd)
+                if start_new_session:
+                    os.setsid()
+            except BaseException:  # noqa: BLE001 (the child never returns into the test)
+                os._exit(1)
+            _child(list(args), dict(env) if env is not None else None, cwd, None, None, None,
+                   fds=(p2cread, c2pwrite, errwrite))
+        self.pid = pid
+        self._child_created = True
+        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+
+def popen_python(argv: list[str], env: dict | None = None, **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(argv, env=env, **kwargs)`` for a Python command (``argv[0]`` an interpreter), forked from this
+    process (:class:`ForkedPopen`) where :func:`run_python` forks, else a subprocess."""
+    if kwargs.get("shell") or kwargs.get("preexec_fn") or not _forkable(env):
+        return subprocess.Popen(argv, env=env, **kwargs)
+    return ForkedPopen(argv, env=env, **kwargs)

@@ -20,7 +20,7 @@ from bart.records.dllogger_compat import read_dllogger
 from bart.runtime import run_lock
 from tests.helpers import ROOT
 from tests.helpers.faulty_runs import faulty
-from tests.helpers.forked import run_python
+from tests.helpers.forked import fork_ranks, popen_python, run_python
 from tests.helpers.processes import Watched, logged_step, wait_for
 
 HOLDER = ("import sys, time; sys.path.insert(0, sys.argv[2]); from bart.runtime import run_lock; "
@@ -38,7 +38,7 @@ def _errors(stderr: str) -> list[str]:
 
 def _hold(folder) -> subprocess.Popen:
     """Another process holding ``folder``'s lock (until killed)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), ROOT], stdout=subprocess.PIPE, text=True)
+    proc = popen_python([sys.executable, "-c", HOLDER, str(folder), ROOT], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -172,8 +172,8 @@ def test_released_at_exit_error_and_sigterm_and_the_empty_folder_it_made_goes(tm
                             ("sigterm", "pass", -signal.SIGTERM)):  # SIGTERM while it waits at startup
         folder = tmp_path / name / "out"
         folder.parent.mkdir()
-        proc = subprocess.Popen([sys.executable, "-c", script.format(end=end), str(folder), ROOT],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc = popen_python([sys.executable, "-c", script.format(end=end), str(folder), ROOT],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert proc.stdout.readline().strip() == "held"
         assert (folder / run_lock.LOCK_NAME).is_file()
         if name == "sigterm":
@@ -210,8 +210,8 @@ def pretraining(tmp_path_factory, inputs):
 
 
 def _start(argv, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+    return popen_python([sys.executable, *argv], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def _run(argv, timeout=300) -> subprocess.CompletedProcess:
@@ -295,16 +295,12 @@ def test_every_rank_of_a_refused_torchrun_job_stops(pretraining, holder):
     and stops with it; nothing is written."""
     out = pretraining["base"] / "ranks"
     holder(out)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
-           *pretraining["argv"], "--output_dir", str(out), "--max_steps", "3"]
-    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0, done.stderr[-3000:]
-    assert done.stderr.count("pretrain.py: error: ") == 2, done.stderr[-3000:]
-    assert f"pretrain.py: error: {out} is in use by another run" in done.stderr, done.stderr[-3000:]
-    assert f"pretrain.py: error: rank 0 did not start the run: {out} is in use by another run" in done.stderr
+    code, said = fork_ranks(2, [sys.executable, *pretraining["argv"], "--output_dir", str(out), "--max_steps", "3"],
+                            env=_env(), cwd=ROOT)  # the ranks forked, with the variables torchrun gives them
+    assert code != 0, said[-3000:]
+    assert said.count("pretrain.py: error: ") == 2, said[-3000:]
+    assert f"pretrain.py: error: {out} is in use by another run" in said, said[-3000:]
+    assert f"pretrain.py: error: rank 0 did not start the run: {out} is in use by another run" in said
     assert sorted(os.listdir(out)) == [run_lock.LOCK_NAME]
 
 

@@ -2,13 +2,15 @@
 interpreter: the same exit code, stdout and stderr, environment and working folder; the tests that run scripts this
 way rest on it."""
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from tests.helpers import ROOT
-from tests.helpers.forked import run_python
+from tests.helpers.forked import fork_ranks, popen_python, run_python
+from tests.helpers.ports import free_port
 
 COMMANDS = {
     "help": ["run_eval.py", "--help"],
@@ -48,3 +50,58 @@ def test_a_forked_command_can_write_both_streams_into_one_as_a_log_file_gets_the
     forked = run_python(argv, env=env, cwd=tmp_path, timeout=300, stderr_to_stdout=True)
     assert (forked.returncode, forked.stdout, forked.stderr) == (3, fresh.stdout, "")
     assert forked.stdout.splitlines() == ["out 0", "err 0", "out 1", "err 1", "out 2", "err 2"]
+
+
+WAITS = "import sys, time; print('ready', flush=True); time.sleep(120)"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_forked_process_a_signal_stops_ends_as_a_fresh_one(sig):
+    """popen_python: the process a test signals while it runs ends as a fresh interpreter does (SIGTERM: killed by
+    it; Ctrl-C: KeyboardInterrupt's traceback, then killed by SIGINT), and in a session of its own when asked."""
+    ended = {}
+    for name, start in (("fresh", subprocess.Popen), ("forked", popen_python)):
+        proc = start([sys.executable, "-c", WAITS], env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        assert proc.stdout.readline() == "ready\n" and os.getsid(proc.pid) == proc.pid
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=None)
+        ended[name] = (proc.returncode, out, err.strip().splitlines()[-1:])
+    assert ended["forked"] == ended["fresh"] == (-sig, "", ["KeyboardInterrupt"] if sig == signal.SIGINT else [])
+
+
+RANK_ENV = ("import os, sys, torch.distributed as dist; dist.init_process_group('gloo'); "
+            "names = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'ROLE_RANK', "
+            "'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_RESTART_COUNT', 'MASTER_ADDR'); "
+            "print('rank', dist.get_rank(), [os.environ[n] for n in names], flush=True); dist.barrier(); "
+            "dist.destroy_process_group(); sys.exit(3 if os.environ.get('FAIL') == os.environ['RANK'] else 0)")
+
+
+def test_forked_ranks_get_what_torchrun_gives_its_workers(tmp_path):
+    """fork_ranks: the ranks' variables and their process group as under torchrun; a failing rank fails the launch."""
+    from tests.helpers.processes import run_ranks
+
+    (tmp_path / "ranks.py").write_text(RANK_ENV)
+    argv = [sys.executable, str(tmp_path / "ranks.py")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    code, forked = fork_ranks(2, argv, env=env, cwd=tmp_path)
+    real_code, real = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                 f"--master_port={free_port()}", str(tmp_path / "ranks.py")])
+    assert code == real_code == 0, forked + real
+    assert sorted(forked.splitlines()) == sorted(line for line in real.splitlines() if line.startswith("rank "))
+    assert len(forked.splitlines()) == 2
+    code, out = fork_ranks(2, argv, env=dict(env, FAIL="1"), cwd=tmp_path)
+    assert code == 3, out
+
+
+def test_a_forked_command_releases_its_run_lock_after_one_held_here(tmp_path):
+    """A script forked after this process took and released a run lock (which installed bart.runtime.run_lock's exit
+    hooks here, once per process) installs its own and releases its lock at exit, as a fresh interpreter does."""
+    from bart.runtime import run_lock
+
+    run_lock.acquire(str(tmp_path / "here")).release()
+    code = "import sys; from bart.runtime import run_lock; run_lock.acquire(sys.argv[1]); print('held')"
+    done = run_python([sys.executable, "-c", code, str(tmp_path / "child" / "out")], cwd=ROOT,
+                      env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert (done.returncode, done.stdout) == (0, "held\n"), done.stderr
+    assert not (tmp_path / "child").exists()  # released: the folders it made, empty, went with its lock
