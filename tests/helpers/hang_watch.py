@@ -80,6 +80,11 @@ def _descendants(table: dict, root: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (its children, theirs, ...)."""
+    return _descendants(_table(), pid)
+
+
 def _cmdline(pid: int) -> str:
     raw = _read(f"/proc/{pid}/cmdline") or b""
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()

@@ -196,12 +196,17 @@ def logged_step(out_dir) -> int:
 
 
 class Watched:
-    """A real process whose merged stdout/stderr lines are read as they come."""
+    """A real process whose merged stdout/stderr lines are read as they come. ``forked``: a Python command forked from
+    the test's process (``tests.helpers.forked.popen_python``: no interpreter start-up), for a script the test
+    signals or watches; a launcher (torchrun, ``utils.launch``) is started as itself."""
 
-    def __init__(self, cmd, **kwargs):
+    def __init__(self, cmd, forked: bool = False, **kwargs):
+        from tests.helpers.forked import popen_python
+
         self.mark = uuid.uuid4().hex
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(TOKENIZERS_PARALLELISM="false", **{MARK: self.mark}),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+        start = popen_python if forked else subprocess.Popen
+        self.proc = start(cmd, cwd=ROOT, env=_env(TOKENIZERS_PARALLELISM="false", **{MARK: self.mark}),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")))
         self._reader.start()
@@ -213,8 +218,9 @@ class Watched:
         try:
             code = self.proc.wait(timeout=timeout)
         finally:
+            under = hang_watch.descendants(self.proc.pid)  # (a forked process's children carry no mark)
             self.proc.kill()
-            for pid in _marked(self.mark):  # its children (torchrun's ranks run in sessions of their own)
+            for pid in under + _marked(self.mark):  # its children (torchrun's ranks run in sessions of their own)
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:

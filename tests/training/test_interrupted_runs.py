@@ -58,7 +58,7 @@ def _assert_same_run(setup, out_dir):
 def _held(argv, mode: str, held: str, **kwargs) -> _Watched:
     """``argv`` started under write_faults' ``mode`` (tests/helpers/write_faults.py), once it said it is held there
     (``held``): it waits for a signal, which lands where the test means it to whatever the machine's speed."""
-    run = _Watched([sys.executable, *faulty(mode, argv)], **kwargs)
+    run = _Watched([sys.executable, *faulty(mode, argv)], forked=True, **kwargs)
     run.wait_for(f"write_faults: held {held}")
     return run
 

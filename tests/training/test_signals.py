@@ -95,7 +95,7 @@ def _finetune_argv(summaries, out, *flags) -> list[str]:
 
 def _finetune(summaries, out, *flags, launch=()):
     return Watched([sys.executable, *launch, "finetune.py", *_finetune_argv(summaries, out, *flags)],
-                   start_new_session=bool(launch))
+                   forked=not launch, start_new_session=bool(launch))  # a launcher: itself
 
 
 def test_sigterm_during_the_validation_before_update_1_stops_with_75(summaries, progress_lines, capsys):
@@ -221,7 +221,7 @@ def test_a_signal_while_run_eval_generates_is_one_line(summaries, sig, code, sai
     out = summaries["base"] / f"eval_{sig.name}"
     run = Watched([sys.executable, "run_eval.py", summaries["weights"], summaries["config"],
                     summaries["data"], str(out), "--tokenizer", summaries["tok"], "--max_source_length", "32",
-                    "--bs", "4", "--num_beams", "4"])
+                    "--bs", "4", "--num_beams", "4"], forked=True)
     run.wait_for("[generate]")
     time.sleep(0.3)
     run.proc.send_signal(sig)
