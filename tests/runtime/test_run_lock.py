@@ -242,7 +242,7 @@ def test_an_entry_script_run_in_process_frees_its_folder_when_it_ends(pretrainin
 def _held(argv, step: int) -> Watched:
     """``argv`` started, once it is held after update ``step`` (write_faults' hold_step: it waits for a stop signal
     there, idle, however long the test takes)."""
-    run = Watched([sys.executable, *faulty(f"hold_step:{step}", argv)])
+    run = Watched([sys.executable, *faulty(f"hold_step:{step}", argv)], forked=True)
     run.wait_for(f"write_faults: held after update {step}")
     return run
 

@@ -30,7 +30,7 @@ save_checkpoint({path!r}, {{"step": 2, "w": torch.randn(1000)}})
 
 def test_killed_writer_leaves_previous_checkpoint_intact(tmp_path):
     save_checkpoint(str(tmp_path / "_step1.ckpt"), {"step": 1, "w": torch.ones(3)})
-    run = Watched([sys.executable, "-c", WRITER.format(path=str(tmp_path / "_step2.ckpt"))])
+    run = Watched([sys.executable, "-c", WRITER.format(path=str(tmp_path / "_step2.ckpt"))], forked=True)
     run.wait_for("write_faults: held in the write of")
     assert any(n.endswith(".partial") for n in os.listdir(tmp_path))  # the write has started
     run.proc.send_signal(signal.SIGKILL)

@@ -272,7 +272,7 @@ def test_exact_resume_after_sigkill(tmp_path):
     (the same arithmetic, one thread)."""
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run = Watched([sys.executable, "-m", "tests.helpers.write_faults", "hold_write:6", "-m", "tests.helpers.train_driver",
-                   str(killed), "--max_steps", "10"])
+                   str(killed), "--max_steps", "10"], forked=True)
     _in_process(straight, "--max_steps", "10")  # while the driver starts
     run.wait_for("write_faults: held in the write of")
     run.proc.send_signal(signal.SIGKILL)
