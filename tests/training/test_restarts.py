@@ -15,6 +15,7 @@ import torch
 from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry as _main
+from tests.helpers.forked import fork_ranks
 from tests.helpers.ports import free_port
 
 # the micro config's dropout 0.1: a random stream a resume loses shows in the losses (with 0 it would not)
@@ -195,10 +196,12 @@ def _ends_as_the_uninterrupted_run(world, restarted) -> None:
     once, with checkpoints at update 2: they change nothing of the run)."""
     plain = world["base"] / "uninterrupted"
     if not (plain / "final_step.ckpt").is_file():
-        ref, _ = _torchrun(world["argv"] + ["--max_steps", "6", "--save_checkpoint_steps", "2", "--resume_from_checkpoint",
-                                            "auto", "--dist_timeout", "1", "--rendezvous_timeout", "60",
-                                            "--output_dir", str(plain)])
-        assert ref.returncode == 0, ref.stderr[-4000:]
+        # the ranks forked with torchrun's variables: no agent needed where nothing restarts
+        code, ref = fork_ranks(2, [sys.executable, "-m", "tests.helpers.restart_driver", "finetune.py", *world["argv"],
+                                   "--max_steps", "6", "--save_checkpoint_steps", "2", "--resume_from_checkpoint", "auto",
+                                   "--dist_timeout", "1", "--rendezvous_timeout", "60", "--output_dir", str(plain)],
+                               env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT)
+        assert code == 0, ref[-4000:]
     got = torch.load(restarted / "final_step.ckpt", weights_only=True)
     want = torch.load(plain / "final_step.ckpt", weights_only=True)
     assert got.keys() == want.keys()
