@@ -19,6 +19,7 @@ the signals ``at_once``: Ctrl-C interrupts (130), SIGTERM/SIGUSR1 raise :class:`
 (75: run the same command again)."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -32,6 +33,20 @@ STOP_SIGNAL_NAMES = tuple(signal.Signals(s).name for s in STOP_SIGNALS)
 # One request per process, shared by nested StopRequests (the entry script's, the training loop's); the
 # outermost one starts it afresh.
 _PROCESS = {"received": None, "depth": 0, "settled": False}
+
+
+def _say(line: str) -> None:
+    """A line to stderr from a signal handler. The signal may come while this thread is inside a write to stderr
+    (a progress line): the buffered stream then refuses a second write ("reentrant call"), and the line goes to
+    its file descriptor directly instead of ending the run with that error."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except RuntimeError:
+        try:
+            fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = 2
+        os.write(fd, (line + "\n").encode("utf-8", "replace"))
 
 
 class StopRequest:
@@ -76,9 +91,8 @@ class StopRequest:
                             f"same command again")
         if self.received is None:
             _PROCESS["received"] = name
-            print(f"[signal] {name} received: finishing the current update or evaluation batch, then writing a "
-                  f"checkpoint where there is something new to save, and exiting{' (Ctrl-C again to quit at once, without that checkpoint)' if signum == signal.SIGINT else ''}",
-                  file=sys.stderr, flush=True)
+            _say(f"[signal] {name} received: finishing the current update or evaluation batch, then writing a "
+                 f"checkpoint where there is something new to save, and exiting{' (Ctrl-C again to quit at once, without that checkpoint)' if signum == signal.SIGINT else ''}")
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
