@@ -183,10 +183,14 @@ class Watch:
         with self._lock:
             self.item = None
 
-    def leftovers(self, settle_s: float = 5.0, whole_run: bool = False) -> list[str]:
+    def leftovers(self, settle_s: float = min(5.0, STALL_S / 2), whole_run: bool = False) -> list[str]:
         """The processes the test started that still run after its teardown (``whole_run``: that the run started
-        and still run at its end), killed; each named."""
+        and still run at its end), killed; each named. The wait for one being reaped is shorter than the hang
+        budget and starts the budget afresh, so the watcher never takes this wait for a hang (and aborts the very
+        process being looked for)."""
         me = os.getpid()
+        with self._lock:
+            self._history = []
         since, mark, value = (self.session_ticks, RUN, os.environ.get(RUN)) if whole_run else \
             (self.started_ticks, OWNER, str(me))
 
