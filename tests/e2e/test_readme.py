@@ -108,13 +108,13 @@ def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for command in commands:
         argv = [sys.executable if word == "python" else word for word in _shell_words(command)]
-        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        done = run_python(argv, cwd=tmp_path, env=env)
         assert done.returncode == 0, (command, done.stderr[-3000:])
     assert (tmp_path / "results" / "bart_hf" / "model.safetensors").is_file()
     # "Two more targets": the --ct2 line as printed (the --push_to_hub line runs against a stand-in hub in test_hub)
     [convert] = [line for line in README.splitlines() if line.startswith("python -m bart.export ") and "--ct2" in line]
     argv = [sys.executable if word == "python" else word for word in _shell_words(convert)]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = run_python(argv, cwd=tmp_path, env=env)
     assert done.returncode == 0, (convert, done.stderr[-3000:])
     assert (tmp_path / "results" / "bart_ct2" / "bart_translate_options.json").is_file()
     assert (tmp_path / "results" / "bart_ct2" / "model.bin").is_file()
