@@ -24,7 +24,8 @@ import sys
 import tempfile
 import threading
 
-from tests.helpers.forked import _exit_code, _forkable, _print_traceback, _run
+from tests.helpers import forked
+from tests.helpers.forked import _forkable
 
 _SHIM = r'''#!{python} -IS
 import json, os, signal, socket, struct, sys
@@ -142,58 +143,12 @@ def _runnable(argv: list) -> bool:
 
 def _child(argv: list, env: dict, cwd: str, fds: list) -> None:
     """In the forked child: the shim's standard streams, then forked.py's start of a command (never returns)."""
-    import atexit
-    import faulthandler
-    import logging
-    import signal
-    import warnings
-
-    from tests.helpers import forked
-
-    code = 1
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         for fd in fds:
             if fd > 2:
                 os.close(fd)
-        sys.stdin = sys.__stdin__ = open(0, closefd=False, encoding="utf-8")
-        sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False, encoding="utf-8")
-        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False, encoding="utf-8",
-                                           errors="backslashreplace")
-        for sig in forked._SIGNALS:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-        signal.alarm(0)
-        atexit._clear()
-        logging.root.handlers.clear()
-        logging.root.setLevel(logging.WARNING)
-        for logger in list(logging.Logger.manager.loggerDict.values()):
-            for handler in getattr(logger, "handlers", ()):
-                if type(handler) is logging.StreamHandler:
-                    handler.stream = sys.stderr
-        warnings.filters[:] = forked._PYTHON_WARNING_FILTERS
-        warnings._filters_mutated()
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd)
-        if faulthandler.is_enabled() or os.environ.get("PYTHONFAULTHANDLER"):
-            faulthandler.enable(file=sys.stderr, all_threads=True)
-        threads = os.environ.get("OMP_NUM_THREADS", "")
-        if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(int(threads))
-        code = _run(argv)
-    except SystemExit as stop:
-        code = _exit_code(stop.code)
-    except KeyboardInterrupt as err:
-        _print_traceback(err)
-        code = 130
-    except BaseException as err:  # noqa: BLE001 (as the interpreter ends on any exception)
-        _print_traceback(err)
-        code = 1
-    finally:
-        try:
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    except BaseException:  # noqa: BLE001 (the child never returns into the test)
+        os._exit(1)
+    forked._child([sys.executable, *argv], env, cwd, None, None, None, fds=(-1, -1, -1))
