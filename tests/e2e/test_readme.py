@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.helpers import ROOT
+from tests.helpers.fork_server import fork_server
 from tests.helpers.forked import run_python
 
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
@@ -108,13 +109,13 @@ def test_the_export_example_runs_as_printed(tmp_path, small_tokenizer_dir):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     for command in commands:
         argv = [sys.executable if word == "python" else word for word in _shell_words(command)]
-        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        done = run_python(argv, cwd=tmp_path, env=env)
         assert done.returncode == 0, (command, done.stderr[-3000:])
     assert (tmp_path / "results" / "bart_hf" / "model.safetensors").is_file()
     # "Two more targets": the --ct2 line as printed (the --push_to_hub line runs against a stand-in hub in test_hub)
     [convert] = [line for line in README.splitlines() if line.startswith("python -m bart.export ") and "--ct2" in line]
     argv = [sys.executable if word == "python" else word for word in _shell_words(convert)]
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = run_python(argv, cwd=tmp_path, env=env)
     assert done.returncode == 0, (convert, done.stderr[-3000:])
     assert (tmp_path / "results" / "bart_ct2" / "bart_translate_options.json").is_file()
     assert (tmp_path / "results" / "bart_ct2" / "model.bin").is_file()
@@ -144,15 +145,17 @@ def test_the_hugging_face_hand_off_runs_as_printed(tmp_path, tokenizer_dir, toke
     _checkpoint(tmp_path / "results" / "cnn_dm" / "final_step.ckpt", False, 3)
     for name in os.listdir(tokenizer_dir):
         shutil.copy(os.path.join(tokenizer_dir, name), tmp_path / "results" / "cnn_dm" / name)
-    bin_dir = tmp_path / "bin"  # `python` is this interpreter
-    bin_dir.mkdir()
-    os.symlink(sys.executable, bin_dir / "python")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_")) and k != "TOKENIZER"}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", PYTHONPATH=ROOT, HF_HUB_OFFLINE="1",
-               TRANSFORMERS_VERBOSITY="error")
-    # the command in a shell; the Python block in this process (Python, not a command: no second start-up), run from
-    # the same folder with the same hub settings
-    out = subprocess.run(["bash", "-c", blocks[0][1]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    env.update(PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    # the command in a shell (`python` this interpreter, its commands forked from this process:
+    # tests/helpers/fork_server.py); the Python block in this process (Python, not a command: no second start-up),
+    # run from the same folder with the same hub settings
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    with fork_server() as python:
+        os.symlink(python, bin_dir / "python")
+        out = subprocess.run(["bash", "-c", blocks[0][1]], cwd=tmp_path, env=dict(env, PATH=f"{bin_dir}{os.pathsep}"
+                             f"{env['PATH']}"), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, (blocks[0][1], out.stderr[-3000:])
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith(("HF_", "TRANSFORMERS_")) or k == "TOKENIZER"]:

@@ -18,6 +18,7 @@ from bart.modeling.weights import ARCHITECTURE_KEYS
 from bart.records.dllogger_compat import read_dllogger
 from tests.helpers import ROOT
 from tests.helpers.corpus import SMALL_VOCAB_SIZE
+from tests.helpers.fork_server import fork_server
 from tests.helpers.summaries import write_summarization_data
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU sweep (one fp32 process)")
@@ -33,10 +34,13 @@ def _tiny_config(path):
 
 
 def _script(name, args, env, timeout=600):
-    env = dict(os.environ, OMP_NUM_THREADS="1", **env)  # tiny models: robust when other work shares the cores
-    env = {k: v for k, v in env.items() if v is not None}  # None: unset
-    return subprocess.run(["bash", f"scripts/{name}", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    """``bash scripts/NAME ARGS``; its $PYTHON's commands forked from this process (tests/helpers/fork_server.py:
+    the scripts' work is tested, not an interpreter's start-up) unless ``env`` names PYTHON."""
+    with fork_server() as python:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": python, **env}  # tiny models: robust on shared cores
+        env = {k: v for k, v in env.items() if v is not None}  # None: unset
+        return subprocess.run(["bash", f"scripts/{name}", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
 
 
 def _table_rows(text):
@@ -239,8 +243,9 @@ def test_readme_inference_benchmark_runs_as_printed(tmp_path, small_tokenizer_di
     command = _readme_benchmark_commands()[1]
     assert command == EXPECTED_README[1]  # if the README's command changes, this test changes with it
     repo, env = _readme_checkout(tmp_path, small_tokenizer_dir)
-    run = subprocess.run(["bash", "-c", command], cwd=repo, env=dict(env, N_OBS="2"),
-                         capture_output=True, text=True, timeout=300)
+    with fork_server() as python:
+        run = subprocess.run(["bash", "-c", command], cwd=repo, env=dict(env, N_OBS="2", PYTHON=python),
+                             capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     [results] = glob.glob(str(repo / "results" / "bart_pyt_inference_benchmark_*"))
     assert _table_rows(open(os.path.join(results, "inference_benchmark.log")).read())
@@ -259,9 +264,10 @@ def test_readme_training_benchmark_runs_as_printed(tmp_path, small_tokenizer_dir
     config = dict(json.load(open(os.path.join(ROOT, "configs", "config_tiny.json"))), d_model=32, encoder_ffn_dim=64,
                   decoder_ffn_dim=64, vocab_size=SMALL_VOCAB_SIZE, max_position_embeddings=1024)
     (tmp_path / "config.json").write_text(json.dumps(config))
-    run = subprocess.run(["bash", "-c", command], cwd=repo, capture_output=True, text=True, timeout=300,
-                         env=dict(env, CONFIG_PATH=str(tmp_path / "config.json"), TOKENIZER=small_tokenizer_dir,
-                                  TRAIN_STEPS="6", LOG_FREQ="2"))
+    with fork_server() as python:
+        run = subprocess.run(["bash", "-c", command], cwd=repo, capture_output=True, text=True, timeout=300,
+                             env=dict(env, CONFIG_PATH=str(tmp_path / "config.json"), TOKENIZER=small_tokenizer_dir,
+                                      TRAIN_STEPS="6", LOG_FREQ="2", PYTHON=python))
     assert run.returncode == 0, run.stderr[-3000:]
     [results] = glob.glob(str(repo / "results" / "bart_pyt_training_benchmark_*"))
     [row] = _table_rows(open(os.path.join(results, "training_benchmark.log")).read())
@@ -315,7 +321,7 @@ def test_fine_tuning_stability_test_gives_mean_and_std_over_seeds(tmp_path, smal
         shutil.copy(os.path.join(small_tokenizer_dir, name), tmp_path / "weights" / name)
     values = [data, str(tmp_path / "weights"), str(config), "1", "1e-3", "4", "1", "fp32", "2", "1", "32", "12", "1",
               "4", "4", "true", "--num_workers", "0"]
-    env = {"RESULTS_DIR": str(tmp_path / "r"), "N_VAL": "2", "PYTHON": sys.executable, "TOKENIZER": None}
+    env = {"RESULTS_DIR": str(tmp_path / "r"), "N_VAL": "2", "TOKENIZER": None}
     run = _script("run_stability_test.sh", ["2", *values], env)
     assert run.returncode == 0, run.stderr[-3000:]
     scores = [json.load(open(tmp_path / "r" / f"seed_{s}" / "test_rouge.json")) for s in (1, 2)]

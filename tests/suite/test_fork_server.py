@@ -1,0 +1,55 @@
+"""tests/helpers/fork_server.py: the ``python`` a shell script runs, forked from the test's process, ends as a new
+interpreter would (exit code, streams, a log file's one position, a stop signal), and is the real interpreter
+where a fork cannot stand in for one."""
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers.fork_server import fork_server
+
+PARENT = 'import os, sys; print(os.getppid(), sys.argv[1:]); sys.exit(3)'
+
+
+@pytest.fixture
+def python():
+    with fork_server() as shim:
+        yield shim
+
+
+def _bash(script: str, python: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], env=dict(os.environ, PYTHON=python, OMP_NUM_THREADS="1", **env),
+                          capture_output=True, text=True)
+
+
+def test_a_command_is_forked_from_the_test_and_ends_with_its_exit_code_and_streams(python, tmp_path):
+    (tmp_path / "script.py").write_text("import sys\nprint('out', sys.argv[1:])\nprint('err', file=sys.stderr)\n"
+                                        "sys.exit(int(sys.argv[1]))\n")
+    done = _bash(f'"$PYTHON" -c "{PARENT}" a b; echo "code $?"; cd {tmp_path} && "$PYTHON" script.py 4 x; '
+                 'echo "code $?"; "$PYTHON" -m json.tool <<< \'{"k": 1}\'', python)
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [f"{os.getpid()} ['a', 'b']", "code 3"]  # this process forked it: no interpreter started
+    assert lines[2:4] == ["out ['4', 'x']", "code 4"] and done.stderr == "err\n"
+    assert "".join(lines[4:]).replace(" ", "") == '{"k":1}'  # standard input is the script's
+
+
+def test_a_log_file_keeps_one_position_across_the_script_and_the_command(python, tmp_path):
+    done = _bash(f'{{ echo a; "$PYTHON" -c "print(\'b\')"; echo c; }} > {tmp_path / "log"}', python)
+    assert done.returncode == 0 and (tmp_path / "log").read_text() == "a\nb\nc\n"
+
+
+def test_a_stop_signal_to_the_command_ends_it_as_it_ends_an_interpreter(python, tmp_path):
+    out = tmp_path / "out"
+    done = _bash(f'"$PYTHON" -c "import time; print(\'ready\', flush=True); time.sleep(600)" > {out} & pid=$!; '
+                 f'until grep -q ready {out}; do sleep 0.05; done; kill -TERM $pid; wait $pid; echo "code $?"', python)
+    assert done.stdout == "code 143\n", done.stderr  # 128 + SIGTERM, as bash reports an interpreter's
+
+
+def test_where_a_fork_cannot_stand_in_the_real_interpreter_runs(python, tmp_path):
+    """A PYTHONPATH folder this process lacks (its modules would be imported in place of the ones held here), an
+    interpreter flag: the command runs in a new interpreter, with the same result."""
+    (tmp_path / "extra").mkdir()
+    done = _bash(f'"$PYTHON" -c "{PARENT}" a; echo "code $?"', python, PYTHONPATH=str(tmp_path / "extra"))
+    assert done.stdout.splitlines()[1] == "code 3" and done.stdout.split()[0] != str(os.getpid())
+    done = _bash(f'"$PYTHON" -u -c "{PARENT}" a; echo "code $?"', python)
+    assert done.stdout.splitlines()[1] == "code 3" and done.stdout.split()[0] != str(os.getpid())
