@@ -241,7 +241,7 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
         from tests.helpers.processes import run_ranks
 
         extra = {k: v for k, v in base.items() if os.environ.get(k) != v and k not in
-                 ("TOKENIZERS_PARALLELISM", "PYTHONFAULTHANDLER", "PYTHONUNBUFFERED")}  # (run_ranks sets these)
+                 ("TOKENIZERS_PARALLELISM", "PYTHONFAULTHANDLER", "PYTHONUNBUFFERED", "OMP_NUM_THREADS")}  # (run_ranks sets these)
         return run_ranks([argv[0], "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                           f"--master_port={port}", *argv[1:]], stall_s=stall_s, **extra)
     run_id = f"forked-{os.getpid()}-{port}"
