@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.helpers import ROOT
-from tests.helpers.forked import fork_ranks, popen_python, run_python
+from tests.helpers.forked import _forkable, fork_ranks, popen_python, run_python
 from tests.helpers.ports import free_port
 
 COMMANDS = {
@@ -88,10 +88,11 @@ def test_forked_ranks_get_what_torchrun_gives_its_workers(tmp_path):
     real_code, real = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                                  f"--master_port={free_port()}", str(tmp_path / "ranks.py")])
     assert code == real_code == 0, forked + real
-    assert sorted(forked.splitlines()) == sorted(line for line in real.splitlines() if line.startswith("rank "))
-    assert len(forked.splitlines()) == 2
+    ranks = sorted(line for line in forked.splitlines() if line.startswith("rank "))
+    assert ranks == sorted(line for line in real.splitlines() if line.startswith("rank ")), forked + real
+    assert len(ranks) == 2, forked
     code, out = fork_ranks(2, argv, env=dict(env, FAIL="1"), cwd=tmp_path)
-    assert code == 3, out
+    assert code == (3 if _forkable(env) else 1), out  # the failing rank's code; torchrun's own 1 where not forked
 
 
 def test_a_forked_command_releases_its_run_lock_after_one_held_here(tmp_path):
