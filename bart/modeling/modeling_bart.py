@@ -474,8 +474,6 @@ class BartForConditionalGeneration(BartPreTrainedModel):
         """Logits over every row of the (padded) LM head: the aligned product; the padded columns are -inf."""
         bias = head_bias(self.final_logits_bias[0], self.config.vocab_size).to(hidden.dtype)
         weight = head_weight(self.lm_head)
-        if weight is None:
-            weight = getattr(self.lm_head, "weight", None)
         if not isinstance(weight, torch.Tensor):  # a decoding copy's head (oneDNN-packed or int8) owns its product
             return self.lm_head(hidden) + bias
         # the bias inside the matrix multiplication: no second pass over the (tokens x vocab) logits

@@ -37,10 +37,11 @@ def projections(attention: nn.Module, names: str) -> tuple[torch.Tensor, torch.T
     return attention.__dict__.get(_CAST, {}).get(names)
 
 
-def head_weight(lm_head: nn.Module) -> torch.Tensor | None:
-    """The LM head's weight cast for this update, or None."""
+def head_weight(lm_head: nn.Module):
+    """The LM head's weight: cast for this update where :func:`cast_once` did, else its own ``weight`` (None for a
+    head without one)."""
     cast = lm_head.__dict__.get(_CAST)
-    return None if cast is None else cast[0]
+    return getattr(lm_head, "weight", None) if cast is None else cast[0]
 
 
 def _plain(layer: nn.Module) -> bool:
