@@ -29,9 +29,7 @@ dry run already traced (DRY_CONTENDERS), and torch.compile's eager backend (dyna
 generation): it shows the suite works before a GPU is lent. Its figures are not measurements.
 
 For the suite's own tests, GPU_SUITE_FAULTS="part=error,part=oom,part=hang" replaces those parts'
-commands with one that fails, raises torch.OutOfMemoryError, or sleeps past its limit; GPU_SUITE_FORK_PARTS=1
-forks each part's process from the suite's, which imported torch, transformers and the benchmarks once (the
-same commands, each in its own process and session, without an interpreter's start-up each).
+commands with one that fails, raises torch.OutOfMemoryError, or sleeps past its limit.
 """
 from __future__ import annotations
 
@@ -70,7 +68,6 @@ DATASHEET = (("gh200", 989.0, None), ("h100 pcie", 756.0, 2.0), ("h100 nvl", 835
              ("h200 nvl", 835.0, 4.8), ("h200", 989.0, 4.8), ("a100 sxm4 80gb", 312.0, 2.039),
              ("a100 80gb pcie", 312.0, 1.935), ("a100", 312.0, 1.555))
 FAULTS_ENV = "GPU_SUITE_FAULTS"
-FORK_ENV = "GPU_SUITE_FORK_PARTS"
 DRY_CONFIG = dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
                   encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=512, max_position_embeddings=128)
 
@@ -448,9 +445,8 @@ class Suite:
         with open(log_path, "w") as log:
             log.write(f"$ {' '.join(command)}\n(limit {limit:.0f} s)\n")
             log.flush()
-            process = _ForkedPart(command, env, log) if _fork_parts() else \
-                subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
             try:
                 code = process.wait(timeout=limit)
             except subprocess.TimeoutExpired:
@@ -530,84 +526,6 @@ def _pytest_log_counts(path: str):
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     counts["failed_tests"] = [t for t, r in outcome.items() if r in ("FAILED", "ERROR")]
     return counts
-
-
-def _fork_parts() -> bool:
-    """GPU_SUITE_FORK_PARTS=1 (the suite's own tests, a dry run with OMP_NUM_THREADS=1): each part's process is
-    forked from this one, which imported torch, transformers and the benchmarks once, instead of started as a
-    new interpreter: the same command in its own process and session, its log, exit code and time limit."""
-    value = os.environ.get(FORK_ENV, "0")
-    if value not in ("0", "1"):
-        raise UserError(f"{FORK_ENV}={value!r}: give 1 (fork the parts from this process) or 0 (new interpreters)")
-    return value == "1"
-
-
-class _ForkedPart:
-    """A part's command (``python SCRIPT ARGS``, ``python -m MODULE ARGS`` or ``python -c CODE``) in a process
-    forked from this one, in its own session, its output in ``log``: what :class:`subprocess.Popen` gives
-    :meth:`Suite.run_part` (``pid``, ``wait``)."""
-
-    def __init__(self, command: list, env: dict, log):
-        import atexit
-        import runpy
-        log.flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.pid = os.fork()
-        if self.pid:
-            self.returncode = None
-            return
-        code = 1
-        try:
-            os.setsid()
-            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM, signal.SIGCHLD, signal.SIGPIPE):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            atexit._clear()
-            os.environ.clear()
-            os.environ.update(env)
-            os.chdir(ROOT)
-            args = command[1:]
-            if args[0] == "-c":
-                sys.argv = ["-c", *args[2:]]
-                exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-            elif args[0] == "-m":
-                sys.argv = [args[1], *args[2:]]
-                runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-            else:
-                sys.argv = list(args)
-                sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
-                runpy.run_path(args[0], run_name="__main__")
-            code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-            if not isinstance(stop.code, (int, type(None))):
-                print(stop.code, file=sys.stderr)
-        except BaseException:  # noqa: BLE001 (as the interpreter ends on any exception: the traceback, exit 1)
-            import traceback
-            traceback.print_exc()
-        finally:
-            try:
-                atexit._run_exitfuncs()
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
-
-    def wait(self, timeout=None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
-            done, status = os.waitpid(self.pid, 0 if deadline is None else os.WNOHANG)
-            if done:
-                self.returncode = os.waitstatus_to_exitcode(status)
-            elif time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(["part"], timeout)
-            else:
-                time.sleep(0.05)
-        return self.returncode
 
 
 def _faults() -> dict:
@@ -692,20 +610,12 @@ def main(argv=None) -> int:
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UserError(f"OUT_DIR {args.out_dir} is a file; give a folder for the report and logs")
     _faults()  # a malformed GPU_SUITE_FAULTS is refused before anything runs
-    fork = _fork_parts()  # a malformed GPU_SUITE_FORK_PARTS too
-    if fork and not args.dry_run:
-        raise UserError(f"{FORK_ENV}=1 needs --dry-run: a GPU run's parts start as new interpreters, each its own "
-                        f"CUDA context; unset {FORK_ENV} or add --dry-run")
     if not args.dry_run:
         import torch
         if not torch.cuda.is_available():
             raise UserError("no CUDA GPU is visible (torch.cuda.is_available() is False): the suite measures a GPU; "
                             "--dry-run runs its code paths on CPU")
     sys.path.insert(0, HERE)
-    if fork:  # what the parts import, imported once for all of them
-        import bench_generation  # noqa: F401
-        import bench_gpu_training  # noqa: F401
-        import transformers  # noqa: F401
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # parts run in their own sessions: ended here
         signal.signal(sig, _raise_stopped)
     suite = Suite(out_dir, args.dry_run, args.budget, parts, (args.datasheet_tflops, args.datasheet_tbps), started)

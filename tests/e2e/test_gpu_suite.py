@@ -23,15 +23,11 @@ from gpu_suite_report import render  # noqa: E402
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_suite.sh")
 
 
-def _suite(*args, faults=None, cuda_hidden=False, timeout=None, fork=False):
-    """``bash gpu_suite.sh ARGS``; ``fork``: its parts forked from the suite's process (GPU_SUITE_FORK_PARTS=1),
-    where a test reads what the parts write and not how their processes start or end."""
-    env = {k: v for k, v in os.environ.items() if k not in (gpu_suite.FAULTS_ENV, gpu_suite.FORK_ENV)}
+def _suite(*args, faults=None, cuda_hidden=False, timeout=None):
+    env = {k: v for k, v in os.environ.items() if k != gpu_suite.FAULTS_ENV}
     env["OMP_NUM_THREADS"] = "1"  # tiny models: robust when other work shares the cores
     if faults:
         env[gpu_suite.FAULTS_ENV] = faults
-    if fork:
-        env[gpu_suite.FORK_ENV] = "1"
     if cuda_hidden:
         env["CUDA_VISIBLE_DEVICES"] = ""
     start = time.time()
@@ -43,7 +39,7 @@ def _suite(*args, faults=None, cuda_hidden=False, timeout=None, fork=False):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_suite") / "out"
-    run, seconds = _suite(out, "--dry-run", fork=True)
+    run, seconds = _suite(out, "--dry-run")
     assert run.returncode == 0, run.stdout + run.stderr
     print(f"dry run: {seconds:.1f} s")
     return out, json.loads((out / "suite.json").read_text()), (out / "report.md").read_text()
@@ -205,17 +201,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, faults, named):
         args = [tmp_path / "out", "--dry-run", *args]
     run, _ = _suite(*args, faults=faults)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and named in run.stderr, run.stderr
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("value, dry_run, named", [("yes", True, "give 1"), ("1", False, "needs --dry-run")])
-def test_forked_parts_refused_in_one_line_where_they_cannot_be(tmp_path, value, dry_run, named):
-    """GPU_SUITE_FORK_PARTS: 0 or 1, and 1 only for a dry run (a GPU run's parts start their own CUDA)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", **{gpu_suite.FORK_ENV: value})
-    run = subprocess.run(["bash", SCRIPT, str(tmp_path / "out"), *["--dry-run"] * dry_run], cwd=ROOT, env=env,
-                         capture_output=True, text=True)
-    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
-    assert gpu_suite.FORK_ENV in run.stderr and named in run.stderr
     assert not (tmp_path / "out").exists()
 
 
