@@ -73,12 +73,13 @@ def test_a_forked_process_a_signal_stops_ends_as_a_fresh_one(sig):
 RANK_ENV = ("import os, sys, torch.distributed as dist; dist.init_process_group('gloo'); "
             "names = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'ROLE_RANK', "
             "'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_RESTART_COUNT', 'MASTER_ADDR'); "
-            "print('rank', dist.get_rank(), [os.environ[n] for n in names], flush=True); dist.barrier(); "
+            "os.write(1, f'rank {dist.get_rank()} {[os.environ[n] for n in names]}\\n'.encode()); dist.barrier(); "
             "dist.destroy_process_group(); sys.exit(3 if os.environ.get('FAIL') == os.environ['RANK'] else 0)")
 
 
 def test_forked_ranks_get_what_torchrun_gives_its_workers(tmp_path):
-    """fork_ranks: the ranks' variables and their process group as under torchrun; a failing rank fails the launch."""
+    """fork_ranks: the ranks' variables and their process group as under torchrun; a failing rank fails the launch.
+    Each rank writes its line in one write, so the two ranks' lines on one pipe do not interleave."""
     from tests.helpers.processes import run_ranks
 
     (tmp_path / "ranks.py").write_text(RANK_ENV)
