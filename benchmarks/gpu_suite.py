@@ -18,7 +18,8 @@ graph compiled once be reused by the contenders and parts that compile it again.
 (or is stopped) the whole OUT_DIR is also written as one OUT_DIR.tar.gz beside it. A part that
 fails, runs out of memory or out of time is reported as such (with the end of its log) and the next
 part runs; report.md is rewritten after every part, and the training and beam-search parts keep the
-rows they finished before being stopped. Ctrl-C or SIGTERM ends the running part's processes (each
+rows they finished before being stopped. The parts run with $PYTHON, the interpreter gpu_suite.sh started this
+script with (default: this one). Ctrl-C or SIGTERM ends the running part's processes (each
 part runs in its own session) and leaves the report of what finished. Training and beam search run the existing benchmarks
 (benchmarks/bench_gpu_training.py, bench_generation.py); the suite passes them the peaks its peaks
 part measured, so every MFU and bandwidth share divides by the same figures.
@@ -337,7 +338,7 @@ class Suite:
         return tflops or found[0], tbps or found[1], source
 
     def command(self, part: str) -> list:
-        py, dry = sys.executable, self.dry_run
+        py, dry = os.environ.get("PYTHON") or sys.executable, self.dry_run
         if part in PART_FUNCTIONS:
             command = [py, os.path.join(HERE, "gpu_suite.py"), "--part", part, self.out] + ["--dry-run"] * dry
             if part == "profile":  # at the batch the pretraining part could run

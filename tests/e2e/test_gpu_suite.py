@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.helpers import ROOT
+from tests.helpers.fork_server import fork_server
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import bench_generation  # noqa: E402
@@ -23,9 +24,11 @@ from gpu_suite_report import render  # noqa: E402
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_suite.sh")
 
 
-def _suite(*args, faults=None, cuda_hidden=False, timeout=None):
+def _suite(*args, faults=None, cuda_hidden=False, timeout=None, python=None):
     env = {k: v for k, v in os.environ.items() if k != gpu_suite.FAULTS_ENV}
     env["OMP_NUM_THREADS"] = "1"  # tiny models: robust when other work shares the cores
+    if python:
+        env["PYTHON"] = python
     if faults:
         env[gpu_suite.FAULTS_ENV] = faults
     if cuda_hidden:
@@ -39,7 +42,10 @@ def _suite(*args, faults=None, cuda_hidden=False, timeout=None):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_suite") / "out"
-    run, seconds = _suite(out, "--dry-run")
+    # the suite and its parts forked from this process (tests/helpers/fork_server.py): what they do is tested here,
+    # not an interpreter's start-up; the refusals and stopped parts below start real ones
+    with fork_server() as python:
+        run, seconds = _suite(out, "--dry-run", python=python)
     assert run.returncode == 0, run.stdout + run.stderr
     print(f"dry run: {seconds:.1f} s")
     return out, json.loads((out / "suite.json").read_text()), (out / "report.md").read_text()
