@@ -43,13 +43,17 @@ _SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SI
 
 def _forkable(env: dict | None) -> bool:
     """Whether a fork starts the command as a new interpreter would: fork exists; no process group is held (a fork
-    cannot share it); OpenMP has no threads of its own to lose (OMP_NUM_THREADS=1 here, as scripts/run_tests.sh sets
-    for its workers; BART_TESTS_FORK=0 turns forking off); and the command's PYTHONPATH adds no folder this process lacks (a folder of doubles, whose
-    modules a fresh interpreter would import in place of the real ones this process holds)."""
+    cannot share it) and CUDA is not initialized here (a forked child cannot use it); OpenMP has no threads of its
+    own to lose (OMP_NUM_THREADS=1 here, as scripts/run_tests.sh sets for its workers; BART_TESTS_FORK=0 turns
+    forking off); and the command's PYTHONPATH adds no folder this process lacks (a folder of doubles, whose modules
+    a fresh interpreter would import in place of the real ones this process holds)."""
     if not hasattr(os, "fork") or os.environ.get("OMP_NUM_THREADS") != "1" or os.environ.get("BART_TESTS_FORK") == "0":
         return False
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
+        return False
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is not None and cuda.is_initialized():  # a forked child cannot use the CUDA context it inherits
         return False
     ours = {os.path.realpath(p or os.getcwd()) for p in sys.path}
     extra = (env if env is not None else os.environ).get("PYTHONPATH", "")

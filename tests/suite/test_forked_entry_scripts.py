@@ -107,3 +107,17 @@ def test_a_forked_command_releases_its_run_lock_after_one_held_here(tmp_path):
                       env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert (done.returncode, done.stdout) == (0, "held\n"), done.stderr
     assert not (tmp_path / "child").exists()  # released: the folders it made, empty, went with its lock
+
+
+def test_no_fork_where_this_process_holds_cuda(monkeypatch):
+    """A process that initialized CUDA (a GPU test before) cannot hand it to a forked child: the command runs in a
+    new interpreter instead, as it would without forking."""
+    import torch
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert _forkable(env)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert not _forkable(env)
+    done = run_python([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], env=env)
+    assert (done.returncode, done.stdout) == (0, "False\n")  # a new interpreter: no torch held from this process
