@@ -193,27 +193,22 @@ def beam_search(decoder: Decoder, opts: GenerationOptions, encoder_ids: torch.Te
             break
         still_open = torch.stack([s.open(opts) for s in states]).any()
         done = torch.stack([s.done(opts).view(-1) for s in states]).all(0) if drop else None
+        going, stopping = still_open, done  # whether the search goes on; which sources stop (with drop)
         if frozen is not None:
             frozen |= ~still_open if done is None else done | ~still_open
             if (cur_len - opts.prompt_length) % sync_every:  # no read this step
                 decoder.reorder(rows.view(-1))
                 continue
-            if not drop:
-                if bool(frozen.all()):  # the search's host sync
-                    break
-                decoder.reorder(rows.view(-1))
-                continue
-            stopped = frozen.tolist()  # the search's host sync
-        else:
-            if not drop:
-                if not bool(still_open):  # the search's host sync (the cache's mapped reorder adds one on CUDA)
-                    break
-                decoder.reorder(rows.view(-1))
-                continue
-            flags = torch.cat([still_open.view(1), done]).tolist()  # the search's host sync
-            if not flags[0]:
+            going, stopping = ~frozen.all(), frozen
+        if not drop:
+            if not bool(going):  # the search's host sync (the cache's mapped reorder adds one on CUDA)
                 break
-            stopped = flags[1:]
+            decoder.reorder(rows.view(-1))
+            continue
+        flags = torch.cat([going.view(1), stopping]).tolist()  # the search's host sync
+        if not flags[0]:
+            break
+        stopped = flags[1:]
         keep = [i for i, finished in enumerate(stopped) if not finished]
         if len(keep) == batch:
             decoder.reorder(rows.view(-1))
