@@ -50,6 +50,8 @@ from torch.overrides import TorchFunctionMode
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gpu_training import make_batches  # noqa: E402
+
 from bart.cli.settings import PrecisionSettings, Settings  # noqa: E402
 from bart.configuration import BartConfig  # noqa: E402
 from bart.modeling import BartForConditionalGeneration  # noqa: E402
@@ -195,15 +197,6 @@ def project_step(state_dict, config, name: str, precision: str):
     return trainer.train_step, f"this project: {kind}"
 
 
-def make_batch(seed, batch, source, target, vocab):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, vocab, (batch, source), generator=g)
-    labels = torch.randint(4, vocab, (batch, target), generator=g)
-    decoder_ids = torch.cat([torch.full_like(labels[:, :1], 2), labels[:, :-1]], 1)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "decoder_input_ids": decoder_ids,
-            "labels": labels}
-
-
 def count_training(args) -> list:
     from torch.profiler import ProfilerActivity, profile
     values = geometry(args)
@@ -216,7 +209,7 @@ def count_training(args) -> list:
           f"{sum(p.numel() for p in BartForConditionalGeneration(config).parameters() if p.requires_grad) / 1e6:.1f}M "
           f"parameters, micro-batches of {args.batch} x {args.source}/{args.target}, CPU, torch {torch.__version__}")
     for precision, micro in [(p, m) for m in args.micro_batches for p in args.precisions.split(",")]:
-        batches = [make_batch(i, args.batch, args.source, args.target, config.vocab_size) for i in range(2 * micro)]
+        batches = make_batches(2 * micro, args.batch, args.source, args.target, config.vocab_size, device="cpu")
         print(f"\n{precision}, {micro} micro-batch{'es' if micro > 1 else ''} per update\n"
               f"| contender | {' | '.join(columns)} | kernels vs peer |\n|---|{'---|' * len(columns)}---|")
         peer = None
