@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from bart.data import DataError
+from bart.data import DataError, changes
 from bart.data.lddl_compat import (
     BalancedParquetDataset,
     check_shard,
@@ -285,7 +285,7 @@ class PretrainingLoader:
         global_batch = meta["processes"] * meta["batch_size"] * meta["accumulation"]
         here = processes * self.batch_size * self.accumulation
         if global_batch != here:
-            changed = ", ".join(f"{k} {meta[k]} → {v}" for k, v in self._streams().items() if meta[k] != v)
+            changed = changes(meta, self._streams())
             raise ValueError(
                 f"the saved data position does not fit this run's updates ({changed}): pretraining's streams are "
                 f"dealt in updates of {global_batch} sequences ({_processes(meta['processes'])} x --train_batch_size "
@@ -301,7 +301,7 @@ class PretrainingLoader:
     def _check_data(self, layout: dict) -> None:
         ours = _data_keys(self._layout())
         if _data_keys(layout) != ours:
-            changed = ", ".join(f"{k} {layout.get(k)} → {v}" for k, v in ours.items() if layout.get(k) != v)
+            changed = changes(layout, ours)
             raise ValueError(f"the saved data position does not fit this run's data ({changed}): resume with the "
                              f"same shards, --max_source_length, --buffer_size and --n_val")
 
@@ -317,8 +317,7 @@ class PretrainingLoader:
             return
         layout = position.get("layout")
         if layout != self._layout():
-            changed = ", ".join(f"{k} {layout.get(k)} → {v}" for k, v in self._layout().items()
-                                if not layout or layout.get(k) != v)
+            changed = changes(layout, self._layout())
             raise ValueError(f"the saved data position does not fit this run's data ({changed}): resume with the "
                              f"same shards, --train_batch_size, --num_workers, --max_source_length and processes")
         self._other = None

@@ -18,6 +18,7 @@ import weakref
 
 import torch
 
+from bart.data import changes
 from bart.errors import UserError
 from bart.files.text_lines import iter_lines, line_ends
 from bart.modeling.modeling_bart import shift_tokens_right
@@ -331,8 +332,7 @@ class EpochLoader:
             position = self._from_batches(position)
         layout = position.get("layout")
         if layout != self._layout():
-            changed = ", ".join(f"{k} {layout.get(k)} → {v}" for k, v in self._layout().items()
-                                if not layout or layout.get(k) != v)
+            changed = changes(layout, self._layout())
             raise ValueError(f"the saved data position does not fit this run's data ({changed}): resume with the "
                              f"same training split, --n_train, --sortish_sampler and --max_tokens_per_batch")
         if position.get("epoch") != self.sampler.epoch:
