@@ -109,7 +109,7 @@ def configure_process(args: Settings) -> None:
 
 
 def model_config(args: Settings, training: bool = True) -> BartConfig:
-    """The config file (``args.config_path``, as :func:`resolve_config` left it) with the command line's overrides
+    """The config file (``args.config_path``, as :func:`begin_run` left it) with the command line's overrides
     applied before the model is built.
     Training keeps fp32 parameters (autocast handles precision); evaluation keeps the file's dtype."""
     config = BartConfig.from_json_file(args.model.config_path)
