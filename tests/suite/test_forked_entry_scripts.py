@@ -116,6 +116,7 @@ def test_no_fork_where_this_process_holds_cuda(monkeypatch):
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("BART_TESTS_FORK", raising=False)  # forking on (BART_TESTS_FORK=0 turns it off for a run)
     assert _forkable(env)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     assert not _forkable(env)
