@@ -120,8 +120,8 @@ def _serve(conn) -> None:
                 conn.sendall(b"exec\n")
                 return
             pid = os.fork()
-            if pid == 0:
-                _child(argv, env, cwd, fds)
+            if pid == 0:  # the shim's standard streams, then forked.py's start of a command (never returns)
+                forked._child([sys.executable, *argv], env, cwd, None, None, None, fds=tuple(fds))
             conn.sendall(f"pid {pid}\n".encode())
             _, status = os.waitpid(pid, 0)
             conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
@@ -139,16 +139,3 @@ def _runnable(argv: list) -> bool:
     if argv[0] in ("-m", "-c"):
         return len(argv) > 1
     return not argv[0].startswith("-")
-
-
-def _child(argv: list, env: dict, cwd: str, fds: list) -> None:
-    """In the forked child: the shim's standard streams, then forked.py's start of a command (never returns)."""
-    try:
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in fds:
-            if fd > 2:
-                os.close(fd)
-    except BaseException:  # noqa: BLE001 (the child never returns into the test)
-        os._exit(1)
-    forked._child([sys.executable, *argv], env, cwd, None, None, None, fds=(-1, -1, -1))

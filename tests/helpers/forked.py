@@ -63,12 +63,15 @@ def _forkable(env: dict | None) -> bool:
 def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_path: str | None, err_path: str | None,
            fds: tuple[int, int, int] | None = None) -> None:
     """In the forked child: become ``argv``'s process, run it, and end (never returns). Its standard streams: the
-    files at the paths given, or (``fds``) the descriptors for 0, 1 and 2 (-1: the one inherited)."""
+    files at the paths given, or (``fds``) the descriptors for 0, 1 and 2 (-1: the one inherited), each closed once
+    in place, as a new interpreter holds only its three."""
     code = 1
     try:
         for fd, source in zip((0, 1, 2), fds or ()):
             if source != -1 and source != fd:
                 os.dup2(source, fd)
+        for source in {source for source in fds or () if source > 2}:
+            os.close(source)
         for fd, path, flags in () if fds else ((0, stdin_path or os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_APPEND),
                                 (2, err_path, os.O_WRONLY | os.O_APPEND)):  # (appended: ranks share one file)
             if path is None:  # stderr into stdout's file, one offset (subprocess's stderr=STDOUT)
