@@ -24,7 +24,7 @@ STALL_S = 60.0
 
 
 def _env(**extra):
-    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **extra)
+    return {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", **extra}
 
 
 def _marked(mark: str) -> list[int]:
