@@ -115,10 +115,11 @@ def row_flags(row: Row, device: str = "cpu") -> list[str]:
     return flags + ["--distributed_strategy", row.strategy]
 
 
-# inductor on CPU (the tests): scalar C++ (no vector ISA probe; about half the compile), each kernel's g++ in the
-# process (no pool of compile workers, each importing torch, to start). What the row's compile costs is g++
-# parsing inductor's C++ prelude once per kernel (26 kernels, 1.5 to 2 CPU-s each, -O0 or -O3 alike)
-CPU_INDUCTOR = {"cpp.vec_isa_ok": False, "compile_threads": 1}
+# inductor on CPU (the tests): scalar C++ (no vector ISA probe; about half the compile), each g++ run in the
+# process (no pool of compile workers, each importing torch, to start), and a C++ wrapper: the kernels and the code
+# calling them in one file, one g++ run for the forward and one for the backward where the Python wrapper had one for
+# each of 26 kernels, each parsing inductor's C++ prelude (1.5 to 2 CPU-s each); rank 0's row 29.5 -> 20.3 CPU-s
+CPU_INDUCTOR = {"cpp.vec_isa_ok": False, "compile_threads": 1, "cpp_wrapper": True}
 
 
 def make_spec(out: str, data: str, tokenizer: str, config: dict, device: str = "cpu", rows=None, steps: int = 3,

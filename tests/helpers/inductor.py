@@ -3,10 +3,13 @@ import contextlib
 
 
 @contextlib.contextmanager
-def scalar_inductor():
+def scalar_inductor(cpp_wrapper: bool = False):
     """Inductor's kernels as scalar C++ (no explicit SIMD: about half the compile on a cold cache) inside the
-    block, and the process's own choice again after it. ``cpp.vec_isa_ok`` alone leaks: inductor caches the
-    usable instruction sets the first time it asks (``valid_vec_isa_list``), so a first compile inside the block
+    block, each g++ run in this process (no pool of compile workers, each importing torch, to start), and the
+    process's own choices again after it. ``cpp_wrapper``: the kernels and the code that calls them in one C++
+    file, one g++ run for a graph instead of one per kernel (a training step's forward and backward: about half the
+    compile; a decode step's small graphs compile faster without it). ``cpp.vec_isa_ok`` alone leaks: inductor caches
+    the usable instruction sets the first time it asks (``valid_vec_isa_list``), so a first compile inside the block
     left every later compile of the process scalar, and a later test's cached vectorized kernel then failed to
     build ('at::vec has not been declared'). The cache is cleared on the way in and on the way out."""
     import torch._inductor.config
@@ -14,7 +17,7 @@ def scalar_inductor():
 
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
     try:
-        with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
+        with torch._inductor.config.patch({"cpp.vec_isa_ok": False, "compile_threads": 1, "cpp_wrapper": cpp_wrapper}):
             yield
     finally:
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
