@@ -52,7 +52,10 @@ def test_a_forked_command_can_write_both_streams_into_one_as_a_log_file_gets_the
     assert forked.stdout.splitlines() == ["out 0", "err 0", "out 1", "err 1", "out 2", "err 2"]
 
 
-WAITS = "import sys, time; print('ready', flush=True); time.sleep(120)"
+# short sleeps: a Ctrl-C that lands after Python's last check for signals and before a sleep starts is taken when
+# that sleep ends (CPython's time.sleep), so one long sleep left a process sent SIGINT at the wrong instant (a loaded
+# machine) sleeping on until the hang watch ended it
+WAITS = "import time\nprint('ready', flush=True)\nfor _ in range(1200):\n    time.sleep(0.1)"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
