@@ -157,8 +157,9 @@ def test_failing_parts_are_reported_and_the_others_run(tmp_path):
     (the failing ones end at once): the hung part's share of the budget is small, the profile's large."""
     out = tmp_path / "out"
     failing = ("tests", "matrix", "peaks", "pretrain128", "pretrain512", "beam")
-    run, seconds = _suite(out, "--dry-run", "--budget", "30",
-                          faults=",".join([f"{p}=error" for p in failing] + ["env=hang", "finetune_xsum=oom"]))
+    with fork_server() as python:  # the suite and its profile part forked; the faults are interpreters of their own
+        run, seconds = _suite(out, "--dry-run", "--budget", "30", python=python,
+                              faults=",".join([f"{p}=error" for p in failing] + ["env=hang", "finetune_xsum=oom"]))
     assert run.returncode == 0, run.stdout + run.stderr
     suite = json.loads((out / "suite.json").read_text())
     status = {p: s["status"] for p, s in suite["parts"].items()}
