@@ -215,11 +215,29 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
+def _stop_signals_held() -> dict:
+    """The stop signals this process ignores or its main thread blocks, as the kernel has them (/proc/self/status):
+    what a child started now inherits. C code (a library's) can change them without Python's signal module knowing,
+    so ``signal.getsignal`` would not show it."""
+    import signal
+
+    masks = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("SigIgn", "SigBlk"):
+                masks[key] = int(value.strip(), 16)
+    return {signal.Signals(sig).name: kind for sig in (signal.SIGTERM, signal.SIGINT)
+            for key, kind in (("SigIgn", "ignored"), ("SigBlk", "blocked")) if masks.get(key, 0) >> (sig - 1) & 1}
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored():
     """A test that runs an entry script in this process may leave the stop signals ignored (a process on its
     way out ignores them: ``bart.cli.exits.run_main``); children started later would inherit SIG_IGN (a SIGTERM
-    sent to them would then do nothing). Each test gets the handlers back as they were."""
+    sent to them would then do nothing). Each test gets the handlers back as they were. A stop signal that the
+    test (or a fixture it set up) left ignored or blocked where Python's handlers do not show it (C code) fails the
+    test, named: a later test's fresh child would inherit it and never take the signal."""
     import signal
 
     names = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGHUP")
@@ -228,4 +246,16 @@ def _signal_handlers_restored():
     for sig, handler in saved.items():
         if handler is not None and signal.getsignal(sig) != handler:
             signal.signal(sig, handler)
+    now = _stop_signals_held()
+    if now != _STOP_SIGNALS_AT_START:
+        for name in set(now) - set(_STOP_SIGNALS_AT_START):  # as they were, so that the tests after this start clean
+            sig = signal.Signals[name]
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            if signal.getsignal(sig) not in (None, signal.SIG_IGN):
+                signal.signal(sig, signal.getsignal(sig))
+        pytest.fail(f"this test (or a fixture it set up) left stop signals {now} in the test process (at its start: "
+                    f"{_STOP_SIGNALS_AT_START}), not by Python's signal module: a child started later inherits them",
+                    pytrace=False)
 
+
+_STOP_SIGNALS_AT_START = _stop_signals_held()  # this process's, as it started (a pytest worker's)
