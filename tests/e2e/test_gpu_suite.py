@@ -181,6 +181,17 @@ def test_failing_parts_are_reported_and_the_others_run(tmp_path):
     assert not hung  # the hung part's process group was ended
 
 
+def _signal_state(pid) -> str:
+    """A process's parent, state and signal masks (/proc/PID/status), for a failure's message."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return f"pid {pid}: " + ", ".join(line.strip() for line in status
+                                              if line.startswith(("PPid", "State", "SigIgn", "SigBlk", "SigPnd",
+                                                                  "ShdPnd", "SigCgt")))
+    except OSError:
+        return f"pid {pid}: gone"
+
+
 def _cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -430,4 +441,5 @@ def test_sigterm_ends_the_running_part_and_keeps_the_report(tmp_path):
                       "profile": "not run: the suite was stopped"}
     assert "**peaks: interrupted by SIGTERM: the suite stopped here**" in (out / "report.md").read_text()
     time.sleep(0.5)
-    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and "injected hang" in _cmdline(pid)]
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and "injected hang" in _cmdline(pid)]
+    assert not left, [_signal_state(pid) for pid in left]  # (a loaded run once left one: what it held)
