@@ -186,6 +186,19 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+def _stop_signals_as_from_a_terminal() -> None:
+    """A suite started in the background by a script (``bash .ci/run &``, a CI runner's job) inherits SIGINT ignored:
+    a non-interactive shell starts its asynchronous commands so, and an interpreter keeps it so. The tests signal the
+    processes they start and expect what a command typed at a terminal gets (Ctrl-C: KeyboardInterrupt), so this
+    process takes the stop signals back; its children (xdist's workers, the tests' processes) start from that."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def pytest_collection_modifyitems(session, config, items):
     if config.getoption("quick"):
         quick = {item.nodeid: _quick(item) for item in items}
@@ -258,4 +271,5 @@ def _signal_handlers_restored():
                     pytrace=False)
 
 
+_stop_signals_as_from_a_terminal()  # at import, in the main process and in each worker, before the baseline below
 _STOP_SIGNALS_AT_START = _stop_signals_held()  # this process's, as it started (a pytest worker's)

@@ -84,8 +84,10 @@ def _child(argv: list[str], env: dict | None, cwd, stdin_path: str | None, out_p
         sys.stdout = sys.__stdout__ = open(1, "w", buffering=1, closefd=False, encoding="utf-8")
         sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False, encoding="utf-8",
                                            errors="backslashreplace")
-        for sig in _SIGNALS:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        for sig in _SIGNALS:  # as an interpreter starts: a signal ignored here stays ignored (exec keeps SIG_IGN),
+            if signal.getsignal(sig) != signal.SIG_IGN:  # others default, SIGINT Python's KeyboardInterrupt
+                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as Python ignores it at start (a broken pipe: an exception)
         signal.alarm(0)
         atexit._clear()
         _forget_exit_hooks()
