@@ -263,10 +263,8 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         pids: list[int] = []
-        life = None
         try:
-            store, life = _serve_store(port, nproc)  # the agent's store (ended with the ranks, below)
-            pids.append(store)
+            pids.append(_serve_store(port, nproc))  # the agent's store (killed last, with the ranks, below)
             for rank in range(nproc):
                 rank_env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
                                 ROLE_NAME="default", LOCAL_WORLD_SIZE=str(nproc), WORLD_SIZE=str(nproc),
@@ -281,8 +279,6 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
             with open(out_path, encoding="utf-8", errors="replace") as f:
                 return code, f.read()
         finally:
-            if life is not None:
-                os.close(life)
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -291,18 +287,16 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
                     pass
 
 
-def _serve_store(port: int, nproc: int) -> tuple[int, int]:
+def _serve_store(port: int, nproc: int) -> int:
     """A forked process serving the launch's rendezvous store on ``port`` (a TCPStore, as torchrun's agent creates
-    it for its workers); returns its pid, once the store listens, and the write end of a pipe it reads: it ends when
-    that pipe closes (closed by :func:`fork_ranks`, or by the end of this process and of every rank holding it), so
-    that no store outlives its launch. Forked before the ranks, so that they hold none of its sockets."""
+    it for its workers) until it is killed; returns its pid once the store listens. Forked before the ranks, so that
+    they hold none of its sockets."""
     ready_r, ready_w = os.pipe()
-    life_r, life_w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
             os.close(ready_r)
-            os.close(life_w)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             from datetime import timedelta
@@ -313,23 +307,21 @@ def _serve_store(port: int, nproc: int) -> tuple[int, int]:
                                    multi_tenant=True)
             os.write(ready_w, b"1")
             os.close(ready_w)
-            while os.read(life_r, 1):  # the store's own thread serves it until the pipe closes
-                pass
+            while True:  # the store's own thread serves it
+                signal.pause()
         except BaseException:  # noqa: BLE001 (the launch fails on the closed pipe below, with this traceback)
             traceback.print_exc()
         finally:
-            os._exit(0)
+            os._exit(code)
     os.close(ready_w)
-    os.close(life_r)
     try:
         ready = os.read(ready_r, 1)
     finally:
         os.close(ready_r)
     if ready != b"1":
-        os.close(life_w)
         os.waitpid(pid, 0)
         raise RuntimeError(f"fork_ranks: the rendezvous store on port {port} did not start (its traceback is above)")
-    return pid, life_w
+    return pid
 
 
 def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:
