@@ -234,11 +234,8 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
     """``torchrun --nproc_per_node=NPROC --master_port=<a free port> ARGV...`` (``argv``: an interpreter, then a
     script or ``-m MODULE`` and their arguments, as torchrun takes them) without torchrun's agent: NPROC processes forked from this one, each with the
     variables torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_*,
-    MASTER_ADDR/MASTER_PORT, TORCHELASTIC_RESTART_COUNT 0 and its run id, TORCHELASTIC_USE_AGENT_STORE), their stdout
-    and stderr merged into one output as torchrun's are. The rendezvous store is served, as torchrun's agent serves
-    it, by a process of its own forked first (:func:`_serve_store`) for the whole launch: the ranks' jobs one after
-    another each set up their process group on it (with rank 0 serving it, each job's store ended with that job, and a
-    rank starting the next job could reach the ending one's: 'Failed to recv, got 0 bytes').
+    MASTER_ADDR/MASTER_PORT, TORCHELASTIC_RESTART_COUNT 0 and its run id; no agent store: rank 0 serves the
+    rendezvous store, as under srun), their stdout and stderr merged into one output as torchrun's are.
     Returns (0 when every rank ended 0, else the first failing rank's exit code; the others are then sent SIGTERM
     and, 30 s later, SIGKILL, as torchrun's agent ends them; the merged output). A hang (no rank prints for
     ``stall_s`` seconds) fails with every rank's Python stacks; no rank outlives the call. Where a fork would not
@@ -264,18 +261,17 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
             stream.flush()
         pids: list[int] = []
         try:
-            pids.append(_serve_store(port, nproc))  # the agent's store (killed last, with the ranks, below)
             for rank in range(nproc):
                 rank_env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank),
                                 ROLE_NAME="default", LOCAL_WORLD_SIZE=str(nproc), WORLD_SIZE=str(nproc),
                                 GROUP_WORLD_SIZE="1", ROLE_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
                                 MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0",
-                                TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE="True")
+                                TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE="False")
                 pid = os.fork()
                 if pid == 0:
                     _child(list(argv), rank_env, cwd, None, out_path, None)
                 pids.append(pid)
-            code = _wait_ranks(pids[1:], out_path, stall_s, argv)
+            code = _wait_ranks(pids, out_path, stall_s, argv)
             with open(out_path, encoding="utf-8", errors="replace") as f:
                 return code, f.read()
         finally:
@@ -285,43 +281,6 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
                     os.waitpid(pid, 0)
                 except (ProcessLookupError, ChildProcessError):
                     pass
-
-
-def _serve_store(port: int, nproc: int) -> int:
-    """A forked process serving the launch's rendezvous store on ``port`` (a TCPStore, as torchrun's agent creates
-    it for its workers) until it is killed; returns its pid once the store listens. Forked before the ranks, so that
-    they hold none of its sockets."""
-    ready_r, ready_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(ready_r)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            from datetime import timedelta
-
-            import torch.distributed as dist
-
-            _store = dist.TCPStore("127.0.0.1", port, nproc, True, timedelta(seconds=900), wait_for_workers=False,
-                                   multi_tenant=True)
-            os.write(ready_w, b"1")
-            os.close(ready_w)
-            while True:  # the store's own thread serves it
-                signal.pause()
-        except BaseException:  # noqa: BLE001 (the launch fails on the closed pipe below, with this traceback)
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    os.close(ready_w)
-    try:
-        ready = os.read(ready_r, 1)
-    finally:
-        os.close(ready_r)
-    if ready != b"1":
-        os.waitpid(pid, 0)
-        raise RuntimeError(f"fork_ranks: the rendezvous store on port {port} did not start (its traceback is above)")
-    return pid
 
 
 def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:

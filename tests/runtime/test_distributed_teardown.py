@@ -9,19 +9,17 @@ gloo worker that waits for that GIL to release the tensors of its last collectiv
 in the next rendezvous, until the test's timeout (on 2 cores within the first few runs of
 :func:`test_runs_one_after_another_end`'s launch).
 
-The pair is forked from the test's process with torchrun's variables and watched (``tests.helpers.forked.fork_ranks``):
-a hang anywhere fails within a minute of the last line printed, with every process's Python stacks, and no process
-is left behind."""
+The launch is watched (``tests.helpers.processes.run_ranks``): a hang anywhere fails within a minute of the last line
+printed, with every process's Python stacks, and no process is left behind."""
 import json
-import os
 import re
 import sys
 
 import pytest
 
-from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config
-from tests.helpers.forked import fork_ranks
+from tests.helpers.ports import free_port
+from tests.helpers.processes import run_ranks
 from tests.helpers.repeated_runs import STRATEGIES
 from tests.helpers.summaries import write_summarization_data
 
@@ -46,8 +44,9 @@ def argv(tmp_path_factory, small_tokenizer_dir):
 
 def test_runs_one_after_another_end(argv):
     base, flags = argv
-    code, out = fork_ranks(2, [sys.executable, "-m", "tests.helpers.repeated_runs", str(base / "runs"), str(ROUNDS),
-                               str(SHORT), *flags], env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT)
+    code, out = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}", "-m", "tests.helpers.repeated_runs", str(base / "runs"),
+                           str(ROUNDS), str(SHORT), *flags])
     assert code == 0, out[-4000:]
     runs = ROUNDS * len(STRATEGIES) + SHORT
     for rank in (0, 1):  # another process's line may share a line of the output: found anywhere

@@ -90,8 +90,7 @@ def test_a_forked_process_a_signal_stops_ends_as_a_fresh_one(sig):
 
 RANK_ENV = ("import os, sys, torch.distributed as dist; dist.init_process_group('gloo'); "
             "names = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'ROLE_RANK', "
-            "'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_USE_AGENT_STORE', "
-            "'MASTER_ADDR'); "
+            "'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_RESTART_COUNT', 'MASTER_ADDR'); "
             "os.write(1, f'rank {dist.get_rank()} {[os.environ[n] for n in names]}\\n'.encode()); dist.barrier(); "
             "dist.destroy_process_group(); sys.exit(3 if os.environ.get('FAIL') == os.environ['RANK'] else 0)")
 

@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT
 from tests.helpers.corpus import micro_config
 from tests.helpers.entry import run_entry
-from tests.helpers.forked import fork_ranks
+from tests.helpers.ports import free_port
+from tests.helpers.processes import run_ranks
 from tests.helpers.resume_runs import CASES, STEPS, STOPPED_AT, run_cases
 
 # the config: micro_config(do_sample=True) (validation samples: it draws from torch's generator too)
@@ -43,11 +43,12 @@ def one_process(job):
 
 @pytest.fixture(scope="module")
 def two_processes(job):
-    """DDP and FSDP, two gloo processes each (forked, with torchrun's variables), in one launch."""
+    """DDP and FSDP, two gloo processes each, in one launch."""
     base, argv = job
     # watched: a hang (one between two runs: tests/runtime/test_distributed_teardown.py) fails within a minute with every rank's stacks
-    code, out = fork_ranks(2, [sys.executable, "-m", "tests.helpers.resume_runs", str(base / "two"), "ddp,fsdp", *argv,
-                               "--train_batch_size", "2"], env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT)
+    code, out = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}", "-m", "tests.helpers.resume_runs", str(base / "two"),
+                           "ddp,fsdp", *argv, "--train_batch_size", "2"])
     assert code == 0, out[-6000:]
     return {strategy: {name: str(base / "two" / strategy / name) for name in ("straight", *CASES)}
             for strategy in ("ddp", "fsdp")}

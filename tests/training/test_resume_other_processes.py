@@ -17,15 +17,15 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT
 from tests.helpers.entry import run_entry
-from tests.helpers.forked import fork_ranks
 from tests.helpers.other_processes_runs import (
     RUN_FLAGS,
     SIGNALLED_AT,
     STEPS,
     STOPPED_AT,
 )
+from tests.helpers.ports import free_port
+from tests.helpers.processes import run_ranks
 from tests.helpers.resume_runs import _as_killed_after
 
 # reduction order: a sum over 8 sequences in one micro-batch, or over two of 4 on one process or two
@@ -42,8 +42,9 @@ def runs(tmp_path_factory, inputs):
             "--n_val", "0", "--num_workers", "0", "--no_tensorboard", "--sortish_sampler"]
     assert run_entry("finetune.py", argv + RUN_FLAGS + ["--train_batch_size", "8", "--output_dir",
                                                         str(base / "one" / "straight")]) == 0
-    code, out = fork_ranks(2, [sys.executable, "-m", "tests.helpers.other_processes_runs", str(base), "finetune.py", *argv,
-                               "--train_batch_size", "4"], env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT)
+    code, out = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}", "-m", "tests.helpers.other_processes_runs", str(base),
+                           "finetune.py", *argv, "--train_batch_size", "4"])
     assert code == 0, out[-6000:]
     return base, argv, out
 
@@ -154,8 +155,9 @@ def pretraining_runs(tmp_path_factory, inputs):
     base = tmp_path_factory.mktemp("pretraining_other_processes")
     argv = inputs.pretraining_argv(PRETRAINING_ROWS, dropout=0.0)[1:] + ["--no_tensorboard"]
     assert run_entry("pretrain.py", argv + RUN_FLAGS + ["--output_dir", str(base / "one" / "straight")]) == 0
-    code, out = fork_ranks(2, [sys.executable, "-m", "tests.helpers.other_processes_runs", str(base), "pretrain.py", *argv,
-                               "--train_batch_size", "2"], env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT)
+    code, out = run_ranks([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}", "-m", "tests.helpers.other_processes_runs", str(base),
+                           "pretrain.py", *argv, "--train_batch_size", "2"])
     assert code == 0, out[-6000:]
     return base, argv, out
 
