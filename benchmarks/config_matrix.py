@@ -118,7 +118,7 @@ def row_flags(row: Row, device: str = "cpu") -> list[str]:
 # inductor on CPU (the tests): scalar C++ (no vector ISA probe; about half the compile), each g++ run in the
 # process (no pool of compile workers, each importing torch, to start), and a C++ wrapper: the kernels and the code
 # calling them in one file, one g++ run for the forward and one for the backward where the Python wrapper had one for
-# each of 26 kernels, each parsing inductor's C++ prelude (1.5 to 2 CPU-s each); rank 0's row 29.5 -> 20.3 CPU-s
+# each of 26 kernels, each parsing inductor's C++ prelude (1.5 to 2 CPU-s each)
 CPU_INDUCTOR = {"cpp.vec_isa_ok": False, "compile_threads": 1, "cpp_wrapper": True}
 
 

@@ -30,6 +30,7 @@ if os.environ.get("TORCHINDUCTOR_CACHE_DIR", _INDUCTOR_PREFIX).startswith(_INDUC
 pytest_plugins = ["tests.helpers.hang_watch"]
 
 # at module level, so that --quick's rule (below) sees that plain_loss runs an entry script
+from tests.helpers import signal_masks  # noqa: E402
 from tests.helpers.user_inputs import one_update_first_loss, write_user_inputs  # noqa: E402
 
 
@@ -228,22 +229,6 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
-def _stop_signals_held() -> dict:
-    """The stop signals this process ignores or its main thread blocks, as the kernel has them (/proc/self/status):
-    what a child started now inherits. C code (a library's) can change them without Python's signal module knowing,
-    so ``signal.getsignal`` would not show it."""
-    import signal
-
-    masks = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            key, _, value = line.partition(":")
-            if key in ("SigIgn", "SigBlk"):
-                masks[key] = int(value.strip(), 16)
-    return {signal.Signals(sig).name: kind for sig in (signal.SIGTERM, signal.SIGINT)
-            for key, kind in (("SigIgn", "ignored"), ("SigBlk", "blocked")) if masks.get(key, 0) >> (sig - 1) & 1}
-
-
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored():
     """A test that runs an entry script in this process may leave the stop signals ignored (a process on its
@@ -259,7 +244,7 @@ def _signal_handlers_restored():
     for sig, handler in saved.items():
         if handler is not None and signal.getsignal(sig) != handler:
             signal.signal(sig, handler)
-    now = _stop_signals_held()
+    now = signal_masks.held()
     if now != _STOP_SIGNALS_AT_START:
         for name in set(now) - set(_STOP_SIGNALS_AT_START):  # as they were, so that the tests after this start clean
             sig = signal.Signals[name]
@@ -272,4 +257,4 @@ def _signal_handlers_restored():
 
 
 _stop_signals_as_from_a_terminal()  # at import, in the main process and in each worker, before the baseline below
-_STOP_SIGNALS_AT_START = _stop_signals_held()  # this process's, as it started (a pytest worker's)
+_STOP_SIGNALS_AT_START = signal_masks.held()  # this process's, as it started (a pytest worker's)

@@ -1,5 +1,8 @@
-"""Inductor on CPU for a test in the pytest process itself."""
+"""Inductor on CPU for a test in the pytest process itself: the configuration matrix's CPU settings
+(``benchmarks.config_matrix.CPU_INDUCTOR``)."""
 import contextlib
+
+from benchmarks.config_matrix import CPU_INDUCTOR
 
 
 @contextlib.contextmanager
@@ -17,7 +20,7 @@ def scalar_inductor(cpp_wrapper: bool = False):
 
     cpu_vec_isa.valid_vec_isa_list.cache_clear()
     try:
-        with torch._inductor.config.patch({"cpp.vec_isa_ok": False, "compile_threads": 1, "cpp_wrapper": cpp_wrapper}):
+        with torch._inductor.config.patch({**CPU_INDUCTOR, "cpp_wrapper": cpp_wrapper}):
             yield
     finally:
         cpu_vec_isa.valid_vec_isa_list.cache_clear()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, signal_masks
 from tests.helpers.forked import _forkable, fork_ranks, popen_python, run_python
 from tests.helpers.ports import free_port
 
@@ -57,13 +57,6 @@ def test_a_forked_command_can_write_both_streams_into_one_as_a_log_file_gets_the
 WAITS = "import time\nprint('ready', flush=True)\nfor _ in range(1200):\n    time.sleep(0.1)"
 
 
-def _held(pid: int | str, sig: int) -> list[str]:
-    """Whether the process ``pid`` (its main thread) ignores or blocks ``sig``, as the kernel has it."""
-    with open(f"/proc/{pid}/status") as status:
-        masks = dict(line.split(":", 1) for line in status if line.startswith(("SigIgn", "SigBlk")))
-    return [key for key, value in masks.items() if int(value.strip(), 16) >> (sig - 1) & 1]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_forked_process_a_signal_stops_ends_as_a_fresh_one(sig):
     """popen_python: the process a test signals while it runs ends as a fresh interpreter does (SIGTERM: killed by
@@ -72,16 +65,16 @@ def test_a_forked_process_a_signal_stops_ends_as_a_fresh_one(sig):
     the fresh one sleep through Ctrl-C until the hang watch ended it)."""
     ended = {}
     for name, start in (("fresh", subprocess.Popen), ("forked", popen_python)):
-        here = _held("self", sig)
+        here = signal_masks.held(signals=[sig])
         proc = start([sys.executable, "-c", WAITS], env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert proc.stdout.readline() == "ready\n" and os.getsid(proc.pid) == proc.pid
-        held = _held(proc.pid, sig)
+        held = signal_masks.held(proc.pid, [sig])
         if held:
             proc.kill()
             proc.communicate()
-        assert not held, (f"the {name} process started with {signal.Signals(sig).name} in its {held} (this process "
-                          f"before starting it: {here}, now: {_held('self', sig)})")
+        assert not held, (f"the {name} process started with {held} (this process before starting it: {here}, "
+                          f"now: {signal_masks.held(signals=[sig])})")
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=None)
         ended[name] = (proc.returncode, out, err.strip().splitlines()[-1:])

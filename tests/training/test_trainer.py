@@ -107,8 +107,8 @@ class _FixedShapeBatches(SyntheticBatches):
 def test_compile_trains_like_eager(tmp_path):
     """--compile (torch.compile, inductor on CPU) gives the eager updates; checkpoints keep plain names.
     Inductor's kernels are generated without explicit SIMD here (scalar C++, which the compiler may still
-    vectorize), with a C++ wrapper (tests/helpers/inductor.py): on a cold cache (a fresh CI machine) about 13
-    CPU-s of compile instead of 23."""
+    vectorize), with a C++ wrapper (tests/helpers/inductor.py): the cheapest compile on a cold cache (a fresh CI
+    machine)."""
     eager = _trainer(tmp_path / "eager", batch_size=4, grad_accum=1, optimizer="lamb", data=_FixedShapeBatches(2, 4),
                      layers=1)
     compiled = _trainer(tmp_path / "compiled", batch_size=4, grad_accum=1, optimizer="lamb", compile_model=True,
