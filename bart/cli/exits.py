@@ -174,6 +174,7 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
     (``STOP_SIGNALS_AT_ONCE``); once the outcome is known, a late one changes nothing: a process on its way out
     (``python SCRIPT``) ignores them, a caller that goes on (``restore_signals``; by default any caller that
     is not ``python SCRIPT`` itself) gets its previous handlers back."""
+    from bart.records import dllogger_compat
     from bart.runtime import run_lock
     from bart.runtime.signals import StopRequest
 
@@ -186,7 +187,7 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
     stop = StopRequest(at_once=STOP_SIGNALS_AT_ONCE[script]) if script in STOP_SIGNALS_AT_ONCE else None
     if stop is not None:
         stop.__enter__()
-    locked_before = run_lock.held_folders()
+    locked_before, logging_before = run_lock.held_folders(), dllogger_compat.open_loggers()
     try:
         try:
             main()
@@ -199,6 +200,7 @@ def run_main(main, script: str, restore_signals: bool | None = None) -> None:
         for line in [] if _RUN["ended"] else _RUN["faults"]:  # a writer's fault the run's own ending did not say
             _say(line)
         run_lock.release_all(keep=locked_before)  # the run's folder is free once it ended (a caller may go on)
+        dllogger_compat.close_all(keep=logging_before)  # its log, TensorBoard's writer thread, the W&B run
         if stop is not None:
             stop.settle()
             stop.__exit__() if restore_signals else stop.ignore_from_now_on()

@@ -10,8 +10,10 @@ record), and records with a step also go to the metric writers (TensorBoard, W&B
 With the package (NVIDIA dllogger v1.0.0 as the Dockerfile installs it), each :class:`Logger` owns a
 ``dllogger.Logger`` with its own backends, so a process may open any number of them (training, then a
 test split, then evaluation); the package's global logger (``dllogger.init``, which raises on a second
-call) is never touched here and stays the user's to initialise. :meth:`Logger.close` closes the file and
-takes back the package's exit hooks.
+call) is never touched here and stays the user's to initialise. :meth:`Logger.close` closes the file and the
+metric writers (TensorBoard's writer thread, the W&B run) and takes back the package's exit hooks; an entry script run
+from Python (``bart.cli.exits.run_entry``) closes the loggers its run opened, whether it ended well or not
+(:func:`close_all`), so a notebook that runs one training after another keeps no file or thread of the earlier ones.
 """
 from __future__ import annotations
 
@@ -49,6 +51,20 @@ def _format(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+_OPEN: list = []  # the loggers of this process not closed yet (rank 0's), oldest first
+
+
+def open_loggers() -> tuple:
+    """The loggers this process opened and has not closed."""
+    return tuple(_OPEN)
+
+
+def close_all(keep=()) -> None:
+    """Close every open logger but those in ``keep``."""
+    for logger in [lg for lg in _OPEN if not any(lg is kept for kept in keep)]:
+        logger.close()
+
+
 class Logger:
     """``log(step, data)``, ``metadata(name, meta)``, ``flush()``; rank != 0 is silent."""
 
@@ -61,6 +77,7 @@ class Logger:
         self.writers: list = []
         if not self.enabled:
             return
+        _OPEN.append(self)
         dllogger = _real_dllogger()
         if use_dllogger and dllogger is None:
             raise ImportError("use_dllogger=True, but no dllogger package (NVIDIA dllogger) is importable")
@@ -120,6 +137,8 @@ class Logger:
             self._dll.flush()
 
     def close(self) -> None:
+        if any(lg is self for lg in _OPEN):
+            _OPEN[:] = [lg for lg in _OPEN if lg is not self]
         for writer in self.writers:
             writer.close()
         self.writers = []

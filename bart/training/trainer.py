@@ -173,8 +173,10 @@ class Trainer:
 
     def close(self) -> None:
         """The run is over: the strategy's wrapper goes now (DDP: its Reducer holds the process group), before
-        :func:`bart.runtime.distributed.cleanup` ends the group. The bare model, its state and the history stay."""
+        :func:`bart.runtime.distributed.cleanup` ends the group; the log closes (its file, TensorBoard's writer
+        thread, the W&B run). The bare model, its state and the history stay."""
         self.forward_model = None
+        self.logger.close()
 
     def request_stop(self, reason: str) -> None:
         """End fit() after the current update (final evaluation skipped if done at this step, checkpoint saved)."""

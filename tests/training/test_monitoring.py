@@ -3,6 +3,7 @@ reader), pretraining's held-out loss, the run banner, early stopping, dllogger f
 import json
 import os
 import sys
+import threading
 
 import pytest
 
@@ -117,6 +118,39 @@ def test_tensorboard_keeps_the_resume_steps_scalars_once(tmp_path, inputs, capsy
     assert val_tags and all([step for step, _ in resumed[tag]] == [2, 4] for tag in val_tags), resumed
     for tag in ["train/loss", *val_tags]:  # steps up to the checkpoint's are the first run's own
         assert [v for s, v in resumed[tag] if s <= 2] == [v for s, v in first[tag] if s <= 2], tag
+
+
+def test_a_run_from_python_closes_what_it_logged_to(tmp_path, inputs, monkeypatch, capsys):
+    """finetune.py run in this process (``run_entry``, as a notebook runs it) with TensorBoard and W&B (the double),
+    once to its end and once stopped by a full disk at its first checkpoint: after each, no TensorBoard writer thread
+    runs, no file of the run's folder is open and the W&B run is finished. Rules out: the training's log was closed
+    only by the process's exit, so each run from Python left a writer thread and its event file open."""
+    from tests.helpers.write_faults import install
+
+    use_doubles(monkeypatch)
+    import wandb
+
+    def left_open(folder):
+        threads = [t for t in threading.enumerate() if type(t).__module__.startswith("tensorboard")]
+        files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                 if os.path.exists(f"/proc/self/fd/{fd}")]
+        return threads, [f for f in files if f.startswith(str(folder))]
+
+    argv = [a for a in inputs.finetuning(16)["argv"] if a != "--no_tensorboard"]
+    argv += ["--wandb_project", "p", "--max_steps", "2", "--save_checkpoint_steps", "1"]
+    assert run_entry("finetune.py", [*argv, "--output_dir", str(tmp_path / "ended")]) == 0, capsys.readouterr()
+    assert os.listdir(tmp_path / "ended" / "tensorboard")  # it logged there
+    assert left_open(tmp_path) == ([], [])
+    assert wandb.run is None  # finished (finish() clears it)
+
+    monkeypatch.setattr(os, "fdopen", os.fdopen)  # install() replaces it: put back after the test
+    install("enospc:0:1")  # the first checkpoint's write fails as on a full disk
+    capsys.readouterr()
+    code = run_entry("finetune.py", [*argv, "--output_dir", str(tmp_path / "full")])
+    said = capsys.readouterr()
+    assert code == 2 and "could not write _step1.ckpt: no space left on device" in said.err, said.err[-800:]
+    assert left_open(tmp_path) == ([], [])
+    assert wandb.run is None  # finished (finish() clears it)
 
 
 def test_n_val_mistakes_are_one_line(tiny_config, small_tokenizer_dir, tmp_path, capsys):
