@@ -35,6 +35,7 @@ commands with one that fails, raises torch.OutOfMemoryError, or sleeps past its 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -446,9 +447,11 @@ class Suite:
         with open(log_path, "w") as log:
             log.write(f"$ {' '.join(command)}\n(limit {limit:.0f} s)\n")
             log.flush()
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            with _stop_signals_held():  # one arriving while the part starts ends it below, not before it is known
+                process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
             try:
+                _raise_held()
                 code = process.wait(timeout=limit)
             except subprocess.TimeoutExpired:
                 _stop(process)
@@ -488,8 +491,31 @@ class Stopped(RunStopped):
         super().__init__(f"{self.signal}: the running part was ended; report.md has the parts that finished")
 
 
+_HOLD: dict = {"on": False, "received": None}  # a stop signal that came while a part was being started
+
+
 def _raise_stopped(signum, frame):
+    if _HOLD["on"]:
+        _HOLD["received"] = _HOLD["received"] or signum
+        return
     raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals_held():
+    """A stop signal received inside is kept for :func:`_raise_held`: raised while ``subprocess.Popen`` was starting a
+    part (its process already forked, its pid not yet known), it left that part running in its own session."""
+    _HOLD["on"] = True
+    try:
+        yield
+    finally:
+        _HOLD["on"] = False
+
+
+def _raise_held() -> None:
+    received, _HOLD["received"] = _HOLD["received"], None
+    if received is not None:
+        raise Stopped(received)
 
 
 def _junit_counts(path: str):

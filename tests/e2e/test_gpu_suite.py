@@ -419,18 +419,22 @@ def test_fp8_contender_trains_with_float8_linear_layers():
         assert "no CUDA GPU is visible" in gpu_suite._fp8_problem()
 
 
-def test_sigterm_ends_the_running_part_and_keeps_the_report(tmp_path):
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_sigterm_ends_the_running_part_and_keeps_the_report(tmp_path, when):
     """Parts run in their own sessions (a timeout ends a part's whole process group), so a stop signal
     reaching the suite must end the running part itself: none is left running, the report says which
-    part was interrupted and which did not run, the exit code is 128 + SIGTERM."""
+    part was interrupted and which did not run, the exit code is 128 + SIGTERM. ``starting``: the signal is sent
+    once the part's log has its command line, while the suite starts the part (rules out: a signal that came while
+    ``subprocess.Popen`` started the part left it running); ``running``: once the part printed its first line."""
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1", **{gpu_suite.FAULTS_ENV: "peaks=hang"})
     suite = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_suite.py"), str(out), "--dry-run",
                               "--parts", "env,peaks,profile"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-    # until the hung part runs, however loaded the machine (the hang watch's rule, not a number of seconds)
-    wait_for(lambda: "injected hang" in ((out / "peaks.log").read_text() if (out / "peaks.log").exists() else ""),
-             suite, "the peaks part's injected hang")
+    # until the part starts or runs, however loaded the machine (the hang watch's rule, not a number of seconds)
+    seen = "print('injected hang'" if when == "starting" else "\ninjected hang\n"  # its command line; its own line
+    wait_for(lambda: seen in ((out / "peaks.log").read_text() if (out / "peaks.log").exists() else ""),
+             suite, f"the peaks part's injected hang {when}")
     suite.terminate()
     _, stderr = suite.communicate(timeout=None)
     assert suite.returncode == 128 + 15
