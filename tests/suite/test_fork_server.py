@@ -53,10 +53,13 @@ def test_a_log_file_keeps_one_position_across_the_script_and_the_command(python,
 
 
 def test_a_stop_signal_to_the_command_ends_it_as_it_ends_an_interpreter(python, tmp_path):
+    """The script waits for the command's first line in a blocking read of a FIFO (not a loop that polls: a command that
+    never starts then leaves every process idle, which the hang watch takes for a hang)."""
     out = tmp_path / "out"
+    os.mkfifo(out)
     done = _bash(f'"$PYTHON" -c "import time; print(\'ready\', flush=True); time.sleep(600)" > {out} & pid=$!; '
-                 f'until grep -q ready {out}; do sleep 0.05; done; kill -TERM $pid; wait $pid; echo "code $?"', python)
-    assert done.stdout == "code 143\n", done.stderr  # 128 + SIGTERM, as bash reports an interpreter's
+                 f'read -r line < {out}; kill -TERM $pid; wait $pid; echo "$line code $?"', python)
+    assert done.stdout == "ready code 143\n", done.stderr  # 128 + SIGTERM, as bash reports an interpreter's
 
 
 class _TakesTheLock:
