@@ -140,7 +140,11 @@ class Logger:
         if any(lg is self for lg in _OPEN):
             _OPEN[:] = [lg for lg in _OPEN if lg is not self]
         for writer in self.writers:
-            writer.close()
+            try:
+                writer.close()
+            except Exception as err:  # noqa: BLE001 - a run's end (its cleanup, a failed run's) goes on: one line
+                print(f"note: the run's {type(writer).__name__} did not close: {type(err).__name__}: {err}",
+                      file=sys.stderr, flush=True)
         self.writers = []
         if self._json is not None:
             self._json.close()

@@ -9,6 +9,7 @@ a name becomes ``_per_`` (``seq/s`` → ``train/seq_per_s``). The W&B run's id i
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -53,7 +54,10 @@ class TensorBoardWriter:
         self.writer.flush()
 
     def close(self) -> None:
-        self.writer.close()
+        # every record was flushed as it was logged, so a write that failed (the folder gone, a full disk) was raised
+        # then, where the run said it; the writer's thread raises that failure again at each flush, close's included
+        with contextlib.suppress(Exception):
+            self.writer.close()
 
 
 WANDB_RUN_ID = "wandb_run_id"  # in the run's folder: the W&B run's id, so that a resumed run continues it

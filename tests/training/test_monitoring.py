@@ -130,8 +130,10 @@ def test_a_run_from_python_closes_what_it_logged_to(tmp_path, inputs, monkeypatc
     use_doubles(monkeypatch)
     import wandb
 
+    before = set(threading.enumerate())  # (another test's in this worker may still run)
+
     def left_open(folder):
-        threads = [t for t in threading.enumerate() if type(t).__module__.startswith("tensorboard")]
+        threads = [t for t in threading.enumerate() if type(t).__module__.startswith("tensorboard") and t not in before]
         files = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
                  if os.path.exists(f"/proc/self/fd/{fd}")]
         return threads, [f for f in files if f.startswith(str(folder))]
