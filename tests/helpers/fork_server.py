@@ -32,25 +32,46 @@ from tests.helpers.forked import _forkable
 _SHIM = r'''#!{python} -IS
 import json, os, signal, socket, struct, sys
 real = {python!r}
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+held, command = [], []  # a stop signal that came before the command's pid did: passed on once it is known
+
+
+def forward(signum, frame):
+    os.kill(command[0], signum) if command else held.append(signum)
+
+
+def interpreter():
+    # the real interpreter instead, with the dispositions this script started with and the signals held
+    for sig, disposition in before.items():
+        signal.signal(sig, disposition)
+    for sig in held:
+        os.kill(os.getpid(), sig)
+    os.execv(real, [real] + sys.argv[1:])
+
+
+before = dict((sig, signal.getsignal(sig)) for sig in STOPS)
+for sig in STOPS:  # before the request: the command may start (and be signalled) before its pid reaches this script
+    if before[sig] != signal.SIG_IGN:
+        signal.signal(sig, forward)
 try:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.connect({path!r})
 except OSError:
-    os.execv(real, [real] + sys.argv[1:])
+    interpreter()
 request = json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}}).encode()
 try:
     socket.send_fds(server, [struct.pack("!Q", len(request))], [0, 1, 2])
     server.sendall(request)
 except OSError:  # a standard stream closed
-    os.execv(real, [real] + sys.argv[1:])
+    interpreter()
 reply = server.makefile("r")
 first = reply.readline().split()
 if not first or first[0] != "pid":
     server.close()
-    os.execv(real, [real] + sys.argv[1:])
-pid = int(first[1])
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-    signal.signal(sig, lambda signum, frame: os.kill(pid, signum))
+    interpreter()
+command.append(int(first[1]))
+for sig in held:
+    os.kill(command[0], sig)
 while True:
     try:
         line = reply.readline()
