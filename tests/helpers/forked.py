@@ -230,19 +230,21 @@ def _wait(pid: int, timeout: float | None, argv) -> int:
 
 
 def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
-               stall_s: float = 60.0) -> tuple[int, str]:
+               stall_s: float | None = None) -> tuple[int, str]:
     """``torchrun --nproc_per_node=NPROC --master_port=<a free port> ARGV...`` (``argv``: an interpreter, then a
     script or ``-m MODULE`` and their arguments, as torchrun takes them) without torchrun's agent: NPROC processes forked from this one, each with the
     variables torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_*,
     MASTER_ADDR/MASTER_PORT, TORCHELASTIC_RESTART_COUNT 0 and its run id; no agent store: rank 0 serves the
     rendezvous store, as under srun), their stdout and stderr merged into one output as torchrun's are.
     Returns (0 when every rank ended 0, else the first failing rank's exit code; the others are then sent SIGTERM
-    and, 30 s later, SIGKILL, as torchrun's agent ends them; the merged output). A hang (no rank prints for
-    ``stall_s`` seconds) fails with every rank's Python stacks; no rank outlives the call. Where a fork would not
-    start the ranks as torchrun does (see :func:`run_python`), the real torchrun runs them
-    (``tests.helpers.processes.run_ranks``)."""
+    and, 30 s later, SIGKILL, as torchrun's agent ends them; the merged output). A hang (no rank prints or uses CPU
+    for ``stall_s`` seconds, by default the hang watch's: ``hang_watch.IdleWatch``) fails with every rank's Python
+    stacks; no rank outlives the call. Where a fork would not start the ranks as torchrun does (see
+    :func:`run_python`), the real torchrun runs them (``tests.helpers.processes.run_ranks``)."""
+    from tests.helpers.hang_watch import STALL_S
     from tests.helpers.ports import free_port
 
+    stall_s = STALL_S if stall_s is None else stall_s
     port = free_port()
     base = dict(os.environ if env is None else env, TOKENIZERS_PARALLELISM="false", PYTHONFAULTHANDLER="1",
                 PYTHONUNBUFFERED="1")
@@ -285,8 +287,10 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
 
 def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:
     """Until every rank ended; the exit code (see :func:`fork_ranks`)."""
+    from tests.helpers.hang_watch import IdleWatch
+
     running, code, stopping = list(pids), 0, None
-    size, last = 0, time.monotonic()
+    size, watch, polls = 0, IdleWatch(stall_s), 0
     while running:
         for pid in list(running):
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -300,18 +304,19 @@ def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:
         if stopping is not None and running and time.monotonic() - stopping > 30:
             for other in running:
                 os.kill(other, signal.SIGKILL)
-        now = time.monotonic()
+        polls += 1
         if os.path.getsize(out_path) != size:
-            size, last = os.path.getsize(out_path), now
-        elif running and now - last > stall_s:
+            size = os.path.getsize(out_path)
+            watch.printed()
+        elif running and polls % 20 == 0 and (idle := watch.idle_for(running)) is not None:  # about a second
             for pid in sorted(running):  # each rank's stacks into the output (faulthandler), one at a time
                 os.kill(pid, signal.SIGABRT)
                 time.sleep(1.0)
             with open(out_path, encoding="utf-8", errors="replace") as f:
                 said = f.read()[-8000:]
             raise AssertionError(f"hung: no rank of `{' '.join(map(str, argv[:4]))} ...` printed anything for "
-                                 f"{now - last:.0f} s (stall budget {stall_s:g} s); their last lines and stacks:\n"
-                                 f"{said}")
+                                 f"{idle:.0f} s and they used {watch.used_s():.2f} s of CPU (stall budget "
+                                 f"{stall_s:g} s); their last lines and stacks:\n{said}")
         time.sleep(0.05)
     return code
 

@@ -110,6 +110,44 @@ def tree_cpu_s(pid: int) -> float:
     return sum(table[p][2] for p in [pid, *_descendants(table, pid)] if p in table) / _TICK
 
 
+class IdleWatch:
+    """The watch's rule for processes a test waits on (a launch, a run it signals): they are hung once ``roots`` and
+    every process under them used less than ``MIN_CPU_S`` of CPU (scaled to ``stall_s``) over the last ``stall_s``
+    seconds and, where the test reads what they print (:meth:`printed`), printed nothing in that time. A loaded machine
+    slows a run (an inductor compile can print nothing for minutes); it does not stop it using CPU. The CPU is added up
+    as each process's grows, so one that ended takes nothing back from the others."""
+
+    def __init__(self, stall_s: float = STALL_S) -> None:
+        self.stall_s = stall_s
+        self._seen: dict[int, int] = {}  # pid -> its CPU ticks when last read
+        self._used = 0  # ticks: every process's growth, added up
+        self._history = [(time.monotonic(), 0)]  # (when, _used) since the last output
+
+    def printed(self) -> None:
+        self._history = [(time.monotonic(), self._used)]
+
+    def used_s(self) -> float:
+        """The CPU seconds used in the window (since the last output, or the last ``stall_s`` seconds)."""
+        return (self._used - self._history[0][1]) / _TICK
+
+    def idle_for(self, roots) -> float | None:
+        """The seconds the processes have been idle once that reached ``stall_s`` (then they are hung); else None."""
+        table, now = _table(), time.monotonic()
+        for root in roots:
+            for pid in [root, *_descendants(table, root)]:
+                if pid in table:
+                    ticks = table[pid][2]
+                    self._used += max(0, ticks - self._seen.get(pid, 0))
+                    self._seen[pid] = ticks
+        self._history.append((now, self._used))
+        while len(self._history) > 1 and now - self._history[1][0] >= self.stall_s:
+            self._history.pop(0)
+        waited = now - self._history[0][0]
+        if waited >= self.stall_s and self.used_s() < MIN_CPU_S * self.stall_s / STALL_S:
+            return waited
+        return None
+
+
 def abort_tree(pid: int) -> list[str]:
     """SIGABRT to ``pid`` and every Python process under it, one at a time (faulthandler: each dumps its threads'
     Python stacks into its own stderr and ends); the processes, named."""

@@ -17,10 +17,9 @@ from tests.helpers import hang_watch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARK = "BART_TEST_LAUNCH"
-# A multi-process test whose processes all print nothing for this long is hung (their stacks, then a failure): a
-# silence, not a total, so a slow machine is not taken for a hung one. Every launch here prints at least a line per
-# run, per logged update or per validation; starting up (imports, rendezvous) takes seconds.
-STALL_S = 60.0
+# A launch whose processes print nothing and use almost no CPU for this long is hung (their stacks, then a failure):
+# hang_watch.IdleWatch's rule, so a slow or loaded machine is not taken for a hung one.
+STALL_S = hang_watch.STALL_S
 
 
 def _env(**extra):
@@ -115,9 +114,9 @@ def _stacks(mark: str, lines: list[str], settle_s: float = 1.0, limit_s: float =
 
 def run_ranks(cmd: list[str], stall_s: float = STALL_S, **extra_env) -> tuple[int, str]:
     """Run a launch of several processes (``torchrun ...``, ``python -m utils.launch ...``) to its end: its exit code
-    and merged stdout/stderr. A hang anywhere (no process prints a line for ``stall_s`` seconds) fails the test with
-    every process's Python stacks within that time, not at pytest's timeout; however it ends, no process of the
-    launch is left behind."""
+    and merged stdout/stderr. A hang (no process prints a line or uses CPU for ``stall_s`` seconds:
+    ``hang_watch.IdleWatch``) fails the test with every process's Python stacks within that time, not at pytest's
+    timeout; however it ends, no process of the launch is left behind."""
     mark = uuid.uuid4().hex
     env = _env(TOKENIZERS_PARALLELISM="false", PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1", **{MARK: mark},
                **extra_env)
@@ -125,25 +124,27 @@ def run_ranks(cmd: list[str], stall_s: float = STALL_S, **extra_env) -> tuple[in
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     lines: list[str] = []
-    last = [time.monotonic()]
 
     def read() -> None:
         for line in iter(proc.stdout.readline, ""):
             lines.append(line)
-            last[0] = time.monotonic()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    watch, seen, polls = hang_watch.IdleWatch(stall_s), 0, 0
     try:
         while proc.poll() is None:
-            silent = time.monotonic() - last[0]
-            if silent > stall_s:
+            time.sleep(0.2)
+            polls += 1
+            if len(lines) != seen:
+                seen = len(lines)
+                watch.printed()
+            elif polls % 5 == 0 and (idle := watch.idle_for([proc.pid])) is not None:  # about a second
                 tail = "".join(lines[-40:])
                 stacks = _stacks(mark, lines)
                 raise AssertionError(f"hung: no process of `{' '.join(map(str, cmd[:6]))} ...` printed anything for "
-                                     f"{silent:.0f} s (stall budget {stall_s:g} s); its last lines:\n{tail}\n"
-                                     f"{stacks}")
-            time.sleep(0.2)
+                                     f"{idle:.0f} s and they used {watch.used_s():.2f} s of CPU (stall budget "
+                                     f"{stall_s:g} s); its last lines:\n{tail}\n{stacks}")
         reader.join(timeout=10)  # what the processes printed last
         return proc.returncode, "".join(lines)
     finally:
@@ -156,8 +157,7 @@ def wait_for(predicate, proc, what, output=None, stall_s: float | None = None):
     not read by a thread), or once ``proc`` and the processes under it used almost no CPU for ``stall_s`` seconds
     (tests/helpers/hang_watch.py's rule; a slow machine is not a hung run): each is sent SIGABRT (its threads'
     Python stacks into its stderr), and the failure names them, with ``output()`` (what they printed) where given."""
-    stall_s = hang_watch.STALL_S if stall_s is None else stall_s
-    history = [(time.monotonic(), hang_watch.tree_cpu_s(proc.pid))]
+    watch = hang_watch.IdleWatch(hang_watch.STALL_S if stall_s is None else stall_s)
     polls = 0
     while not predicate():
         if proc.poll() is not None:
@@ -169,19 +169,13 @@ def wait_for(predicate, proc, what, output=None, stall_s: float | None = None):
             raise AssertionError(f"the run ended before {what}" + (f": {said[-2000:]}" if said else ""))
         time.sleep(0.02)
         polls += 1
-        if polls % 50 == 0:  # about a second
-            now = time.monotonic()
-            history.append((now, hang_watch.tree_cpu_s(proc.pid)))
-            while len(history) > 1 and now - history[1][0] >= stall_s:
-                history.pop(0)
-            used = history[-1][1] - history[0][1]
-            if now - history[0][0] >= stall_s and used < hang_watch.MIN_CPU_S * stall_s / hang_watch.STALL_S:
-                named = hang_watch.abort_tree(proc.pid)
-                time.sleep(2)  # their stacks, on their way to a reader thread
-                said = output()[-6000:] if output else "(in their stderr)"
-                raise AssertionError(f"hung: waiting for {what}, the run used {used:.2f} s of CPU in "
-                                     f"{now - history[0][0]:.0f} s; its processes, each Python one sent SIGABRT:\n"
-                                     + "\n".join(named) + f"\ntheir output and stacks:\n{said}")
+        if polls % 50 == 0 and (idle := watch.idle_for([proc.pid])) is not None:  # about a second
+            named = hang_watch.abort_tree(proc.pid)
+            time.sleep(2)  # their stacks, on their way to a reader thread
+            said = output()[-6000:] if output else "(in their stderr)"
+            raise AssertionError(f"hung: waiting for {what}, the run used {watch.used_s():.2f} s of CPU in "
+                                 f"{idle:.0f} s; its processes, each Python one sent SIGABRT:\n"
+                                 + "\n".join(named) + f"\ntheir output and stacks:\n{said}")
 
 
 def logged_step(out_dir) -> int:

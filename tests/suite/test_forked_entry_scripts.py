@@ -107,6 +107,34 @@ def test_forked_ranks_get_what_torchrun_gives_its_workers(tmp_path):
     assert code == (3 if _forkable(env) else 1), out  # the failing rank's code; torchrun's own 1 where not forked
 
 
+SILENT_RANK = """import os, sys, time
+print('rank', os.environ['RANK'], 'started', flush=True)
+if os.environ['RANK'] == '1':
+    if sys.argv[1] == 'idle':
+        time.sleep(600)
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:  # work that prints nothing (an inductor compile)
+        pass
+print('rank', os.environ['RANK'], 'done', flush=True)
+"""
+
+
+def test_a_launch_is_hung_when_silent_and_idle_not_when_silent_and_busy(tmp_path):
+    """fork_ranks' hang rule (hang_watch.IdleWatch, as run_ranks' and wait_for's): a rank that prints nothing for
+    longer than the stall budget but computes is not hung (on a loaded machine an inductor compile prints nothing for
+    minutes); one that prints nothing and sleeps is, named within the budget with its stack. Rules out: a launch
+    silent for the budget was taken for a hung one, however busy."""
+    (tmp_path / "ranks.py").write_text(SILENT_RANK)
+    argv, stall = [sys.executable, str(tmp_path / "ranks.py")], 2.0
+    code, out = fork_ranks(2, [*argv, "busy", str(3 * stall)], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                           cwd=tmp_path, stall_s=stall)
+    assert code == 0 and out.count(" done") == 2, out
+    with pytest.raises(AssertionError, match=r"hung: no rank of .* printed anything for \d+ s and they used "
+                                             r"0\.\d\d s of CPU") as hung:
+        fork_ranks(2, [*argv, "idle", "0"], env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=tmp_path, stall_s=stall)
+    assert "in <module>" in str(hung.value) and "rank 1 started" in str(hung.value)  # rank 1's stack, its lines
+
+
 def test_a_forked_command_releases_its_run_lock_after_one_held_here(tmp_path):
     """A script forked after this process took and released a run lock (which installed bart.runtime.run_lock's exit
     hooks here, once per process) installs its own and releases its lock at exit, as a fresh interpreter does."""
