@@ -13,7 +13,9 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
+import time
 
 
 class MetricWriterError(RuntimeError):
@@ -31,6 +33,24 @@ def _scalars(data: dict) -> dict:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
 
 
+_EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\.")
+
+
+def _after_earlier_event_files(log_dir: str) -> None:
+    """Wait, at most a second, until a new event file's name sorts after every earlier one in ``log_dir``. TensorBoard
+    reads a folder's files in name order; a name starts with the second the file was made, then the host, the pid and
+    a counter of the process's writers, which are not in order (its 10th writer's file sorts before its 9th's). A run
+    resumed in the same second as the earlier run's file was made (from Python, in one process) then had its events
+    read first, and the earlier run's later steps were not dropped."""
+    try:
+        seconds = [int(m.group(1)) for name in os.listdir(log_dir) if (m := _EVENT_FILE.match(name))]
+    except OSError:  # no folder yet
+        return
+    wait = max(seconds, default=0) + 1 - time.time()
+    if 0 < wait <= 1:  # (a file from a clock ahead of this one's is not waited for)
+        time.sleep(wait)
+
+
 class TensorBoardWriter:
     def __init__(self, log_dir: str, purge_step: int | None = None) -> None:
         try:
@@ -40,7 +60,8 @@ class TensorBoardWriter:
                                     f"pip install tensorboard, or pass --no_tensorboard") from err
         # purge_step: the first step whose events are dropped (TensorBoard drops steps >= it), so a run resumed from
         # step N's checkpoint passes N + 1: it keeps step N's scalars (logged before that checkpoint was written) and
-        # drops what the interrupted run wrote after it
+        # drops what the interrupted run wrote after it. It applies to the files read before this one's, in name order
+        _after_earlier_event_files(log_dir)
         self.writer = SummaryWriter(log_dir=log_dir, purge_step=purge_step)
         self.log_dir = log_dir
 

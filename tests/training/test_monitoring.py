@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -118,6 +119,31 @@ def test_tensorboard_keeps_the_resume_steps_scalars_once(tmp_path, inputs, capsy
     assert val_tags and all([step for step, _ in resumed[tag]] == [2, 4] for tag in val_tags), resumed
     for tag in ["train/loss", *val_tags]:  # steps up to the checkpoint's are the first run's own
         assert [v for s, v in resumed[tag] if s <= 2] == [v for s, v in first[tag] if s <= 2], tag
+
+
+def test_a_resumed_runs_events_are_read_after_the_earlier_ones_of_the_same_second(tmp_path):
+    """TensorBoard reads a folder's event files in name order: the second the file was made, then the host, the pid
+    and a per-process counter, which are not in order (a process's 10th writer's file sorts before its 9th's). A
+    resumed run's writer made in the same second as the earlier run's file (here: that file named for this second and
+    a host that sorts last) still has its events read after it, so the resume's purge drops the earlier run's steps
+    3-4. Rules out: the run and its resume made in one second of one process read back as steps [3, 4, 1, 2, 3, 4]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from bart.records.metric_writers import TensorBoardWriter
+
+    first = TensorBoardWriter(str(tmp_path))
+    for step in (1, 2, 3, 4):
+        first.scalars(step, {"loss": float(step)})
+    first.close()
+    (made,) = os.listdir(tmp_path)
+    os.rename(tmp_path / made, tmp_path / f"events.out.tfevents.{int(time.time()):010d}.zzzz.1.1")
+    resumed = TensorBoardWriter(str(tmp_path), purge_step=3)
+    for step in (3, 4):
+        resumed.scalars(step, {"loss": 10.0 * step})
+    resumed.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]
 
 
 def test_a_run_from_python_closes_what_it_logged_to(tmp_path, inputs, monkeypatch, capsys):
