@@ -104,12 +104,6 @@ def _is_python(pid: int) -> bool:
         return False
 
 
-def tree_cpu_s(pid: int) -> float:
-    """The CPU seconds process ``pid`` and every process under it used (theirs and their reaped children's)."""
-    table = _table()
-    return sum(table[p][2] for p in [pid, *_descendants(table, pid)] if p in table) / _TICK
-
-
 class IdleWatch:
     """The watch's rule for processes a test waits on (a launch, a run it signals): they are hung once ``roots`` and
     every process under them used less than ``MIN_CPU_S`` of CPU (scaled to ``stall_s``) over the last ``stall_s``
@@ -132,14 +126,21 @@ class IdleWatch:
 
     def idle_for(self, roots) -> float | None:
         """The seconds the processes have been idle once that reached ``stall_s`` (then they are hung); else None."""
-        table, now = _table(), time.monotonic()
+        table = _table()
+        used = self._used
         for root in roots:
             for pid in [root, *_descendants(table, root)]:
                 if pid in table:
                     ticks = table[pid][2]
-                    self._used += max(0, ticks - self._seen.get(pid, 0))
+                    used += max(0, ticks - self._seen.get(pid, 0))
                     self._seen[pid] = ticks
-        self._history.append((now, self._used))
+        return self.observe(used)
+
+    def observe(self, used_ticks: int) -> float | None:
+        """:meth:`idle_for` on a total of CPU ticks read by the caller, one that never falls (the watch's own)."""
+        now = time.monotonic()
+        self._used = used_ticks
+        self._history.append((now, used_ticks))
         while len(self._history) > 1 and now - self._history[1][0] >= self.stall_s:
             self._history.pop(0)
         waited = now - self._history[0][0]
@@ -182,7 +183,7 @@ class Watch:
         self.item = None
         self.report: dict = {}  # nodeid -> the hang's report
         self.started_ticks = self.session_ticks = 0
-        self._history: list[tuple[float, int]] = []
+        self._idle = IdleWatch()  # the test's, begun afresh with each test and each wait for its leftovers
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._tid = 0
@@ -211,7 +212,7 @@ class Watch:
     # -- around each test -------------------------------------------------------------------------------
     def begin(self, item) -> None:
         with self._lock:
-            self.item, self._history = item, []
+            self.item, self._idle = item, IdleWatch()
         self.started_ticks = _now_ticks()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="hang_watch", daemon=True)
@@ -228,7 +229,7 @@ class Watch:
         process being looked for)."""
         me = os.getpid()
         with self._lock:
-            self._history = []
+            self._idle = IdleWatch()
         since, mark, value = (self.session_ticks, RUN, os.environ.get(RUN)) if whole_run else \
             (self.started_ticks, OWNER, str(me))
 
@@ -276,18 +277,13 @@ class Watch:
                 item = self.item
             if item is None or item.nodeid in self.report:
                 continue
-            now, ticks = time.monotonic(), self._cpu_ticks()
+            ticks = self._cpu_ticks()
             with self._lock:
                 if self.item is not item:
                     continue
-                history = self._history
-                history.append((now, ticks))
-                while len(history) > 1 and now - history[1][0] >= STALL_S:
-                    history.pop(0)
-                first_time, first_ticks = history[0]
-            used = (ticks - first_ticks) / _TICK
-            if now - first_time >= STALL_S and used < MIN_CPU_S:
-                self._fire(item, now - first_time, used)
+                waited, used = self._idle.observe(ticks), self._idle.used_s()
+            if waited is not None:
+                self._fire(item, waited, used)
 
     def _fire(self, item, waited: float, used: float) -> None:
         me = os.getpid()
