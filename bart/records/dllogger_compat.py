@@ -61,7 +61,7 @@ def open_loggers() -> tuple:
 
 def close_all(keep=()) -> None:
     """Close every open logger but those in ``keep``."""
-    for logger in [lg for lg in _OPEN if not any(lg is kept for kept in keep)]:
+    for logger in [lg for lg in _OPEN if lg not in keep]:
         logger.close()
 
 
@@ -137,8 +137,8 @@ class Logger:
             self._dll.flush()
 
     def close(self) -> None:
-        if any(lg is self for lg in _OPEN):
-            _OPEN[:] = [lg for lg in _OPEN if lg is not self]
+        if self in _OPEN:
+            _OPEN.remove(self)
         for writer in self.writers:
             try:
                 writer.close()
