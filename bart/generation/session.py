@@ -18,6 +18,7 @@ import torch
 
 from bart.generation.cache import StaticCache
 from bart.generation.options import GenerationOptions
+from bart.runtime.precision import autocast_in_effect
 
 _LM_HEAD_SLICE = 1024  # vocabulary rows per LM-head product on CPU (see Decoder.lm_head)
 
@@ -85,9 +86,7 @@ class Decoder:
         weight, bias = getattr(self.model.lm_head, "weight", None), self.model.final_logits_bias[0]
         if not isinstance(weight, torch.Tensor):  # an int8 dynamically quantized head (decode precision int8)
             return torch.add(self.model.lm_head(hidden), bias, out=out)
-        device = hidden.device.type  # (no autocast on the meta device, where tests take the products' shapes)
-        if hidden.dtype == weight.dtype == bias.dtype == torch.float32 and not (
-                torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
+        if hidden.dtype == weight.dtype == bias.dtype == torch.float32 and autocast_in_effect(hidden.device.type) is None:
             if hidden.device.type != "cpu":
                 return torch.addmm(bias, hidden, weight.t(), out=out)  # what F.linear computes, into the buffer
             if rows >= 16:

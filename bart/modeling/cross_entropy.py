@@ -13,6 +13,8 @@ import contextlib
 import torch
 from torch.autograd.function import once_differentiable
 
+from bart.runtime.precision import autocast_in_effect
+
 
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
@@ -76,10 +78,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, ignore_index, smoothing, reduction, chunk_tokens, classes):
         device_type = hidden.device.type
-        autocast = torch.amp.is_autocast_available(device_type)  # not on the meta device (shape checks)
-        dtype = torch.get_autocast_dtype(device_type) if autocast and torch.is_autocast_enabled(device_type) \
-            else hidden.dtype
-        with torch.autocast(device_type, enabled=False) if autocast else contextlib.nullcontext():
+        autocast = autocast_in_effect(device_type)
+        dtype = hidden.dtype if autocast is None else autocast
+        with torch.autocast(device_type, enabled=False) if autocast is not None else contextlib.nullcontext():
             h, w = hidden.to(dtype), weight.to(dtype)
             acc = torch.promote_types(dtype, torch.float32)  # softmax and sums: fp32 at least
             b = None if bias is None else bias.to(dtype)

@@ -42,6 +42,17 @@ FLAGS = {"fp16": False, "bf16": False, "tf32": True, "fp8": False, "fp8_emulate"
 FLAGS_SAID = "--fp16/--bf16/--fp8/--no-tf32"  # how a run's precision is chosen, in a message
 
 
+def autocast_in_effect(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes in on ``device_type`` at this point, None where it is off (or where there is no
+    autocast: the meta device, where tests take shapes). Safe inside a compiled model: torch 2.11's dynamo cannot
+    trace ``torch.amp.is_autocast_available`` (a graph break, and each break one more graph to compile: the fused
+    loss made bart-large's compile 3 graphs and 100 s on an H200), so while compiling, which is never on the meta
+    device, it is not asked."""
+    if not (torch.compiler.is_compiling() or torch.amp.is_autocast_available(device_type)):
+        return None
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 class TrainingOnly(argparse.Action):
     """A training precision's flag on an evaluation command line (run_eval.py's --fp8): refused in one line."""
 

@@ -24,3 +24,18 @@ def scalar_inductor(cpp_wrapper: bool = False):
             yield
     finally:
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
+
+
+def untraceable_autocast_query(monkeypatch) -> None:
+    """``torch.amp.is_autocast_available`` as torch 2.11's dynamo sees it: a call it cannot trace, so asking it inside a
+    compiled region breaks the graph there (the newer dynamo of the tests' torch traces it). A compiled model's code
+    must not ask it while compiling."""
+    import torch
+
+    available = torch.amp.is_autocast_available
+
+    def breaks_the_graph(device_type):
+        torch._dynamo.graph_break()
+        return available(device_type)
+
+    monkeypatch.setattr(torch.amp, "is_autocast_available", breaks_the_graph)
