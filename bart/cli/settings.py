@@ -85,6 +85,11 @@ def _compile_backends() -> dict:
     return dict(choices=COMPILE_BACKENDS)
 
 
+def _compile_scopes() -> dict:
+    from bart.training.compilation import COMPILE_SCOPES
+    return dict(choices=COMPILE_SCOPES)
+
+
 def _val_metric(value: str) -> str:
     """transformers' spelling too: ``eval_rougeL`` is ``rougeL``."""
     return value[len("eval_"):] if value.startswith("eval_") else value
@@ -128,6 +133,9 @@ class ModelSettings:
     compile_backend: str = flag(
         "inductor", "--compile's backend: inductor, or aot_eager / eager to check its graphs cheaply",
         lazy=_compile_backends)
+    compile_scope: str = flag(
+        "model", "what --compile compiles: the model in one graph, or its layers (a shorter compile)",
+        lazy=_compile_scopes)
     cast_weights_once: bool = flag(
         False, "with --bf16/--fp16/--fp8, eager: cast weights once per update, not in every micro-batch",
         action="store_true")
@@ -638,6 +646,12 @@ def _cast_weights_once_needs_autocast(s: Settings):
                 "or use --distributed_strategy ddp")
 
 
+def _compile_scope_needs_compile(s: Settings):
+    if s.model.compile_scope != "model" and s.model.compile is False:
+        return (f"--compile_scope {s.model.compile_scope} says what --compile compiles, and this run has --no-compile: "
+                f"drop one of them")
+
+
 def _decode_precision_with_autocast(s: Settings):
     if s.script == EVAL:
         try:  # a bf16/int8 copy of the weights under --bf16/--fp16 autocast: one home, bart.generation.precision
@@ -649,7 +663,7 @@ def _decode_precision_with_autocast(s: Settings):
 _RULES = (_max_steps_required, _lr_end_below_learning_rate, _pretraining_target_is_the_source,
           _pretraining_validation_needs_rows, _finetuning_needs_weights, _early_stopping_needs_validation,
           _finetuning_data, _val_metric_of_the_task, _cast_weights_once_needs_autocast,
-          _decode_precision_with_autocast)
+          _compile_scope_needs_compile, _decode_precision_with_autocast)
 
 
 __all__ = ["Settings", "SettingsError", "SECTIONS", "PRETRAIN", "FINETUNE", "EVAL", "TRAINING"]

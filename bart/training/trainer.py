@@ -153,9 +153,13 @@ class Trainer:
         if compile and settings.model.cast_weights_once:  # --compile by default on CUDA (the flags' rule: given)
             raise UserError("--cast_weights_once is an eager path (a compiled step fuses its casts), and this run "
                             "compiles (the default with CUDA): add --no-compile, or drop --cast_weights_once")
+        if not compile and settings.model.compile_scope != "model":
+            raise UserError(f"--compile_scope {settings.model.compile_scope} says what --compile compiles, and this run "
+                            f"does not compile (off by default on CPU): add --compile, or drop --compile_scope")
         module = model
         if compile:  # see bart.training.compilation: logged, recompiles counted, a failure runs eager
-            module = CompiledOrEager(model, compile_backend or settings.model.compile_backend, varying_lengths)
+            module = CompiledOrEager(model, compile_backend or settings.model.compile_backend, varying_lengths,
+                                     settings.model.compile_scope)
             self.compilation = Compilation(module, lambda data: self._write_log(self.global_step, data))
         self.forward_model = self.strategy.wrap(model, module)
         self.history: list[dict] = []

@@ -124,6 +124,42 @@ def test_compile_trains_like_eager(tmp_path):
     assert not any(k.startswith("_orig_mod.") for k in saved)
 
 
+def test_compiled_layers_train_like_eager_in_two_graphs_at_any_depth(tmp_path):
+    """--compile_scope layers: each encoder and decoder layer compiled (AOTAutograd's forward and backward graphs, run
+    by eager kernels), one graph per kind of layer shared by every layer (2 graphs for 3+3 layers), gives the eager
+    updates; outside the training forward passes (generation, validation) the layers run their own forward, and
+    checkpoints keep plain names."""
+    from torch._dynamo.utils import counters
+    eager = _trainer(tmp_path / "eager", batch_size=4, grad_accum=1, optimizer="lamb", data=_FixedShapeBatches(2, 4),
+                     layers=3)
+    compiled = _trainer(tmp_path / "layers", batch_size=4, grad_accum=1, optimizer="lamb", compile_model=True,
+                        compile_backend="aot_eager", compile_scope="layers", data=_FixedShapeBatches(2, 4), layers=3)
+    torch._dynamo.reset()
+    counters.clear()
+    eager.fit()
+    summary = compiled.fit()
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    assert summary["compiled"] is True and summary["recompiles"] == 0
+    assert [h["loss"] for h in compiled.history] == pytest.approx([h["loss"] for h in eager.history], rel=1e-5)
+    for (name, p), q in zip(eager.model.named_parameters(), compiled.model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-5, msg=name)
+    layers = [*compiled.model.model.encoder.layers, *compiled.model.model.decoder.layers]
+    assert not any("forward" in vars(layer) for layer in layers)  # the class's own forward again
+    saved = torch.load(summary["checkpoint"], weights_only=True)["model"]
+    assert set(saved) == set(eager.model.state_dict())
+
+
+def test_compile_scope_without_compiling_is_refused(tmp_path):
+    """--compile_scope layers says what --compile compiles: with --no-compile, or where the run does not compile
+    (a CPU run without --compile), it is one line naming the fix."""
+    from bart.cli.settings import SettingsError
+    from bart.errors import UserError
+    with pytest.raises(SettingsError, match="this run has --no-compile: drop one of them"):
+        run_settings(compile=False, compile_scope="layers")
+    with pytest.raises(UserError, match="add --compile, or drop --compile_scope"):
+        _trainer(tmp_path, 2, 1, compile_scope="layers")
+
+
 def _failing_backend(graph_module, example_inputs):
     raise RuntimeError("no C++ compiler found (cl.exe)\nmore detail")
 
