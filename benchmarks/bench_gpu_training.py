@@ -12,7 +12,9 @@ Contenders, all from the same random weights, bf16 autocast with fp32 master wei
 - ``lamb``: the same with LAMB, the pretraining optimizer (apex FusedLAMB when importable, else the
   project's foreach LAMB: the table names which); ``lamb_foreach``: the project's foreach LAMB always;
 - ``lamb_fce`` / ``adamw_fce``: with ``--fused_cross_entropy`` (LM head + loss in token chunks);
-- ``lamb_compile`` / ``lamb_fce_compile``: the same under ``--compile``;
+- ``lamb_compile`` / ``lamb_fce_compile`` / ``adamw_compile``: the same under ``--compile`` (the whole model in one
+  graph, the default); ``lamb_layers_compile`` / ``adamw_layers_compile``: under ``--compile --compile_scope layers``
+  (each layer compiled, a shorter compile);
 - ``lamb_fce_fp8_compile``: ``lamb_fce_compile`` under ``--fp8`` (torchao's float8 linear layers, LM head, first and
   last layer in bf16: bart/training/float8.py; CUDA compute capability >= 8.9; emulated on ``--device cpu``). Its
   MFU counts the same model FLOPs against the same bf16 peaks.
@@ -163,13 +165,15 @@ def project_step_fn(state_dict, config, name, device="cuda"):
     trainer = Trainer(model, optimizer, scheduler, [], Settings(
         output_dir=tempfile.mkdtemp(), max_steps=10_000,
         precision_flags=PrecisionSettings.named("fp8" if "fp8" in name else "bf16"), gradient_clip_val=CLIP,
-        fused_cross_entropy="fce" in name), strategy=prepared_strategy(None, 1, torch.device(device), model),
+        fused_cross_entropy="fce" in name, compile_scope="layers" if "layers" in name else "model"),
+        strategy=prepared_strategy(None, 1, torch.device(device), model),
         compile="compile" in name, progress_bar=False, clips_internally=clips, device=torch.device(device))
     kind = type(optimizer).__name__
     kind = {"FusedLAMB": "apex FusedLAMB", "Lamb": "foreach LAMB",
             "AdamW": f"AdamW({'fused' if optimizer.defaults.get('fused') else 'foreach'})"}.get(kind, kind)
     label = f"this project: {kind}"
-    label += "".join(s for k, s in (("fce", " + fused CE"), ("fp8", " + fp8"), ("compile", " + compile")) if k in name)
+    label += "".join(s for k, s in (("fce", " + fused CE"), ("fp8", " + fp8"), ("compile", " + compile"),
+                                    ("layers", " (layers)")) if k in name)
     return (lambda batch: trainer.train_step([batch])), label
 
 
@@ -239,8 +243,8 @@ def versions(device="cuda") -> str:
             f"transformers {transformers.__version__}, NGC container {container}")
 
 
-CONTENDERS = ("hf", "adamw", "adamw_fce", "lamb", "lamb_foreach", "lamb_fce", "lamb_compile", "lamb_fce_compile",
-              "lamb_fce_fp8_compile")
+CONTENDERS = ("hf", "adamw", "adamw_fce", "adamw_compile", "adamw_layers_compile", "lamb", "lamb_foreach", "lamb_fce",
+              "lamb_compile", "lamb_layers_compile", "lamb_fce_compile", "lamb_fce_fp8_compile")
 LENGTH_CONTENDERS = ("hf", "hf_tokens", "adamw", "adamw_tokens", "lamb", "lamb_tokens", "adamw_fce", "adamw_fce_tokens")
 # XSum's published mean lengths (Narayan et al. 2018, words; here tokens) and the recipe's caps for XSum
 XSUM_LENGTHS = {"source_mean": 431, "target_mean": 23, "source_max": 1024, "target_max": 60}

@@ -6,9 +6,10 @@ figures beside it (OUT_DIR/<part>.log, <part>.json; OUT_DIR/suite.json: statuses
 
     bash benchmarks/gpu_suite.sh OUT_DIR [--budget 540] [--parts tests,env,...] [--dry-run]
 
-The parts run in this order: the tests first (correctness before speed), the configuration matrix (every
-choice a user makes, each row one whole bart-base fine-tuning job: benchmarks/config_matrix.py), the
-versions, the peaks, training, beam search, the profile. Every part runs in its own process with a time limit. The limits
+The parts run in this order: the tests first (correctness before speed), the versions, the peaks, training, beam
+search, the profile, and the configuration matrix (every choice a user makes, each row one whole bart-base
+fine-tuning job: benchmarks/config_matrix.py) with the time left; the matrix whole is a call of its own
+(--parts matrix). Every part runs in its own process with a time limit. The limits
 share the budget (default 540 s: one 9-minute command, a few seconds kept for the report): a part may
 use the time left times its weight (the seconds it is expected to need on an H100; equal weights in a
 dry run) over the weights of the parts still to run, so time a part leaves unused goes to the ones
@@ -283,23 +284,28 @@ PART_FUNCTIONS = {"env": part_env, "peaks": part_peaks, "profile": part_profile,
 # ---------------------------------------------------------------------------------------------
 # The driver: part commands, limits, statuses, the report.
 
-# The parts in the order they run, with their weights: the seconds each needs on one GPU (the tests first:
-# correctness before speed; then the configuration matrix's first rows). Measured on an H200 (2026-11-28, 500 s
-# budget): tests/e2e/test_gpu.py ~110 s (its compiled FP8 test alone 53 s), a bart-base matrix row ~50 s, the
-# pretraining parts' compiles ~67 s each. They add up to the 540 s budget (one 9-minute command) less the 10 s
-# kept for the report.
-PART_WEIGHTS = {"tests": 110, "matrix": 89, "env": 6, "peaks": 5, "pretrain128": 105, "pretrain512": 75,
-                "finetune_xsum": 30, "beam": 80, "profile": 30}
+# The parts in the order they run, with their weights: the seconds each needs on one GPU, measured on an H200 with
+# cold compile caches (2026-11-29): tests/e2e/test_gpu.py 108 s; at 128 transformers 21 s, the model compiled in one
+# graph 63 s (60 s of it the compile), the eager contenders 4 s each; FP8's compile is not measured yet, nor
+# --compile_scope layers' on a GPU (on CPU it took 37% of the model's). The speed targets' parts come before the
+# configuration matrix, which gets the time left (a bart-base row took 65 s to compile; run second, the matrix left
+# the training parts short of time and finished no row). They add up to the 540 s budget (one 9-minute command) less the 10 s kept for
+# the report.
+PART_WEIGHTS = {"tests": 110, "env": 5, "peaks": 5, "pretrain128": 160, "pretrain512": 80, "finetune_xsum": 75,
+                "beam": 60, "profile": 15, "matrix": 20}
 PART_NAMES = tuple(PART_WEIGHTS)
-# pretraining: transformers, the default (--compile), eager (--no-compile), and the fused loss of each; 512: the
-# default first (its target), then transformers and the compiled fused loss (the 128 rows say what eager does)
-CONTENDERS = {"pretrain128": "hf,lamb_compile,lamb,lamb_fce,lamb_fce_compile",
-              "pretrain512": "lamb_compile,hf,lamb_fce_compile",
-              "finetune_xsum": "hf,adamw,adamw_fce"}
-# the dry run: pretrain512 without lamb_fce_compile (pretrain128's dry run traces it): each contender's code path
-# runs once, and each part still has a compiled and an eager row
-DRY_CONTENDERS = dict(CONTENDERS, pretrain512="lamb_compile,hf,lamb")
+# Each part: transformers and the default first (the targets' figures), then FP8 where it runs (at 128, after the
+# default), then the candidates and the eager rows: a part stopped at its limit keeps the rows it finished.
+# pretraining: transformers, the default (--compile: the model in one graph), each layer compiled, eager LAMB and
+# its fused loss; 512: the default first (its target), transformers, the layers; fine-tuning: eager AdamW before
+# the compiled default (its compile is the longest wait), then the layers
+CONTENDERS = {"pretrain128": "hf,lamb_compile,lamb_layers_compile,lamb,lamb_fce",
+              "pretrain512": "lamb_compile,hf,lamb_layers_compile",
+              "finetune_xsum": "hf,adamw,adamw_compile,adamw_layers_compile"}
+# the dry run: each contender's code path once, each part still with a compiled and an eager row
+DRY_CONTENDERS = dict(CONTENDERS, pretrain512="lamb_compile,hf,lamb", finetune_xsum="hf,adamw,adamw_fce")
 FP8_CONTENDERS = {"pretrain128": "lamb_fce_fp8_compile"}  # where env.json says the GPU and torchao can run --fp8
+FP8_AFTER = "lamb_compile"  # FP8's row comes right after the default's
 BEAM_CONTENDERS = "ours,ours_compiled,hf"  # compile_generation (CUDA graphs) a contender of its own
 TRAIN_STEPS, TRAIN_WARMUP = 5, 2  # timed updates and warm-up ones: the figures were stable at 8 and 3
 
@@ -371,7 +377,9 @@ class Suite:
             names.insert(names.index("lamb") + 1, "lamb_foreach")
             contenders = ",".join(names)
         if (self.figures("env") or {}).get("fp8_training") == "yes" and part in FP8_CONTENDERS:
-            contenders += "," + FP8_CONTENDERS[part]
+            names = contenders.split(",")
+            names.insert(names.index(FP8_AFTER) + 1 if FP8_AFTER in names else len(names), FP8_CONTENDERS[part])
+            contenders = ",".join(names)
         shape = "xsum" if part == "finetune_xsum" else part
         command = [py, os.path.join(HERE, "bench_gpu_training.py"), "--config", config, "--shapes", shape,
                    "--contenders", contenders, "--batch", str(batch), "--source_length", str(source),

@@ -53,13 +53,13 @@ def dry_run(tmp_path_factory):
 
 
 def test_dry_run_order_tarball_and_budget(dry_run):
-    """The tests run first (correctness before speed), then the versions, peaks, training, beam search and
-    profile, one after the other; OUT_DIR's report, logs and figures are also OUT_DIR.tar.gz (no weights: the
+    """The tests run first (correctness before speed), then the versions, peaks, training, beam search, profile
+    and the configuration matrix with the time left, one after the other; OUT_DIR's report, logs and figures are also OUT_DIR.tar.gz (no weights: the
     matrix's checkpoints stay on disk); the budget is one 9-minute command."""
     import tarfile
     out, suite, _ = dry_run
-    assert gpu_suite.PART_NAMES == ("tests", "matrix", "env", "peaks", "pretrain128", "pretrain512", "finetune_xsum",
-                                    "beam", "profile")
+    assert gpu_suite.PART_NAMES == ("tests", "env", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam",
+                                    "profile", "matrix")
     assert list(suite["parts"]) == list(gpu_suite.PART_NAMES)
     started = [os.stat(out / f"{part}.log").st_mtime for part in gpu_suite.PART_NAMES]
     assert started == sorted(started)  # each part's log last written before the next part's
@@ -158,7 +158,7 @@ def test_failing_parts_are_reported_and_the_others_run(tmp_path):
     out = tmp_path / "out"
     failing = ("tests", "matrix", "peaks", "pretrain128", "pretrain512", "beam")
     with fork_server() as python:  # the suite and its profile part forked; the faults are interpreters of their own
-        run, seconds = _suite(out, "--dry-run", "--budget", "30", python=python,
+        run, seconds = _suite(out, "--dry-run", "--budget", "40", python=python,
                               faults=",".join([f"{p}=error" for p in failing] + ["env=hang", "finetune_xsum=oom"]))
     assert run.returncode == 0, run.stdout + run.stderr
     suite = json.loads((out / "suite.json").read_text())
@@ -201,10 +201,12 @@ def _cmdline(pid):
 
 
 def test_without_cuda_and_without_dry_run_exits_2_in_one_line(tmp_path):
-    run, seconds = _suite(tmp_path / "out", cuda_hidden=True)
-    assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.count("\n") == 1 and "no CUDA GPU is visible" in run.stderr and "--dry-run" in run.stderr
-    assert not (tmp_path / "out").exists()  # refused before anything ran
+    """The whole suite, and the matrix alone, as docs/PERFORMANCE.md prints them."""
+    for args in ([], ["--parts", "matrix"]):
+        run, seconds = _suite(tmp_path / "out", *args, cuda_hidden=True)
+        assert run.returncode == 2 and run.stdout == ""
+        assert run.stderr.count("\n") == 1 and "no CUDA GPU is visible" in run.stderr and "--dry-run" in run.stderr
+        assert not (tmp_path / "out").exists()  # refused before anything ran
 
 
 @pytest.mark.parametrize("args, faults, named", [
@@ -236,7 +238,7 @@ def test_part_limits_share_the_time_left():
     assert sum(weights) == 530  # the default 540 s budget (one 9-minute command), 10 s kept for the report
     assert gpu_suite.part_limits(530, weights) == pytest.approx(110)  # the tests, first
     # a part that finished early leaves its time to the ones after it, in proportion to their weights
-    assert gpu_suite.part_limits(530 - 40, weights[1:]) == pytest.approx(490 * 89 / 420)
+    assert gpu_suite.part_limits(530 - 40, weights[1:]) == pytest.approx(490 * gpu_suite.PART_WEIGHTS["env"] / 420)
     assert gpu_suite.part_limits(100, weights[-1:]) == 100
 
 
@@ -361,8 +363,8 @@ def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp
         assert float(flag(command, "--measured_tflops")) == 750.5 and float(flag(command, "--peak_tflops")) == 989.0
         assert flag(command, "--config").endswith(os.path.join("configs", "config.json"))
         assert "--device" not in command and "--compile_backend" not in command  # cuda, inductor
-    assert flag(suite.command("pretrain512"), "--contenders") == "lamb_compile,hf,lamb_fce_compile"  # no eager LAMB
-    assert flag(suite.command("finetune_xsum"), "--contenders") == "hf,adamw,adamw_fce"
+    assert flag(suite.command("pretrain512"), "--contenders") == "lamb_compile,hf,lamb_layers_compile"  # no eager LAMB
+    assert flag(suite.command("finetune_xsum"), "--contenders") == "hf,adamw,adamw_compile,adamw_layers_compile"
     beam = suite.command("beam")
     assert [flag(beam, f) for f in ("--num_beams", "--new_tokens", "--source_length", "--dtype", "--device")] == \
         ["6", "62", "1024", "bf16", "cuda"]
@@ -371,11 +373,12 @@ def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp
     assert flag(beam, "--contenders") == "ours,ours_compiled,hf" and "--compile_backend" not in beam
     assert flag(suite.command("profile"), "--train_batch") == "150" and "--dry-run" not in suite.command("profile")
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "apex_fused_lamb": False}))
-    assert flag(suite.command("pretrain128"), "--contenders") == "hf,lamb_compile,lamb,lamb_fce,lamb_fce_compile"
-    # --fp8 where the env part found torchao and float8 tensor cores: at 128, the FP8 target's shape
+    assert flag(suite.command("pretrain128"), "--contenders") == "hf,lamb_compile,lamb_layers_compile,lamb,lamb_fce"
+    # --fp8 where the env part found torchao and float8 tensor cores: at 128, the FP8 target's shape, right after the
+    # default (the rows after it are the first a short limit leaves out)
     (tmp_path / "env.json").write_text(json.dumps({"gpu": "NVIDIA H200", "fp8_training": "yes"}))
     assert flag(suite.command("pretrain128"), "--contenders") == \
-        "hf,lamb_compile,lamb,lamb_fce,lamb_fce_compile,lamb_fce_fp8_compile"
+        "hf,lamb_compile,lamb_fce_fp8_compile,lamb_layers_compile,lamb,lamb_fce"
     assert "fp8" not in flag(suite.command("pretrain512"), "--contenders") + flag(suite.command("finetune_xsum"),
                                                                                  "--contenders")
 
@@ -395,6 +398,12 @@ def test_training_contenders_build_the_optimizer_their_name_says():
         trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
         assert type(trainer.optimizer) is optimizer and trainer.settings.loss.fused_cross_entropy == ("fce" in name)
         step(batch)
+    # the compiled contenders' scope (not stepped here: inductor compiles for tens of seconds on CPU)
+    for name, scope, label in (("lamb_compile", "model", "this project: foreach LAMB + compile"),
+                               ("adamw_layers_compile", "layers", "this project: AdamW(foreach) + compile (layers)")):
+        step, found = bench_gpu_training.project_step_fn(state, config, name, "cpu")
+        trainer = dict(zip(step.__code__.co_freevars, (c.cell_contents for c in step.__closure__)))["trainer"]
+        assert found == label and trainer.forward_model.scope == scope == trainer.settings.model.compile_scope
 
 
 def test_fp8_contender_trains_with_float8_linear_layers():

@@ -287,6 +287,8 @@ DOC_COMMANDS = {
         # the GPU suite: on a CPU machine the first is one line and exit 2; the dry run runs whole
         "bash benchmarks/gpu_suite.sh results/gpu_suite":
             "tests/e2e/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",
+        "bash benchmarks/gpu_suite.sh results/gpu_suite_matrix --parts matrix":
+            "tests/e2e/test_gpu_suite.py::test_without_cuda_and_without_dry_run_exits_2_in_one_line",
         "bash benchmarks/gpu_suite.sh results/gpu_suite_dry --dry-run":
             "tests/e2e/test_gpu_suite.py::test_dry_run_order_tarball_and_budget",
         # the demo's benchmark runs: CHECK_ONLY=1 on the demo's folders here (full runs: the README's Benchmarking
