@@ -279,6 +279,10 @@ DOC_COMMANDS = {
         "python benchmarks/bench_pretraining_layouts.py": _HERE,
         "python benchmarks/bench_run_eval.py": _HERE,
         # needs CUDA: its dry run on CPU (a tiny config, two of the contenders)
+        "python benchmarks/bench_gpu_training.py --device cpu --config configs/config.json --shapes pretrain128 "
+        "--contenders lamb,lamb_compile,lamb_layers_compile --batch 2 --source_length 64 --target_length 64 --steps 6 "
+        "--warmup 2": "not run (five minutes of inductor compiles of bart-large); its contenders are built by "
+                      "tests/e2e/test_gpu_suite.py::test_training_contenders_build_the_optimizer_their_name_says",
         "python benchmarks/bench_gpu_training.py --lengths xsum --contenders hf,hf_tokens,adamw,adamw_tokens":
             "tests/scripts/test_bench_gpu_training_lengths.py::test_dry_run_reports_real_tokens_per_second",
         # its full run at tiny widths, in process, its counts checked
