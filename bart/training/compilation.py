@@ -78,6 +78,7 @@ class CompiledOrEager(torch.nn.Module):
             self.layer_forwards = [(layer, kinds.setdefault(type(layer).forward, torch.compile(
                 type(layer).forward, **options))) for layer in _layers(model)]
         self.eager = False
+        self._installed = False
 
     def forward(self, *args, **kwargs):
         if self.eager:
@@ -85,25 +86,32 @@ class CompiledOrEager(torch.nn.Module):
         with torch._dynamo.config.patch(specialize_float=True):
             if self.scope == "model":
                 return self.compiled(*args, **kwargs)
-            with _layers_compiled(self.layer_forwards):
+            with self.layers_compiled():
                 return self._orig_mod(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def layers_compiled(self):
+        """Scope ``layers``: each layer's forward the compiled one inside (an attribute of the instance, over its
+        class's method); nothing otherwise, and nothing more when already inside. :meth:`Compilation.run` holds it
+        around a whole update, so that the backward pass of a checkpointed layer (--gradient_checkpointing) recomputes
+        with the forward it saved from (the eager one's tensors differ: torch.utils.checkpoint refuses them)."""
+        if self.eager or self.scope != "layers" or self._installed:
+            yield
+            return
+        self._installed = True
+        try:
+            for layer, forward in self.layer_forwards:
+                layer.forward = functools.partial(forward, layer)
+            yield
+        finally:
+            for layer, _ in self.layer_forwards:
+                layer.__dict__.pop("forward", None)
+            self._installed = False
 
 
 def _layers(model: torch.nn.Module) -> list:
     """The encoder's and the decoder's layers, in order (the units FSDP shards one by one too)."""
     return [layer for stack in (model.model.encoder, model.model.decoder) for layer in stack.layers]
-
-
-@contextlib.contextmanager
-def _layers_compiled(layer_forwards: list):
-    """Each layer's forward the compiled one (an attribute of the instance, over its class's method) inside."""
-    try:
-        for layer, forward in layer_forwards:
-            layer.forward = functools.partial(forward, layer)
-        yield
-    finally:
-        for layer, _ in layer_forwards:
-            layer.__dict__.pop("forward", None)
 
 
 def describe(err: BaseException) -> str:
@@ -148,7 +156,8 @@ class Compilation:
             self.log({"compile": "compiling the model (torch.compile) on its first update; --no-compile runs eager"})
         graphs, start = _graphs(), time.perf_counter()
         try:
-            result = update()
+            with self.module.layers_compiled():  # forward and backward: a checkpointed layer recomputes compiled
+                result = update()
         except compile_errors() as err:
             self.failed = describe(err)
             self.warn(f"[compile] warning: torch.compile failed ({self.failed[:300]}); training goes on eager "

@@ -124,19 +124,27 @@ def test_compile_trains_like_eager(tmp_path):
     assert not any(k.startswith("_orig_mod.") for k in saved)
 
 
-def test_compiled_layers_train_like_eager_in_two_graphs_at_any_depth(tmp_path):
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_compiled_layers_train_like_eager_in_two_graphs_at_any_depth(tmp_path, checkpointing):
     """--compile_scope layers: each encoder and decoder layer compiled (AOTAutograd's forward and backward graphs, run
     by eager kernels), one graph per kind of layer shared by every layer (2 graphs for 3+3 layers), gives the eager
-    updates; outside the training forward passes (generation, validation) the layers run their own forward, and
-    checkpoints keep plain names."""
+    updates, with dropout, and with --gradient_checkpointing too (the backward pass recomputes a layer with the
+    compiled forward it saved from: with the eager one torch.utils.checkpoint refused the recomputed tensors); outside
+    the updates (generation, validation) the layers run their own forward, and checkpoints keep plain names."""
     from torch._dynamo.utils import counters
-    eager = _trainer(tmp_path / "eager", batch_size=4, grad_accum=1, optimizer="lamb", data=_FixedShapeBatches(2, 4),
-                     layers=3)
-    compiled = _trainer(tmp_path / "layers", batch_size=4, grad_accum=1, optimizer="lamb", compile_model=True,
-                        compile_backend="aot_eager", compile_scope="layers", data=_FixedShapeBatches(2, 4), layers=3)
+    runs = {}
+    for name, compiled in (("eager", {}), ("layers", dict(compile_model=True, compile_backend="aot_eager",
+                                                          compile_scope="layers"))):
+        runs[name] = _trainer(tmp_path / name, batch_size=4, grad_accum=1, max_steps=3, optimizer="lamb",
+                              data=_FixedShapeBatches(2, 4), layers=3, dropout=0.1, **compiled)
+        for stack in (runs[name].model.model.encoder, runs[name].model.model.decoder):
+            stack.gradient_checkpointing = checkpointing
+    eager, compiled = runs["eager"], runs["layers"]
     torch._dynamo.reset()
     counters.clear()
+    torch.manual_seed(1)  # the same dropout draws
     eager.fit()
+    torch.manual_seed(1)
     summary = compiled.fit()
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
     assert summary["compiled"] is True and summary["recompiles"] == 0
