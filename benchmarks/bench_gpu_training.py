@@ -7,7 +7,8 @@ has its own benchmark: benchmarks/bench_pretraining_loader.py).
 
 Contenders, all from the same random weights, bf16 autocast with fp32 master weights:
 - ``hf``: transformers ``BartForConditionalGeneration`` (attn_implementation="sdpa") in a plain loop:
-  forward with labels, backward, clip_grad_norm_, ``torch.optim.AdamW(fused=True)``, zero_grad;
+  forward with labels, backward, clip_grad_norm_, ``torch.optim.AdamW(fused=True)``, zero_grad; ``hf_compile``: the
+  same with the model under ``torch.compile`` (the peer of ``--compile``);
 - ``adamw``: this project's ``Trainer.train_step`` with AdamW(fused=True);
 - ``lamb``: the same with LAMB, the pretraining optimizer (apex FusedLAMB when importable, else the
   project's foreach LAMB: the table names which); ``lamb_foreach``: the project's foreach LAMB always;
@@ -128,7 +129,9 @@ def make_batches(count, batch, source, target, vocab, seed=0, device="cuda"):
     return out
 
 
-def hf_step_fn(state_dict, values, device="cuda"):
+def hf_step_fn(state_dict, values, device="cuda", compiled=False):
+    """transformers' model in a plain loop; ``compiled``: its forward under torch.compile (inductor), as a transformers
+    user turns it on (``torch_compile=True``), the peer of this project's --compile."""
     import transformers  # here: the suite's profile part runs the project's step without it
     with torch.device(device):  # initialised where it runs (the weights are then the state dict's)
         hf = transformers.BartForConditionalGeneration(transformers.BartConfig(
@@ -138,17 +141,18 @@ def hf_step_fn(state_dict, values, device="cuda"):
     hf.load_state_dict(state_dict)
     model = hf.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, eps=1e-6, fused=True)
+    forward = torch.compile(model) if compiled else model
 
     def step(batch):
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
-            loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+            loss = forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                          decoder_input_ids=batch["decoder_input_ids"], labels=batch["labels"]).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return step, f"transformers {transformers.__version__} sdpa + AdamW(fused)"
+    return step, f"transformers {transformers.__version__} sdpa + AdamW(fused){' + torch.compile' * compiled}"
 
 
 def project_step_fn(state_dict, config, name, device="cuda"):
@@ -243,7 +247,7 @@ def versions(device="cuda") -> str:
             f"transformers {transformers.__version__}, NGC container {container}")
 
 
-CONTENDERS = ("hf", "adamw", "adamw_fce", "adamw_compile", "adamw_layers_compile", "lamb", "lamb_foreach", "lamb_fce",
+CONTENDERS = ("hf", "hf_compile", "adamw", "adamw_fce", "adamw_compile", "adamw_layers_compile", "lamb", "lamb_foreach", "lamb_fce",
               "lamb_compile", "lamb_layers_compile", "lamb_fce_compile", "lamb_fce_fp8_compile")
 LENGTH_CONTENDERS = ("hf", "hf_tokens", "adamw", "adamw_tokens", "lamb", "lamb_tokens", "adamw_fce", "adamw_fce_tokens")
 # XSum's published mean lengths (Narayan et al. 2018, words; here tokens) and the recipe's caps for XSum
@@ -450,8 +454,8 @@ def main() -> None:
         for name in args.contenders.split(","):
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
-            step, label = (hf_step_fn(state_dict, values, args.device) if name == "hf"
-                           else project_step_fn(state_dict, config, name, args.device))
+            step, label = (hf_step_fn(state_dict, values, args.device, compiled=name == "hf_compile")
+                           if name.startswith("hf") else project_step_fn(state_dict, config, name, args.device))
             # a compiled contender's first update compiles: one more warm-up update, its compile time reported
             # apart (first update minus a timed one), never in s/update
             warmup = args.warmup + (1 if "compile" in name else 0)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 
 # What the suite runs and the targets its report holds the figures to (benchmarks/gpu_suite.py imports them).
-# H100 targets (issue 28): MFU against the datasheet peak; seq/s are those MFUs on an H100 SXM
-TARGETS = {"pretrain128": dict(seq_s=1090.0, mfu=0.35, vs_hf=1.3),
+# The targets on an H100 or H200: MFU against the datasheet peak, seq/s that MFU on an H100 SXM; the ratio to the faster
+# of transformers' rows (compiled where hf_compile ran, so the ratio is honest); fp8_mfu: the --fp8 row's MFU
+TARGETS = {"pretrain128": dict(seq_s=1400.0, mfu=0.45, vs_hf=1.6, fp8_mfu=0.50),
            "pretrain512": dict(seq_s=290.0, mfu=0.40, vs_hf=1.3), "finetune_xsum": dict(seq_s=3 * 74.6),
-           "beam": dict(summaries_s=150.0, vs_hf=3.0)}
+           "beam": dict(summaries_s=200.0, vs_hf=3.0)}
 # (batch, source, target) of the training parts; the dry run's tiny stand-ins
 TRAIN_SHAPES = {"pretrain128": (200, 128, 128), "pretrain512": (32, 512, 512), "finetune_xsum": (40, 1024, 60)}
 DRY_TRAIN_SHAPES = {"pretrain128": (4, 32, 32), "pretrain512": (2, 64, 64), "finetune_xsum": (2, 96, 12)}
@@ -170,16 +171,18 @@ class Report:
         data = self.suite.figures(part) or {}
         rows = data.get("rows", [])
         measured_peak = self.peaks.get("matmul_tflops") or data.get("peak_tflops")
-        table, best, hf = [], None, None
+        measured = [r for r in rows if "seq_s" in r]
+        peers = [r for r in measured if r["contender"].startswith("hf")]
+        hf = next((r for r in peers if r["contender"] == "hf"), None)  # the table's column: eager transformers
+        peer = max(peers, key=lambda r: r["seq_s"], default=None)  # the targets': the faster of transformers' rows
+        fp8 = next((r for r in measured if "fp8" in r["contender"]), None)  # a target of its own
+        best = max((r for r in measured if r not in peers and r is not fp8), key=lambda r: r["seq_s"], default=None)
+        table = []
         for r in rows:
             name = f"{r['contender']}: {r['label']}"
             if "seq_s" not in r:
                 table.append([name, f"out of memory at batch {r['out_of_memory']}"] + [""] * 9)
                 continue
-            if r["contender"] == "hf":
-                hf = r
-            elif best is None or r["seq_s"] > best["seq_s"]:
-                best = r
             shrunk = f" (OOM at {r['out_of_memory']})" if r.get("out_of_memory") else ""
             table.append([name, f"{r['batch']}{shrunk}", f"{r['seconds']:.4f}", _num(r["seq_s"]),
                           _num(r["tokens_s"], 0), _num(r["tflops"]),
@@ -188,9 +191,10 @@ class Report:
                           f"{r['seq_s'] / hf['seq_s']:.2f}x" if hf else "-",
                           _num(r["compile_s"]) if r.get("compile_s") is not None else "-"])
         if table:
-            lines += ["Contenders: `hf` transformers + fused AdamW; this project's `lamb` (apex FusedLAMB where it "
-                      "can run, `lamb_foreach` the project's own), `_fce` fused cross-entropy, `_compile` --compile (the "
-                      "default on CUDA; the others --no-compile). "
+            lines += ["Contenders: `hf` transformers + fused AdamW (`hf_compile` under torch.compile); this project's "
+                      "`lamb` (apex FusedLAMB where it can run, `lamb_foreach` the project's own), `_fce` fused "
+                      "cross-entropy, `_compile` --compile (the default on CUDA; the others --no-compile), "
+                      "`_layers_compile` --compile_scope layers, `_fp8` --fp8. "
                       f"MFU against the measured peak ({_num(measured_peak)} TFLOP/s) and the datasheet's "
                       f"({_num(self.tflops, 0)} TFLOP/s).", ""]
             lines += _table(["contender", "batch", "s/update", "seq/s", "tokens/s (src+tgt)", "TFLOP/s",
@@ -202,9 +206,14 @@ class Report:
         if "mfu" in goal:
             mfu = best["tflops"] / self.tflops if best and self.tflops else None
             checks.append((f"MFU (datasheet) >= {goal['mfu']:.0%}", _pct(mfu), _met(mfu, goal["mfu"])))
-            ratio = best["seq_s"] / hf["seq_s"] if best and hf else None
-            checks.append((f"vs transformers + fused AdamW >= {goal['vs_hf']}x", _num(ratio, 2) + "x" * bool(ratio),
+            ratio = best["seq_s"] / peer["seq_s"] if best and peer else None
+            named = "transformers + fused AdamW" + (" + torch.compile" if peer and peer["contender"] == "hf_compile"
+                                                    else "")
+            checks.append((f"vs {named} >= {goal['vs_hf']}x", _num(ratio, 2) + "x" * bool(ratio),
                            _met(ratio, goal["vs_hf"])))
+        if "fp8_mfu" in goal:
+            mfu = fp8["tflops"] / self.tflops if fp8 and self.tflops else None
+            checks.append((f"--fp8 MFU (datasheet) >= {goal['fp8_mfu']:.0%}", _pct(mfu), _met(mfu, goal["fp8_mfu"])))
         return lines + self.targets(part, checks, best and f"{best['contender']}")
 
     def beam(self) -> list:
