@@ -56,7 +56,9 @@ class CompiledOrEager(torch.nn.Module):
     the static, specialized compile. Python floats (a layer norm's eps, the label smoothing) are traced as the
     constants they are (``specialize_float``): dynamo's default traced them as symbols, found them specialized
     after tracing and traced the whole model again (a quarter of a fine-tuning compile: 55 s to 42 s for
-    the one-layer model of the tests on CPU). ``scope`` (``--compile_scope``): ``model``, the model in one graph;
+    the one-layer model of the tests on CPU). Dynamic sizes are not duck-shaped (``use_duck_shape``): dynamo took two
+    sizes equal on the first batch for one (a target length equal to the batch size) and compiled again at the first
+    batch where they differed. ``scope`` (``--compile_scope``): ``model``, the model in one graph;
     ``layers``, each encoder and decoder layer's forward compiled (the same compiled function for every layer of a
     kind), put in place for this module's forward passes only: generation, validation and the strategies' hooks
     (FSDP's unshard around each layer) run outside the compiled code."""
@@ -70,7 +72,7 @@ class CompiledOrEager(torch.nn.Module):
         options = {} if backend == "inductor" else {"backend": backend}  # torch.compile's default as it is
         if varying_lengths:  # fine-tuning: every batch its own source and target lengths
             options["dynamic"] = True
-        self.scope = scope
+        self.scope, self.varying_lengths = scope, varying_lengths
         if scope == "model":
             object.__setattr__(self, "compiled", torch.compile(model, **options))  # not a second submodule
         else:  # one compiled function per kind of layer: its graphs serve every layer of that kind
@@ -83,7 +85,8 @@ class CompiledOrEager(torch.nn.Module):
     def forward(self, *args, **kwargs):
         if self.eager:
             return self._orig_mod(*args, **kwargs)
-        with torch._dynamo.config.patch(specialize_float=True):
+        with torch._dynamo.config.patch(specialize_float=True), torch.fx.experimental._config.patch(
+                use_duck_shape=not self.varying_lengths):
             if self.scope == "model":
                 return self.compiled(*args, **kwargs)
             with self.layers_compiled():

@@ -168,6 +168,37 @@ def test_compile_scope_without_compiling_is_refused(tmp_path):
         _trainer(tmp_path, 2, 1, compile_scope="layers")
 
 
+class _LengthBatches:
+    """Fine-tuning's batches: each padded to its own longest source and target. The first one's target length
+    equals its batch size (4), as a batch of 40 with 40-token summaries would."""
+    lengths = ((9, 4), (11, 6), (7, 3), (13, 5))
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(0)
+        for source, target in self.lengths:
+            input_ids = torch.randint(4, 64, (4, source), generator=g)
+            yield {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                   "labels": torch.randint(4, 64, (4, target), generator=g)}
+
+
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_a_compiled_fine_tuning_run_compiles_once_whatever_sizes_the_first_batch_shares(tmp_path, scope):
+    """Fine-tuning compiles with dynamic sizes from the first update (varying_lengths): a first batch whose target
+    length equals its batch size does not tie the two (dynamo's duck sizing took them for one size and compiled
+    again at the first batch where they differed: a minute on a GPU, and each such pair one more time)."""
+    from tests.helpers.synthetic import run_settings
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(tiny_config(dropout=0.0, encoder_layers=1, decoder_layers=1))
+    opt, clips = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.0, max_grad_norm=1.0)
+    trainer = Trainer(model, opt, build_scheduler(opt, "linear", 0, 4), _LengthBatches(),
+                      run_settings("fp32", output_dir=str(tmp_path), max_steps=4, log_freq=1, compile_scope=scope),
+                      strategy=one_process(model), clips_internally=clips, progress_bar=False, compile=True,
+                      compile_backend="eager", varying_lengths=True)
+    torch._dynamo.reset()
+    summary = trainer.fit()
+    assert summary["compiled"] is True and summary["recompiles"] == 0, summary
+
+
 def _failing_backend(graph_module, example_inputs):
     raise RuntimeError("no C++ compiler found (cl.exe)\nmore detail")
 
