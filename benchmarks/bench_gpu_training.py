@@ -37,9 +37,10 @@ Fine-tuning at XSum's lengths (``--lengths xsum``, in place of the shapes): ``--
 lengths are drawn from lognormal distributions with XSum's published means (Narayan et al. 2018: documents of 431
 words, summaries of 23; here as tokens), cut at 1024 and 60 tokens, random token ids. Every contender trains on the
 same examples after ``--warmup`` updates of its own batches; ``_tokens`` contenders (``hf_tokens``,
-``adamw_tokens``, ``lamb_tokens``, ...) take them in token-budget batches (the fine-tuning loader's
+``adamw_tokens``, ``lamb_tokens``, ``adamw_compile_tokens``, ...) take them in token-budget batches (the fine-tuning loader's
 ``SortishSampler`` with ``--max_tokens_per_batch``, default batch x 1024: the same longest padded batch), the others
-in shuffled batches of ``--batch`` padded to their longest row. The figure is tokens of real text per second (source
+in shuffled batches of ``--batch`` padded to their longest row. ``_compile`` contenders compile with dynamic
+sizes, as fine-tuning does, in their warm-up updates. The figure is tokens of real text per second (source
 and target, padding excluded), with the share of padding in the batches. ``--source_length``/``--target_length``
 shrink the caps (and the means with them) for dry runs.
 
@@ -155,7 +156,7 @@ def hf_step_fn(state_dict, values, device="cuda", compiled=False):
     return step, f"transformers {transformers.__version__} sdpa + AdamW(fused){' + torch.compile' * compiled}"
 
 
-def project_step_fn(state_dict, config, name, device="cuda"):
+def project_step_fn(state_dict, config, name, device="cuda", varying_lengths=False):
     with torch.device(device):
         model = BartForConditionalGeneration(config)
     model.load_state_dict(state_dict)
@@ -171,7 +172,8 @@ def project_step_fn(state_dict, config, name, device="cuda"):
         precision_flags=PrecisionSettings.named("fp8" if "fp8" in name else "bf16"), gradient_clip_val=CLIP,
         fused_cross_entropy="fce" in name, compile_scope="layers" if "layers" in name else "model"),
         strategy=prepared_strategy(None, 1, torch.device(device), model),
-        compile="compile" in name, progress_bar=False, clips_internally=clips, device=torch.device(device))
+        compile="compile" in name, varying_lengths=varying_lengths, progress_bar=False, clips_internally=clips,
+        device=torch.device(device))
     kind = type(optimizer).__name__
     kind = {"FusedLAMB": "apex FusedLAMB", "Lamb": "foreach LAMB",
             "AdamW": f"AdamW({'fused' if optimizer.defaults.get('fused') else 'foreach'})"}.get(kind, kind)
@@ -249,7 +251,9 @@ def versions(device="cuda") -> str:
 
 CONTENDERS = ("hf", "hf_compile", "adamw", "adamw_fce", "adamw_compile", "adamw_layers_compile", "lamb", "lamb_foreach", "lamb_fce",
               "lamb_compile", "lamb_layers_compile", "lamb_fce_compile", "lamb_fce_fp8_compile")
-LENGTH_CONTENDERS = ("hf", "hf_tokens", "adamw", "adamw_tokens", "lamb", "lamb_tokens", "adamw_fce", "adamw_fce_tokens")
+LENGTH_CONTENDERS = ("hf", "hf_tokens", "hf_compile", "adamw", "adamw_tokens", "lamb", "lamb_tokens", "adamw_fce",
+                     "adamw_fce_tokens", "adamw_compile", "adamw_compile_tokens", "adamw_layers_compile",
+                     "adamw_layers_compile_tokens")
 # XSum's published mean lengths (Narayan et al. 2018, words; here tokens) and the recipe's caps for XSum
 XSUM_LENGTHS = {"source_mean": 431, "target_mean": 23, "source_max": 1024, "target_max": 60}
 
@@ -300,8 +304,9 @@ def real_tokens(batch: dict) -> int:
     return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
 
 
-def run_lengths(args, config, values, state_dict) -> list:
-    """--lengths xsum: every contender on the same XSum-like examples; tokens of real text per second."""
+def run_lengths(args, config, values, state_dict, done=lambda rows: None) -> list:
+    """--lengths xsum: every contender on the same XSum-like examples; tokens of real text per second. A compiled
+    contender compiles for any length (as fine-tuning does) in its warm-up updates. ``done(rows)``: after each row."""
     source_max = args.source_length or XSUM_LENGTHS["source_max"]
     target_max = args.target_length or XSUM_LENGTHS["target_max"]
     batch = args.batch or SHAPES["xsum"][0]
@@ -325,8 +330,9 @@ def run_lengths(args, config, values, state_dict) -> list:
             raise SystemExit(f"--examples {args.examples} make {len(batches)} {key} batches, not more than --warmup "
                              f"{args.warmup}: give more examples")
         base = name[:-len("_tokens")] if budget else name
-        step, label = (hf_step_fn(state_dict, values, args.device) if base == "hf"
-                       else project_step_fn(state_dict, config, base, args.device))
+        step, label = (hf_step_fn(state_dict, values, args.device, compiled=base == "hf_compile")
+                       if base.startswith("hf") else project_step_fn(state_dict, config, base, args.device,
+                                                                     varying_lengths=True))
         for b in batches[:args.warmup]:
             step(b)
         synchronize(args.device)
@@ -352,6 +358,7 @@ def run_lengths(args, config, values, state_dict) -> list:
                          sequences_per_update=sequences, real_tokens_s=rate, padding=1 - real / padded,
                          seconds_per_update=seconds / len(timed), peak_gib=memory,
                          vs_hf=rate / reference if reference else None))
+        done(rows)
         del step
     return rows
 
@@ -422,10 +429,12 @@ def main() -> None:
     if args.lengths:
         version_line = versions(args.device)
         print(version_line)
-        rows = run_lengths(args, config, values, state_dict)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"versions": version_line, "rows": rows}, f, indent=1)
+
+        def write_rows(rows):  # after every row: a process stopped part-way keeps the rows it finished
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"versions": version_line, "rows": rows}, f, indent=1)
+        write_rows(run_lengths(args, config, values, state_dict, write_rows))
         return
     peak = args.measured_tflops or measured_peak_tflops(device=args.device)
     version_line = versions(args.device)

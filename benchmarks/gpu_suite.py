@@ -291,8 +291,8 @@ PART_FUNCTIONS = {"env": part_env, "peaks": part_peaks, "profile": part_profile,
 # configuration matrix, which gets the time left (a bart-base row took 65 s to compile; run second, the matrix left
 # the training parts short of time and finished no row). They add up to the 540 s budget (one 9-minute command) less the 10 s kept for
 # the report.
-PART_WEIGHTS = {"tests": 110, "env": 5, "peaks": 5, "pretrain128": 160, "pretrain512": 80, "finetune_xsum": 75,
-                "beam": 60, "profile": 15, "matrix": 20}
+PART_WEIGHTS = {"tests": 110, "env": 5, "peaks": 5, "pretrain128": 150, "pretrain512": 70, "finetune_xsum": 50,
+                "finetune_lengths": 60, "beam": 50, "profile": 15, "matrix": 15}
 PART_NAMES = tuple(PART_WEIGHTS)
 # Each part: transformers and the default first (the targets' figures), then FP8 where it runs (at 128, after the
 # default), then the candidates and the eager rows: a part stopped at its limit keeps the rows it finished.
@@ -301,9 +301,15 @@ PART_NAMES = tuple(PART_WEIGHTS)
 # the layers; fine-tuning: eager AdamW before the compiled default (its compile is the longest wait), then the layers
 CONTENDERS = {"pretrain128": "hf,lamb_compile,hf_compile,lamb_layers_compile,lamb,lamb_fce",
               "pretrain512": "lamb_compile,hf,lamb_layers_compile",
-              "finetune_xsum": "hf,adamw,adamw_compile,adamw_layers_compile"}
+              "finetune_xsum": "hf,adamw,adamw_compile,adamw_layers_compile",
+              # XSum's length distribution (bench_gpu_training --lengths xsum): transformers as its Trainer runs by
+              # default (padded batches, eager), the default (compiled for any length), token-budget batches
+              "finetune_lengths": "hf,adamw_compile,adamw_compile_tokens,adamw_tokens,adamw_layers_compile_tokens"}
+LENGTHS = dict(examples=2000, batch=40)  # every contender trains on the same examples, in batches of 40 or budgets
+DRY_LENGTHS = dict(examples=24, batch=4, source_length=64, target_length=8, warmup=1)
 # the dry run: each contender's code path once, each part still with a compiled and an eager row
-DRY_CONTENDERS = dict(CONTENDERS, pretrain512="lamb_compile,hf,lamb", finetune_xsum="hf,adamw,adamw_fce")
+DRY_CONTENDERS = dict(CONTENDERS, pretrain512="lamb_compile,hf,lamb", finetune_xsum="hf,adamw,adamw_fce",
+                      finetune_lengths="hf,adamw_compile_tokens")
 FP8_CONTENDERS = {"pretrain128": "lamb_fce_fp8_compile"}  # where env.json says the GPU and torchao can run --fp8
 FP8_AFTER = "lamb_compile"  # FP8's row comes right after the default's
 BEAM_CONTENDERS = "ours,ours_compiled,hf"  # compile_generation (CUDA graphs) a contender of its own
@@ -370,6 +376,13 @@ class Suite:
             if peaks.get("bandwidth_bytes_s"):
                 command += ["--bandwidth", repr(peaks["bandwidth_bytes_s"] / 1e9)]
             return command
+        if part == "finetune_lengths":
+            lengths = DRY_LENGTHS if dry else LENGTHS
+            command = [py, os.path.join(HERE, "bench_gpu_training.py"), "--lengths", "xsum", "--config", config,
+                       "--contenders", (DRY_CONTENDERS if dry else CONTENDERS)[part],
+                       "--json", self.path(f"{part}.json")]
+            command += [arg for key, value in lengths.items() for arg in (f"--{key}", str(value))]
+            return command + (["--device", "cpu", "--compile_backend", "eager"] if dry else [])
         batch, source, target = (DRY_TRAIN_SHAPES if dry else TRAIN_SHAPES)[part]
         contenders = (DRY_CONTENDERS if dry else CONTENDERS)[part]
         names = contenders.split(",")

@@ -14,7 +14,7 @@ import time
 # of transformers' rows (compiled where hf_compile ran, so the ratio is honest); fp8_mfu: the --fp8 row's MFU
 TARGETS = {"pretrain128": dict(seq_s=1400.0, mfu=0.45, vs_hf=1.6, fp8_mfu=0.50),
            "pretrain512": dict(seq_s=290.0, mfu=0.40, vs_hf=1.3), "finetune_xsum": dict(seq_s=3 * 74.6),
-           "beam": dict(summaries_s=200.0, vs_hf=3.0)}
+           "finetune_lengths": dict(vs_hf=1.5), "beam": dict(summaries_s=200.0, vs_hf=3.0)}
 # (batch, source, target) of the training parts; the dry run's tiny stand-ins
 TRAIN_SHAPES = {"pretrain128": (200, 128, 128), "pretrain512": (32, 512, 512), "finetune_xsum": (40, 1024, 60)}
 DRY_TRAIN_SHAPES = {"pretrain128": (4, 32, 32), "pretrain512": (2, 64, 64), "finetune_xsum": (2, 96, 12)}
@@ -26,7 +26,8 @@ BEAM = dict(batch_sizes=(64, 128, 32, 8, 1), rising=(32, 64, 128), profile=32, s
 # the dry run: five batch sizes in the GPU run's order (its rising three, its profile batch),
 # two beams, 4 new tokens (the profile steps to the middle one): every code path of the GPU run, little CPU time
 DRY_BEAM = dict(batch_sizes=(4, 5, 3, 2, 1), rising=(3, 4, 5), profile=3, source_length=16, new_tokens=4, num_beams=2)
-REPORT_ORDER = ("env", "tests", "matrix", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam", "profile")
+REPORT_ORDER = ("env", "tests", "matrix", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "finetune_lengths",
+                "beam", "profile")
 
 
 def _cell(value) -> str:
@@ -216,6 +217,30 @@ class Report:
             checks.append((f"--fp8 MFU (datasheet) >= {goal['fp8_mfu']:.0%}", _pct(mfu), _met(mfu, goal["fp8_mfu"])))
         return lines + self.targets(part, checks, best and f"{best['contender']}")
 
+    def lengths(self) -> list:
+        """Fine-tuning at XSum's length distribution: tokens of real text per second, against transformers' rows."""
+        lines = ["## Fine-tuning, bart-large, XSum's lengths (sources and targets drawn from XSum's length "
+                 "distribution)", ""] + self.status_note("finetune_lengths")
+        rows = (self.suite.figures("finetune_lengths") or {}).get("rows", [])
+        hf = next((r for r in rows if r["contender"] == "hf"), None)  # transformers as its Trainer runs by default
+        best = max((r for r in rows if not r["contender"].startswith("hf")), key=lambda r: r["real_tokens_s"],
+                   default=None)
+        if rows:
+            lines += ["Every contender trains on the same examples: `padded` batches of a fixed size padded to their "
+                      "longest row, or `tokens` budgets (the fine-tuning loader's --max_tokens_per_batch). Compiled "
+                      "contenders compile for any length in their warm-up updates. Padding does not count.", ""]
+            lines += _table(["contender", "batching", "updates", "sequences/update", "real tokens/s", "padding",
+                             "s/update", "peak GiB", "vs transformers"],
+                            [[f"{r['contender']}: {r['label']}", r["batching"], r["updates"],
+                              _num(r["sequences_per_update"]), _num(r["real_tokens_s"], 0), _pct(r["padding"]),
+                              f"{r['seconds_per_update']:.4f}", _num(r["peak_gib"]),
+                              f"{r['real_tokens_s'] / hf['real_tokens_s']:.2f}x" if hf else "-"] for r in rows])
+        goal = TARGETS["finetune_lengths"]
+        ratio = best["real_tokens_s"] / hf["real_tokens_s"] if best and hf else None
+        checks = [(f"real tokens/s vs transformers (padded batches, eager) >= {goal['vs_hf']}x",
+                   _num(ratio, 2) + "x" * bool(ratio), _met(ratio, goal["vs_hf"]))]
+        return lines + self.targets("finetune_lengths", checks, best and best["contender"])
+
     def beam(self) -> list:
         shape = DRY_BEAM if self.suite.dry_run else BEAM
         lines = [f"## Beam search (bf16, beams {shape['num_beams']}, {shape['new_tokens']} new tokens, "
@@ -293,6 +318,7 @@ def render(suite) -> str:
                 "pretrain128": lambda: report.training("pretrain128", "Pretraining, bart-large at 128"),
                 "pretrain512": lambda: report.training("pretrain512", "Pretraining, bart-large at 512"),
                 "finetune_xsum": lambda: report.training("finetune_xsum", "Fine-tuning, bart-large, XSum shape"),
+                "finetune_lengths": report.lengths,
                 "beam": report.beam, "profile": report.kernels}
     for name in REPORT_ORDER:
         section = sections[name]()

@@ -58,8 +58,8 @@ def test_dry_run_order_tarball_and_budget(dry_run):
     matrix's checkpoints stay on disk); the budget is one 9-minute command."""
     import tarfile
     out, suite, _ = dry_run
-    assert gpu_suite.PART_NAMES == ("tests", "env", "peaks", "pretrain128", "pretrain512", "finetune_xsum", "beam",
-                                    "profile", "matrix")
+    assert gpu_suite.PART_NAMES == ("tests", "env", "peaks", "pretrain128", "pretrain512", "finetune_xsum",
+                                    "finetune_lengths", "beam", "profile", "matrix")
     assert list(suite["parts"]) == list(gpu_suite.PART_NAMES)
     started = [os.stat(out / f"{part}.log").st_mtime for part in gpu_suite.PART_NAMES]
     assert started == sorted(started)  # each part's log last written before the next part's
@@ -100,6 +100,9 @@ def test_dry_run_every_part_ok_with_its_figures(dry_run):
                    for r in rows), rows
         assert figures[part]["peak_tflops"] == peaks["matmul_tflops"]  # MFU against the peak measured in the run
         assert figures[part]["datasheet_tflops"] == 989.0  # the dry run's H100 SXM stand-in
+    lengths = figures["finetune_lengths"]["rows"]  # XSum's lengths: tokens of real text, padding apart
+    assert [(r["contender"], r["batching"]) for r in lengths] == [("hf", "padded"), ("adamw_compile_tokens", "tokens")]
+    assert all(r["real_tokens_s"] > 0 and 0 <= r["padding"] < 1 for r in lengths)
     beam = figures["beam"]
     assert [r["batch"] for r in beam["rows"]] == list(gpu_suite.DRY_BEAM["batch_sizes"])
     assert beam["bandwidth_bytes_s"] == pytest.approx(peaks["bandwidth_bytes_s"])  # the peaks part's figure
@@ -125,7 +128,8 @@ def test_dry_run_report_sections_and_figures(dry_run):
     headings = [line for line in report.splitlines() if line.startswith("#")]
     expected = ["# GPU suite report (DRY RUN)", "## Parts", "## Targets", "## Versions", "## tests/e2e/test_gpu.py",
                 "## Configuration matrix", "## Measured peaks", "## Pretraining, bart-large at 128", "## Pretraining, bart-large at 512",
-                "## Fine-tuning, bart-large, XSum shape", "## Beam search", "## Top kernels",
+                "## Fine-tuning, bart-large, XSum shape", "## Fine-tuning, bart-large, XSum's lengths",
+                "## Beam search", "## Top kernels",
                 "### one training step", "### one decode step"]
     assert len(headings) == len(expected)
     assert all(h.startswith(e) for h, e in zip(headings, expected)), headings
@@ -133,7 +137,7 @@ def test_dry_run_report_sections_and_figures(dry_run):
     assert not re.search(r"^\*\*\w+: ", report, flags=re.M)  # no part reported as failed
     targets = report.split("## Targets")[1].split("## Versions")[0]
     checks = [line for line in targets.splitlines() if line.startswith("| ") and not line.startswith("| part")]
-    assert len(checks) == 11 and all(line.rstrip(" |").endswith(("yes", "no")) for line in checks if "--fp8" not in line), checks
+    assert len(checks) == 12 and all(line.rstrip(" |").endswith(("yes", "no")) for line in checks if "--fp8" not in line), checks
     assert "| pretrain128 | --fp8 MFU (datasheet) >= 50% | - | not measured |" in checks  # no float8 on CPU
     figures = suite["figures"]
     assert f"| torch | {figures['env']['torch']} |" in report
@@ -157,7 +161,7 @@ def test_failing_parts_are_reported_and_the_others_run(tmp_path):
     of their logs, and the part after them runs and gives its figures. Every part but the profile is a fault
     (the failing ones end at once): the hung part's share of the budget is small, the profile's large."""
     out = tmp_path / "out"
-    failing = ("tests", "matrix", "peaks", "pretrain128", "pretrain512", "beam")
+    failing = ("tests", "matrix", "peaks", "pretrain128", "pretrain512", "finetune_lengths", "beam")
     with fork_server() as python:  # the suite and its profile part forked; the faults are interpreters of their own
         run, seconds = _suite(out, "--dry-run", "--budget", "40", python=python,
                               faults=",".join([f"{p}=error" for p in failing] + ["env=hang", "finetune_xsum=oom"]))
@@ -372,6 +376,9 @@ def test_gpu_commands_carry_the_shapes_the_measured_peaks_and_the_contenders(tmp
         assert "--device" not in command and "--compile_backend" not in command  # cuda, inductor
     assert flag(suite.command("pretrain512"), "--contenders") == "lamb_compile,hf,lamb_layers_compile"  # no eager LAMB
     assert flag(suite.command("finetune_xsum"), "--contenders") == "hf,adamw,adamw_compile,adamw_layers_compile"
+    lengths = suite.command("finetune_lengths")  # XSum's lengths: every contender on the same 2,000 examples
+    assert [flag(lengths, f) for f in ("--lengths", "--examples", "--batch")] == ["xsum", "2000", "40"]
+    assert flag(lengths, "--contenders").startswith("hf,adamw_compile,") and "--device" not in lengths
     beam = suite.command("beam")
     assert [flag(beam, f) for f in ("--num_beams", "--new_tokens", "--source_length", "--dtype", "--device")] == \
         ["6", "62", "1024", "bf16", "cuda"]
