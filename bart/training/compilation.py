@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.fx.experimental._config  # use_duck_shape (CompiledOrEager.forward)
 
 # --compile_backend's choices: torch.compile's default (what a CUDA run compiles with), and two cheap checks of what
 # it would compile: aot_eager (dynamo's graphs, the same graph breaks and recompiles, traced through AOTAutograd into
