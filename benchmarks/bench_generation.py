@@ -529,6 +529,7 @@ class BatchRun:
     compared: dict = dataclasses.field(default_factory=dict)  # every other contender against ours
     timings: dict = dataclasses.field(default_factory=dict)
     median: dict = dataclasses.field(default_factory=dict)
+    first: dict = dataclasses.field(default_factory=dict)  # seconds of the checked run (a compile included)
 
 
 def batch_sources(bench: Bench, batch: int, names: list) -> BatchRun:
@@ -551,7 +552,7 @@ def checked_runs(bench: Bench, run: BatchRun) -> None:
         memory = PeakMemory(bench.args.device)
         try:
             with torch.no_grad():
-                run.outputs[name] = bench.runners[name][1](run.ids, run.mask, memory)[0]
+                run.outputs[name], run.first[name] = bench.runners[name][1](run.ids, run.mask, memory)[:2]
             run.peaks[name] = memory.peak
         except torch.OutOfMemoryError as err:
             print(f"batch {run.batch}: {name} ran out of memory ({str(err).splitlines()[0][:200]})", flush=True)
@@ -666,7 +667,8 @@ def batch_result(bench: Bench, run: BatchRun, new_tokens: int, least) -> dict:
                        f"{name}_peak_mib": run.peaks[name] / 2**20 if seconds else None,
                        f"{name}_bandwidth_share": least / bench.bandwidth / seconds if least and seconds else None})
     result["contenders"] = {n: dict(run.compared.get(n, {}), label=bench.runners[n][0], seconds=median.get(n),
-                                    times=run.timings.get(n), vs_ours=ours_s / median[n] if n in median else None,
+                                    times=run.timings.get(n), first_call_seconds=run.first.get(n),
+                                    vs_ours=ours_s / median[n] if n in median else None,
                                     out_of_memory=n in run.out_of_memory, failed=run.failed.get(n)) for n in run.names}
     return result
 

@@ -44,8 +44,9 @@ def _compiled(row: dict) -> str:
     seconds = entry.get("seconds")
     if not seconds:
         return "-"
-    return f"{_num(row['batch'] / seconds, 2)} ({row['ours_seconds'] / seconds:.2f}x)" if row.get("ours_seconds") \
-        else _num(row["batch"] / seconds, 2)
+    first = f", first call {entry['first_call_seconds']:.1f} s" if entry.get("first_call_seconds") else ""  # compiles
+    return f"{_num(row['batch'] / seconds, 2)} ({row['ours_seconds'] / seconds:.2f}x{first})" \
+        if row.get("ours_seconds") else _num(row["batch"] / seconds, 2) + first
 
 
 def _table(header: list, rows: list) -> list:
@@ -264,7 +265,7 @@ class Report:
             lines += _table(["batch", "transformers summaries/s", "this project summaries/s", "speedup",
                              "bandwidth share transformers", "bandwidth share this project", "rows identical",
                              "token agreement", "peak MiB ours / transformers",
-                             "compile_generation summaries/s (vs ours)"], table)
+                             "compile_generation summaries/s (vs ours, its first call: the compile)"], table)
         measured = [r for r in rows if r.get("ours_summaries_s")]
         best = max(measured, key=lambda r: r["ours_summaries_s"]) if measured else None
         goal = TARGETS["beam"]
