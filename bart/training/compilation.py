@@ -77,9 +77,10 @@ class CompiledOrEager(torch.nn.Module):
         if scope == "model":
             object.__setattr__(self, "compiled", torch.compile(model, **options))  # not a second submodule
         else:  # one compiled function per kind of layer: its graphs serve every layer of that kind
-            kinds: dict = {}
-            self.layer_forwards = [(layer, kinds.setdefault(type(layer).forward, torch.compile(
-                type(layer).forward, **options))) for layer in _layers(model)]
+            compiled: dict = {}
+            for kind in {type(layer) for layer in _layers(model)}:
+                compiled[kind] = torch.compile(kind.forward, **options)
+            self.layer_forwards = [(layer, compiled[type(layer)]) for layer in _layers(model)]
         self.eager = False
         self._installed = False
 
