@@ -152,6 +152,8 @@ def test_dry_run_report_sections_and_figures(dry_run):
     for r in figures["beam"]["rows"]:
         assert f"| {r['batch']} | {r['hf_summaries_s']:,.2f} | {r['ours_summaries_s']:,.2f} | {r['speedup']:.2f}x |" \
             in beam
+        compiled = r["contenders"]["ours_compiled"]  # its speed, and its first call: the compile
+        assert f"x, first call {compiled['first_call_seconds']:.1f} s) |" in beam.split(f"\n| {r['batch']} |")[1]
     matrix = report.split("## Configuration matrix")[1].split("## Measured peaks")[0]
     assert "| fp32_eager | fp32 off on fsdp pre padded | ok |" in matrix and "in 1 process (the strategies in" in matrix
     kernels = report.split("### one decode step")[1]
