@@ -470,6 +470,11 @@ class BartForConditionalGeneration(BartPreTrainedModel):
     def get_encoder(self) -> BartEncoder:
         return self.model.encoder
 
+    def layers(self) -> list:
+        """The encoder's layers, then the decoder's: what FSDP shards one by one, ``--compile_scope layers`` compiles
+        and ``--cast_weights_once`` casts."""
+        return [*self.model.encoder.layers, *self.model.decoder.layers]
+
     def padded_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over every row of the (padded) LM head: the aligned product; the padded columns are -inf."""
         bias = head_bias(self.final_logits_bias[0], self.config.vocab_size).to(hidden.dtype)

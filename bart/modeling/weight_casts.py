@@ -63,8 +63,7 @@ def cast_once(model: nn.Module, dtype: torch.dtype | None, lm_head: bool = True)
 
     try:
         if dtype is not None:
-            bart = model.model
-            for layer in [*bart.encoder.layers, *bart.decoder.layers]:
+            for layer in model.layers():
                 attentions = [(layer.self_attn, "qkv")]
                 if hasattr(layer, "encoder_attn"):  # cross-attention: the queries apart, keys and values together
                     attentions.append((layer.encoder_attn, "kv"))

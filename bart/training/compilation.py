@@ -78,9 +78,9 @@ class CompiledOrEager(torch.nn.Module):
             object.__setattr__(self, "compiled", torch.compile(model, **options))  # not a second submodule
         else:  # one compiled function per kind of layer: its graphs serve every layer of that kind
             compiled: dict = {}
-            for kind in {type(layer) for layer in _layers(model)}:
+            for kind in {type(layer) for layer in model.layers()}:
                 compiled[kind] = torch.compile(kind.forward, **options)
-            self.layer_forwards = [(layer, compiled[type(layer)]) for layer in _layers(model)]
+            self.layer_forwards = [(layer, compiled[type(layer)]) for layer in model.layers()]
         self.eager = False
         self._installed = False
 
@@ -112,11 +112,6 @@ class CompiledOrEager(torch.nn.Module):
             for layer, _ in self.layer_forwards:
                 layer.__dict__.pop("forward", None)
             self._installed = False
-
-
-def _layers(model: torch.nn.Module) -> list:
-    """The encoder's and the decoder's layers, in order (the units FSDP shards one by one too)."""
-    return [layer for stack in (model.model.encoder, model.model.decoder) for layer in stack.layers]
 
 
 def describe(err: BaseException) -> str:

@@ -110,9 +110,8 @@ class FSDPStrategy(Strategy):
             raise SystemExit("--distributed_strategy fsdp does not support LayerDrop (layers skipped at random); "
                              "use ddp or set encoder_layerdrop/decoder_layerdrop to 0")
         policy = MixedPrecisionPolicy(reduce_dtype=self.half_precision_reduce)
-        for stack in (model.model.encoder, model.model.decoder):
-            for layer in stack.layers:
-                fully_shard(layer, mp_policy=policy)
+        for layer in model.layers():
+            fully_shard(layer, mp_policy=policy)
         fully_shard(model, mp_policy=policy)  # embeddings, final norms, LM head: the root unit
         # the root returns its logits as a slice of the padded vocabulary's (a view: no copy of B x T x V); FSDP2
         # warns, on every rank and step, that an in-place op on such a view would skip its hook: nothing here
