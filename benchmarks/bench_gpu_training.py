@@ -183,6 +183,13 @@ def project_step_fn(state_dict, config, name, device="cuda", varying_lengths=Fal
     return (lambda batch: trainer.train_step([batch])), label
 
 
+def contender_step_fn(name, state_dict, config, values, device="cuda", varying_lengths=False):
+    """The step and label of contender ``name``: transformers' (``hf``, ``hf_compile``) or this project's."""
+    if name.startswith("hf"):
+        return hf_step_fn(state_dict, values, device, compiled=name == "hf_compile")
+    return project_step_fn(state_dict, config, name, device, varying_lengths=varying_lengths)
+
+
 def time_steps(step, batches, warmup, device="cuda", first: list | None = None):
     """Seconds per update after ``warmup`` updates, and peak memory in GiB (CUDA: max allocated;
     CPU: the process's peak resident set). ``first``: gets the seconds of the first update (the one that
@@ -330,9 +337,7 @@ def run_lengths(args, config, values, state_dict, done=lambda rows: None) -> lis
             raise SystemExit(f"--examples {args.examples} make {len(batches)} {key} batches, not more than --warmup "
                              f"{args.warmup}: give more examples")
         base = name[:-len("_tokens")] if budget else name
-        step, label = (hf_step_fn(state_dict, values, args.device, compiled=base == "hf_compile")
-                       if base.startswith("hf") else project_step_fn(state_dict, config, base, args.device,
-                                                                     varying_lengths=True))
+        step, label = contender_step_fn(base, state_dict, config, values, args.device, varying_lengths=True)
         for b in batches[:args.warmup]:
             step(b)
         synchronize(args.device)
@@ -463,8 +468,7 @@ def main() -> None:
         for name in args.contenders.split(","):
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
-            step, label = (hf_step_fn(state_dict, values, args.device, compiled=name == "hf_compile")
-                           if name.startswith("hf") else project_step_fn(state_dict, config, name, args.device))
+            step, label = contender_step_fn(name, state_dict, config, values, args.device)
             # a compiled contender's first update compiles: one more warm-up update, its compile time reported
             # apart (first update minus a timed one), never in s/update
             warmup = args.warmup + (1 if "compile" in name else 0)
