@@ -275,8 +275,7 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
                     _child(list(argv), rank_env, cwd, None, out_path, None)
                 pids.append(pid)
             code = _wait_ranks(pids, out_path, stall_s, argv)
-            with open(out_path, encoding="utf-8", errors="replace") as f:
-                return code, f.read()
+            return code, _ranks_said(out_path)
         finally:
             for pid in pids:
                 try:
@@ -284,6 +283,14 @@ def fork_ranks(nproc: int, argv: list[str], env: dict | None = None, cwd=None,
                     os.waitpid(pid, 0)
                 except (ProcessLookupError, ChildProcessError):
                     pass
+
+
+def _ranks_said(out_path: str) -> str:
+    """The ranks' merged output. A forked rank's faulthandler dump (a hang's, or a crash's) ends with the hundreds of
+    extension modules this process loaded: that line is left out, else it pushes the stack out of the end of the
+    output a failing test shows."""
+    with open(out_path, encoding="utf-8", errors="replace") as f:
+        return re.sub(r"^Extension modules: .*$", "(its extension modules)", f.read(), flags=re.M)
 
 
 def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:
@@ -313,11 +320,7 @@ def _wait_ranks(pids: list[int], out_path: str, stall_s: float, argv) -> int:
             for pid in sorted(running):  # each rank's stacks into the output (faulthandler), one at a time
                 os.kill(pid, signal.SIGABRT)
                 time.sleep(1.0)
-            with open(out_path, encoding="utf-8", errors="replace") as f:
-                said = f.read()
-            # a forked rank's dump ends with the hundreds of extension modules this process loaded: left out, else
-            # they push its stack out of the last 8000 characters
-            said = re.sub(r"^Extension modules: .*$", "(its extension modules)", said, flags=re.M)[-8000:]
+            said = _ranks_said(out_path)[-8000:]
             raise AssertionError(f"hung: no rank of `{' '.join(map(str, argv[:4]))} ...` printed anything for "
                                  f"{idle:.0f} s and they used {watch.used_s():.2f} s of CPU (stall budget "
                                  f"{stall_s:g} s); their last lines and stacks:\n{said}")
